@@ -1,0 +1,135 @@
+// harness plan: prints the grid per target and component without touching a GPU.
+#include <iomanip>
+#include <iostream>
+#include <map>
+#include <nlohmann/json.hpp>
+
+#include "harness/commands.h"
+#include "ranks/planner.h"
+
+namespace po = boost::program_options;
+using nlohmann::json;
+
+namespace moe::cli {
+
+namespace {
+
+json geometry_json(const ModelGeometry& g) {
+  return {{"name", g.name},
+          {"hidden_size", g.hidden},
+          {"moe_intermediate_size", g.intermediate},
+          {"num_experts", g.experts},
+          {"top_k", g.top_k},
+          {"renormalize", g.renormalize},
+          {"weight_dtype", to_string(g.weight_dtype)},
+          {"router_dtype", to_string(g.router_dtype)},
+          {"shared_experts", {{"count", g.shared.count}, {"intermediate_size", g.shared.intermediate}}},
+          {"num_layers", g.layers}};
+}
+
+json plan_json(const Plan& plan) {
+  json targets = json::array();
+  for (const auto& t : plan.targets) {
+    json comps = json::array();
+    for (const auto& grid : t.components) {
+      json pts = json::array();
+      for (const auto& p : grid.points)
+        pts.push_back({{"tokens", p.tokens}, {"activated", p.activated}, {"assignments", p.assignments}});
+      const auto e = plan.estimate(t, grid.component);
+      comps.push_back({{"component", to_string(grid.component)},
+                       {"points", pts},
+                       {"forwards", e.forwards},
+                       {"estimated_device_s", e.device_seconds}});
+    }
+    targets.push_back({{"target",
+                        {{"tp", t.target.tp}, {"dp", t.target.dp}, {"ep", t.target.ep},
+                         {"rank", t.target.rank}, {"sp", t.target.sp}}},
+                       {"local_experts", t.ownership.local_experts},
+                       {"first_expert", t.ownership.first_expert},
+                       {"weight_banks", t.weight_banks},
+                       {"components", comps}});
+  }
+  const auto total = plan.estimate();
+  return {{"job", plan.job.source},
+          {"planner_version", kPlannerVersion},
+          {"geometry", geometry_json(plan.job.geometry)},
+          {"backend", plan.job.backend},
+          {"rounds", plan.job.rounds},
+          {"iterations", plan.job.iterations},
+          {"grid_factor", plan.job.grid_factor},
+          {"graph_mode", to_string(plan.job.graph_mode)},
+          {"capture_sizes", plan.job.capture_sizes},
+          {"capture_sizes_derived", plan.job.capture_sizes_derived},
+          {"device_model", {{"name", plan.device.name}, {"bytes_per_s", plan.device.bytes_per_s},
+                            {"flops_per_s", plan.device.flops_per_s}, {"l2_bytes", plan.device.l2_bytes}}},
+          {"targets", targets},
+          {"total", {{"points", total.points}, {"forwards", total.forwards},
+                     {"estimated_device_s", total.device_seconds}}}};
+}
+
+void print_text(const Plan& plan, std::ostream& os) {
+  const auto& g = plan.job.geometry;
+  os << "job " << plan.job.source << ": " << g.name << " (H=" << g.hidden << " I=" << g.intermediate
+     << " E=" << g.experts << " k=" << g.top_k << ", shared " << g.shared.count << "x"
+     << g.shared.intermediate << "), backend " << plan.job.backend << ", rounds " << plan.job.rounds
+     << ", iterations " << plan.job.iterations << ", grid factor " << plan.job.grid_factor << "\n";
+  os << "graph mode " << to_string(plan.job.graph_mode) << ", capture sizes"
+     << (plan.job.capture_sizes_derived ? " (derived)" : "") << ":";
+  for (auto c : plan.job.capture_sizes) os << " " << c;
+  os << "\n" << plan.targets.size() << " targets\n";
+  for (const auto& t : plan.targets) {
+    os << "\ntarget " << t.target.label() << "  TP" << t.target.tp << " DP" << t.target.dp << " EP"
+       << t.target.ep << "  experts [" << t.ownership.first_expert << ","
+       << t.ownership.first_expert + t.ownership.local_experts << ")  weight banks "
+       << t.weight_banks << "\n";
+    for (const auto& grid : t.components) {
+      const auto e = plan.estimate(t, grid.component);
+      os << "  " << std::left << std::setw(14) << to_string(grid.component) << std::right
+         << grid.points.size() << " points, " << e.forwards << " forwards, ~" << std::setprecision(3)
+         << e.device_seconds << " s\n";
+      if (grid.component != Component::experts) {
+        os << "    tokens:";
+        for (const auto& p : grid.points) os << " " << p.tokens;
+        os << "\n";
+        continue;
+      }
+      std::map<std::int64_t, std::vector<GridPoint>> by_n;
+      for (const auto& p : grid.points) by_n[p.tokens].push_back(p);
+      for (const auto& [n, pts] : by_n) {
+        os << "    N=" << n << " (A,M):";
+        for (const auto& p : pts) os << " (" << p.activated << "," << p.assignments << ")";
+        os << "\n";
+      }
+    }
+  }
+  const auto total = plan.estimate();
+  os << "\ntotal: " << total.points << " points, " << total.forwards << " forwards, estimated "
+     << std::setprecision(4) << total.device_seconds << " s of device time on a "
+     << plan.device.name << "\n";
+}
+
+}  // namespace
+
+int plan(const Args& args) {
+  JobOptions jo;
+  std::string format = "text";
+  po::options_description desc("harness plan [JOB] [options]");
+  jo.add_to(desc);
+  desc.add_options()("format", po::value(&format), "text | json")("help,h", "show this help");
+  po::positional_options_description pos;
+  pos.add("job", 1);
+  auto vm = parse(args, desc, pos);
+  if (vm.count("help")) {
+    std::cout << desc;
+    return 0;
+  }
+  if (format != "text" && format != "json") throw JobError("--format must be text or json");
+  const auto p = make_plan(jo.load());
+  if (format == "json")
+    std::cout << plan_json(p).dump(1) << "\n";
+  else
+    print_text(p, std::cout);
+  return 0;
+}
+
+}  // namespace moe::cli

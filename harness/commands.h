@@ -1,0 +1,32 @@
+// Subcommands of the `harness` executable. Each takes the arguments after its name and returns
+// the process exit status; errors are reported as exceptions caught in main().
+#pragma once
+
+#include <boost/program_options.hpp>
+#include <string>
+#include <vector>
+
+#include "io/job_spec.h"
+
+namespace moe::cli {
+
+using Args = std::vector<std::string>;
+
+int plan(const Args& args);
+
+// Options shared by every subcommand that reads a job: [JOB] --tp --dp --ep --rank ...
+struct JobOptions {
+  std::string job_path;
+  std::string tp, dp, ep, ranks, backend, out_root;
+  int rounds = 0, iterations = 0;
+  double grid_factor = 0;
+  void add_to(boost::program_options::options_description& desc);
+  [[nodiscard]] JobSpec load() const;
+};
+
+// Parses `args` with `desc` (+ a positional job path if `positional` names an option).
+boost::program_options::variables_map parse(const Args& args,
+                                            const boost::program_options::options_description& desc,
+                                            const boost::program_options::positional_options_description& pos);
+
+}  // namespace moe::cli

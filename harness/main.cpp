@@ -1,0 +1,56 @@
+// harness: measurement harness for Mixture-of-Experts layers. See README.md and docs/cli.md.
+#include <boost/program_options/errors.hpp>
+#include <functional>
+#include <iostream>
+#include <map>
+
+#include "harness/commands.h"
+
+namespace {
+
+const std::map<std::string, std::pair<std::function<int(const moe::cli::Args&)>, const char*>>&
+commands() {
+  static const std::map<std::string, std::pair<std::function<int(const moe::cli::Args&)>, const char*>>
+      all = {
+          {"plan", {moe::cli::plan, "print the grid, forward counts and device-time estimate"}},
+      };
+  return all;
+}
+
+void usage(std::ostream& os) {
+  os << "usage: harness <command> [options]   (harness <command> --help)\n\ncommands:\n";
+  for (const auto& [name, entry] : commands()) os << "  " << name << "\t" << entry.second << "\n";
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  if (argc < 2) {
+    usage(std::cerr);
+    return 2;
+  }
+  const std::string name = argv[1];
+  if (name == "--help" || name == "-h" || name == "help") {
+    usage(std::cout);
+    return 0;
+  }
+  if (name == "--version") {
+    std::cout << "harness " << HARNESS_GIT_REVISION << "\n";
+    return 0;
+  }
+  auto it = commands().find(name);
+  if (it == commands().end()) {
+    std::cerr << "harness: unknown command '" << name << "'\n";
+    usage(std::cerr);
+    return 2;
+  }
+  try {
+    return it->second.first(moe::cli::Args(argv + 2, argv + argc));
+  } catch (const boost::program_options::error& e) {
+    std::cerr << "harness " << name << ": " << e.what() << "\n";
+    return 2;
+  } catch (const std::exception& e) {
+    std::cerr << "harness " << name << ": error: " << e.what() << "\n";
+    return 1;
+  }
+}
