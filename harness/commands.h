@@ -13,6 +13,7 @@ namespace moe::cli {
 using Args = std::vector<std::string>;
 
 int plan(const Args& args);
+int acquire(const Args& args);
 
 // Options shared by every subcommand that reads a job: [JOB] --tp --dp --ep --rank ...
 struct JobOptions {

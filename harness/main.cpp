@@ -13,6 +13,7 @@ commands() {
   static const std::map<std::string, std::pair<std::function<int(const moe::cli::Args&)>, const char*>>
       all = {
           {"plan", {moe::cli::plan, "print the grid, forward counts and device-time estimate"}},
+          {"acquire", {moe::cli::acquire, "measure the grid on every MPI rank into one HDF5 file"}},
       };
   return all;
 }

@@ -9,24 +9,12 @@
 #include <vector>
 
 #include "io/job_spec.h"
+#include "kernels/component.h"
 #include "kernels/geometry.h"
 
 namespace moe {
 
 inline constexpr int kPlannerVersion = 1;
-
-enum class Component { gate_routing, experts, finalize_copy, wrapper };
-[[nodiscard]] std::string_view to_string(Component c);
-[[nodiscard]] std::optional<Component> parse_component(std::string_view s);
-
-// One coordinate of a component grid. Local components use `tokens` only (A = M = 0).
-struct GridPoint {
-  std::int64_t tokens = 0;       // local rows n, or expert rows N
-  std::int64_t activated = 0;    // A
-  std::int64_t assignments = 0;  // M
-  bool operator==(const GridPoint&) const = default;
-  auto operator<=>(const GridPoint&) const = default;
-};
 
 struct ComponentGrid {
   Component component;

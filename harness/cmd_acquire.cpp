@@ -1,0 +1,89 @@
+// harness acquire: measures a job's grid on every MPI rank into one shared HDF5 file.
+#include <mpi.h>
+
+#include <filesystem>
+#include <iomanip>
+#include <iostream>
+
+#include "harness/commands.h"
+#include "ranks/acquire.h"
+#include "ranks/summary.h"
+
+namespace po = boost::program_options;
+
+namespace moe::cli {
+
+namespace {
+
+// MPI lifetime for one subcommand; finalizes on every exit path that did not abort.
+class MpiSession {
+ public:
+  MpiSession() {
+    int initialized = 0;
+    MPI_Initialized(&initialized);
+    if (!initialized) MPI_Init(nullptr, nullptr);
+  }
+  ~MpiSession() {
+    int finalized = 0;
+    MPI_Finalized(&finalized);
+    if (!finalized) MPI_Finalize();
+  }
+  MpiSession(const MpiSession&) = delete;
+  MpiSession& operator=(const MpiSession&) = delete;
+};
+
+void print_summary(const AcquireSummary& s, std::ostream& os) {
+  const auto cells = summarize(read_acquisition(s.file));
+  int complete = 0, checked = 0, failed = 0;
+  double max_change = 0;
+  for (const auto& c : cells) {
+    complete += c.complete() ? 1 : 0;
+    checked += c.checked_points;
+    failed += c.failed_points;
+    max_change = std::max(max_change, c.max_relative_change);
+  }
+  os << "acquire: " << s.file << "\n"
+     << "  backend " << s.backend << ", " << s.cells << " cells (" << complete << " complete), "
+     << s.points << " points\n"
+     << "  cell rounds measured now " << s.rounds_measured << ", resumed " << s.rounds_resumed
+     << ", wall " << std::fixed << std::setprecision(1) << s.wall_s << " s\n"
+     << "  B/2B weight-bank control: " << checked << " expert points checked, " << failed
+     << " failed, max relative change " << std::setprecision(4) << max_change << "\n";
+}
+
+}  // namespace
+
+int acquire(const Args& args) {
+  JobOptions jo;
+  std::string out;
+  bool quiet = false;
+  po::options_description desc("mpirun -np N harness acquire [JOB] [options]");
+  jo.add_to(desc);
+  desc.add_options()("out", po::value(&out), "output directory (default: <out_root>/<variant>/acquisition)")(
+      "quiet", po::bool_switch(&quiet), "no progress lines")("help,h", "show this help");
+  po::positional_options_description pos;
+  pos.add("job", 1);
+  auto vm = parse(args, desc, pos);
+  if (vm.count("help")) {
+    std::cout << desc;
+    return 0;
+  }
+  const auto job = jo.load();  // bad input fails here, before MPI or any device work
+  if (out.empty()) out = (std::filesystem::path(job.out_root) / job.variant / "acquisition").string();
+
+  MpiSession mpi;
+  int rank = 0;
+  MPI_Comm_rank(MPI_COMM_WORLD, &rank);
+  try {
+    const auto summary = moe::acquire(MPI_COMM_WORLD, job, {out, quiet});
+    MPI_Barrier(MPI_COMM_WORLD);
+    if (rank == 0) print_summary(summary, std::cout);
+  } catch (const std::exception& e) {
+    // A rank that fails cannot leave the others waiting at the next collective.
+    std::cerr << "harness acquire (rank " << rank << "): error: " << e.what() << std::endl;
+    MPI_Abort(MPI_COMM_WORLD, 1);
+  }
+  return 0;
+}
+
+}  // namespace moe::cli

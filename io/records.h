@@ -1,0 +1,47 @@
+// Records stored in the shared HDF5 file, one struct per dataset row. Units: microseconds.
+#pragma once
+
+#include <cstdint>
+#include <vector>
+
+namespace moe {
+
+enum class Arm : std::int8_t { single = 0, banks = 1, double_banks = 2 };
+
+struct Sample {
+  std::int32_t point;
+  std::int32_t round;
+  std::int8_t arm;  // Arm
+  std::int32_t bank;
+  std::int32_t forward;
+  double value_us;
+  std::int32_t activity_count;
+  std::uint64_t name_hash;
+};
+
+struct CorrectnessCheck {
+  std::int32_t point;
+  std::int32_t round;
+  std::int32_t bank;
+  double relative_error;
+  std::int8_t pass;
+};
+
+struct PointMedian {
+  std::int32_t point;
+  std::int32_t round;
+  double median_us;     // all timed forwards of the point in this round
+  double median_b_us;   // B arm (experts), else = median_us
+  double median_2b_us;  // 2B arm (experts), else = median_us
+};
+
+// Everything one cell measured in one round.
+struct CellRound {
+  std::int32_t round = 0;
+  std::uint64_t point_order_seed = 0;
+  std::vector<Sample> samples;
+  std::vector<CorrectnessCheck> checks;
+  std::vector<PointMedian> medians;
+};
+
+}  // namespace moe

@@ -1,0 +1,778 @@
+// CUDA backends: `cublas_grouped` (cuBLAS router GEMM, fused softmax/top-k/validation kernel,
+// align/permute kernels, cublasGemmGroupedBatchedEx for both expert GEMMs, SiLU-and-mul, weighted
+// combine). Stimuli are generated on the device from a counter-based hash; verification downloads
+// the inputs of a few sampled rows and compares them with the CPU reference.
+#include <cuda_bf16.h>
+
+#include <algorithm>
+#include <cmath>
+#include <cstring>
+#include <numeric>
+#include <random>
+
+#include "kernels/bf16.h"
+#include "kernels/cuda_check.h"
+#include "kernels/cuda_testing.h"
+#include "kernels/reference.h"
+#include "kernels/stimulus.h"
+#include "kernels/workload.h"
+
+namespace moe {
+
+namespace {
+
+using bf16 = __nv_bfloat16;
+
+// ---------------------------------------------------------------- device memory owners
+
+template <class T>
+class DeviceBuffer {
+ public:
+  DeviceBuffer() = default;
+  explicit DeviceBuffer(std::size_t n) : n_(n) {
+    if (n) CUDA_CHECK(cudaMalloc(&p_, n * sizeof(T)));
+  }
+  DeviceBuffer(DeviceBuffer&& o) noexcept : p_(std::exchange(o.p_, nullptr)), n_(std::exchange(o.n_, 0)) {}
+  DeviceBuffer& operator=(DeviceBuffer&& o) noexcept {
+    release();
+    p_ = std::exchange(o.p_, nullptr);
+    n_ = std::exchange(o.n_, 0);
+    return *this;
+  }
+  DeviceBuffer(const DeviceBuffer&) = delete;
+  DeviceBuffer& operator=(const DeviceBuffer&) = delete;
+  ~DeviceBuffer() { release(); }
+  [[nodiscard]] T* get() const { return p_; }
+  [[nodiscard]] std::size_t size() const { return n_; }
+
+ private:
+  void release() {
+    if (p_) cudaFree(p_);  // no throw from a destructor; errors surface on the next checked call
+    p_ = nullptr;
+  }
+  T* p_ = nullptr;
+  std::size_t n_ = 0;
+};
+
+template <class T>
+class PinnedBuffer {
+ public:
+  explicit PinnedBuffer(std::size_t n) {
+    if (n) CUDA_CHECK(cudaMallocHost(&p_, n * sizeof(T)));
+  }
+  PinnedBuffer(const PinnedBuffer&) = delete;
+  PinnedBuffer& operator=(const PinnedBuffer&) = delete;
+  ~PinnedBuffer() {
+    if (p_) cudaFreeHost(p_);
+  }
+  [[nodiscard]] T* get() const { return p_; }
+
+ private:
+  T* p_ = nullptr;
+};
+
+class Stream {
+ public:
+  Stream() { CUDA_CHECK(cudaStreamCreateWithFlags(&s_, cudaStreamNonBlocking)); }
+  Stream(const Stream&) = delete;
+  Stream& operator=(const Stream&) = delete;
+  ~Stream() { cudaStreamDestroy(s_); }
+  [[nodiscard]] cudaStream_t get() const { return s_; }
+
+ private:
+  cudaStream_t s_{};
+};
+
+class Cublas {
+ public:
+  explicit Cublas(cudaStream_t s) {
+    CUBLAS_CHECK(cublasCreate(&h_));
+    CUBLAS_CHECK(cublasSetStream(h_, s));
+    CUBLAS_CHECK(cublasSetPointerMode(h_, CUBLAS_POINTER_MODE_HOST));
+  }
+  Cublas(const Cublas&) = delete;
+  Cublas& operator=(const Cublas&) = delete;
+  ~Cublas() { cublasDestroy(h_); }
+  [[nodiscard]] cublasHandle_t get() const { return h_; }
+
+ private:
+  cublasHandle_t h_{};
+};
+
+// ---------------------------------------------------------------- kernels
+
+__device__ __forceinline__ std::uint64_t splitmix(std::uint64_t z) {
+  z += 0x9e3779b97f4a7c15ULL;
+  z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ULL;
+  z = (z ^ (z >> 27)) * 0x94d049bb133111ebULL;
+  return z ^ (z >> 31);
+}
+
+// Uniform in [-scale, scale) from (seed, index); never all zeros.
+template <class T>
+__global__ void fill_random(T* out, std::size_t n, std::uint64_t seed, float scale) {
+  for (std::size_t i = blockIdx.x * std::size_t{blockDim.x} + threadIdx.x; i < n;
+       i += std::size_t{gridDim.x} * blockDim.x) {
+    const float u = static_cast<float>(splitmix(seed ^ (i * 0xd1b54a32d192ed03ULL)) >> 40) * (1.0f / 16777216.0f);
+    const float v = (2.0f * u - 1.0f) * scale;
+    if constexpr (std::is_same_v<T, bf16>)
+      out[i] = __float2bfloat16_rn(v);
+    else
+      out[i] = v;
+  }
+}
+
+__global__ void bf16_to_float(const bf16* in, float* out, std::size_t n) {
+  for (std::size_t i = blockIdx.x * std::size_t{blockDim.x} + threadIdx.x; i < n;
+       i += std::size_t{gridDim.x} * blockDim.x)
+    out[i] = __bfloat162float(in[i]);
+}
+
+__device__ __forceinline__ bool lane_is_valid(int id, float w, int experts) {
+  return (id == -1 || (id >= 0 && id < experts)) && isfinite(w) && w >= 0.0f;
+}
+
+// One warp per row: softmax over E logits, top-k (ties to the lower id), optional
+// renormalization, then route validation (SPEC §6) with the sticky flag.
+__global__ void softmax_topk(const float* logits, int rows, int experts, int k, bool renormalize,
+                             int* ids, float* weights, int* flag) {
+  extern __shared__ float probs[];
+  const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
+  const int row = blockIdx.x * (blockDim.x / 32) + warp;
+  if (row >= rows) return;
+  float* p = probs + static_cast<std::size_t>(warp) * experts;
+  const float* l = logits + static_cast<std::size_t>(row) * experts;
+  float mx = -INFINITY;
+  for (int j = lane; j < experts; j += 32) mx = fmaxf(mx, l[j]);
+  for (int o = 16; o; o /= 2) mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, o));
+  float sum = 0;
+  for (int j = lane; j < experts; j += 32) sum += (p[j] = __expf(l[j] - mx));
+  for (int o = 16; o; o /= 2) sum += __shfl_xor_sync(0xffffffffu, sum, o);
+  __syncwarp();
+  float top_sum = 0;
+  for (int t = 0; t < k; ++t) {
+    float best = -1.0f;
+    int best_id = experts;
+    for (int j = lane; j < experts; j += 32)
+      if (p[j] > best || (p[j] == best && j < best_id)) best = p[j], best_id = j;
+    for (int o = 16; o; o /= 2) {
+      const float ob = __shfl_xor_sync(0xffffffffu, best, o);
+      const int oi = __shfl_xor_sync(0xffffffffu, best_id, o);
+      if (ob > best || (ob == best && oi < best_id)) best = ob, best_id = oi;
+    }
+    if (lane == 0) {
+      ids[row * k + t] = best_id;
+      weights[row * k + t] = best / sum;
+      p[best_id] = -2.0f;  // taken
+    }
+    top_sum += best / sum;
+    __syncwarp();
+  }
+  if (lane < k) {
+    const int i = row * k + lane;
+    float w = renormalize ? weights[i] / top_sum : weights[i];
+    int id = ids[i];
+    if (!lane_is_valid(id, w, experts)) {
+      id = -1, w = 0.0f;
+      atomicOr(flag, 1);
+    }
+    ids[i] = id;
+    weights[i] = w;
+  }
+}
+
+// Validates every lane and counts local assignments per local expert. Invalid lanes become
+// padding (sanitized id -1, weight 0) before anything indexes with them.
+__global__ void count_local(const int* ids, const float* weights, int lanes, int experts, int first,
+                            int local, int* counts, int* lane_expert, int* lane_slot,
+                            float* clean_weights, int* flag) {
+  const int i = blockIdx.x * blockDim.x + threadIdx.x;
+  if (i >= lanes) return;
+  int id = ids[i];
+  float w = weights[i];
+  if (!lane_is_valid(id, w, experts)) {
+    id = -1, w = 0.0f;
+    atomicOr(flag, 1);
+  }
+  clean_weights[i] = w;
+  const int e = id - first;
+  if (id >= 0 && e >= 0 && e < local) {
+    lane_expert[i] = e;
+    lane_slot[i] = atomicAdd(counts + e, 1);
+  } else {
+    lane_expert[i] = -1;
+  }
+}
+
+struct GroupPointers {
+  const void** a1;
+  const void** b1;
+  void** c1;
+  const void** a2;
+  const void** b2;
+  void** c2;
+};
+
+// Exclusive scan of counts into offsets and the grouped-GEMM pointer arrays of active experts
+// (ascending expert id, the order the host uses for the size arrays).
+__global__ void expert_offsets(const int* counts, int local, int* offsets, const bf16* w13,
+                               const bf16* w2, const bf16* xp, bf16* y1, const bf16* act, bf16* y2,
+                               int hidden, int inter, GroupPointers gp) {
+  if (threadIdx.x != 0 || blockIdx.x != 0) return;
+  int off = 0, g = 0;
+  for (int e = 0; e < local; ++e) {
+    offsets[e] = off;
+    if (counts[e] > 0) {
+      gp.a1[g] = w13 + static_cast<std::size_t>(e) * 2 * inter * hidden;
+      gp.b1[g] = xp + static_cast<std::size_t>(off) * hidden;
+      gp.c1[g] = y1 + static_cast<std::size_t>(off) * 2 * inter;
+      gp.a2[g] = w2 + static_cast<std::size_t>(e) * hidden * inter;
+      gp.b2[g] = act + static_cast<std::size_t>(off) * inter;
+      gp.c2[g] = y2 + static_cast<std::size_t>(off) * hidden;
+      ++g;
+    }
+    off += counts[e];
+  }
+}
+
+// One block per lane: copies the lane's row into its expert-sorted position.
+__global__ void permute_rows(const bf16* x, const int* lane_expert, const int* lane_slot,
+                             const int* offsets, int k, int hidden, bf16* xp, int* lane_pos) {
+  const int i = blockIdx.x;
+  const int e = lane_expert[i];
+  if (e < 0) {
+    if (threadIdx.x == 0) lane_pos[i] = -1;
+    return;
+  }
+  const int pos = offsets[e] + lane_slot[i];
+  if (threadIdx.x == 0) lane_pos[i] = pos;
+  const bf16* src = x + static_cast<std::size_t>(i / k) * hidden;
+  bf16* dst = xp + static_cast<std::size_t>(pos) * hidden;
+  for (int c = threadIdx.x; c < hidden; c += blockDim.x) dst[c] = src[c];
+}
+
+__global__ void silu_and_mul(const bf16* y1, std::size_t rows, int inter, bf16* act) {
+  const std::size_t n = rows * inter;
+  for (std::size_t i = blockIdx.x * std::size_t{blockDim.x} + threadIdx.x; i < n;
+       i += std::size_t{gridDim.x} * blockDim.x) {
+    const std::size_t r = i / inter, c = i % inter;
+    const float g = __bfloat162float(y1[r * 2 * inter + c]);
+    const float u = __bfloat162float(y1[r * 2 * inter + inter + c]);
+    act[i] = __float2bfloat16_rn(g / (1.0f + __expf(-g)) * u);
+  }
+}
+
+// One block per row: out[row] = sum of weight * expert output over the row's local lanes.
+__global__ void combine_rows(const bf16* y2, const int* lane_pos, const float* weights, int k,
+                             int hidden, bf16* out) {
+  const int row = blockIdx.x;
+  for (int c = threadIdx.x; c < hidden; c += blockDim.x) {
+    float acc = 0;
+    for (int j = 0; j < k; ++j) {
+      const int pos = lane_pos[row * k + j];
+      if (pos >= 0) acc += weights[row * k + j] * __bfloat162float(y2[static_cast<std::size_t>(pos) * hidden + c]);
+    }
+    out[static_cast<std::size_t>(row) * hidden + c] = __float2bfloat16_rn(acc);
+  }
+}
+
+// ---------------------------------------------------------------- host helpers
+
+int blocks_for(std::size_t n, int threads = 256) {
+  return static_cast<int>(std::min<std::size_t>((n + threads - 1) / threads, 65535));
+}
+
+#define LAUNCH_CHECK() CUDA_CHECK(cudaGetLastError())
+
+template <class T>
+void fill(DeviceBuffer<T>& b, std::uint64_t seed, float scale, cudaStream_t s) {
+  fill_random<<<blocks_for(b.size()), 256, 0, s>>>(b.get(), b.size(), seed, scale);
+  LAUNCH_CHECK();
+}
+
+std::vector<float> download_bf16(const bf16* p, std::size_t n) {
+  std::vector<std::uint16_t> raw(n);
+  if (n) CUDA_CHECK(cudaMemcpy(raw.data(), p, n * 2, cudaMemcpyDeviceToHost));
+  std::vector<float> out(n);
+  for (std::size_t i = 0; i < n; ++i) out[i] = bf16_bits_to_float(raw[i]);
+  return out;
+}
+
+std::vector<float> download_f32(const float* p, std::size_t n) {
+  std::vector<float> out(n);
+  if (n) CUDA_CHECK(cudaMemcpy(out.data(), p, n * 4, cudaMemcpyDeviceToHost));
+  return out;
+}
+
+// Rows to verify: up to `count`, spread over the table, preferring rows that touch local experts.
+std::vector<int> sample_rows(int rows, int count, const std::vector<int>& preferred) {
+  std::vector<int> out;
+  const int step = std::max<int>(1, static_cast<int>(preferred.size()) / std::max(1, count));
+  for (std::size_t i = 0; i < preferred.size() && static_cast<int>(out.size()) < count; i += step)
+    out.push_back(preferred[i]);
+  for (int r = 0; r < rows && static_cast<int>(out.size()) < count; r += std::max(1, rows / count))
+    if (std::find(out.begin(), out.end(), r) == out.end()) out.push_back(r);
+  std::sort(out.begin(), out.end());
+  return out;
+}
+
+// Expert MLP weights on the device (one bank): w13 [L][2I][H], w2 [L][H][I].
+struct DeviceMlp {
+  int experts, hidden, inter;
+  DeviceBuffer<bf16> w13, w2;
+  DeviceMlp(int e, int h, int i, std::uint64_t seed, cudaStream_t s)
+      : experts(e), hidden(h), inter(i),
+        w13(static_cast<std::size_t>(e) * 2 * i * h), w2(static_cast<std::size_t>(e) * h * i) {
+    fill(w13, seed, 1.0f / std::sqrt(static_cast<float>(h)), s);
+    fill(w2, seed ^ 0x5bd1e995ULL, 1.0f / std::sqrt(static_cast<float>(i)), s);
+  }
+  // Host copy of the listed experts, compacted in list order.
+  [[nodiscard]] MlpWeights download(const std::vector<int>& which) const {
+    MlpWeights w{static_cast<int>(which.size()), hidden, inter, {}, {}};
+    const std::size_t s13 = static_cast<std::size_t>(2) * inter * hidden, s2 = static_cast<std::size_t>(hidden) * inter;
+    for (int e : which) {
+      auto a = download_bf16(w13.get() + e * s13, s13);
+      auto b = download_bf16(w2.get() + e * s2, s2);
+      w.w13.insert(w.w13.end(), a.begin(), a.end());
+      w.w2.insert(w.w2.end(), b.begin(), b.end());
+    }
+    return w;
+  }
+};
+
+// ---------------------------------------------------------------- experts engine
+
+// Per-workload scratch and the launch sequence of the cublas_grouped `experts` component.
+class ExpertsEngine {
+ public:
+  ExpertsEngine(const ModelGeometry& g, const ExpertOwnership& own, int rows, cudaStream_t s,
+                cublasHandle_t blas)
+      : g_(g), own_(own), rows_(rows), s_(s), blas_(blas),
+        lanes_(static_cast<std::size_t>(rows) * g.top_k),
+        ids_(lanes_), weights_(lanes_), clean_weights_(lanes_), lane_expert_(lanes_),
+        lane_slot_(lanes_), lane_pos_(lanes_), counts_(own.local_experts), offsets_(own.local_experts),
+        xp_(lanes_ * g.hidden), y1_(lanes_ * 2 * g.intermediate), act_(lanes_ * g.intermediate),
+        y2_(lanes_ * g.hidden), ptrs_(6 * static_cast<std::size_t>(own.local_experts)),
+        host_counts_(own.local_experts), flag_(1) {
+    CUDA_CHECK(cudaMemsetAsync(flag_.get(), 0, sizeof(int), s_));
+  }
+
+  void upload_routes(const Routes& r) {
+    CUDA_CHECK(cudaMemcpyAsync(ids_.get(), r.ids.data(), lanes_ * 4, cudaMemcpyHostToDevice, s_));
+    CUDA_CHECK(cudaMemcpyAsync(weights_.get(), r.weights.data(), lanes_ * 4, cudaMemcpyHostToDevice, s_));
+    CUDA_CHECK(cudaStreamSynchronize(s_));
+  }
+
+  void forward(const bf16* x, const DeviceMlp& w, bf16* out) {
+    const int local = own_.local_experts, h = g_.hidden, inter = g_.intermediate, k = g_.top_k;
+    CUDA_CHECK(cudaMemsetAsync(counts_.get(), 0, local * sizeof(int), s_));
+    count_local<<<blocks_for(lanes_), 256, 0, s_>>>(ids_.get(), weights_.get(), static_cast<int>(lanes_),
+                                                     g_.experts, own_.first_expert, local, counts_.get(),
+                                                     lane_expert_.get(), lane_slot_.get(),
+                                                     clean_weights_.get(), flag_.get());
+    LAUNCH_CHECK();
+    auto** base = reinterpret_cast<void**>(ptrs_.get());
+    GroupPointers gp{const_cast<const void**>(base), const_cast<const void**>(base + local), base + 2 * local,
+                     const_cast<const void**>(base + 3 * local), const_cast<const void**>(base + 4 * local),
+                     base + 5 * local};
+    expert_offsets<<<1, 32, 0, s_>>>(counts_.get(), local, offsets_.get(), w.w13.get(), w.w2.get(),
+                                      xp_.get(), y1_.get(), act_.get(), y2_.get(), h, inter, gp);
+    LAUNCH_CHECK();
+    // cuBLAS grouped GEMM takes group sizes on the host: this copy is part of the component.
+    CUDA_CHECK(cudaMemcpyAsync(host_counts_.get(), counts_.get(), local * sizeof(int),
+                               cudaMemcpyDeviceToHost, s_));
+    permute_rows<<<static_cast<unsigned>(lanes_), 128, 0, s_>>>(x, lane_expert_.get(), lane_slot_.get(),
+                                                                 offsets_.get(), k, h, xp_.get(), lane_pos_.get());
+    LAUNCH_CHECK();
+    CUDA_CHECK(cudaStreamSynchronize(s_));
+    std::vector<int> n_arr;
+    std::size_t total = 0;
+    for (int e = 0; e < local; ++e)
+      if (host_counts_.get()[e] > 0) n_arr.push_back(host_counts_.get()[e]), total += n_arr.back();
+    const int groups = static_cast<int>(n_arr.size());
+    if (groups > 0) {
+      const std::vector<cublasOperation_t> ta(groups, CUBLAS_OP_T), tb(groups, CUBLAS_OP_N);
+      const std::vector<float> one(groups, 1.0f), zero(groups, 0.0f);
+      const std::vector<int> sizes(groups, 1);
+      const std::vector<int> m1(groups, 2 * inter), k1(groups, h), ld_h(groups, h), ld_2i(groups, 2 * inter);
+      CUBLAS_CHECK(cublasGemmGroupedBatchedEx(blas_, ta.data(), tb.data(), m1.data(), n_arr.data(), k1.data(),
+                                              one.data(), gp.a1, CUDA_R_16BF, ld_h.data(), gp.b1, CUDA_R_16BF,
+                                              ld_h.data(), zero.data(), gp.c1, CUDA_R_16BF, ld_2i.data(),
+                                              groups, sizes.data(), CUBLAS_COMPUTE_32F));
+      silu_and_mul<<<blocks_for(total * inter), 256, 0, s_>>>(y1_.get(), total, inter, act_.get());
+      LAUNCH_CHECK();
+      const std::vector<int> m2(groups, h), k2(groups, inter), ld_i(groups, inter);
+      CUBLAS_CHECK(cublasGemmGroupedBatchedEx(blas_, ta.data(), tb.data(), m2.data(), n_arr.data(), k2.data(),
+                                              one.data(), gp.a2, CUDA_R_16BF, ld_i.data(), gp.b2, CUDA_R_16BF,
+                                              ld_i.data(), zero.data(), gp.c2, CUDA_R_16BF, ld_h.data(),
+                                              groups, sizes.data(), CUBLAS_COMPUTE_32F));
+    }
+    combine_rows<<<static_cast<unsigned>(rows_), 128, 0, s_>>>(y2_.get(), lane_pos_.get(),
+                                                                 clean_weights_.get(), k, h, out);
+    LAUNCH_CHECK();
+  }
+
+  [[nodiscard]] bool take_flag() {
+    int v = 0;
+    CUDA_CHECK(cudaMemcpyAsync(&v, flag_.get(), sizeof(int), cudaMemcpyDeviceToHost, s_));
+    CUDA_CHECK(cudaMemsetAsync(flag_.get(), 0, sizeof(int), s_));
+    CUDA_CHECK(cudaStreamSynchronize(s_));
+    return v != 0;
+  }
+
+ private:
+  ModelGeometry g_;
+  ExpertOwnership own_;
+  int rows_;
+  cudaStream_t s_;
+  cublasHandle_t blas_;
+  std::size_t lanes_;
+  DeviceBuffer<int> ids_;
+  DeviceBuffer<float> weights_, clean_weights_;
+  DeviceBuffer<int> lane_expert_, lane_slot_, lane_pos_, counts_, offsets_;
+  DeviceBuffer<bf16> xp_, y1_, act_, y2_;
+  DeviceBuffer<void*> ptrs_;
+  PinnedBuffer<int> host_counts_;
+  DeviceBuffer<int> flag_;
+};
+
+// ---------------------------------------------------------------- workloads
+
+class CudaWorkload final : public Workload {
+ public:
+  CudaWorkload(const WorkloadSpec& spec, cudaStream_t s, cublasHandle_t blas)
+      : spec_(spec), s_(s), blas_(blas), rows_(static_cast<int>(spec.point.tokens)), rng_(spec.seed) {
+    const auto& g = spec.geometry;
+    if (g.weight_dtype != Dtype::bf16)
+      throw std::invalid_argument("the CUDA backends measure bf16 weights only");
+    const std::size_t rh = static_cast<std::size_t>(rows_) * g.hidden;
+    x_ = DeviceBuffer<bf16>(rh);
+    fill(x_, spec.seed * 3 + 1, 1.0f, s_);
+    flag_ = DeviceBuffer<int>(1);
+    CUDA_CHECK(cudaMemsetAsync(flag_.get(), 0, sizeof(int), s_));
+    switch (spec.component) {
+      case Component::gate_routing: {
+        const std::size_t eh = static_cast<std::size_t>(g.experts) * g.hidden;
+        const float scale = 1.0f / std::sqrt(static_cast<float>(g.hidden));
+        if (g.router_dtype == Dtype::fp32) {
+          router_f32_ = DeviceBuffer<float>(eh);
+          fill(router_f32_, spec.seed * 3 + 2, scale, s_);
+          x_f32_ = DeviceBuffer<float>(rh);
+        } else {
+          router_ = DeviceBuffer<bf16>(eh);
+          fill(router_, spec.seed * 3 + 2, scale, s_);
+        }
+        logits_ = DeviceBuffer<float>(static_cast<std::size_t>(rows_) * g.experts);
+        ids_ = DeviceBuffer<int>(static_cast<std::size_t>(rows_) * g.top_k);
+        weights_ = DeviceBuffer<float>(static_cast<std::size_t>(rows_) * g.top_k);
+        break;
+      }
+      case Component::experts: {
+        own_ = ExpertOwnership::of(g, spec.target);
+        routes_ = make_expert_routes(spec.point.tokens, spec.point.activated, spec.point.assignments, g, own_, rng_);
+        engine_ = std::make_unique<ExpertsEngine>(g, own_, rows_, s_, blas_);
+        engine_->upload_routes(routes_);
+        for (int b = 0; b < spec.banks; ++b)
+          banks_.push_back(std::make_unique<DeviceMlp>(own_.local_experts, g.hidden, g.intermediate,
+                                                       spec.seed * 7919 + static_cast<std::uint64_t>(b), s_));
+        out_ = DeviceBuffer<bf16>(rh);
+        break;
+      }
+      case Component::finalize_copy:
+        out_ = DeviceBuffer<bf16>(rh);
+        break;
+      case Component::wrapper:
+        routed_ = DeviceBuffer<bf16>(rh);
+        fill(routed_, spec.seed * 3 + 5, 1.0f, s_);
+        banks_.push_back(std::make_unique<DeviceMlp>(g.shared.count, g.hidden, g.shared.intermediate,
+                                                     spec.seed * 3 + 6, s_));
+        y1_ = DeviceBuffer<bf16>(static_cast<std::size_t>(rows_) * 2 * g.shared.intermediate);
+        act_ = DeviceBuffer<bf16>(static_cast<std::size_t>(rows_) * g.shared.intermediate);
+        out_ = DeviceBuffer<bf16>(rh);
+        break;
+    }
+    CUDA_CHECK(cudaStreamSynchronize(s_));
+  }
+
+  void forward(int bank) override {
+    const auto& g = spec_.geometry;
+    switch (spec_.component) {
+      case Component::gate_routing: gate_forward(); break;
+      case Component::experts:
+        engine_->forward(x_.get(), *banks_.at(static_cast<std::size_t>(bank) % banks_.size()), out_.get());
+        break;
+      case Component::finalize_copy:
+        CUDA_CHECK(cudaMemcpyAsync(out_.get(), x_.get(), x_.size() * sizeof(bf16), cudaMemcpyDeviceToDevice, s_));
+        break;
+      case Component::wrapper: wrapper_forward(g); break;
+    }
+  }
+
+  void synchronize() override { CUDA_CHECK(cudaStreamSynchronize(s_)); }
+
+  bool take_route_error() override {
+    bool raised = false;
+    if (engine_) raised = engine_->take_flag();
+    if (spec_.component == Component::gate_routing) {
+      int v = 0;
+      CUDA_CHECK(cudaMemcpyAsync(&v, flag_.get(), sizeof(int), cudaMemcpyDeviceToHost, s_));
+      CUDA_CHECK(cudaMemsetAsync(flag_.get(), 0, sizeof(int), s_));
+      CUDA_CHECK(cudaStreamSynchronize(s_));
+      raised = raised || v != 0;
+    }
+    return raised;
+  }
+
+  std::vector<double> verify() override {
+    std::vector<double> errors;
+    const int banks = spec_.component == Component::experts ? static_cast<int>(banks_.size()) : 1;
+    for (int b = 0; b < banks; ++b) {
+      poison();
+      forward(b);
+      synchronize();
+      errors.push_back(compare(b));
+    }
+    return errors;
+  }
+
+ private:
+  void poison() {
+    if (out_.size()) CUDA_CHECK(cudaMemsetAsync(out_.get(), 0xff, out_.size() * sizeof(bf16), s_));
+    if (weights_.size()) CUDA_CHECK(cudaMemsetAsync(weights_.get(), 0xff, weights_.size() * 4, s_));
+    if (ids_.size()) CUDA_CHECK(cudaMemsetAsync(ids_.get(), 0xff, ids_.size() * 4, s_));
+  }
+
+  void gate_forward() {
+    const auto& g = spec_.geometry;
+    const float one = 1.0f, zero = 0.0f;
+    if (g.router_dtype == Dtype::fp32) {
+      bf16_to_float<<<blocks_for(x_.size()), 256, 0, s_>>>(x_.get(), x_f32_.get(), x_.size());
+      LAUNCH_CHECK();
+      CUBLAS_CHECK(cublasSgemm(blas_, CUBLAS_OP_T, CUBLAS_OP_N, g.experts, rows_, g.hidden, &one,
+                               router_f32_.get(), g.hidden, x_f32_.get(), g.hidden, &zero, logits_.get(), g.experts));
+    } else {
+      CUBLAS_CHECK(cublasGemmEx(blas_, CUBLAS_OP_T, CUBLAS_OP_N, g.experts, rows_, g.hidden, &one, router_.get(),
+                                CUDA_R_16BF, g.hidden, x_.get(), CUDA_R_16BF, g.hidden, &zero, logits_.get(),
+                                CUDA_R_32F, g.experts, CUBLAS_COMPUTE_32F, CUBLAS_GEMM_DEFAULT));
+    }
+    const int warps = 4;
+    softmax_topk<<<(rows_ + warps - 1) / warps, warps * 32, warps * g.experts * sizeof(float), s_>>>(
+        logits_.get(), rows_, g.experts, g.top_k, g.renormalize, ids_.get(), weights_.get(), flag_.get());
+    LAUNCH_CHECK();
+  }
+
+  void wrapper_forward(const ModelGeometry& g) {
+    const auto& w = *banks_.front();
+    const int si = g.shared.intermediate;
+    const float one = 1.0f, zero = 0.0f;
+    CUDA_CHECK(cudaMemcpyAsync(out_.get(), routed_.get(), out_.size() * sizeof(bf16), cudaMemcpyDeviceToDevice, s_));
+    for (int e = 0; e < g.shared.count; ++e) {
+      const bf16* w13 = w.w13.get() + static_cast<std::size_t>(e) * 2 * si * g.hidden;
+      const bf16* w2 = w.w2.get() + static_cast<std::size_t>(e) * g.hidden * si;
+      CUBLAS_CHECK(cublasGemmEx(blas_, CUBLAS_OP_T, CUBLAS_OP_N, 2 * si, rows_, g.hidden, &one, w13, CUDA_R_16BF,
+                                g.hidden, x_.get(), CUDA_R_16BF, g.hidden, &zero, y1_.get(), CUDA_R_16BF, 2 * si,
+                                CUBLAS_COMPUTE_32F, CUBLAS_GEMM_DEFAULT));
+      silu_and_mul<<<blocks_for(static_cast<std::size_t>(rows_) * si), 256, 0, s_>>>(y1_.get(), rows_, si, act_.get());
+      LAUNCH_CHECK();
+      // out = act * W2^T + out: the combine with the routed output rides on beta = 1.
+      CUBLAS_CHECK(cublasGemmEx(blas_, CUBLAS_OP_T, CUBLAS_OP_N, g.hidden, rows_, si, &one, w2, CUDA_R_16BF, si,
+                                act_.get(), CUDA_R_16BF, si, &one, out_.get(), CUDA_R_16BF, g.hidden,
+                                CUBLAS_COMPUTE_32F, CUBLAS_GEMM_DEFAULT));
+    }
+  }
+
+  std::vector<float> rows_of(const bf16* p, const std::vector<int>& rows, int width) const {
+    std::vector<float> out;
+    for (int r : rows) {
+      auto v = download_bf16(p + static_cast<std::size_t>(r) * width, width);
+      out.insert(out.end(), v.begin(), v.end());
+    }
+    return out;
+  }
+
+  double compare(int bank) {
+    const auto& g = spec_.geometry;
+    const int h = g.hidden;
+    switch (spec_.component) {
+      case Component::gate_routing: {
+        const auto rows = sample_rows(rows_, 16, {});
+        const auto x = rows_of(x_.get(), rows, h);
+        const auto router = g.router_dtype == Dtype::fp32
+                                ? download_f32(router_f32_.get(), router_f32_.size())
+                                : download_bf16(router_.get(), router_.size());
+        Routes want;
+        gate_routing_ref(x, static_cast<int>(rows.size()), router, g, want);
+        const auto ids = [&] {
+          std::vector<int> all(ids_.size());
+          CUDA_CHECK(cudaMemcpy(all.data(), ids_.get(), all.size() * 4, cudaMemcpyDeviceToHost));
+          return all;
+        }();
+        const auto weights = download_f32(weights_.get(), weights_.size());
+        // Dense [row][E] weight maps: an order-insensitive comparison of the routes.
+        std::vector<float> got_dense(rows.size() * g.experts, 0.0f), want_dense(got_dense.size(), 0.0f);
+        for (std::size_t i = 0; i < rows.size(); ++i)
+          for (int j = 0; j < g.top_k; ++j) {
+            const int gid = ids[static_cast<std::size_t>(rows[i]) * g.top_k + j];
+            if (gid < 0 || gid >= g.experts) return INFINITY;
+            got_dense[i * g.experts + gid] += weights[static_cast<std::size_t>(rows[i]) * g.top_k + j];
+            want_dense[i * g.experts + want.ids[i * g.top_k + j]] += want.weights[i * g.top_k + j];
+          }
+        return relative_error(got_dense, want_dense);
+      }
+      case Component::experts: {
+        std::vector<int> preferred;
+        for (int r = 0; r < rows_; ++r)
+          for (int j = 0; j < g.top_k; ++j)
+            if (own_.owns(routes_.ids[static_cast<std::size_t>(r) * g.top_k + j])) {
+              preferred.push_back(r);
+              break;
+            }
+        const auto rows = sample_rows(rows_, 2, preferred);
+        // Sub-problem over the sampled rows, local experts compacted in first-use order.
+        Routes sub{static_cast<int>(rows.size()), g.top_k, {}, {}};
+        std::vector<int> experts_used;
+        for (int r : rows)
+          for (int j = 0; j < g.top_k; ++j) {
+            const int id = routes_.ids[static_cast<std::size_t>(r) * g.top_k + j];
+            int mapped = -1;
+            if (own_.owns(id)) {
+              const int e = id - own_.first_expert;
+              auto it = std::find(experts_used.begin(), experts_used.end(), e);
+              if (it == experts_used.end()) experts_used.push_back(e), it = experts_used.end() - 1;
+              mapped = static_cast<int>(it - experts_used.begin());
+            }
+            sub.ids.push_back(mapped);
+            sub.weights.push_back(routes_.weights[static_cast<std::size_t>(r) * g.top_k + j]);
+          }
+        const auto w = banks_.at(static_cast<std::size_t>(bank))->download(experts_used);
+        const auto x = rows_of(x_.get(), rows, h);
+        std::vector<float> want(rows.size() * h);
+        experts_ref(x, sub, w, 0, want);
+        return relative_error(rows_of(out_.get(), rows, h), want);
+      }
+      case Component::finalize_copy: {
+        const auto rows = sample_rows(rows_, 64, {});
+        return relative_error(rows_of(out_.get(), rows, h), rows_of(x_.get(), rows, h));
+      }
+      case Component::wrapper: {
+        const auto rows = sample_rows(rows_, 4, {});
+        std::vector<int> all(static_cast<std::size_t>(g.shared.count));
+        std::iota(all.begin(), all.end(), 0);
+        const auto w = banks_.front()->download(all);
+        std::vector<float> want(rows.size() * h);
+        wrapper_ref(rows_of(x_.get(), rows, h), static_cast<int>(rows.size()), rows_of(routed_.get(), rows, h), w, want);
+        return relative_error(rows_of(out_.get(), rows, h), want);
+      }
+    }
+    return INFINITY;
+  }
+
+  WorkloadSpec spec_;
+  cudaStream_t s_;
+  cublasHandle_t blas_;
+  int rows_;
+  Rng rng_;
+  ExpertOwnership own_{};
+  Routes routes_;
+  DeviceBuffer<bf16> x_, router_, routed_, out_, y1_, act_;
+  DeviceBuffer<float> router_f32_, x_f32_, logits_, weights_;
+  DeviceBuffer<int> ids_, flag_;
+  std::unique_ptr<ExpertsEngine> engine_;
+  std::vector<std::unique_ptr<DeviceMlp>> banks_;
+};
+
+class CudaBackend final : public Backend {
+ public:
+  CudaBackend(std::string name, int device) : name_(std::move(name)), device_(device) {
+    if (name_ != "cublas_grouped")
+      throw std::invalid_argument("unknown CUDA backend '" + name_ + "' (this build provides cublas_grouped)");
+    CUDA_CHECK(cudaSetDevice(device_));
+    CUDA_CHECK(cudaGetDeviceProperties(&props_, device_));
+    stream_ = std::make_unique<Stream>();
+    blas_ = std::make_unique<Cublas>(stream_->get());
+  }
+  std::string name() const override { return name_; }
+  std::string timing() const override { return "cupti_activity"; }
+  std::int64_t cache_bytes() const override { return props_.l2CacheSize; }
+  double tolerance() const override { return 1e-2; }
+  std::unique_ptr<Workload> make(const WorkloadSpec& spec) override {
+    CUDA_CHECK(cudaSetDevice(device_));
+    return std::make_unique<CudaWorkload>(spec, stream_->get(), blas_->get());
+  }
+  std::map<std::string, std::string> device_properties() const override {
+    char bus[32] = {};
+    cudaDeviceGetPCIBusId(bus, sizeof(bus), device_);
+    char uuid[48];
+    const auto* u = reinterpret_cast<const unsigned char*>(props_.uuid.bytes);
+    std::snprintf(uuid, sizeof(uuid), "GPU-%02x%02x%02x%02x-%02x%02x-%02x%02x-%02x%02x-%02x%02x%02x%02x%02x%02x",
+                  u[0], u[1], u[2], u[3], u[4], u[5], u[6], u[7], u[8], u[9], u[10], u[11], u[12], u[13], u[14], u[15]);
+    int driver = 0, runtime = 0, blas_version = 0;
+    cudaDriverGetVersion(&driver);
+    cudaRuntimeGetVersion(&runtime);
+    cublasGetVersion(blas_->get(), &blas_version);
+    return {{"device", props_.name},
+            {"uuid", uuid},
+            {"pci_bus_id", bus},
+            {"device_index", std::to_string(device_)},
+            {"sm_count", std::to_string(props_.multiProcessorCount)},
+            {"l2_bytes", std::to_string(props_.l2CacheSize)},
+            {"cuda_driver_version", std::to_string(driver)},
+            {"cuda_runtime_version", std::to_string(runtime)},
+            {"cublas_version", std::to_string(blas_version)}};
+  }
+
+ private:
+  std::string name_;
+  int device_;
+  cudaDeviceProp props_{};
+  std::unique_ptr<Stream> stream_;
+  std::unique_ptr<Cublas> blas_;
+};
+
+}  // namespace
+
+std::unique_ptr<Backend> make_cuda_backend(const std::string& name, int device) {
+  return std::make_unique<CudaBackend>(name, device);
+}
+
+int cuda_device_count() {
+  int n = 0;
+  if (cudaGetDeviceCount(&n) != cudaSuccess) {
+    cudaGetLastError();  // clear the sticky "no device" error
+    return 0;
+  }
+  return n;
+}
+
+DeviceExpertsResult run_experts_on_device(int device, const ModelGeometry& g, const Target& t,
+                                          const std::vector<float>& x, const Routes& routes,
+                                          const MlpWeights& w) {
+  CUDA_CHECK(cudaSetDevice(device));
+  Stream stream;
+  Cublas blas(stream.get());
+  const auto own = ExpertOwnership::of(g, t);
+  auto upload = [](const std::vector<float>& v) {
+    DeviceBuffer<bf16> d(v.size());
+    std::vector<std::uint16_t> raw(v.size());
+    for (std::size_t i = 0; i < v.size(); ++i) raw[i] = float_to_bf16_bits(v[i]);
+    CUDA_CHECK(cudaMemcpy(d.get(), raw.data(), raw.size() * 2, cudaMemcpyHostToDevice));
+    return d;
+  };
+  DeviceMlp mlp(own.local_experts, g.hidden, g.intermediate, 1, stream.get());
+  CUDA_CHECK(cudaStreamSynchronize(stream.get()));
+  mlp.w13 = upload(w.w13);
+  mlp.w2 = upload(w.w2);
+  auto dx = upload(x);
+  DeviceBuffer<bf16> out(x.size());
+  CUDA_CHECK(cudaMemset(out.get(), 0xff, out.size() * 2));
+  ExpertsEngine engine(g, own, routes.rows, stream.get(), blas.get());
+  engine.upload_routes(routes);
+  engine.forward(dx.get(), mlp, out.get());
+  CUDA_CHECK(cudaStreamSynchronize(stream.get()));
+  DeviceExpertsResult r;
+  r.route_error = engine.take_flag();
+  r.out = download_bf16(out.get(), out.size());
+  return r;
+}
+
+}  // namespace moe

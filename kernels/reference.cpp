@@ -1,0 +1,129 @@
+#include "kernels/reference.h"
+
+#include <algorithm>
+#include <cmath>
+#include <numeric>
+
+namespace moe {
+
+namespace {
+float silu(float v) { return v / (1.0f + std::exp(-v)); }
+
+// acc[h] += scale * W2_e (silu(G_e x) * (U_e x)) for one row.
+void mlp_row(const float* x, const MlpWeights& w, int e, float scale, std::vector<float>& act,
+             float* acc) {
+  const int h = w.hidden, i_dim = w.intermediate;
+  const float* w13 = w.w13.data() + static_cast<std::size_t>(e) * 2 * i_dim * h;
+  const float* w2 = w.w2.data() + static_cast<std::size_t>(e) * h * i_dim;
+  for (int i = 0; i < i_dim; ++i) {
+    float gate = 0, up = 0;
+    const float* gr = w13 + static_cast<std::size_t>(i) * h;
+    const float* ur = w13 + static_cast<std::size_t>(i + i_dim) * h;
+    for (int c = 0; c < h; ++c) {
+      gate += gr[c] * x[c];
+      up += ur[c] * x[c];
+    }
+    act[i] = silu(gate) * up;
+  }
+  for (int c = 0; c < h; ++c) {
+    const float* dr = w2 + static_cast<std::size_t>(c) * i_dim;
+    float s = 0;
+    for (int i = 0; i < i_dim; ++i) s += dr[i] * act[i];
+    acc[c] += scale * s;
+  }
+}
+}  // namespace
+
+int sanitize_routes(Routes& r, int experts) {
+  int bad = 0;
+  for (std::size_t i = 0; i < r.ids.size(); ++i) {
+    const auto id = r.ids[i];
+    const float w = r.weights[i];
+    const bool id_ok = id == -1 || (id >= 0 && id < experts);
+    const bool w_ok = std::isfinite(w) && w >= 0.0f;
+    if (id == -1 && w_ok) continue;
+    if (!id_ok || !w_ok) {
+      r.ids[i] = -1;
+      r.weights[i] = 0.0f;
+      ++bad;
+    }
+  }
+  return bad;
+}
+
+void gate_routing_ref(std::span<const float> x, int rows, std::span<const float> router_weight,
+                      const ModelGeometry& g, Routes& out) {
+  const int h = g.hidden, e = g.experts, k = g.top_k;
+  out.rows = rows;
+  out.k = k;
+  out.ids.assign(static_cast<std::size_t>(rows) * k, -1);
+  out.weights.assign(static_cast<std::size_t>(rows) * k, 0.0f);
+  std::vector<float> p(e);
+  std::vector<int> order(e);
+  for (int r = 0; r < rows; ++r) {
+    const float* xr = x.data() + static_cast<std::size_t>(r) * h;
+    float mx = -INFINITY;
+    for (int j = 0; j < e; ++j) {
+      const float* wr = router_weight.data() + static_cast<std::size_t>(j) * h;
+      float s = 0;
+      for (int c = 0; c < h; ++c) s += xr[c] * wr[c];
+      p[j] = s;
+      mx = std::max(mx, s);
+    }
+    float sum = 0;
+    for (int j = 0; j < e; ++j) sum += (p[j] = std::exp(p[j] - mx));
+    for (int j = 0; j < e; ++j) p[j] /= sum;
+    std::iota(order.begin(), order.end(), 0);
+    std::partial_sort(order.begin(), order.begin() + k, order.end(),
+                      [&](int a, int b) { return p[a] > p[b] || (p[a] == p[b] && a < b); });
+    float top = 0;
+    for (int j = 0; j < k; ++j) top += p[order[j]];
+    for (int j = 0; j < k; ++j) {
+      out.ids[static_cast<std::size_t>(r) * k + j] = order[j];
+      out.weights[static_cast<std::size_t>(r) * k + j] = g.renormalize ? p[order[j]] / top : p[order[j]];
+    }
+  }
+  sanitize_routes(out, e);
+}
+
+void experts_ref(std::span<const float> x, const Routes& routes, const MlpWeights& w,
+                 int first_expert, std::span<float> out) {
+  const int h = w.hidden;
+  std::fill(out.begin(), out.end(), 0.0f);
+  std::vector<float> act(w.intermediate);
+  for (int r = 0; r < routes.rows; ++r)
+    for (int j = 0; j < routes.k; ++j) {
+      const auto idx = static_cast<std::size_t>(r) * routes.k + j;
+      const int local = routes.ids[idx] - first_expert;
+      if (routes.ids[idx] < 0 || local < 0 || local >= w.experts) continue;
+      mlp_row(x.data() + static_cast<std::size_t>(r) * h, w, local, routes.weights[idx], act,
+              out.data() + static_cast<std::size_t>(r) * h);
+    }
+}
+
+void finalize_copy_ref(std::span<const float> in, std::span<float> out) {
+  std::copy(in.begin(), in.end(), out.begin());
+}
+
+void wrapper_ref(std::span<const float> x, int rows, std::span<const float> routed,
+                 const MlpWeights& shared, std::span<float> out) {
+  const int h = shared.hidden;
+  std::copy(routed.begin(), routed.end(), out.begin());
+  std::vector<float> act(shared.intermediate);
+  for (int r = 0; r < rows; ++r)
+    for (int e = 0; e < shared.experts; ++e)
+      mlp_row(x.data() + static_cast<std::size_t>(r) * h, shared, e, 1.0f, act,
+              out.data() + static_cast<std::size_t>(r) * h);
+}
+
+double relative_error(std::span<const float> got, std::span<const float> want) {
+  double scale = 1e-20, err = 0;
+  for (std::size_t i = 0; i < want.size(); ++i) {
+    scale = std::max(scale, static_cast<double>(std::fabs(want[i])));
+    const double d = std::fabs(static_cast<double>(got[i]) - want[i]);
+    err = std::isnan(d) ? INFINITY : std::max(err, d);
+  }
+  return err / scale;
+}
+
+}  // namespace moe

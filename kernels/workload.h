@@ -1,0 +1,58 @@
+// A backend builds one Workload per (component, point, round): fresh allocations and stimuli.
+// The protocol (ranks/) verifies it against the CPU reference, then times its forwards.
+#pragma once
+
+#include <cstdint>
+#include <map>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "kernels/component.h"
+#include "kernels/geometry.h"
+
+namespace moe {
+
+struct WorkloadSpec {
+  ModelGeometry geometry;
+  Target target;
+  Component component = Component::gate_routing;
+  GridPoint point;
+  int banks = 1;  // weight banks allocated (2B for experts, 1 otherwise)
+  std::uint64_t seed = 0;
+};
+
+class Workload {
+ public:
+  virtual ~Workload() = default;
+  // Runs one forward per bank on poisoned outputs and compares each with the CPU reference of
+  // that bank's weights; returns the relative error per bank.
+  [[nodiscard]] virtual std::vector<double> verify() = 0;
+  // Queues one forward using weight bank `bank` (asynchronous on GPU backends).
+  virtual void forward(int bank) = 0;
+  // Waits for queued forwards.
+  virtual void synchronize() = 0;
+  // Reads and clears the sticky route-validation flag (SPEC §6).
+  [[nodiscard]] virtual bool take_route_error() = 0;
+};
+
+class Backend {
+ public:
+  virtual ~Backend() = default;
+  [[nodiscard]] virtual std::string name() const = 0;     // cpu_reference | cublas_grouped | ...
+  [[nodiscard]] virtual std::string timing() const = 0;   // host_clock | cupti_activity
+  [[nodiscard]] virtual std::int64_t cache_bytes() const = 0;  // L2 (GPU) or last-level (CPU)
+  [[nodiscard]] virtual double tolerance() const = 0;     // max relative error vs reference
+  [[nodiscard]] virtual std::unique_ptr<Workload> make(const WorkloadSpec& spec) = 0;
+  // Provenance: device name, UUID, driver/runtime/library versions, PCI bus id.
+  [[nodiscard]] virtual std::map<std::string, std::string> device_properties() const = 0;
+};
+
+[[nodiscard]] std::unique_ptr<Backend> make_cpu_backend();
+// Throws std::runtime_error when the build has no CUDA or no device is present.
+[[nodiscard]] std::unique_ptr<Backend> make_cuda_backend(const std::string& name, int device);
+// Number of visible CUDA devices (0 in a build without CUDA).
+[[nodiscard]] int cuda_device_count();
+
+
+}  // namespace moe

@@ -1,0 +1,284 @@
+#include "ranks/acquire.h"
+
+#include <sys/utsname.h>
+#include <unistd.h>
+
+#include <chrono>
+#include <cstdio>
+#include <ctime>
+#include <filesystem>
+#include <iostream>
+#include <nlohmann/json.hpp>
+
+#include "io/acquisition_file.h"
+#include "kernels/workload.h"
+#include "ranks/affinity.h"
+#include "ranks/planner.h"
+#include "ranks/protocol.h"
+
+#ifndef HARNESS_GIT_REVISION
+#define HARNESS_GIT_REVISION "unknown"
+#endif
+
+namespace moe {
+
+using nlohmann::json;
+
+std::string resolve_backend(const std::string& requested) {
+  if (requested != "auto") return requested;
+  return cuda_device_count() > 0 ? "cublas_grouped" : "cpu_reference";
+}
+
+namespace {
+
+json geometry_json(const ModelGeometry& g) {
+  return {{"name", g.name},
+          {"hidden_size", g.hidden},
+          {"moe_intermediate_size", g.intermediate},
+          {"num_experts", g.experts},
+          {"top_k", g.top_k},
+          {"renormalize", g.renormalize},
+          {"activation", "silu_gated"},
+          {"weight_dtype", to_string(g.weight_dtype)},
+          {"router_dtype", to_string(g.router_dtype)},
+          {"shared_experts", {{"count", g.shared.count}, {"intermediate_size", g.shared.intermediate}}},
+          {"num_layers", g.layers}};
+}
+
+json target_json(const Target& t) {
+  return {{"tp", t.tp}, {"dp", t.dp}, {"ep", t.ep}, {"rank", t.rank}, {"sp", t.sp}};
+}
+
+std::string cell_id(const Target& t, Component c) {
+  return "tp" + std::to_string(t.tp) + "_" + t.dir_name() + "." + std::string(to_string(c));
+}
+
+std::string load_average() {
+  double l[3] = {0, 0, 0};
+  if (getloadavg(l, 3) != 3) return "unknown";
+  char buf[64];
+  std::snprintf(buf, sizeof(buf), "%.2f %.2f %.2f", l[0], l[1], l[2]);
+  return buf;
+}
+
+std::string utc_now() {
+  const auto t = std::time(nullptr);
+  char buf[32];
+  std::strftime(buf, sizeof(buf), "%Y-%m-%dT%H:%M:%SZ", std::gmtime(&t));
+  return buf;
+}
+
+struct NodeRanks {
+  int local_rank = 0, local_size = 1;
+};
+
+NodeRanks node_ranks(MPI_Comm comm) {
+  MPI_Comm node;
+  MPI_Comm_split_type(comm, MPI_COMM_TYPE_SHARED, 0, MPI_INFO_NULL, &node);
+  NodeRanks n;
+  MPI_Comm_rank(node, &n.local_rank);
+  MPI_Comm_size(node, &n.local_size);
+  MPI_Comm_free(&node);
+  return n;
+}
+
+}  // namespace
+
+std::string contract_json(const JobSpec& job, const std::string& backend, const std::string& timing,
+                          std::int64_t cache_bytes) {
+  const auto plan = make_plan(job, cache_bytes);
+  json targets = json::array();
+  for (const auto& t : plan.targets) {
+    json grids = json::object();
+    for (const auto& g : t.components) {
+      std::string pts;
+      for (const auto& p : g.points)
+        pts += std::to_string(p.tokens) + "," + std::to_string(p.activated) + "," +
+               std::to_string(p.assignments) + ";";
+      grids[std::string(to_string(g.component))] = {{"points", g.points.size()},
+                                                    {"sha256", AcquisitionFile::sha256_hex(pts)}};
+    }
+    targets.push_back({{"target", target_json(t.target)},
+                       {"expert_ownership",
+                        {{"first_expert", t.ownership.first_expert},
+                         {"local_experts", t.ownership.local_experts},
+                         {"placement", "linear"}}},
+                       {"weight_banks", t.weight_banks},
+                       {"grids", grids}});
+  }
+  const json c = {
+      {"geometry", geometry_json(job.geometry)},
+      {"backend", backend},
+      {"timing", timing},
+      {"mode", "eager"},
+      {"planner_version", kPlannerVersion},
+      {"grid", {{"factor", job.grid_factor},
+                {"max_num_batched_tokens", job.max_num_batched_tokens},
+                {"max_num_seqs", job.max_num_seqs},
+                {"graph_mode", to_string(job.graph_mode)},
+                {"capture_sizes", job.capture_sizes},
+                {"capture_sizes_derived", job.capture_sizes_derived}}},
+      {"conditioning", {{"rounds", job.rounds},
+                        {"iterations", job.iterations},
+                        {"bank_tolerance", kBankTolerance},
+                        {"cache_bytes", cache_bytes},
+                        {"seed", job.seed}}},
+      {"targets", targets}};
+  return c.dump();
+}
+
+AcquireSummary acquire(MPI_Comm comm, const JobSpec& job, const AcquireOptions& options) {
+  const auto t0 = std::chrono::steady_clock::now();
+  int rank = 0, size = 1;
+  MPI_Comm_rank(comm, &rank);
+  MPI_Comm_size(comm, &size);
+  const auto node = node_ranks(comm);
+
+  // Backend: every rank must resolve the same one.
+  const auto backend_name = resolve_backend(job.backend);
+  std::unique_ptr<Backend> backend;
+  std::optional<int> numa;
+  if (backend_name == "cpu_reference") {
+    backend = make_cpu_backend();
+  } else {
+    const int devices = cuda_device_count();
+    if (node.local_size > devices)
+      throw std::runtime_error("backend " + backend_name + " needs one GPU per rank, but this node runs " +
+                               std::to_string(node.local_size) + " ranks and has " +
+                               std::to_string(devices) + " GPUs");
+    // One GPU per rank, chosen by node-local rank, never by global rank.
+    backend = make_cuda_backend(backend_name, node.local_rank);
+    const auto props = backend->device_properties();
+    if (auto it = props.find("pci_bus_id"); it != props.end()) numa = numa_node_of_pci(it->second);
+  }
+  const auto binding = bind_to_cpus(node.local_rank, node.local_size, numa);
+  auto timer = backend->timing() == "host_clock" ? make_host_clock_timer() : make_cupti_timer();
+
+  // Every rank must agree on the contract (same backend and cache size class).
+  const auto contract = contract_json(job, backend->name(), timer->method(), backend->cache_bytes());
+  const auto sha = AcquisitionFile::sha256_hex(contract);
+  std::string root_sha = sha;
+  root_sha.resize(64);
+  MPI_Bcast(root_sha.data(), 64, MPI_CHAR, 0, comm);
+  int mismatch = root_sha != sha ? 1 : 0, any = 0;
+  MPI_Allreduce(&mismatch, &any, 1, MPI_INT, MPI_MAX, comm);
+  if (any)
+    throw std::runtime_error("ranks disagree on the contract (different backends or device cache "
+                             "sizes across nodes); run one device kind per acquisition");
+
+  const auto plan = make_plan(job, backend->cache_bytes());
+  std::filesystem::create_directories(options.out_dir);
+  const auto path = (std::filesystem::path(options.out_dir) / "acquisition.h5").string();
+  FileIdentity identity{contract,
+                        {{"harness_revision", HARNESS_GIT_REVISION},
+                         {"backend", backend->name()},
+                         {"timing", timer->method()},
+                         {"geometry", geometry_json(job.geometry).dump()},
+                         {"job", job.source},
+                         {"planner_version", std::to_string(kPlannerVersion)}}};
+  AcquisitionFile file(comm, path, identity);
+
+  // Cells in plan order; cell i belongs to rank i % size.
+  struct Cell {
+    const TargetPlan* target;
+    const ComponentGrid* grid;
+  };
+  std::vector<Cell> cells;
+  std::vector<CellInfo> infos;
+  for (const auto& t : plan.targets)
+    for (const auto& g : t.components) {
+      cells.push_back({&t, &g});
+      infos.push_back({cell_id(t.target, g.component),
+                       json{{"target", target_json(t.target)},
+                            {"component", to_string(g.component)},
+                            {"rounds", job.rounds},
+                            {"weight_banks", g.component == Component::experts ? t.weight_banks : 0}}
+                           .dump(),
+                       g.points, job.rounds});
+    }
+  file.declare_cells(infos);
+
+  struct utsname un {};
+  uname(&un);
+  json prov = {{"rank", rank},
+               {"node_local_rank", node.local_rank},
+               {"host", un.nodename},
+               {"pid", static_cast<long>(getpid())},
+               {"cpu_binding", binding.describe()},
+               {"load_average", load_average()},
+               {"started_utc", utc_now()},
+               {"harness_revision", HARNESS_GIT_REVISION},
+               {"device", backend->device_properties()}};
+  file.write_provenance(prov.dump());
+
+  std::vector<std::vector<std::int8_t>> done(cells.size());
+  std::int64_t total_points = 0, done_points = 0;
+  AcquireSummary summary;
+  for (std::size_t c = 0; c < cells.size(); ++c) {
+    done[c] = file.rounds_done(static_cast<int>(c));
+    for (int r = 0; r < job.rounds; ++r) {
+      total_points += static_cast<std::int64_t>(cells[c].grid->points.size());
+      if (done[c][static_cast<std::size_t>(r)]) {
+        ++summary.rounds_resumed;
+        done_points += static_cast<std::int64_t>(cells[c].grid->points.size());
+      }
+    }
+  }
+  if (rank == 0 && !options.quiet) {
+    std::cerr << "acquire: " << cells.size() << " cells on " << size << " ranks, backend "
+              << backend->name() << ", " << total_points << " point-rounds";
+    if (summary.rounds_resumed) std::cerr << ", resuming (" << summary.rounds_resumed << " cell rounds already complete)";
+    std::cerr << "\n";
+  }
+
+  const auto measure_start = std::chrono::steady_clock::now();
+  const std::int64_t resumed_points = done_points;
+  for (int r = 0; r < job.rounds; ++r) {
+    std::vector<CellRound> measured;
+    std::vector<int> measured_cells;
+    for (std::size_t c = static_cast<std::size_t>(rank); c < cells.size(); c += static_cast<std::size_t>(size)) {
+      if (done[c][static_cast<std::size_t>(r)]) continue;
+      const auto& cell = cells[c];
+      CellRoundSpec spec;
+      spec.base.geometry = job.geometry;
+      spec.base.target = cell.target->target;
+      spec.base.component = cell.grid->component;
+      spec.points = cell.grid->points;
+      spec.round = r;
+      spec.iterations = job.iterations;
+      spec.weight_banks = cell.target->weight_banks;
+      spec.seed = mix_seed({job.seed, c, static_cast<std::uint64_t>(r)});
+      measured.push_back(measure_cell_round(*backend, *timer, spec));
+      measured_cells.push_back(static_cast<int>(c));
+    }
+    std::vector<std::pair<int, const CellRound*>> mine;
+    std::int64_t my_points = 0;
+    for (std::size_t i = 0; i < measured.size(); ++i) {
+      mine.emplace_back(measured_cells[i], &measured[i]);
+      my_points += static_cast<std::int64_t>(cells[static_cast<std::size_t>(measured_cells[i])].grid->points.size());
+    }
+    file.commit(mine);
+    int my_rounds = static_cast<int>(measured.size()), all_rounds = 0;
+    MPI_Allreduce(&my_rounds, &all_rounds, 1, MPI_INT, MPI_SUM, comm);
+    summary.rounds_measured += all_rounds;
+    std::int64_t all_points = 0;
+    MPI_Allreduce(&my_points, &all_points, 1, MPI_INT64_T, MPI_SUM, comm);
+    done_points += all_points;
+    if (rank == 0 && !options.quiet && all_rounds > 0) {
+      const double elapsed = std::chrono::duration<double>(std::chrono::steady_clock::now() - measure_start).count();
+      const double rate = static_cast<double>(done_points - resumed_points) / std::max(elapsed, 1e-9);
+      const double eta = rate > 0 ? static_cast<double>(total_points - done_points) / rate : 0;
+      std::cerr << "acquire: committed round " << r << ": " << done_points << "/" << total_points
+                << " point-rounds, elapsed " << static_cast<int>(elapsed) << " s, ETA "
+                << static_cast<int>(eta) << " s\n";
+    }
+  }
+  summary.file = path;
+  summary.backend = backend->name();
+  summary.cells = static_cast<int>(cells.size());
+  summary.points = total_points / std::max(1, job.rounds);
+  summary.wall_s = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+  return summary;
+}
+
+}  // namespace moe

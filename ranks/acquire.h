@@ -1,0 +1,41 @@
+// `harness acquire`: assigns cells (target x component) to MPI ranks, measures every planned
+// point and round, and commits complete rounds to the shared HDF5 file. Re-running the same
+// command resumes: complete rounds are never measured again.
+#pragma once
+
+#include <mpi.h>
+
+#include <string>
+
+#include "io/job_spec.h"
+
+namespace moe {
+
+struct AcquireOptions {
+  std::string out_dir;  // holds acquisition.h5
+  bool quiet = false;
+};
+
+struct AcquireSummary {
+  std::string file;
+  std::string backend;
+  int cells = 0;
+  std::int64_t points = 0;
+  int rounds_measured = 0;   // cell rounds measured by this run (all ranks)
+  int rounds_resumed = 0;    // cell rounds already complete in the file
+  double wall_s = 0;
+};
+
+// Collective over `comm`. Throws on bad input before any measurement; measurement errors are
+// thrown on the rank that saw them (the caller aborts the job).
+AcquireSummary acquire(MPI_Comm comm, const JobSpec& job, const AcquireOptions& options);
+
+// The backend a job resolves to on this machine ("auto" -> cublas_grouped with a GPU, else
+// cpu_reference).
+[[nodiscard]] std::string resolve_backend(const std::string& requested);
+
+// Canonical JSON of every semantic condition of the acquisition (identity of the contract).
+[[nodiscard]] std::string contract_json(const JobSpec& job, const std::string& backend,
+                                        const std::string& timing, std::int64_t cache_bytes);
+
+}  // namespace moe

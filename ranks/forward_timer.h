@@ -1,0 +1,37 @@
+// Per-forward timing. GPU backends use CUPTI activity records (SPEC §4): the value of a forward is
+// the sum of the durations of the unique device activities attributed to it. The CPU backend uses
+// a monotonic host clock. One timer object per process.
+#pragma once
+
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <vector>
+
+namespace moe {
+
+struct ForwardRecord {
+  double value_us = 0;
+  std::int32_t activity_count = 0;
+  std::uint64_t name_hash = 0;  // hash of the ordered kernel/activity name list
+};
+
+class ForwardTimer {
+ public:
+  virtual ~ForwardTimer() = default;
+  [[nodiscard]] virtual std::string method() const = 0;  // host_clock | cupti_activity
+  // Brackets one forward. Calls must not nest.
+  virtual void begin() = 0;
+  virtual void end() = 0;
+  // Completes every bracketed forward since the last collect, in begin order. The caller has
+  // synchronized the device first.
+  [[nodiscard]] virtual std::vector<ForwardRecord> collect() = 0;
+  // Records lost by the tracer so far; must stay zero.
+  [[nodiscard]] virtual std::uint64_t dropped() const = 0;
+};
+
+[[nodiscard]] std::unique_ptr<ForwardTimer> make_host_clock_timer();
+// CUPTI activity tracer; throws when the build has no CUDA.
+[[nodiscard]] std::unique_ptr<ForwardTimer> make_cupti_timer();
+
+}  // namespace moe

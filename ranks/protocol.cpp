@@ -1,0 +1,156 @@
+#include "ranks/protocol.h"
+
+#include "ranks/planner.h"
+
+#include <algorithm>
+#include <cmath>
+#include <numeric>
+#include <random>
+#include <string>
+
+namespace moe {
+
+std::uint64_t mix_seed(std::initializer_list<std::uint64_t> parts) {
+  std::uint64_t h = 0x9e3779b97f4a7c15ULL;
+  for (auto p : parts) {
+    std::uint64_t z = h ^ (p + 0x9e3779b97f4a7c15ULL + (h << 6) + (h >> 2));
+    z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ULL;
+    z = (z ^ (z >> 27)) * 0x94d049bb133111ebULL;
+    h = z ^ (z >> 31);
+  }
+  return h;
+}
+
+double median(std::vector<double> v) {
+  if (v.empty()) return NAN;
+  const auto mid = v.size() / 2;
+  std::nth_element(v.begin(), v.begin() + static_cast<std::ptrdiff_t>(mid), v.end());
+  if (v.size() % 2) return v[mid];
+  const double hi = v[mid];
+  const double lo = *std::max_element(v.begin(), v.begin() + static_cast<std::ptrdiff_t>(mid));
+  return 0.5 * (lo + hi);
+}
+
+std::optional<double> median_of_medians(std::span<const double> round_medians) {
+  if (round_medians.empty()) return std::nullopt;
+  return median({round_medians.begin(), round_medians.end()});
+}
+
+BankControl bank_control(std::span<const double> b_arm, std::span<const double> b2_arm) {
+  BankControl c{};
+  c.median_b_us = median({b_arm.begin(), b_arm.end()});
+  c.median_2b_us = median({b2_arm.begin(), b2_arm.end()});
+  c.relative_change = std::fabs(c.median_2b_us - c.median_b_us) / c.median_b_us;
+  c.pass = c.relative_change <= kBankTolerance;
+  return c;
+}
+
+namespace {
+
+std::string where(const CellRoundSpec& s, const GridPoint& p) {
+  return std::string(to_string(s.base.component)) + " " + s.base.target.label() + " at (N=" +
+         std::to_string(p.tokens) + ", A=" + std::to_string(p.activated) +
+         ", M=" + std::to_string(p.assignments) + ") round " + std::to_string(s.round);
+}
+
+// Runs `count` bracketed forwards cycling over `banks` banks; returns their records.
+std::vector<ForwardRecord> timed_forwards(Workload& w, ForwardTimer& timer, int count, int banks,
+                                          bool bracket, std::uint64_t& route_errors) {
+  for (int f = 0; f < count; ++f) {
+    if (bracket) timer.begin();
+    w.forward(f % banks);
+    if (bracket) timer.end();
+    // The sticky route flag is read once per forward, outside the timed bracket.
+    route_errors += w.take_route_error() ? 1 : 0;
+  }
+  w.synchronize();
+  auto records = timer.collect();
+  if (!bracket) records.clear();
+  return records;
+}
+
+}  // namespace
+
+CellRound measure_cell_round(Backend& backend, ForwardTimer& timer, const CellRoundSpec& spec,
+                             const std::function<void()>& on_point) {
+  CellRound out;
+  out.round = spec.round;
+  out.point_order_seed = mix_seed({spec.seed, 0xfeedULL});
+  std::vector<std::int32_t> order(spec.points.size());
+  std::iota(order.begin(), order.end(), 0);
+  std::mt19937_64 shuffle_rng(out.point_order_seed);
+  std::shuffle(order.begin(), order.end(), shuffle_rng);
+
+  const bool experts = spec.base.component == Component::experts;
+  const int banks = experts ? spec.weight_banks : 1;
+  const std::uint64_t dropped_before = timer.dropped();
+  for (const auto pi : order) {
+    const auto& p = spec.points[static_cast<std::size_t>(pi)];
+    WorkloadSpec ws = spec.base;
+    ws.point = p;
+    ws.banks = experts ? 2 * banks : 1;
+    ws.seed = mix_seed({spec.seed, static_cast<std::uint64_t>(pi)});
+    auto w = backend.make(ws);
+
+    const auto errors = w->verify();
+    for (std::size_t b = 0; b < errors.size(); ++b) {
+      const bool ok = errors[b] <= backend.tolerance();
+      out.checks.push_back({pi, spec.round, static_cast<std::int32_t>(b), errors[b], ok ? std::int8_t{1} : std::int8_t{0}});
+      if (!ok)
+        throw MeasurementError("correctness check failed for " + where(spec, p) + " bank " +
+                               std::to_string(b) + ": relative error " + std::to_string(errors[b]) +
+                               " > " + std::to_string(backend.tolerance()));
+    }
+
+    std::uint64_t route_errors = 0;
+    struct ArmPlan {
+      Arm arm;
+      int banks;
+      int forwards;
+    };
+    std::vector<ArmPlan> arms;
+    if (experts) {
+      // Identical warm-up and timed counts in both arms, covering complete cycles of 2B.
+      const int n = forwards_per_arm(spec.iterations, banks);
+      arms = {{Arm::banks, banks, n}, {Arm::double_banks, 2 * banks, n}};
+    } else {
+      arms = {{Arm::single, 1, spec.iterations}};
+    }
+    std::vector<double> all, per_arm[3];
+    std::optional<ForwardRecord> first;
+    for (const auto& a : arms) {
+      (void)timed_forwards(*w, timer, experts ? 2 * banks : 2, a.banks, false, route_errors);
+      const auto records = timed_forwards(*w, timer, a.forwards, a.banks, true, route_errors);
+      if (records.size() != static_cast<std::size_t>(a.forwards))
+        throw MeasurementError("timer returned " + std::to_string(records.size()) + " records for " +
+                               std::to_string(a.forwards) + " forwards of " + where(spec, p));
+      for (int f = 0; f < a.forwards; ++f) {
+        const auto& r = records[static_cast<std::size_t>(f)];
+        if (!first) first = r;
+        if (r.activity_count != first->activity_count || r.name_hash != first->name_hash)
+          throw MeasurementError("forward " + std::to_string(f) + " of " + where(spec, p) + " ran " +
+                                 std::to_string(r.activity_count) + " activities, the first ran " +
+                                 std::to_string(first->activity_count) + " (activity lists differ)");
+        if (!(r.value_us > 0))
+          throw MeasurementError("non-positive forward time for " + where(spec, p));
+        out.samples.push_back({pi, spec.round, static_cast<std::int8_t>(a.arm), f % a.banks, f,
+                               r.value_us, r.activity_count, r.name_hash});
+        all.push_back(r.value_us);
+        per_arm[static_cast<int>(a.arm)].push_back(r.value_us);
+      }
+    }
+    if (route_errors)
+      throw MeasurementError("route validation flag raised " + std::to_string(route_errors) +
+                             " times on valid stimuli for " + where(spec, p));
+    const double m = median(all);
+    out.medians.push_back({pi, spec.round, m, experts ? median(per_arm[1]) : m,
+                           experts ? median(per_arm[2]) : m});
+    if (on_point) on_point();
+  }
+  if (timer.dropped() != dropped_before)
+    throw MeasurementError("the tracer dropped " + std::to_string(timer.dropped() - dropped_before) +
+                           " activity records; zero dropped is required");
+  return out;
+}
+
+}  // namespace moe

@@ -1,0 +1,82 @@
+#include <gtest/gtest.h>
+
+#include <cmath>
+
+#include "kernels/workload.h"
+#include "ranks/planner.h"
+#include "ranks/protocol.h"
+
+namespace moe {
+namespace {
+
+TEST(Protocol, MedianAndMedianOfMedians) {
+  EXPECT_EQ(median({3.0, 1.0, 2.0}), 2.0);
+  EXPECT_EQ(median({4.0, 1.0, 2.0, 3.0}), 2.5);
+  EXPECT_TRUE(std::isnan(median({})));
+  const std::vector<double> rounds{10.0, 12.0, 11.0};
+  EXPECT_EQ(median_of_medians(rounds), 11.0);
+  EXPECT_FALSE(median_of_medians({}).has_value());
+}
+
+TEST(Protocol, BankControlAtTheThreePercentBoundary) {
+  const std::vector<double> b{100.0, 100.0, 100.0};
+  const std::vector<double> at{103.0, 103.0, 103.0}, above{103.01, 103.01, 103.01}, below{97.5, 97.5};
+  EXPECT_TRUE(bank_control(b, at).pass) << "exactly 3% passes";
+  EXPECT_FALSE(bank_control(b, above).pass);
+  const auto c = bank_control(b, below);
+  EXPECT_TRUE(c.pass);
+  EXPECT_NEAR(c.relative_change, 0.025, 1e-12);
+}
+
+TEST(Protocol, MixSeedIsDeterministicAndSensitive) {
+  EXPECT_EQ(mix_seed({1, 2, 3}), mix_seed({1, 2, 3}));
+  EXPECT_NE(mix_seed({1, 2, 3}), mix_seed({1, 3, 2}));
+}
+
+// Runs one cell round on the CPU backend and checks the protocol's bookkeeping.
+TEST(Protocol, CpuCellRoundHasEveryPointArmAndCompleteCycles) {
+  auto backend = make_cpu_backend();
+  auto timer = make_host_clock_timer();
+  CellRoundSpec spec;
+  spec.base.geometry = *find_preset("tiny");
+  spec.base.target = {1, 2, 2, 0, false};
+  spec.base.component = Component::experts;
+  spec.points = {{1, 1, 1}, {8, 3, 9}, {8, 0, 0}};
+  spec.round = 2;
+  spec.iterations = 5;
+  spec.weight_banks = 2;
+  spec.seed = 42;
+  int progress = 0;
+  const auto r = measure_cell_round(*backend, *timer, spec, [&] { ++progress; });
+  EXPECT_EQ(progress, 3);
+  ASSERT_EQ(r.medians.size(), 3u);
+  const int per_arm = forwards_per_arm(5, 2);  // 8: complete cycles of 2B = 4
+  EXPECT_EQ(r.samples.size(), 3u * 2 * per_arm);
+  EXPECT_EQ(r.checks.size(), 3u * 4);  // every one of the 2B banks checked
+  for (const auto& s : r.samples) {
+    EXPECT_EQ(s.round, 2);
+    EXPECT_GT(s.value_us, 0.0);
+    EXPECT_LT(s.bank, s.arm == static_cast<std::int8_t>(Arm::banks) ? 2 : 4);
+  }
+  for (const auto& c : r.checks) EXPECT_EQ(c.pass, 1);
+  // Same seed, same point order.
+  const auto again = measure_cell_round(*backend, *timer, spec);
+  for (std::size_t i = 0; i < r.medians.size(); ++i) EXPECT_EQ(r.medians[i].point, again.medians[i].point);
+}
+
+TEST(Protocol, LocalComponentTakesIterationsForwards) {
+  auto backend = make_cpu_backend();
+  auto timer = make_host_clock_timer();
+  CellRoundSpec spec;
+  spec.base.geometry = *find_preset("tiny");
+  spec.base.target = {1, 1, 1, 0, false};
+  spec.base.component = Component::gate_routing;
+  spec.points = {{1, 0, 0}, {4, 0, 0}};
+  spec.iterations = 3;
+  const auto r = measure_cell_round(*backend, *timer, spec);
+  EXPECT_EQ(r.samples.size(), 6u);
+  for (const auto& s : r.samples) EXPECT_EQ(s.arm, static_cast<std::int8_t>(Arm::single));
+}
+
+}  // namespace
+}  // namespace moe
