@@ -1,0 +1,47 @@
+"""Bad input: each error gets one clear message, a non-zero exit, and nothing measured is lost."""
+import os
+import tempfile
+
+from harness_test_lib import HARNESS, SOURCE_DIR, file_sha, mpirun_cmd, run
+
+job = os.path.join(SOURCE_DIR, "tests/data/micro.yaml")
+qwen = os.path.join(SOURCE_DIR, "jobs/qwen3-30b-a3b.yaml")
+
+
+def expect_error(cmd, needle):
+    p = run(cmd, check=False)
+    assert p.returncode != 0, f"{cmd} exited 0"
+    assert needle in p.stderr, f"{cmd}: expected '{needle}' in:\n{p.stderr}"
+
+
+# EP mismatch fails before any work (no output directory is created).
+with tempfile.TemporaryDirectory() as tmp:
+    out = os.path.join(tmp, "never")
+    expect_error(mpirun_cmd(2, "acquire", qwen, "--tp", "1,2", "--dp", "1,2", "--ep", "3", "--out", out), "EP 3")
+    assert not os.path.exists(out), "work started before the EP check"
+expect_error([HARNESS, "plan", qwen, "--tp", "1,2", "--dp", "1,2", "--ep", "3"], "EP 3")
+expect_error([HARNESS, "plan", "/nonexistent.yaml"], "cannot open job file")
+expect_error([HARNESS, "plan", job, "--backend", "cuda"], "unknown backend 'cuda'")
+expect_error([HARNESS, "nonsense"], "unknown command")
+
+with tempfile.TemporaryDirectory() as tmp:
+    bad = os.path.join(tmp, "bad.yaml")
+    open(bad, "w").write("model:\n  preset: tiny\n  hiden_size: 3\n")
+    expect_error([HARNESS, "plan", bad], "did you mean 'hidden_size'")
+
+    out = os.path.join(tmp, "acq")
+    run(mpirun_cmd(2, "acquire", job, "--out", out))
+    h5 = os.path.join(out, "acquisition.h5")
+    sha = file_sha(h5)
+    # A changed semantic condition is a new contract: refused, file untouched.
+    expect_error(mpirun_cmd(2, "acquire", job, "--out", out, "--iterations", "4"), "different contract")
+    assert file_sha(h5) == sha, "existing file modified by a refused run"
+    # A corrupt file is an error, never overwritten.
+    corrupt = os.path.join(tmp, "corrupt")
+    os.makedirs(corrupt)
+    with open(os.path.join(corrupt, "acquisition.h5"), "wb") as f:
+        f.write(b"this is not HDF5" * 100)
+    sha = file_sha(os.path.join(corrupt, "acquisition.h5"))
+    expect_error(mpirun_cmd(2, "acquire", job, "--out", corrupt), "corrupt")
+    assert file_sha(os.path.join(corrupt, "acquisition.h5")) == sha
+print("ok")
