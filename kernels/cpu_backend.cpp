@@ -2,45 +2,100 @@
 #include <algorithm>
 #include <cmath>
 #include <cstdio>
+#include <stdexcept>
 #include <string>
 
-#include "kernels/reference_case.h"
+#include "kernels/reference.h"
+#include "kernels/stimulus.h"
+#include "kernels/workload.h"
 
 namespace moe {
 
 namespace {
 
+struct CpuWeights final : WeightSet {
+  std::vector<MlpWeights> banks;  // routed experts: one per bank; wrapper: the shared experts
+};
+
 class CpuWorkload final : public Workload {
  public:
-  explicit CpuWorkload(const WorkloadSpec& s) : case_(s) {}
+  CpuWorkload(const WorkloadSpec& s, std::shared_ptr<const CpuWeights> w) : spec_(s), weights_(std::move(w)) {
+    const auto& g = s.geometry;
+    Rng rng(s.seed);
+    rows_ = static_cast<int>(s.point.tokens);
+    if (rows_ < 1) throw std::invalid_argument("a workload needs at least one row");
+    x_ = random_values(static_cast<std::size_t>(rows_) * g.hidden, 1.0f, g.weight_dtype, rng);
+    switch (s.component) {
+      case Component::gate_routing:
+        router_ = random_values(static_cast<std::size_t>(g.experts) * g.hidden,
+                                1.0f / std::sqrt(static_cast<float>(g.hidden)), g.router_dtype, rng);
+        break;
+      case Component::experts:
+        routes_ = make_expert_routes(s.point.tokens, s.point.activated, s.point.assignments, g,
+                                     ExpertOwnership::of(g, s.target), rng);
+        break;
+      case Component::finalize_copy: break;
+      case Component::wrapper: routed_ = random_values(x_.size(), 1.0f, g.weight_dtype, rng); break;
+    }
+  }
 
   std::vector<double> verify() override {
     std::vector<double> errors;
-    std::vector<float> want;
     for (int b = 0; b < bank_count(); ++b) {
-      out_.assign(case_.output_size(), std::nanf(""));  // poison
+      out_.assign(output_size(), std::nanf(""));  // poison
       forward(b);
-      case_.run(b, want, nullptr);
+      std::vector<float> want;
+      run(b, want);
       errors.push_back(relative_error(out_, want));
     }
     return errors;
   }
 
-  void forward(int bank) override { case_.run(bank % bank_count(), out_, nullptr); }
+  void forward(int bank) override { run(bank % bank_count(), out_); }
   void synchronize() override {}
   bool take_route_error() override { return false; }
 
  private:
-  int bank_count() const { return case_.banks.empty() ? 1 : static_cast<int>(case_.banks.size()); }
-  ReferenceCase case_;
-  std::vector<float> out_;
+  int bank_count() const {
+    return spec_.component == Component::experts ? static_cast<int>(weights_->banks.size()) : 1;
+  }
+  std::size_t output_size() const {
+    return spec_.component == Component::gate_routing
+               ? static_cast<std::size_t>(rows_) * spec_.geometry.top_k
+               : x_.size();
+  }
+
+  void run(int bank, std::vector<float>& out) {
+    const auto& g = spec_.geometry;
+    out.resize(output_size());
+    switch (spec_.component) {
+      case Component::gate_routing: {
+        gate_routing_ref(x_, rows_, router_, g, routes_);
+        std::copy(routes_.weights.begin(), routes_.weights.end(), out.begin());
+        break;
+      }
+      case Component::experts:
+        experts_ref(x_, routes_, weights_->banks.at(static_cast<std::size_t>(bank)),
+                    ExpertOwnership::of(g, spec_.target).first_expert, out);
+        break;
+      case Component::finalize_copy: finalize_copy_ref(x_, out); break;
+      case Component::wrapper: wrapper_ref(x_, rows_, routed_, weights_->banks.front(), out); break;
+    }
+  }
+
+  WorkloadSpec spec_;
+  std::shared_ptr<const CpuWeights> weights_;
+  int rows_ = 0;
+  std::vector<float> x_, router_, routed_, out_;
+  Routes routes_;
 };
 
 // Last-level cache of CPU 0 from sysfs; 32 MiB when unknown.
 std::int64_t host_cache_bytes() {
   std::int64_t best = 0;
   for (int idx = 0; idx < 8; ++idx) {
-    std::FILE* f = std::fopen(("/sys/devices/system/cpu/cpu0/cache/index" + std::to_string(idx) + "/size").c_str(), "r");
+    const auto path = "/sys/devices/system/cpu/cpu0/cache/index" + std::to_string(idx) + "/size";
+    std::FILE* f = std::fopen(path.c_str(), "r");
     if (!f) break;
     long v = 0;
     char unit = 0;
@@ -61,9 +116,27 @@ class CpuBackend final : public Backend {
   std::string timing() const override { return "host_clock"; }
   std::int64_t cache_bytes() const override { return host_cache_bytes(); }
   double tolerance() const override { return 1e-6; }
-  std::unique_ptr<Workload> make(const WorkloadSpec& s) override {
-    return std::make_unique<CpuWorkload>(s);
+
+  std::shared_ptr<const WeightSet> make_weights(const WorkloadSpec& s) override {
+    const auto& g = s.geometry;
+    auto w = std::make_shared<CpuWeights>();
+    Rng rng(s.seed);
+    if (s.component == Component::experts) {
+      const auto own = ExpertOwnership::of(g, s.target);
+      for (int b = 0; b < s.banks; ++b)
+        w->banks.push_back(random_mlp(own.local_experts, g.hidden, g.intermediate, g.weight_dtype, rng));
+    } else if (s.component == Component::wrapper) {
+      w->banks.push_back(random_mlp(g.shared.count, g.hidden, g.shared.intermediate, g.weight_dtype, rng));
+    }
+    return w;
   }
+
+  std::unique_ptr<Workload> make(const WorkloadSpec& s, std::shared_ptr<const WeightSet> w) override {
+    auto cpu = std::dynamic_pointer_cast<const CpuWeights>(w);
+    if (!cpu) throw std::invalid_argument("cpu_reference workload given weights of another backend");
+    return std::make_unique<CpuWorkload>(s, std::move(cpu));
+  }
+
   std::map<std::string, std::string> device_properties() const override {
     return {{"device", "host CPU"}, {"cache_bytes", std::to_string(cache_bytes())}};
   }

@@ -5,6 +5,7 @@
 #include <cuda_bf16.h>
 
 #include <algorithm>
+#include <map>
 #include <cmath>
 #include <cstring>
 #include <numeric>
@@ -326,18 +327,28 @@ struct DeviceMlp {
     fill(w13, seed, 1.0f / std::sqrt(static_cast<float>(h)), s);
     fill(w2, seed ^ 0x5bd1e995ULL, 1.0f / std::sqrt(static_cast<float>(i)), s);
   }
-  // Host copy of the listed experts, compacted in list order.
+  // Host copy of the listed experts, compacted in list order. Experts already downloaded in
+  // this round are served from a cache: verification of every point reuses them.
   [[nodiscard]] MlpWeights download(const std::vector<int>& which) const {
     MlpWeights w{static_cast<int>(which.size()), hidden, inter, {}, {}};
     const std::size_t s13 = static_cast<std::size_t>(2) * inter * hidden, s2 = static_cast<std::size_t>(hidden) * inter;
     for (int e : which) {
-      auto a = download_bf16(w13.get() + e * s13, s13);
-      auto b = download_bf16(w2.get() + e * s2, s2);
-      w.w13.insert(w.w13.end(), a.begin(), a.end());
-      w.w2.insert(w.w2.end(), b.begin(), b.end());
+      auto it = host_cache_.find(e);
+      if (it == host_cache_.end())
+        it = host_cache_.emplace(e, std::make_pair(download_bf16(w13.get() + e * s13, s13),
+                                                   download_bf16(w2.get() + e * s2, s2))).first;
+      w.w13.insert(w.w13.end(), it->second.first.begin(), it->second.first.end());
+      w.w2.insert(w.w2.end(), it->second.second.begin(), it->second.second.end());
     }
     return w;
   }
+
+ private:
+  mutable std::map<int, std::pair<std::vector<float>, std::vector<float>>> host_cache_;
+};
+
+struct CudaWeights final : WeightSet {
+  std::vector<std::unique_ptr<DeviceMlp>> banks;
 };
 
 // ---------------------------------------------------------------- experts engine
@@ -440,8 +451,10 @@ class ExpertsEngine {
 
 class CudaWorkload final : public Workload {
  public:
-  CudaWorkload(const WorkloadSpec& spec, cudaStream_t s, cublasHandle_t blas)
-      : spec_(spec), s_(s), blas_(blas), rows_(static_cast<int>(spec.point.tokens)), rng_(spec.seed) {
+  CudaWorkload(const WorkloadSpec& spec, std::shared_ptr<const CudaWeights> weights, cudaStream_t s,
+               cublasHandle_t blas)
+      : spec_(spec), weights_(std::move(weights)), s_(s), blas_(blas),
+        rows_(static_cast<int>(spec.point.tokens)), rng_(spec.seed) {
     const auto& g = spec.geometry;
     if (g.weight_dtype != Dtype::bf16)
       throw std::invalid_argument("the CUDA backends measure bf16 weights only");
@@ -464,7 +477,7 @@ class CudaWorkload final : public Workload {
         }
         logits_ = DeviceBuffer<float>(static_cast<std::size_t>(rows_) * g.experts);
         ids_ = DeviceBuffer<int>(static_cast<std::size_t>(rows_) * g.top_k);
-        weights_ = DeviceBuffer<float>(static_cast<std::size_t>(rows_) * g.top_k);
+        route_weights_ = DeviceBuffer<float>(static_cast<std::size_t>(rows_) * g.top_k);
         break;
       }
       case Component::experts: {
@@ -472,9 +485,6 @@ class CudaWorkload final : public Workload {
         routes_ = make_expert_routes(spec.point.tokens, spec.point.activated, spec.point.assignments, g, own_, rng_);
         engine_ = std::make_unique<ExpertsEngine>(g, own_, rows_, s_, blas_);
         engine_->upload_routes(routes_);
-        for (int b = 0; b < spec.banks; ++b)
-          banks_.push_back(std::make_unique<DeviceMlp>(own_.local_experts, g.hidden, g.intermediate,
-                                                       spec.seed * 7919 + static_cast<std::uint64_t>(b), s_));
         out_ = DeviceBuffer<bf16>(rh);
         break;
       }
@@ -484,8 +494,6 @@ class CudaWorkload final : public Workload {
       case Component::wrapper:
         routed_ = DeviceBuffer<bf16>(rh);
         fill(routed_, spec.seed * 3 + 5, 1.0f, s_);
-        banks_.push_back(std::make_unique<DeviceMlp>(g.shared.count, g.hidden, g.shared.intermediate,
-                                                     spec.seed * 3 + 6, s_));
         y1_ = DeviceBuffer<bf16>(static_cast<std::size_t>(rows_) * 2 * g.shared.intermediate);
         act_ = DeviceBuffer<bf16>(static_cast<std::size_t>(rows_) * g.shared.intermediate);
         out_ = DeviceBuffer<bf16>(rh);
@@ -499,7 +507,7 @@ class CudaWorkload final : public Workload {
     switch (spec_.component) {
       case Component::gate_routing: gate_forward(); break;
       case Component::experts:
-        engine_->forward(x_.get(), *banks_.at(static_cast<std::size_t>(bank) % banks_.size()), out_.get());
+        engine_->forward(x_.get(), bank_(bank), out_.get());
         break;
       case Component::finalize_copy:
         CUDA_CHECK(cudaMemcpyAsync(out_.get(), x_.get(), x_.size() * sizeof(bf16), cudaMemcpyDeviceToDevice, s_));
@@ -525,7 +533,7 @@ class CudaWorkload final : public Workload {
 
   std::vector<double> verify() override {
     std::vector<double> errors;
-    const int banks = spec_.component == Component::experts ? static_cast<int>(banks_.size()) : 1;
+    const int banks = spec_.component == Component::experts ? static_cast<int>(weights_->banks.size()) : 1;
     for (int b = 0; b < banks; ++b) {
       poison();
       forward(b);
@@ -538,7 +546,7 @@ class CudaWorkload final : public Workload {
  private:
   void poison() {
     if (out_.size()) CUDA_CHECK(cudaMemsetAsync(out_.get(), 0xff, out_.size() * sizeof(bf16), s_));
-    if (weights_.size()) CUDA_CHECK(cudaMemsetAsync(weights_.get(), 0xff, weights_.size() * 4, s_));
+    if (route_weights_.size()) CUDA_CHECK(cudaMemsetAsync(route_weights_.get(), 0xff, route_weights_.size() * 4, s_));
     if (ids_.size()) CUDA_CHECK(cudaMemsetAsync(ids_.get(), 0xff, ids_.size() * 4, s_));
   }
 
@@ -557,12 +565,12 @@ class CudaWorkload final : public Workload {
     }
     const int warps = 4;
     softmax_topk<<<(rows_ + warps - 1) / warps, warps * 32, warps * g.experts * sizeof(float), s_>>>(
-        logits_.get(), rows_, g.experts, g.top_k, g.renormalize, ids_.get(), weights_.get(), flag_.get());
+        logits_.get(), rows_, g.experts, g.top_k, g.renormalize, ids_.get(), route_weights_.get(), flag_.get());
     LAUNCH_CHECK();
   }
 
   void wrapper_forward(const ModelGeometry& g) {
-    const auto& w = *banks_.front();
+    const auto& w = bank_(0);
     const int si = g.shared.intermediate;
     const float one = 1.0f, zero = 0.0f;
     CUDA_CHECK(cudaMemcpyAsync(out_.get(), routed_.get(), out_.size() * sizeof(bf16), cudaMemcpyDeviceToDevice, s_));
@@ -607,7 +615,7 @@ class CudaWorkload final : public Workload {
           CUDA_CHECK(cudaMemcpy(all.data(), ids_.get(), all.size() * 4, cudaMemcpyDeviceToHost));
           return all;
         }();
-        const auto weights = download_f32(weights_.get(), weights_.size());
+        const auto weights = download_f32(route_weights_.get(), route_weights_.size());
         // Dense [row][E] weight maps: an order-insensitive comparison of the routes.
         std::vector<float> got_dense(rows.size() * g.experts, 0.0f), want_dense(got_dense.size(), 0.0f);
         for (std::size_t i = 0; i < rows.size(); ++i)
@@ -627,7 +635,8 @@ class CudaWorkload final : public Workload {
               preferred.push_back(r);
               break;
             }
-        const auto rows = sample_rows(rows_, 2, preferred);
+        // Two rows against bank 0, one row against every other bank.
+        const auto rows = sample_rows(rows_, bank == 0 ? 2 : 1, preferred);
         // Sub-problem over the sampled rows, local experts compacted in first-use order.
         Routes sub{static_cast<int>(rows.size()), g.top_k, {}, {}};
         std::vector<int> experts_used;
@@ -644,7 +653,7 @@ class CudaWorkload final : public Workload {
             sub.ids.push_back(mapped);
             sub.weights.push_back(routes_.weights[static_cast<std::size_t>(r) * g.top_k + j]);
           }
-        const auto w = banks_.at(static_cast<std::size_t>(bank))->download(experts_used);
+        const auto w = bank_(bank).download(experts_used);
         const auto x = rows_of(x_.get(), rows, h);
         std::vector<float> want(rows.size() * h);
         experts_ref(x, sub, w, 0, want);
@@ -658,7 +667,7 @@ class CudaWorkload final : public Workload {
         const auto rows = sample_rows(rows_, 4, {});
         std::vector<int> all(static_cast<std::size_t>(g.shared.count));
         std::iota(all.begin(), all.end(), 0);
-        const auto w = banks_.front()->download(all);
+        const auto w = bank_(0).download(all);
         std::vector<float> want(rows.size() * h);
         wrapper_ref(rows_of(x_.get(), rows, h), static_cast<int>(rows.size()), rows_of(routed_.get(), rows, h), w, want);
         return relative_error(rows_of(out_.get(), rows, h), want);
@@ -667,7 +676,12 @@ class CudaWorkload final : public Workload {
     return INFINITY;
   }
 
+  [[nodiscard]] const DeviceMlp& bank_(int bank) const {
+    return *weights_->banks.at(static_cast<std::size_t>(bank) % weights_->banks.size());
+  }
+
   WorkloadSpec spec_;
+  std::shared_ptr<const CudaWeights> weights_;
   cudaStream_t s_;
   cublasHandle_t blas_;
   int rows_;
@@ -675,10 +689,9 @@ class CudaWorkload final : public Workload {
   ExpertOwnership own_{};
   Routes routes_;
   DeviceBuffer<bf16> x_, router_, routed_, out_, y1_, act_;
-  DeviceBuffer<float> router_f32_, x_f32_, logits_, weights_;
+  DeviceBuffer<float> router_f32_, x_f32_, logits_, route_weights_;
   DeviceBuffer<int> ids_, flag_;
   std::unique_ptr<ExpertsEngine> engine_;
-  std::vector<std::unique_ptr<DeviceMlp>> banks_;
 };
 
 class CudaBackend final : public Backend {
@@ -695,9 +708,29 @@ class CudaBackend final : public Backend {
   std::string timing() const override { return "cupti_activity"; }
   std::int64_t cache_bytes() const override { return props_.l2CacheSize; }
   double tolerance() const override { return 1e-2; }
-  std::unique_ptr<Workload> make(const WorkloadSpec& spec) override {
+  std::shared_ptr<const WeightSet> make_weights(const WorkloadSpec& spec) override {
     CUDA_CHECK(cudaSetDevice(device_));
-    return std::make_unique<CudaWorkload>(spec, stream_->get(), blas_->get());
+    const auto& g = spec.geometry;
+    auto w = std::make_shared<CudaWeights>();
+    if (spec.component == Component::experts) {
+      const auto own = ExpertOwnership::of(g, spec.target);
+      for (int b = 0; b < spec.banks; ++b)
+        w->banks.push_back(std::make_unique<DeviceMlp>(own.local_experts, g.hidden, g.intermediate,
+                                                       spec.seed * 7919 + static_cast<std::uint64_t>(b),
+                                                       stream_->get()));
+    } else if (spec.component == Component::wrapper) {
+      w->banks.push_back(std::make_unique<DeviceMlp>(g.shared.count, g.hidden, g.shared.intermediate,
+                                                     spec.seed * 3 + 6, stream_->get()));
+    }
+    CUDA_CHECK(cudaStreamSynchronize(stream_->get()));
+    return w;
+  }
+
+  std::unique_ptr<Workload> make(const WorkloadSpec& spec, std::shared_ptr<const WeightSet> weights) override {
+    CUDA_CHECK(cudaSetDevice(device_));
+    auto w = std::dynamic_pointer_cast<const CudaWeights>(weights);
+    if (!w) throw std::invalid_argument("CUDA workload given weights of another backend");
+    return std::make_unique<CudaWorkload>(spec, std::move(w), stream_->get(), blas_->get());
   }
   std::map<std::string, std::string> device_properties() const override {
     char bus[32] = {};

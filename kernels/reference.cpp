@@ -9,28 +9,27 @@ namespace moe {
 namespace {
 float silu(float v) { return v / (1.0f + std::exp(-v)); }
 
+// Dot product with eight independent fp32 accumulators (vectorizable; fp32 accumulation).
+float dot(const float* a, const float* b, int n) {
+  float acc[8] = {};
+  int i = 0;
+  for (; i + 8 <= n; i += 8)
+    for (int j = 0; j < 8; ++j) acc[j] += a[i + j] * b[i + j];
+  float s = ((acc[0] + acc[1]) + (acc[2] + acc[3])) + ((acc[4] + acc[5]) + (acc[6] + acc[7]));
+  for (; i < n; ++i) s += a[i] * b[i];
+  return s;
+}
+
 // acc[h] += scale * W2_e (silu(G_e x) * (U_e x)) for one row.
 void mlp_row(const float* x, const MlpWeights& w, int e, float scale, std::vector<float>& act,
              float* acc) {
   const int h = w.hidden, i_dim = w.intermediate;
   const float* w13 = w.w13.data() + static_cast<std::size_t>(e) * 2 * i_dim * h;
   const float* w2 = w.w2.data() + static_cast<std::size_t>(e) * h * i_dim;
-  for (int i = 0; i < i_dim; ++i) {
-    float gate = 0, up = 0;
-    const float* gr = w13 + static_cast<std::size_t>(i) * h;
-    const float* ur = w13 + static_cast<std::size_t>(i + i_dim) * h;
-    for (int c = 0; c < h; ++c) {
-      gate += gr[c] * x[c];
-      up += ur[c] * x[c];
-    }
-    act[i] = silu(gate) * up;
-  }
-  for (int c = 0; c < h; ++c) {
-    const float* dr = w2 + static_cast<std::size_t>(c) * i_dim;
-    float s = 0;
-    for (int i = 0; i < i_dim; ++i) s += dr[i] * act[i];
-    acc[c] += scale * s;
-  }
+  for (int i = 0; i < i_dim; ++i)
+    act[i] = silu(dot(w13 + static_cast<std::size_t>(i) * h, x, h)) *
+             dot(w13 + static_cast<std::size_t>(i + i_dim) * h, x, h);
+  for (int c = 0; c < h; ++c) acc[c] += scale * dot(w2 + static_cast<std::size_t>(c) * i_dim, act.data(), i_dim);
 }
 }  // namespace
 
@@ -64,9 +63,7 @@ void gate_routing_ref(std::span<const float> x, int rows, std::span<const float>
     const float* xr = x.data() + static_cast<std::size_t>(r) * h;
     float mx = -INFINITY;
     for (int j = 0; j < e; ++j) {
-      const float* wr = router_weight.data() + static_cast<std::size_t>(j) * h;
-      float s = 0;
-      for (int c = 0; c < h; ++c) s += xr[c] * wr[c];
+      const float s = dot(xr, router_weight.data() + static_cast<std::size_t>(j) * h, h);
       p[j] = s;
       mx = std::max(mx, s);
     }

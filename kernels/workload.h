@@ -1,4 +1,5 @@
-// A backend builds one Workload per (component, point, round): fresh allocations and stimuli.
+// A backend builds one WeightSet per cell round and one Workload per point of it: every round is
+// an independent context with fresh allocations and stimuli.
 // The protocol (ranks/) verifies it against the CPU reference, then times its forwards.
 #pragma once
 
@@ -22,6 +23,13 @@ struct WorkloadSpec {
   std::uint64_t seed = 0;
 };
 
+// Weights shared by every point of one cell round: the routed-expert banks (`experts`) or the
+// shared experts (`wrapper`); empty for the other components. Each backend subclasses it.
+class WeightSet {
+ public:
+  virtual ~WeightSet() = default;
+};
+
 class Workload {
  public:
   virtual ~Workload() = default;
@@ -43,7 +51,11 @@ class Backend {
   [[nodiscard]] virtual std::string timing() const = 0;   // host_clock | cupti_activity
   [[nodiscard]] virtual std::int64_t cache_bytes() const = 0;  // L2 (GPU) or last-level (CPU)
   [[nodiscard]] virtual double tolerance() const = 0;     // max relative error vs reference
-  [[nodiscard]] virtual std::unique_ptr<Workload> make(const WorkloadSpec& spec) = 0;
+  // Fresh weights for one cell round (spec.banks banks from spec.seed; the point is ignored).
+  [[nodiscard]] virtual std::shared_ptr<const WeightSet> make_weights(const WorkloadSpec& round) = 0;
+  // Fresh stimuli and buffers for one point, using the round's weights.
+  [[nodiscard]] virtual std::unique_ptr<Workload> make(const WorkloadSpec& point,
+                                                       std::shared_ptr<const WeightSet> weights) = 0;
   // Provenance: device name, UUID, driver/runtime/library versions, PCI bus id.
   [[nodiscard]] virtual std::map<std::string, std::string> device_properties() const = 0;
 };

@@ -84,13 +84,17 @@ CellRound measure_cell_round(Backend& backend, ForwardTimer& timer, const CellRo
   const bool experts = spec.base.component == Component::experts;
   const int banks = experts ? spec.weight_banks : 1;
   const std::uint64_t dropped_before = timer.dropped();
+  WorkloadSpec round_spec = spec.base;
+  round_spec.banks = experts ? 2 * banks : 1;
+  round_spec.seed = mix_seed({spec.seed, 0xb4e5ULL});
+  const auto weights = backend.make_weights(round_spec);
   for (const auto pi : order) {
     const auto& p = spec.points[static_cast<std::size_t>(pi)];
     WorkloadSpec ws = spec.base;
     ws.point = p;
     ws.banks = experts ? 2 * banks : 1;
     ws.seed = mix_seed({spec.seed, static_cast<std::uint64_t>(pi)});
-    auto w = backend.make(ws);
+    auto w = backend.make(ws, weights);
 
     const auto errors = w->verify();
     for (std::size_t b = 0; b < errors.size(); ++b) {

@@ -18,7 +18,7 @@ namespace {
 void expect_matches_reference(const ModelGeometry& g, const Target& t, Component c, GridPoint p, int banks = 1) {
   auto backend = make_cuda_backend("cublas_grouped", 0);
   WorkloadSpec spec{g, t, c, p, banks, 12345 + static_cast<std::uint64_t>(p.tokens)};
-  auto w = backend->make(spec);
+  auto w = backend->make(spec, backend->make_weights(spec));
   const auto errors = w->verify();
   ASSERT_EQ(errors.size(), static_cast<std::size_t>(c == Component::experts ? banks : 1));
   for (std::size_t b = 0; b < errors.size(); ++b)
