@@ -656,7 +656,7 @@ class CudaWorkload final : public Workload {
         const auto w = bank_(bank).download(experts_used);
         const auto x = rows_of(x_.get(), rows, h);
         std::vector<float> want(rows.size() * h);
-        experts_ref(x, sub, w, 0, want);
+        experts_ref(x, sub, w, 0, want, Intermediates::bf16);
         return relative_error(rows_of(out_.get(), rows, h), want);
       }
       case Component::finalize_copy: {
@@ -669,7 +669,8 @@ class CudaWorkload final : public Workload {
         std::iota(all.begin(), all.end(), 0);
         const auto w = bank_(0).download(all);
         std::vector<float> want(rows.size() * h);
-        wrapper_ref(rows_of(x_.get(), rows, h), static_cast<int>(rows.size()), rows_of(routed_.get(), rows, h), w, want);
+        wrapper_ref(rows_of(x_.get(), rows, h), static_cast<int>(rows.size()), rows_of(routed_.get(), rows, h), w,
+                    want, Intermediates::bf16);
         return relative_error(rows_of(out_.get(), rows, h), want);
       }
     }

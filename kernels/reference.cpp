@@ -4,6 +4,8 @@
 #include <cmath>
 #include <numeric>
 
+#include "kernels/bf16.h"
+
 namespace moe {
 
 namespace {
@@ -20,16 +22,22 @@ float dot(const float* a, const float* b, int n) {
   return s;
 }
 
-// acc[h] += scale * W2_e (silu(G_e x) * (U_e x)) for one row.
+float keep(float v, bool bf16) { return bf16 ? round_to_bf16(v) : v; }
+
+// acc[h] += scale * W2_e (silu(G_e x) * (U_e x)) for one row. With `bf16`, the values a GPU
+// stores between steps (gate/up projections, activation, expert output) are rounded to bf16.
 void mlp_row(const float* x, const MlpWeights& w, int e, float scale, std::vector<float>& act,
-             float* acc) {
+             float* acc, bool bf16, bool round_output = true) {
   const int h = w.hidden, i_dim = w.intermediate;
   const float* w13 = w.w13.data() + static_cast<std::size_t>(e) * 2 * i_dim * h;
   const float* w2 = w.w2.data() + static_cast<std::size_t>(e) * h * i_dim;
   for (int i = 0; i < i_dim; ++i)
-    act[i] = silu(dot(w13 + static_cast<std::size_t>(i) * h, x, h)) *
-             dot(w13 + static_cast<std::size_t>(i + i_dim) * h, x, h);
-  for (int c = 0; c < h; ++c) acc[c] += scale * dot(w2 + static_cast<std::size_t>(c) * i_dim, act.data(), i_dim);
+    act[i] = keep(silu(keep(dot(w13 + static_cast<std::size_t>(i) * h, x, h), bf16)) *
+                      keep(dot(w13 + static_cast<std::size_t>(i + i_dim) * h, x, h), bf16),
+                  bf16);
+  for (int c = 0; c < h; ++c)
+    acc[c] += scale * keep(dot(w2 + static_cast<std::size_t>(c) * i_dim, act.data(), i_dim),
+                           bf16 && round_output);
 }
 }  // namespace
 
@@ -84,7 +92,7 @@ void gate_routing_ref(std::span<const float> x, int rows, std::span<const float>
 }
 
 void experts_ref(std::span<const float> x, const Routes& routes, const MlpWeights& w,
-                 int first_expert, std::span<float> out) {
+                 int first_expert, std::span<float> out, Intermediates inter) {
   const int h = w.hidden;
   std::fill(out.begin(), out.end(), 0.0f);
   std::vector<float> act(w.intermediate);
@@ -94,7 +102,7 @@ void experts_ref(std::span<const float> x, const Routes& routes, const MlpWeight
       const int local = routes.ids[idx] - first_expert;
       if (routes.ids[idx] < 0 || local < 0 || local >= w.experts) continue;
       mlp_row(x.data() + static_cast<std::size_t>(r) * h, w, local, routes.weights[idx], act,
-              out.data() + static_cast<std::size_t>(r) * h);
+              out.data() + static_cast<std::size_t>(r) * h, inter == Intermediates::bf16);
     }
 }
 
@@ -103,14 +111,15 @@ void finalize_copy_ref(std::span<const float> in, std::span<float> out) {
 }
 
 void wrapper_ref(std::span<const float> x, int rows, std::span<const float> routed,
-                 const MlpWeights& shared, std::span<float> out) {
+                 const MlpWeights& shared, std::span<float> out, Intermediates inter) {
   const int h = shared.hidden;
   std::copy(routed.begin(), routed.end(), out.begin());
   std::vector<float> act(shared.intermediate);
   for (int r = 0; r < rows; ++r)
     for (int e = 0; e < shared.experts; ++e)
+      // The shared output accumulates onto the routed rows in fp32 (GEMM with beta = 1).
       mlp_row(x.data() + static_cast<std::size_t>(r) * h, shared, e, 1.0f, act,
-              out.data() + static_cast<std::size_t>(r) * h);
+              out.data() + static_cast<std::size_t>(r) * h, inter == Intermediates::bf16, false);
 }
 
 double relative_error(std::span<const float> got, std::span<const float> want) {

@@ -34,17 +34,22 @@ struct MlpWeights {
 void gate_routing_ref(std::span<const float> x, int rows, std::span<const float> router_weight,
                       const ModelGeometry& g, Routes& out);
 
+// Precision of the values stored between steps: fp32 (the cpu_reference backend) or bf16, as
+// the GPU backends store them (projections, activation, per-expert output).
+enum class Intermediates { fp32, bf16 };
+
 // out[row] = sum over valid lanes routed to a local expert e of w * W2_e (silu(G_e x) * (U_e x)).
 // Rows without local routes are zero. `first_expert` maps global ids to local weights.
 void experts_ref(std::span<const float> x, const Routes& routes, const MlpWeights& w,
-                 int first_expert, std::span<float> out);
+                 int first_expert, std::span<float> out, Intermediates inter = Intermediates::fp32);
 
 // out = in (the locally reduced rows returned to the local output).
 void finalize_copy_ref(std::span<const float> in, std::span<float> out);
 
 // out = routed + sum over shared experts of W2 (silu(G x) * (U x)).
 void wrapper_ref(std::span<const float> x, int rows, std::span<const float> routed,
-                 const MlpWeights& shared, std::span<float> out);
+                 const MlpWeights& shared, std::span<float> out,
+                 Intermediates inter = Intermediates::fp32);
 
 // max |got - want| / max(|want|, tiny): the scale-relative error used for every comparison.
 [[nodiscard]] double relative_error(std::span<const float> got, std::span<const float> want);
