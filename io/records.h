@@ -35,10 +35,18 @@ struct PointMedian {
   double median_2b_us;  // 2B arm (experts), else = median_us
 };
 
+// Host seconds spent per phase of a cell round (where the wall time of an acquisition goes).
+struct PhaseSeconds {
+  double setup = 0;   // weights and per-point workloads (allocation, stimuli)
+  double verify = 0;  // correctness checks against the CPU reference
+  double timing = 0;  // warm-up and timed forwards, tracer collection
+};
+
 // Everything one cell measured in one round.
 struct CellRound {
   std::int32_t round = 0;
   std::uint64_t point_order_seed = 0;
+  PhaseSeconds phases;
   std::vector<Sample> samples;
   std::vector<CorrectnessCheck> checks;
   std::vector<PointMedian> medians;

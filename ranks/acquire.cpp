@@ -253,6 +253,13 @@ AcquireSummary acquire(MPI_Comm comm, const JobSpec& job, const AcquireOptions& 
     }
     std::vector<std::pair<int, const CellRound*>> mine;
     std::int64_t my_points = 0;
+    double phases[3] = {0, 0, 0}, slowest[3] = {0, 0, 0};
+    for (const auto& m : measured) {
+      phases[0] += m.phases.setup;
+      phases[1] += m.phases.verify;
+      phases[2] += m.phases.timing;
+    }
+    MPI_Allreduce(phases, slowest, 3, MPI_DOUBLE, MPI_MAX, comm);
     for (std::size_t i = 0; i < measured.size(); ++i) {
       mine.emplace_back(measured_cells[i], &measured[i]);
       my_points += static_cast<std::int64_t>(cells[static_cast<std::size_t>(measured_cells[i])].grid->points.size());
@@ -270,7 +277,9 @@ AcquireSummary acquire(MPI_Comm comm, const JobSpec& job, const AcquireOptions& 
       const double eta = rate > 0 ? static_cast<double>(total_points - done_points) / rate : 0;
       std::cerr << "acquire: committed round " << r << ": " << done_points << "/" << total_points
                 << " point-rounds, elapsed " << static_cast<int>(elapsed) << " s, ETA "
-                << static_cast<int>(eta) << " s\n";
+                << static_cast<int>(eta) << " s (slowest rank: setup " << static_cast<int>(slowest[0])
+                << " s, verify " << static_cast<int>(slowest[1]) << " s, timing "
+                << static_cast<int>(slowest[2]) << " s)\n";
     }
   }
   summary.file = path;

@@ -3,6 +3,7 @@
 #include "ranks/planner.h"
 
 #include <algorithm>
+#include <chrono>
 #include <cmath>
 #include <numeric>
 #include <random>
@@ -84,19 +85,29 @@ CellRound measure_cell_round(Backend& backend, ForwardTimer& timer, const CellRo
   const bool experts = spec.base.component == Component::experts;
   const int banks = experts ? spec.weight_banks : 1;
   const std::uint64_t dropped_before = timer.dropped();
+  using clock = std::chrono::steady_clock;
+  const auto seconds_since = [](clock::time_point t) {
+    return std::chrono::duration<double>(clock::now() - t).count();
+  };
+  auto t = clock::now();
   WorkloadSpec round_spec = spec.base;
   round_spec.banks = experts ? 2 * banks : 1;
   round_spec.seed = mix_seed({spec.seed, 0xb4e5ULL});
   const auto weights = backend.make_weights(round_spec);
+  out.phases.setup += seconds_since(t);
   for (const auto pi : order) {
     const auto& p = spec.points[static_cast<std::size_t>(pi)];
     WorkloadSpec ws = spec.base;
     ws.point = p;
     ws.banks = experts ? 2 * banks : 1;
     ws.seed = mix_seed({spec.seed, static_cast<std::uint64_t>(pi)});
+    t = clock::now();
     auto w = backend.make(ws, weights);
+    out.phases.setup += seconds_since(t);
 
+    t = clock::now();
     const auto errors = w->verify();
+    out.phases.verify += seconds_since(t);
     for (std::size_t b = 0; b < errors.size(); ++b) {
       const bool ok = errors[b] <= backend.tolerance();
       out.checks.push_back({pi, spec.round, static_cast<std::int32_t>(b), errors[b], ok ? std::int8_t{1} : std::int8_t{0}});
@@ -120,6 +131,7 @@ CellRound measure_cell_round(Backend& backend, ForwardTimer& timer, const CellRo
     } else {
       arms = {{Arm::single, 1, spec.iterations}};
     }
+    t = clock::now();
     std::vector<double> all, per_arm[3];
     std::optional<ForwardRecord> first;
     for (const auto& a : arms) {
@@ -143,6 +155,7 @@ CellRound measure_cell_round(Backend& backend, ForwardTimer& timer, const CellRo
         per_arm[static_cast<int>(a.arm)].push_back(r.value_us);
       }
     }
+    out.phases.timing += seconds_since(t);
     if (route_errors)
       throw MeasurementError("route validation flag raised " + std::to_string(route_errors) +
                              " times on valid stimuli for " + where(spec, p));
