@@ -15,6 +15,7 @@ namespace {
 
 struct CpuWeights final : WeightSet {
   std::vector<MlpWeights> banks;  // routed experts: one per bank; wrapper: the shared experts
+  std::vector<MlpView> views;     // views of `banks`
 };
 
 class CpuWorkload final : public Workload {
@@ -75,11 +76,11 @@ class CpuWorkload final : public Workload {
         break;
       }
       case Component::experts:
-        experts_ref(x_, routes_, weights_->banks.at(static_cast<std::size_t>(bank)),
+        experts_ref(x_, routes_, weights_->views.at(static_cast<std::size_t>(bank)),
                     ExpertOwnership::of(g, spec_.target).first_expert, out);
         break;
       case Component::finalize_copy: finalize_copy_ref(x_, out); break;
-      case Component::wrapper: wrapper_ref(x_, rows_, routed_, weights_->banks.front(), out); break;
+      case Component::wrapper: wrapper_ref(x_, rows_, routed_, weights_->views.front(), out); break;
     }
   }
 
@@ -128,6 +129,7 @@ class CpuBackend final : public Backend {
     } else if (s.component == Component::wrapper) {
       w->banks.push_back(random_mlp(g.shared.count, g.hidden, g.shared.intermediate, g.weight_dtype, rng));
     }
+    for (const auto& b : w->banks) w->views.push_back(b.view());
     return w;
   }
 

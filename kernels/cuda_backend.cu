@@ -327,24 +327,43 @@ struct DeviceMlp {
     fill(w13, seed, 1.0f / std::sqrt(static_cast<float>(h)), s);
     fill(w2, seed ^ 0x5bd1e995ULL, 1.0f / std::sqrt(static_cast<float>(i)), s);
   }
-  // Host copy of the listed experts, compacted in list order. Experts already downloaded in
-  // this round are served from a cache: verification of every point reuses them.
-  [[nodiscard]] MlpWeights download(const std::vector<int>& which) const {
-    MlpWeights w{static_cast<int>(which.size()), hidden, inter, {}, {}};
+  // Host views of the listed experts, in list order. Each expert is downloaded once per round
+  // (through a pinned staging buffer) and kept while the cache stays under its cap, so the
+  // verification of every point reuses the experts earlier points fetched.
+  [[nodiscard]] MlpView download(const std::vector<int>& which) const {
+    MlpView v{hidden, inter, {}};
     const std::size_t s13 = static_cast<std::size_t>(2) * inter * hidden, s2 = static_cast<std::size_t>(hidden) * inter;
+    if (host_cache_.size() + which.size() > kMaxCachedExperts) host_cache_.clear();
     for (int e : which) {
       auto it = host_cache_.find(e);
-      if (it == host_cache_.end())
-        it = host_cache_.emplace(e, std::make_pair(download_bf16(w13.get() + e * s13, s13),
-                                                   download_bf16(w2.get() + e * s2, s2))).first;
-      w.w13.insert(w.w13.end(), it->second.first.begin(), it->second.first.end());
-      w.w2.insert(w.w2.end(), it->second.second.begin(), it->second.second.end());
+      if (it == host_cache_.end()) {
+        HostExpert h{fetch(w13.get() + e * s13, s13), fetch(w2.get() + e * s2, s2)};
+        it = host_cache_.emplace(e, std::move(h)).first;
+      }
+      v.experts.push_back({it->second.w13.data(), it->second.w2.data()});
     }
-    return w;
+    return v;
   }
 
  private:
-  mutable std::map<int, std::pair<std::vector<float>, std::vector<float>>> host_cache_;
+  static constexpr std::size_t kMaxCachedExperts = 64;
+  struct HostExpert {
+    std::vector<float> w13, w2;
+  };
+  std::vector<float> fetch(const bf16* p, std::size_t n) const {
+    if (staging_size_ < n) {
+      staging_ = std::make_unique<PinnedBuffer<std::uint16_t>>(n);
+      staging_size_ = n;
+    }
+    CUDA_CHECK(cudaMemcpy(staging_->get(), p, n * 2, cudaMemcpyDeviceToHost));
+    std::vector<float> out(n);
+    const std::uint16_t* raw = staging_->get();
+    for (std::size_t i = 0; i < n; ++i) out[i] = bf16_bits_to_float(raw[i]);
+    return out;
+  }
+  mutable std::map<int, HostExpert> host_cache_;
+  mutable std::unique_ptr<PinnedBuffer<std::uint16_t>> staging_;
+  mutable std::size_t staging_size_ = 0;
 };
 
 struct CudaWeights final : WeightSet {

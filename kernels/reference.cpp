@@ -26,11 +26,11 @@ float keep(float v, bool bf16) { return bf16 ? round_to_bf16(v) : v; }
 
 // acc[h] += scale * W2_e (silu(G_e x) * (U_e x)) for one row. With `bf16`, the values a GPU
 // stores between steps (gate/up projections, activation, expert output) are rounded to bf16.
-void mlp_row(const float* x, const MlpWeights& w, int e, float scale, std::vector<float>& act,
+void mlp_row(const float* x, const MlpView& w, int e, float scale, std::vector<float>& act,
              float* acc, bool bf16, bool round_output = true) {
   const int h = w.hidden, i_dim = w.intermediate;
-  const float* w13 = w.w13.data() + static_cast<std::size_t>(e) * 2 * i_dim * h;
-  const float* w2 = w.w2.data() + static_cast<std::size_t>(e) * h * i_dim;
+  const float* w13 = w.experts[static_cast<std::size_t>(e)].w13;
+  const float* w2 = w.experts[static_cast<std::size_t>(e)].w2;
   for (int i = 0; i < i_dim; ++i)
     act[i] = keep(silu(keep(dot(w13 + static_cast<std::size_t>(i) * h, x, h), bf16)) *
                       keep(dot(w13 + static_cast<std::size_t>(i + i_dim) * h, x, h), bf16),
@@ -91,7 +91,15 @@ void gate_routing_ref(std::span<const float> x, int rows, std::span<const float>
   sanitize_routes(out, e);
 }
 
-void experts_ref(std::span<const float> x, const Routes& routes, const MlpWeights& w,
+MlpView MlpWeights::view() const {
+  MlpView v{hidden, intermediate, {}};
+  const std::size_t s13 = static_cast<std::size_t>(2) * intermediate * hidden;
+  const std::size_t s2 = static_cast<std::size_t>(hidden) * intermediate;
+  for (int e = 0; e < experts; ++e) v.experts.push_back({w13.data() + e * s13, w2.data() + e * s2});
+  return v;
+}
+
+void experts_ref(std::span<const float> x, const Routes& routes, const MlpView& w,
                  int first_expert, std::span<float> out, Intermediates inter) {
   const int h = w.hidden;
   std::fill(out.begin(), out.end(), 0.0f);
@@ -100,7 +108,7 @@ void experts_ref(std::span<const float> x, const Routes& routes, const MlpWeight
     for (int j = 0; j < routes.k; ++j) {
       const auto idx = static_cast<std::size_t>(r) * routes.k + j;
       const int local = routes.ids[idx] - first_expert;
-      if (routes.ids[idx] < 0 || local < 0 || local >= w.experts) continue;
+      if (routes.ids[idx] < 0 || local < 0 || local >= static_cast<int>(w.experts.size())) continue;
       mlp_row(x.data() + static_cast<std::size_t>(r) * h, w, local, routes.weights[idx], act,
               out.data() + static_cast<std::size_t>(r) * h, inter == Intermediates::bf16);
     }
@@ -111,12 +119,12 @@ void finalize_copy_ref(std::span<const float> in, std::span<float> out) {
 }
 
 void wrapper_ref(std::span<const float> x, int rows, std::span<const float> routed,
-                 const MlpWeights& shared, std::span<float> out, Intermediates inter) {
+                 const MlpView& shared, std::span<float> out, Intermediates inter) {
   const int h = shared.hidden;
   std::copy(routed.begin(), routed.end(), out.begin());
   std::vector<float> act(shared.intermediate);
   for (int r = 0; r < rows; ++r)
-    for (int e = 0; e < shared.experts; ++e)
+    for (int e = 0; e < static_cast<int>(shared.experts.size()); ++e)
       // The shared output accumulates onto the routed rows in fp32 (GEMM with beta = 1).
       mlp_row(x.data() + static_cast<std::size_t>(r) * h, shared, e, 1.0f, act,
               out.data() + static_cast<std::size_t>(r) * h, inter == Intermediates::bf16, false);

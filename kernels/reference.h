@@ -23,10 +23,23 @@ struct Routes {
 // the lane into padding (id -1, weight 0). Returns the number of lanes sanitized.
 int sanitize_routes(Routes& r, int experts);
 
+// One expert's gated-MLP weights: w13 [2I][H], w2 [H][I] (not owned).
+struct ExpertView {
+  const float* w13;
+  const float* w2;
+};
+
+// The experts a reference call may use, by local index.
+struct MlpView {
+  int hidden = 0, intermediate = 0;
+  std::vector<ExpertView> experts;
+};
+
 struct MlpWeights {
   int experts = 0, hidden = 0, intermediate = 0;
   std::vector<float> w13;  // [experts][2I][H]
   std::vector<float> w2;   // [experts][H][I]
+  [[nodiscard]] MlpView view() const;
 };
 
 // logits = x wg^T, softmax over E, top-k (ties to the lower id), optional renormalization, then
@@ -40,7 +53,7 @@ enum class Intermediates { fp32, bf16 };
 
 // out[row] = sum over valid lanes routed to a local expert e of w * W2_e (silu(G_e x) * (U_e x)).
 // Rows without local routes are zero. `first_expert` maps global ids to local weights.
-void experts_ref(std::span<const float> x, const Routes& routes, const MlpWeights& w,
+void experts_ref(std::span<const float> x, const Routes& routes, const MlpView& w,
                  int first_expert, std::span<float> out, Intermediates inter = Intermediates::fp32);
 
 // out = in (the locally reduced rows returned to the local output).
@@ -48,7 +61,7 @@ void finalize_copy_ref(std::span<const float> in, std::span<float> out);
 
 // out = routed + sum over shared experts of W2 (silu(G x) * (U x)).
 void wrapper_ref(std::span<const float> x, int rows, std::span<const float> routed,
-                 const MlpWeights& shared, std::span<float> out,
+                 const MlpView& shared, std::span<float> out,
                  Intermediates inter = Intermediates::fp32);
 
 // max |got - want| / max(|want|, tiny): the scale-relative error used for every comparison.

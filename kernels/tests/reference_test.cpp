@@ -33,7 +33,7 @@ TEST(Reference, ExpertsEqualsHandComputedMlp) {
   MlpWeights w{1, 2, 1, {1.0f, 0.0f, 0.0f, 1.0f}, {2.0f, -1.0f}};  // gate=x0, up=x1
   Routes r{1, 2, {4, 9}, {0.5f, 0.5f}};  // expert 4 local (first_expert 4), 9 remote
   std::vector<float> x{1.0f, 3.0f}, out(2);
-  experts_ref(x, r, w, 4, out);
+  experts_ref(x, r, w.view(), 4, out);
   const float act = 1.0f / (1.0f + std::exp(-1.0f)) * 3.0f;
   EXPECT_NEAR(out[0], 0.5f * 2.0f * act, 1e-6);
   EXPECT_NEAR(out[1], 0.5f * -1.0f * act, 1e-6);
@@ -49,8 +49,8 @@ TEST(Reference, InvalidLaneEqualsPaddingOracle) {
   std::vector<float> a(3 * g.hidden), b(3 * g.hidden);
   Routes cleaned = bad;
   sanitize_routes(cleaned, 8);
-  experts_ref(x, cleaned, w, 0, a);
-  experts_ref(x, pad, w, 0, b);
+  experts_ref(x, cleaned, w.view(), 0, a);
+  experts_ref(x, pad, w.view(), 0, b);
   EXPECT_EQ(a, b);
 }
 
@@ -79,9 +79,9 @@ TEST(Reference, WrapperAddsSharedExpertToRouted) {
   const auto routed = random_values(2 * g.hidden, 1.0f, Dtype::bf16, rng);
   const auto shared = random_mlp(1, g.hidden, g.intermediate, Dtype::bf16, rng);
   std::vector<float> out(x.size()), only(x.size());
-  wrapper_ref(x, 2, routed, shared, out);
+  wrapper_ref(x, 2, routed, shared.view(), out);
   Routes r{2, 1, {0, 0}, {1.0f, 1.0f}};
-  experts_ref(x, r, shared, 0, only);
+  experts_ref(x, r, shared.view(), 0, only);
   for (std::size_t i = 0; i < out.size(); ++i) EXPECT_NEAR(out[i], routed[i] + only[i], 1e-5);
 }
 
