@@ -7,7 +7,7 @@
 
 #include "harness/commands.h"
 #include "ranks/acquire.h"
-#include "ranks/summary.h"
+#include "io/summary.h"
 
 namespace po = boost::program_options;
 
@@ -56,11 +56,14 @@ void print_summary(const AcquireSummary& s, std::ostream& os) {
 int acquire(const Args& args) {
   JobOptions jo;
   std::string out;
-  bool quiet = false;
+  bool quiet = false, no_publish = false, samples = false;
   po::options_description desc("mpirun -np N harness acquire [JOB] [options]");
   jo.add_to(desc);
   desc.add_options()("out", po::value(&out), "output directory (default: <out_root>/<variant>/acquisition)")(
-      "quiet", po::bool_switch(&quiet), "no progress lines")("help,h", "show this help");
+      "quiet", po::bool_switch(&quiet), "no progress lines")(
+      "out-root", po::value(&jo.out_root), "bundle root for the publisher (overrides the job)")(
+      "no-publish", po::bool_switch(&no_publish), "do not publish bundles after a complete acquisition")(
+      "samples", po::bool_switch(&samples), "publish samples.jsonl per target")("help,h", "show this help");
   po::positional_options_description pos;
   pos.add("job", 1);
   auto vm = parse(args, desc, pos);
@@ -77,7 +80,11 @@ int acquire(const Args& args) {
   try {
     const auto summary = moe::acquire(MPI_COMM_WORLD, job, {out, quiet});
     MPI_Barrier(MPI_COMM_WORLD);
-    if (rank == 0) print_summary(summary, std::cout);
+    if (rank == 0) {
+      print_summary(summary, std::cout);
+      // The rank-0 publisher: every rank's rounds are committed and the file is closed.
+      if (!no_publish) print_publish_report(moe::publish(summary.file, {job.out_root, job.variant, samples}), std::cout);
+    }
   } catch (const std::exception& e) {
     // A rank that fails cannot leave the others waiting at the next collective.
     std::cerr << "harness acquire (rank " << rank << "): error: " << e.what() << std::endl;

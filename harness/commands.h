@@ -7,6 +7,7 @@
 #include <vector>
 
 #include "io/job_spec.h"
+#include "io/publisher.h"
 
 namespace moe::cli {
 
@@ -14,6 +15,10 @@ using Args = std::vector<std::string>;
 
 int plan(const Args& args);
 int acquire(const Args& args);
+int publish(const Args& args);
+int lookup(const Args& args);
+
+void print_publish_report(const PublishReport& r, std::ostream& os);
 
 // Options shared by every subcommand that reads a job: [JOB] --tp --dp --ep --rank ...
 struct JobOptions {

@@ -1,12 +1,13 @@
 #include "io/acquisition_file.h"
 
+#include "io/bundle_meta.h"
+#include "io/files.h"
+
 #include <hdf5.h>
-#include <openssl/evp.h>
 
 #include <cstring>
 #include <filesystem>
 #include <nlohmann/json.hpp>
-#include <set>
 
 namespace moe {
 
@@ -159,20 +160,12 @@ std::vector<T> read_all(hid_t parent, const std::string& name, hid_t type) {
 
 bool link_exists(hid_t parent, const std::string& path) { return H5Lexists(parent, path.c_str(), H5P_DEFAULT) > 0; }
 
-// Names the top-level contract keys whose values differ.
 std::string contract_difference(const std::string& stored, const std::string& wanted) {
-  std::string out;
   try {
-    const auto a = nlohmann::json::parse(stored), b = nlohmann::json::parse(wanted);
-    std::set<std::string> keys;
-    for (auto& [k, v] : a.items()) keys.insert(k);
-    for (auto& [k, v] : b.items()) keys.insert(k);
-    for (const auto& k : keys)
-      if (!a.contains(k) || !b.contains(k) || a[k] != b[k]) out += (out.empty() ? "" : ", ") + k;
+    return json_difference(nlohmann::json::parse(stored), nlohmann::json::parse(wanted));
   } catch (const nlohmann::json::exception&) {
-    out = "unparseable stored contract";
+    return "unparseable stored contract";
   }
-  return out.empty() ? "contract" : out;
 }
 
 }  // namespace
@@ -184,17 +177,6 @@ struct AcquisitionFile::Impl {
   H5Id file;
   std::vector<CellInfo> cells;
 };
-
-std::string AcquisitionFile::sha256_hex(const std::string& s) {
-  unsigned char md[EVP_MAX_MD_SIZE];
-  unsigned int len = 0;
-  if (EVP_Digest(s.data(), s.size(), md, &len, EVP_sha256(), nullptr) != 1)
-    throw FileError("SHA-256 computation failed");
-  static const char* hex = "0123456789abcdef";
-  std::string out;
-  for (unsigned int i = 0; i < len; ++i) out += {hex[md[i] >> 4], hex[md[i] & 15]};
-  return out;
-}
 
 AcquisitionFile::AcquisitionFile(MPI_Comm comm, const std::string& path, const FileIdentity& identity)
     : impl_(std::make_unique<Impl>()) {
@@ -372,9 +354,9 @@ StoredAcquisition read_acquisition(const std::string& path) {
       throw FileError("unsupported schema version");
     out.contract_json = read_string_attr(f, "contract");
     out.contract_sha256 = read_string_attr(f, "contract_sha256");
-    if (AcquisitionFile::sha256_hex(out.contract_json) != out.contract_sha256)
+    if (sha256_hex(out.contract_json) != out.contract_sha256)
       throw FileError("stored contract does not match its SHA-256");
-    for (const char* k : {"harness_revision", "backend", "timing", "geometry", "job"})
+    for (const char* k : {"harness_revision", "backend", "timing", "geometry", "job", "variant", "out_root"})
       if (H5Aexists(f, k) > 0) out.attributes[k] = read_string_attr(f, k);
     auto cells = H5_OPEN(H5Gopen2(f, "cells", H5P_DEFAULT), H5Gclose);
     hsize_t n = 0;

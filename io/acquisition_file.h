@@ -68,9 +68,6 @@ class AcquisitionFile {
   // Collective: stores every rank's provenance JSON (gathered) as /provenance attribute.
   void write_provenance(const std::string& mine);
 
-  // SHA-256 (hex) of a string; used for the contract identity.
-  [[nodiscard]] static std::string sha256_hex(const std::string& s);
-
  private:
   struct Impl;
   std::unique_ptr<Impl> impl_;

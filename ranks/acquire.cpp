@@ -11,6 +11,7 @@
 #include <nlohmann/json.hpp>
 
 #include "io/acquisition_file.h"
+#include "io/files.h"
 #include "kernels/workload.h"
 #include "ranks/affinity.h"
 #include "ranks/planner.h"
@@ -96,7 +97,7 @@ std::string contract_json(const JobSpec& job, const std::string& backend, const 
         pts += std::to_string(p.tokens) + "," + std::to_string(p.activated) + "," +
                std::to_string(p.assignments) + ";";
       grids[std::string(to_string(g.component))] = {{"points", g.points.size()},
-                                                    {"sha256", AcquisitionFile::sha256_hex(pts)}};
+                                                    {"sha256", sha256_hex(pts)}};
     }
     targets.push_back({{"target", target_json(t.target)},
                        {"expert_ownership",
@@ -156,7 +157,7 @@ AcquireSummary acquire(MPI_Comm comm, const JobSpec& job, const AcquireOptions& 
 
   // Every rank must agree on the contract (same backend and cache size class).
   const auto contract = contract_json(job, backend->name(), timer->method(), backend->cache_bytes());
-  const auto sha = AcquisitionFile::sha256_hex(contract);
+  const auto sha = sha256_hex(contract);
   std::string root_sha = sha;
   root_sha.resize(64);
   MPI_Bcast(root_sha.data(), 64, MPI_CHAR, 0, comm);
@@ -167,7 +168,22 @@ AcquireSummary acquire(MPI_Comm comm, const JobSpec& job, const AcquireOptions& 
                              "sizes across nodes); run one device kind per acquisition");
 
   const auto plan = make_plan(job, backend->cache_bytes());
-  std::filesystem::create_directories(options.out_dir);
+  // One acquisition per directory: rank 0 holds writer.lock for the whole run.
+  std::unique_ptr<FileLock> writer;
+  int locked = 1;
+  if (rank == 0) {
+    try {
+      std::filesystem::create_directories(options.out_dir);
+      writer = std::make_unique<FileLock>(std::filesystem::path(options.out_dir) / "writer.lock",
+                                          FileLock::Mode::try_once);
+    } catch (const std::exception&) {
+      locked = 0;
+    }
+  }
+  MPI_Bcast(&locked, 1, MPI_INT, 0, comm);
+  if (!locked)
+    throw std::runtime_error("another acquisition holds " + options.out_dir +
+                             "/writer.lock; wait for it or choose another --out");
   const auto path = (std::filesystem::path(options.out_dir) / "acquisition.h5").string();
   FileIdentity identity{contract,
                         {{"harness_revision", HARNESS_GIT_REVISION},
@@ -175,6 +191,8 @@ AcquireSummary acquire(MPI_Comm comm, const JobSpec& job, const AcquireOptions& 
                          {"timing", timer->method()},
                          {"geometry", geometry_json(job.geometry).dump()},
                          {"job", job.source},
+                         {"variant", job.variant},
+                         {"out_root", job.out_root},
                          {"planner_version", std::to_string(kPlannerVersion)}}};
   AcquisitionFile file(comm, path, identity);
 

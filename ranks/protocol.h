@@ -10,6 +10,7 @@
 #include <vector>
 
 #include "io/records.h"
+#include "io/statistics.h"
 #include "kernels/workload.h"
 #include "ranks/forward_timer.h"
 
@@ -19,8 +20,6 @@ class MeasurementError : public std::runtime_error {
  public:
   using std::runtime_error::runtime_error;
 };
-
-inline constexpr double kBankTolerance = 0.03;  // B vs 2B pooled medians
 
 struct CellRoundSpec {
   WorkloadSpec base;                // geometry, target, component; point and seed set per point
@@ -37,18 +36,6 @@ struct CellRoundSpec {
 [[nodiscard]] CellRound measure_cell_round(Backend& backend, ForwardTimer& timer,
                                            const CellRoundSpec& spec,
                                            const std::function<void()>& on_point = {});
-
-[[nodiscard]] double median(std::vector<double> v);
-// Median of per-round medians; nullopt when there are none yet.
-[[nodiscard]] std::optional<double> median_of_medians(std::span<const double> round_medians);
-
-struct BankControl {
-  double median_b_us;
-  double median_2b_us;
-  double relative_change;  // |2B - B| / B
-  bool pass;               // relative_change <= kBankTolerance
-};
-[[nodiscard]] BankControl bank_control(std::span<const double> b_arm, std::span<const double> b2_arm);
 
 // splitmix64 mixing of several integers: deterministic seeds for rounds, cells and points.
 [[nodiscard]] std::uint64_t mix_seed(std::initializer_list<std::uint64_t> parts);

@@ -1,9 +1,9 @@
-#include "ranks/summary.h"
+#include "io/summary.h"
 
 #include <algorithm>
 #include <nlohmann/json.hpp>
 
-#include "ranks/protocol.h"
+#include "io/statistics.h"
 
 namespace moe {
 

@@ -1,0 +1,42 @@
+// harness publish: turns an acquisition file into bundles (meta.yaml + CSV per target).
+#include <iostream>
+
+#include "harness/commands.h"
+#include "io/publisher.h"
+
+namespace po = boost::program_options;
+
+namespace moe::cli {
+
+void print_publish_report(const PublishReport& r, std::ostream& os) {
+  os << "publish: " << r.variant_dir << ": " << r.published.size() << " targets published, "
+     << r.unchanged.size() << " already published (unchanged)\n";
+  for (const auto& t : r.published) os << "  + " << t << "\n";
+}
+
+int publish(const Args& args) {
+  std::string h5, out_root, variant;
+  bool samples = false, force = false;
+  po::options_description desc("harness publish ACQUISITION.h5 [options]");
+  desc.add_options()("file", po::value(&h5), "acquisition file written by acquire")(
+      "out-root", po::value(&out_root), "bundle root (default: the job's out_root)")(
+      "variant", po::value(&variant), "variant name (default: the job's variant)")(
+      "samples", po::bool_switch(&samples), "also write samples.jsonl per target")(
+      "force", po::bool_switch(&force), "rejected: published tables are never overwritten")(
+      "help,h", "show this help");
+  po::positional_options_description pos;
+  pos.add("file", 1);
+  auto vm = parse(args, desc, pos);
+  if (vm.count("help")) {
+    std::cout << desc;
+    return 0;
+  }
+  if (force)
+    throw PublishError("--force is not supported: published tables are never overwritten or relabelled; "
+                       "publish into another --out-root (or --variant) instead");
+  if (h5.empty()) throw PublishError("name the acquisition file to publish (harness publish FILE.h5)");
+  print_publish_report(moe::publish(h5, {out_root, variant, samples}), std::cout);
+  return 0;
+}
+
+}  // namespace moe::cli

@@ -1,0 +1,54 @@
+// meta.yaml of a bundle variant: per_tp[<tp>].moe_components {schema, entries}. Loaded and saved
+// as a whole; callers hold <variant>/.meta.lock around load-modify-save.
+#pragma once
+
+#include <filesystem>
+#include <map>
+#include <nlohmann/json.hpp>
+#include <optional>
+#include <stdexcept>
+#include <string>
+#include <vector>
+
+namespace moe {
+
+inline constexpr const char* kMoeComponentsSchema = "moe-components";
+
+class BundleError : public std::runtime_error {
+ public:
+  using std::runtime_error::runtime_error;
+};
+
+struct BundleEntry {
+  nlohmann::json target;  // {tp, dp, ep, rank, sp}
+  std::string path;       // relative to tp<N>/
+  nlohmann::json contract;
+  std::string contract_sha256;
+  nlohmann::json coverage;
+  nlohmann::json provenance;
+};
+
+class BundleMeta {
+ public:
+  std::string variant;
+  std::map<int, std::vector<BundleEntry>> per_tp;
+
+  [[nodiscard]] const BundleEntry* find(const nlohmann::json& target) const;
+  void add(BundleEntry e);
+  [[nodiscard]] std::string to_yaml() const;
+};
+
+// Loads <variant_dir>/meta.yaml (empty meta when absent). Throws BundleError naming the problem
+// for malformed YAML, a wrong schema, or a contract whose SHA-256 does not match.
+[[nodiscard]] BundleMeta load_bundle_meta(const std::filesystem::path& variant_dir);
+// Writes meta.yaml atomically (temporary file, fsync, rename, directory fsync).
+void save_bundle_meta(const std::filesystem::path& variant_dir, const BundleMeta& meta);
+
+// SHA-256 identity of a contract, computed on its YAML round-trip form so that a loaded
+// contract hashes like the one that was saved.
+[[nodiscard]] std::string contract_sha256(const nlohmann::json& contract);
+
+// Names the top-level keys whose values differ ("contract" when none does).
+[[nodiscard]] std::string json_difference(const nlohmann::json& a, const nlohmann::json& b);
+
+}  // namespace moe

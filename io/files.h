@@ -1,0 +1,37 @@
+// Durable file updates and advisory locks (SPEC §9): files are written to a temporary name,
+// fsynced, renamed over the target and the directory fsynced; locks are flock(2) on lock files.
+#pragma once
+
+#include <filesystem>
+#include <stdexcept>
+#include <string>
+
+namespace moe {
+
+class LockError : public std::runtime_error {
+ public:
+  using std::runtime_error::runtime_error;
+};
+
+// Exclusive flock on `path` (created if missing) held for the object's lifetime.
+class FileLock {
+ public:
+  enum class Mode { wait, try_once };
+  FileLock(const std::filesystem::path& path, Mode mode);
+  ~FileLock();
+  FileLock(const FileLock&) = delete;
+  FileLock& operator=(const FileLock&) = delete;
+
+ private:
+  int fd_ = -1;
+};
+
+// Writes `bytes` to `path` atomically and durably.
+void write_file_atomic(const std::filesystem::path& path, const std::string& bytes);
+
+[[nodiscard]] std::string read_file(const std::filesystem::path& path);
+
+// SHA-256 (lowercase hex) of a byte string.
+[[nodiscard]] std::string sha256_hex(const std::string& bytes);
+
+}  // namespace moe

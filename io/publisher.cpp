@@ -1,0 +1,239 @@
+#include "io/publisher.h"
+
+#include <yaml-cpp/yaml.h>
+
+#include <algorithm>
+#include <cstdio>
+#include <ctime>
+#include <filesystem>
+#include <map>
+#include <memory>
+#include <nlohmann/json.hpp>
+#include <sstream>
+
+#include "io/acquisition_file.h"
+#include "io/bundle_meta.h"
+#include "io/files.h"
+#include "io/summary.h"
+
+namespace moe {
+
+namespace fs = std::filesystem;
+using nlohmann::json;
+
+namespace {
+
+const std::vector<std::string> kComponentOrder = {"gate_routing", "experts", "finalize_copy", "wrapper"};
+
+std::string format_time(double us) {
+  char buf[64];
+  std::snprintf(buf, sizeof(buf), "%.4f", us);
+  return buf;
+}
+
+std::string utc_now() {
+  const auto t = std::time(nullptr);
+  char buf[32];
+  std::strftime(buf, sizeof(buf), "%Y-%m-%dT%H:%M:%SZ", std::gmtime(&t));
+  return buf;
+}
+
+struct TargetWork {
+  json target;            // {tp, dp, ep, rank, sp}
+  json contract;          // per-target contract
+  std::string label;      // tp1/dp2_ep2_rank0_sp0
+  fs::path dir;           // bundle directory of the target
+  std::string rel_path;   // relative to tp<N>/
+  std::string csv;
+  std::string samples;    // samples.jsonl content (optional)
+  json coverage;
+};
+
+std::string dir_name(const json& t) {
+  return "dp" + std::to_string(t.at("dp").get<int>()) + "_ep" + std::to_string(t.at("ep").get<int>()) +
+         "_rank" + std::to_string(t.at("rank").get<int>()) + "_sp" + (t.at("sp").get<bool>() ? "1" : "0");
+}
+
+std::string cell_prefix(const json& t) { return "tp" + std::to_string(t.at("tp").get<int>()) + "_" + dir_name(t); }
+
+}  // namespace
+
+PublishReport publish(const std::string& h5_path, const PublishOptions& options) {
+  const auto acq = read_acquisition(h5_path);
+  const auto summaries = summarize(acq);
+  std::map<std::string, const CellSummary*> by_cell;
+  std::map<std::string, const StoredCell*> stored;
+  for (const auto& s : summaries) by_cell[s.id] = &s;
+  for (const auto& c : acq.cells) stored[c.info.id] = &c;
+
+  const json contract = json::parse(acq.contract_json);
+  const auto attr = [&](const char* k) {
+    auto it = acq.attributes.find(k);
+    return it == acq.attributes.end() ? std::string() : it->second;
+  };
+  const std::string out_root = options.out_root.empty() ? attr("out_root") : options.out_root;
+  const std::string variant = options.variant.empty() ? attr("variant") : options.variant;
+  if (out_root.empty() || variant.empty())
+    throw PublishError("'" + h5_path + "' records no out_root/variant; pass --out-root and --variant");
+  const fs::path variant_dir = fs::path(out_root) / variant;
+
+  std::vector<TargetWork> work;
+  std::vector<std::string> problems;
+  for (const auto& t : contract.at("targets")) {
+    TargetWork w;
+    w.target = t.at("target");
+    w.label = "tp" + std::to_string(w.target.at("tp").get<int>()) + "/" + dir_name(w.target);
+    w.rel_path = "moe_components/" + dir_name(w.target) + "/components.csv";
+    w.dir = variant_dir / ("tp" + std::to_string(w.target.at("tp").get<int>())) / "moe_components" / dir_name(w.target);
+    json components = json::array();
+    std::ostringstream csv, samples;
+    csv << kComponentsHeader << "\n";
+    int checked = 0, failed = 0, rows = 0, rounds = 0, planned = 0;
+    double max_change = 0;
+    bool ok = true;
+    for (const auto& name : kComponentOrder) {
+      if (!t.at("grids").contains(name)) continue;
+      components.push_back(name);
+      const auto id = cell_prefix(w.target) + "." + name;
+      auto it = by_cell.find(id);
+      if (it == by_cell.end()) {
+        problems.push_back(w.label + ": component " + name + " is missing from the file");
+        ok = false;
+        continue;
+      }
+      const auto& cs = *it->second;
+      planned = cs.rounds_planned;
+      rounds = rounds == 0 ? cs.rounds_complete : std::min(rounds, cs.rounds_complete);
+      if (!cs.complete()) {
+        problems.push_back(w.label + ": " + name + " is incomplete (" + std::to_string(cs.rounds_complete) +
+                           "/" + std::to_string(cs.rounds_planned) + " rounds); run acquire again to resume");
+        ok = false;
+        continue;
+      }
+      for (const auto& r : stored.at(id)->rounds)
+        for (const auto& c : r.checks)
+          if (!c.pass) {
+            problems.push_back(w.label + ": " + name + " failed its correctness check (round " +
+                               std::to_string(r.round) + ")");
+            ok = false;
+          }
+      checked += cs.checked_points;
+      failed += cs.failed_points;
+      max_change = std::max(max_change, cs.max_relative_change);
+      int published_points = 0;
+      for (const auto& p : cs.points) {
+        if (!p.time_us || !p.bank_check_passed) continue;  // failed B/2B points are not published
+        csv << name << ",eager," << p.point.tokens << "," << p.point.activated << "," << p.point.assignments
+            << "," << format_time(*p.time_us) << "\n";
+        ++published_points;
+      }
+      rows += published_points;
+      if (published_points == 0) {
+        problems.push_back(w.label + ": " + name + " has no point that passed the weight-bank control");
+        ok = false;
+      }
+      if (options.samples) {
+        const auto& pts = stored.at(id)->info.points;
+        for (const auto& r : stored.at(id)->rounds)
+          for (const auto& s : r.samples) {
+            const auto& p = pts.at(static_cast<std::size_t>(s.point));
+            samples << json{{"component", name}, {"tokens", p.tokens}, {"activated_experts", p.activated},
+                            {"local_assignments", p.assignments}, {"round", s.round}, {"arm", s.arm},
+                            {"bank", s.bank}, {"forward", s.forward}, {"time_us", s.value_us},
+                            {"activity_count", s.activity_count}}
+                           .dump()
+                    << "\n";
+          }
+      }
+    }
+    if (!ok) continue;
+    w.csv = csv.str();
+    w.samples = samples.str();
+    w.contract = {{"geometry", contract.at("geometry")},
+                  {"target", w.target},
+                  {"expert_ownership", t.at("expert_ownership")},
+                  {"dtypes", {{"weights", contract.at("geometry").at("weight_dtype")},
+                              {"router", contract.at("geometry").at("router_dtype")},
+                              {"activations", "bf16"}}},
+                  {"backend", contract.at("backend")},
+                  {"timing", contract.at("timing")},
+                  {"modes", json::array({contract.at("mode")})},
+                  {"components", components},
+                  {"planner_version", contract.at("planner_version")},
+                  {"conditioning", {{"rounds", contract.at("conditioning").at("rounds")},
+                                    {"iterations", contract.at("conditioning").at("iterations")},
+                                    {"weight_banks", t.at("weight_banks")},
+                                    {"bank_arms", json::array({"B", "2B"})},
+                                    {"bank_tolerance", contract.at("conditioning").at("bank_tolerance")},
+                                    {"cache_bytes", contract.at("conditioning").at("cache_bytes")},
+                                    {"seed", contract.at("conditioning").at("seed")}}},
+                  {"expert_sampling", {{"axes", json::array({"tokens", "activated_experts", "local_assignments"})},
+                                       {"grid_factor", contract.at("grid").at("factor")},
+                                       {"graph_mode", contract.at("grid").at("graph_mode")},
+                                       {"capture_tokens", contract.at("grid").at("capture_sizes")},
+                                       {"capture_tokens_derived", contract.at("grid").at("capture_sizes_derived")},
+                                       {"max_num_batched_tokens", contract.at("grid").at("max_num_batched_tokens")}}},
+                  {"grids", t.at("grids")}};
+    w.coverage = {{"completion", planned > 0 ? static_cast<double>(rounds) / planned : 0.0},
+                  {"completed_rounds", rounds},
+                  {"planned_rounds", planned},
+                  {"rows", rows},
+                  {"table_sha256", sha256_hex(w.csv)},
+                  {"conditioning_summary", {{"checked_points", checked},
+                                            {"failed_points", failed},
+                                            {"max_relative_change", max_change}}}};
+    work.push_back(std::move(w));
+  }
+  if (!problems.empty()) {
+    std::string msg = "nothing published from '" + h5_path + "':";
+    for (const auto& p : problems) msg += "\n  " + p;
+    throw PublishError(msg);
+  }
+
+  // Writer locks of every target first (fail fast on a second writer), then the variant lock.
+  fs::create_directories(variant_dir);
+  std::vector<std::unique_ptr<FileLock>> writer_locks;
+  for (const auto& w : work) {
+    fs::create_directories(w.dir);
+    writer_locks.push_back(std::make_unique<FileLock>(w.dir / "writer.lock", FileLock::Mode::try_once));
+  }
+  FileLock meta_lock(variant_dir / ".meta.lock", FileLock::Mode::wait);
+  auto meta = load_bundle_meta(variant_dir);  // throws on a corrupt meta.yaml: nothing changed
+  PublishReport report{variant_dir.string(), {}, {}};
+  std::vector<const TargetWork*> fresh;
+  for (const auto& w : work) {
+    const auto contract_sha = contract_sha256(w.contract);
+    const auto* existing = meta.find(w.target);
+    if (!existing) {
+      fresh.push_back(&w);
+      continue;
+    }
+    if (existing->contract_sha256 != contract_sha)
+      problems.push_back(w.label + " is already published under a different contract (differs in: " +
+                         json_difference(existing->contract, w.contract) +
+                         "); a changed condition is a new contract: publish into another --out-root or variant");
+    else if (existing->coverage.value("table_sha256", "") != w.coverage.at("table_sha256"))
+      problems.push_back(w.label + " is already published from another acquisition of the same contract; "
+                         "published tables are never replaced: publish into another --out-root");
+    else
+      report.unchanged.push_back(w.label);
+  }
+  if (!problems.empty()) {
+    std::string msg = "nothing published into '" + variant_dir.string() + "':";
+    for (const auto& p : problems) msg += "\n  " + p;
+    throw PublishError(msg);
+  }
+  for (const auto* w : fresh) {
+    write_file_atomic(w->dir / "components.csv", w->csv);
+    if (options.samples) write_file_atomic(w->dir / "samples.jsonl", w->samples);
+    json provenance = {{"acquisition_file", fs::absolute(h5_path).string()},
+                       {"harness_revision", attr("harness_revision")},
+                       {"published_utc", utc_now()}};
+    meta.add({w->target, w->rel_path, w->contract, "", w->coverage, provenance});
+    report.published.push_back(w->label);
+  }
+  if (!fresh.empty()) save_bundle_meta(variant_dir, meta);
+  return report;
+}
+
+}  // namespace moe

@@ -1,0 +1,24 @@
+// Statistics of stored samples: medians, median of per-round medians, the B/2B bank control.
+#pragma once
+
+#include <optional>
+#include <span>
+#include <vector>
+
+namespace moe {
+
+inline constexpr double kBankTolerance = 0.03;  // B vs 2B pooled medians (SPEC §4)
+
+[[nodiscard]] double median(std::vector<double> v);
+// Median of per-round medians; nullopt when there are none yet.
+[[nodiscard]] std::optional<double> median_of_medians(std::span<const double> round_medians);
+
+struct BankControl {
+  double median_b_us;
+  double median_2b_us;
+  double relative_change;  // |2B - B| / B
+  bool pass;               // relative_change <= kBankTolerance
+};
+[[nodiscard]] BankControl bank_control(std::span<const double> b_arm, std::span<const double> b2_arm);
+
+}  // namespace moe
