@@ -1,0 +1,175 @@
+"""CPU end to end: acquire jobs/tiny.yaml with 4 ranks (rank 0 publishes), then check the bundle
+byte-exact against the spec, the checksums, lookup at measured and interpolated points, and every
+bad-input path of publish and lookup (clear error, non-zero exit, nothing on disk changed)."""
+import csv
+import fcntl
+import glob
+import hashlib
+import json
+import os
+import shutil
+import tempfile
+
+import yaml
+
+from harness_test_lib import HARNESS, SOURCE_DIR, mpirun_cmd, run
+
+HEADER = "component,mode,tokens,activated_experts,local_assignments,time_us\n"
+
+
+def tree_digest(root):
+    out = {}
+    for p in sorted(glob.glob(os.path.join(root, "**"), recursive=True)):
+        if os.path.isfile(p) and not p.endswith(".lock"):
+            out[os.path.relpath(p, root)] = hashlib.sha256(open(p, "rb").read()).hexdigest()
+    return out
+
+
+def expect_error(cmd, needle):
+    p = run(cmd, check=False)
+    assert p.returncode != 0, f"{cmd} exited 0:\n{p.stdout}"
+    assert needle in p.stderr, f"expected '{needle}' in:\n{p.stderr}"
+
+
+def lookup(variant, *args):
+    return run([HARNESS, "lookup", variant, *args])
+
+
+with tempfile.TemporaryDirectory() as tmp:
+    job = os.path.join(SOURCE_DIR, "jobs/tiny.yaml")
+    acq = os.path.join(tmp, "acq")
+    root = os.path.join(tmp, "bundles")
+    p = run(mpirun_cmd(4, "acquire", job, "--out", acq, "--out-root", root, "--quiet"))
+    assert "3 targets published" in p.stdout, p.stdout
+    variant = os.path.join(root, "tiny")
+
+    # Layout and headers, byte-exact.
+    meta = yaml.safe_load(open(os.path.join(variant, "meta.yaml")))
+    entries = meta["per_tp"][1]["moe_components"]["entries"]
+    assert meta["per_tp"][1]["moe_components"]["schema"] == "moe-components"
+    assert len(entries) == 3
+    for e in entries:
+        t = e["target"]
+        rel = f"moe_components/dp{t['dp']}_ep{t['ep']}_rank{t['rank']}_sp{int(t['sp'])}/components.csv"
+        assert e["path"] == rel, e["path"]
+        path = os.path.join(variant, "tp1", rel)
+        data = open(path, "rb").read()
+        assert data.decode().startswith(HEADER), "header differs"
+        assert hashlib.sha256(data).hexdigest() == e["coverage"]["table_sha256"], "checksum != sha256sum"
+        cs = e["coverage"]["conditioning_summary"]
+        assert set(cs) == {"checked_points", "failed_points", "max_relative_change"}
+        assert e["coverage"]["completion"] == 1 and e["coverage"]["completed_rounds"] == 3
+        for key in ("geometry", "target", "expert_ownership", "dtypes", "backend", "timing", "modes",
+                    "conditioning", "expert_sampling"):
+            assert key in e["contract"], key
+        assert e["contract"]["backend"] == "cpu_reference" and e["contract"]["timing"] == "host_clock"
+        assert e["contract"]["conditioning"]["bank_tolerance"] == 0.03
+        rows = list(csv.DictReader(open(path)))
+        comps = {r["component"] for r in rows}
+        want = {"gate_routing", "experts", "wrapper"} | ({"finalize_copy"} if t["dp"] > 1 else set())
+        assert comps == want, comps
+
+    # Lookup at every measured row returns exactly the CSV value.
+    e = next(e for e in entries if e["target"]["dp"] == 2 and e["target"]["rank"] == 0)
+    rows = list(csv.DictReader(open(os.path.join(variant, "tp1", e["path"]))))
+    for r in rows:
+        out = lookup(variant, "--tp", "1", "--dp", "2", "--rank", "0", "--component", r["component"],
+                     "--tokens", r["tokens"], "--activated", r["activated_experts"],
+                     "--assignments", r["local_assignments"], "--format", "json")
+        got = json.loads(out.stdout)
+        assert got["exact"] and abs(got["time_us"] - float(r["time_us"])) == 0, (r, got)
+
+    # A midpoint between measured local rows lies between its neighbours.
+    gate = sorted((int(r["tokens"]), float(r["time_us"])) for r in rows if r["component"] == "gate_routing")
+    (n0, t0), (n1, t1) = gate[-2], gate[-1]
+    mid = (n0 + n1) // 2
+    got = json.loads(lookup(variant, "--tp", "1", "--dp", "2", "--rank", "0", "--component", "gate_routing",
+                            "--tokens", str(mid), "--explain", "--format", "json").stdout)
+    assert min(t0, t1) <= got["time_us"] <= max(t0, t1) and len(got["vertices"]) == 2, got
+
+    # An interior experts query: <= 4 vertices, nonnegative weights summing to 1 that reproduce the
+    # query point, and a value between the vertices' values.
+    ex = [r for r in rows if r["component"] == "experts" and r["activated_experts"] != "0"]
+    pts = {(int(r["tokens"]), int(r["activated_experts"]), int(r["local_assignments"])) for r in ex}
+    found = False
+    for (n, a, m) in sorted(pts):
+        for (n2, a2, m2) in sorted(pts):
+            if n2 > n and a2 == a and (n + n2) % 2 == 0 and (m + m2) % 2 == 0:
+                q = ((n + n2) // 2, a, (m + m2) // 2)
+                if q in pts:
+                    continue
+                out = run([HARNESS, "lookup", variant, "--tp", "1", "--dp", "2", "--rank", "0",
+                           "--component", "experts", "--tokens", str(q[0]), "--activated", str(q[1]),
+                           "--assignments", str(q[2]), "--explain", "--format", "json"], check=False)
+                if out.returncode != 0:
+                    continue
+                got = json.loads(out.stdout)
+                vs = got["vertices"]
+                assert 1 <= len(vs) <= 4, vs
+                assert all(v["weight"] >= 0 for v in vs) and abs(sum(v["weight"] for v in vs) - 1) < 1e-9
+                for axis, val in (("tokens", q[0]), ("activated_experts", q[1]), ("local_assignments", q[2])):
+                    assert abs(sum(v["weight"] * v[axis] for v in vs) - val) < 1e-6, (axis, vs)
+                lo, hi = min(v["time_us"] for v in vs), max(v["time_us"] for v in vs)
+                assert lo - 1e-9 <= got["time_us"] <= hi + 1e-9
+                found = True
+                break
+        if found:
+            break
+    assert found, "no interior experts query found"
+
+    # Out of support: refused, never extrapolated.
+    expect_error([HARNESS, "lookup", variant, "--tp", "1", "--dp", "2", "--component", "gate_routing",
+                  "--tokens", "100000"], "outside the measured support")
+    expect_error([HARNESS, "lookup", variant, "--tp", "1", "--dp", "2", "--component", "experts",
+                  "--tokens", "4", "--activated", "2", "--assignments", "1000"], "outside the measured support")
+    expect_error([HARNESS, "lookup", variant, "--tp", "1", "--dp", "1", "--component", "finalize_copy",
+                  "--tokens", "4"], "not in this deployment's contract")
+    expect_error([HARNESS, "lookup", variant, "--tp", "1", "--dp", "2", "--component", "shared",
+                  "--tokens", "4"], "unknown component")
+
+    # Re-publishing the same contract changes nothing; --force is rejected.
+    before = tree_digest(root)
+    h5 = os.path.join(acq, "acquisition.h5")
+    p = run([HARNESS, "publish", h5, "--out-root", root])
+    assert "0 targets published, 3 already published" in p.stdout, p.stdout
+    expect_error([HARNESS, "publish", h5, "--out-root", root, "--force"], "another --out-root")
+    assert tree_digest(root) == before
+
+    # A second writer fails clearly while the first holds writer.lock.
+    lock_path = os.path.join(variant, "tp1", "moe_components", "dp1_ep1_rank0_sp0", "writer.lock")
+    other = os.path.join(tmp, "other-root")
+    shutil.copytree(root, other)
+    with open(os.path.join(other, "tiny", "tp1", "moe_components", "dp1_ep1_rank0_sp0", "writer.lock"), "w") as f:
+        fcntl.flock(f, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        expect_error([HARNESS, "publish", h5, "--out-root", other], "another writer holds")
+    # An acquisition directory is single-writer too.
+    with open(os.path.join(acq, "writer.lock"), "w") as f:
+        fcntl.flock(f, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        expect_error(mpirun_cmd(2, "acquire", job, "--out", acq), "another acquisition holds")
+
+    # A changed semantic condition is a new contract: refused, nothing overwritten.
+    acq2 = os.path.join(tmp, "acq2")
+    run(mpirun_cmd(2, "acquire", job, "--out", acq2, "--iterations", "4", "--no-publish", "--quiet"))
+    expect_error([HARNESS, "publish", os.path.join(acq2, "acquisition.h5"), "--out-root", root],
+                 "different contract")
+    assert tree_digest(root) == before
+
+    # Tampered CSV, truncated meta.yaml, wrong schema: clear errors, nothing changed on disk.
+    for name, mutate, needle in (
+        ("tampered", lambda v: open(os.path.join(v, "tp1", e["path"]), "a").write("experts,eager,1,1,1,9.0\n"),
+         "checksum mismatch"),
+        ("truncated", lambda v: open(os.path.join(v, "meta.yaml"), "r+").truncate(300), "corrupt meta.yaml"),
+        ("schema", lambda v: open(os.path.join(v, "meta.yaml"), "w").write(
+            open(os.path.join(variant, "meta.yaml")).read().replace('"moe-components"', '"moe-other"')),
+         "schema"),
+    ):
+        copy = os.path.join(tmp, name)
+        shutil.copytree(root, copy)
+        mutate(os.path.join(copy, "tiny"))
+        snap = tree_digest(copy)
+        expect_error([HARNESS, "lookup", os.path.join(copy, "tiny"), "--tp", "1", "--dp", "2", "--rank", "0",
+                      "--component", "gate_routing", "--tokens", "4"], needle)
+        if name != "tampered":
+            expect_error([HARNESS, "publish", h5, "--out-root", copy], "corrupt meta.yaml")
+        assert tree_digest(copy) == snap, f"{name}: files changed by a failed command"
+print("ok")
