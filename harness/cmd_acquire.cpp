@@ -59,7 +59,7 @@ int acquire(const Args& args) {
   bool quiet = false, no_publish = false, samples = false;
   po::options_description desc("mpirun -np N harness acquire [JOB] [options]");
   jo.add_to(desc);
-  desc.add_options()("out", po::value(&out), "output directory (default: <out_root>/<variant>/acquisition)")(
+  desc.add_options()("out", po::value(&out), "acquisition directory (default: <out_root>/acquisitions/<variant>)")(
       "quiet", po::bool_switch(&quiet), "no progress lines")(
       "out-root", po::value(&jo.out_root), "bundle root for the publisher (overrides the job)")(
       "no-publish", po::bool_switch(&no_publish), "do not publish bundles after a complete acquisition")(
@@ -72,7 +72,7 @@ int acquire(const Args& args) {
     return 0;
   }
   const auto job = jo.load();  // bad input fails here, before MPI or any device work
-  if (out.empty()) out = (std::filesystem::path(job.out_root) / job.variant / "acquisition").string();
+  if (out.empty()) out = (std::filesystem::path(job.out_root) / "acquisitions" / job.variant).string();
 
   MpiSession mpi;
   int rank = 0;
