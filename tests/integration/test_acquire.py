@@ -10,12 +10,14 @@ nranks = int(sys.argv[1])
 job = os.path.join(SOURCE_DIR, "tests/data/micro.yaml")
 with tempfile.TemporaryDirectory() as tmp:
     out = os.path.join(tmp, "acq")
-    p = run(mpirun_cmd(nranks, "acquire", job, "--out", out))
+    root = os.path.join(tmp, "bundles")
+    p = run(mpirun_cmd(nranks, "acquire", job, "--out", out, "--out-root", root))
     assert "11 cells (11 complete)" in p.stdout, p.stdout
     h5 = os.path.join(out, "acquisition.h5")
     cells = check_complete(h5, 2)
     assert len(cells) == 11, cells.keys()
     # Re-running the same command measures nothing again.
-    p = run(mpirun_cmd(nranks, "acquire", job, "--out", out))
+    root = os.path.join(tmp, "bundles")
+    p = run(mpirun_cmd(nranks, "acquire", job, "--out", out, "--out-root", root))
     assert "cell rounds measured now 0, resumed 22" in p.stdout, p.stdout
 print(f"ok: {nranks} ranks")

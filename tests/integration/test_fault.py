@@ -26,7 +26,8 @@ def children(pid):
 with tempfile.TemporaryDirectory() as tmp:
     out = os.path.join(tmp, "acq")
     h5 = os.path.join(out, "acquisition.h5")
-    proc = subprocess.Popen(mpirun_cmd(3, "acquire", job, "--out", out, "--rounds", ROUNDS),
+    root = os.path.join(tmp, "bundles")
+    proc = subprocess.Popen(mpirun_cmd(3, "acquire", job, "--out", out, "--rounds", ROUNDS, "--out-root", root),
                             stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=MPI_ENV)
     # Wait until at least one round is committed, then kill a rank mid-run.
     for line in proc.stderr:
@@ -48,7 +49,8 @@ with tempfile.TemporaryDirectory() as tmp:
     assert complete_before >= 11, f"expected round 0 complete for all 11 cells, got {complete_before}"
     assert complete_before < 11 * int(ROUNDS), "the kill landed after the run finished"
 
-    p = run(mpirun_cmd(3, "acquire", job, "--out", out, "--rounds", ROUNDS))
+    p = run(mpirun_cmd(3, "acquire", job, "--out", out, "--rounds", ROUNDS, "--out-root", root))
+    assert "3 targets published" in p.stdout, p.stdout
     assert f"resumed {complete_before}" in p.stdout, p.stdout
     after = check_complete(h5, int(ROUNDS))
     for name, rounds in before.items():
