@@ -48,7 +48,9 @@ void print_summary(const AcquireSummary& s, std::ostream& os) {
      << "  cell rounds measured now " << s.rounds_measured << ", resumed " << s.rounds_resumed
      << ", wall " << std::fixed << std::setprecision(1) << s.wall_s << " s\n"
      << "  B/2B weight-bank control: " << checked << " expert points checked, " << failed
-     << " failed, max relative change " << std::setprecision(4) << max_change << "\n";
+     << " failed, max relative change " << std::setprecision(4) << max_change << "\n"
+     << "  collectives: " << s.collective_tables << " target tables measured now\n";
+  for (const auto& skip : s.collectives_skipped) os << "  collectives skipped: " << skip << "\n";
 }
 
 }  // namespace

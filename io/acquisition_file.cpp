@@ -91,6 +91,24 @@ H5Id median_type() {
   return t;
 }
 
+H5Id collective_type() {
+  auto t = H5_OPEN(H5Tcreate(H5T_COMPOUND, sizeof(CollectiveRow)), H5Tclose);
+  auto name = H5_OPEN(H5Tcopy(H5T_C_S1), H5Tclose);
+  H5_CALL(H5Tset_size(name, sizeof(CollectiveRow::name)));
+  auto op = H5_OPEN(H5Tcopy(H5T_C_S1), H5Tclose);
+  H5_CALL(H5Tset_size(op, sizeof(CollectiveRow::op)));
+  H5_CALL(H5Tinsert(t, "name", HOFFSET(CollectiveRow, name), name));
+  H5_CALL(H5Tinsert(t, "op", HOFFSET(CollectiveRow, op), op));
+  H5_CALL(H5Tinsert(t, "group_size", HOFFSET(CollectiveRow, group_size), H5T_NATIVE_INT32));
+  H5_CALL(H5Tinsert(t, "tokens", HOFFSET(CollectiveRow, tokens), H5T_NATIVE_INT64));
+  H5_CALL(H5Tinsert(t, "bytes", HOFFSET(CollectiveRow, bytes), H5T_NATIVE_INT64));
+  H5_CALL(H5Tinsert(t, "time_us", HOFFSET(CollectiveRow, time_us), H5T_NATIVE_DOUBLE));
+  H5_CALL(H5Tinsert(t, "algbw_gbps", HOFFSET(CollectiveRow, algbw_gbps), H5T_NATIVE_DOUBLE));
+  H5_CALL(H5Tinsert(t, "busbw_gbps", HOFFSET(CollectiveRow, busbw_gbps), H5T_NATIVE_DOUBLE));
+  H5_CALL(H5Tinsert(t, "model_time_us", HOFFSET(CollectiveRow, model_time_us), H5T_NATIVE_DOUBLE));
+  return t;
+}
+
 void write_string_attr(hid_t obj, const std::string& name, const std::string& value) {
   auto type = H5_OPEN(H5Tcopy(H5T_C_S1), H5Tclose);
   H5_CALL(H5Tset_size(type, std::max<std::size_t>(1, value.size())));
@@ -320,6 +338,46 @@ void AcquisitionFile::commit(const std::vector<std::pair<int, const CellRound*>>
   H5_CALL(H5Fflush(impl_->file, H5F_SCOPE_GLOBAL));
 }
 
+bool AcquisitionFile::has_collectives(const std::string& target_id) const {
+  return link_exists(impl_->file, "collectives") && link_exists(impl_->file, "collectives/" + target_id);
+}
+
+void AcquisitionFile::write_collectives(const std::vector<std::pair<std::string, std::vector<CollectiveRow>>>& mine,
+                                        const std::string& backend) {
+  // Names and sizes from every rank, so that datasets are created collectively.
+  std::string local;
+  for (const auto& [id, rows] : mine) local += id + "=" + std::to_string(rows.size()) + ";";
+  int len = static_cast<int>(local.size());
+  std::vector<int> lens(impl_->size), displs(impl_->size);
+  MPI_Allgather(&len, 1, MPI_INT, lens.data(), 1, MPI_INT, impl_->comm);
+  int total = 0;
+  for (int i = 0; i < impl_->size; ++i) displs[i] = total, total += lens[i];
+  std::string all(static_cast<std::size_t>(total), '\0');
+  MPI_Allgatherv(local.data(), len, MPI_CHAR, all.data(), lens.data(), displs.data(), MPI_CHAR, impl_->comm);
+  hid_t root = impl_->file;
+  H5Id g = link_exists(root, "collectives")
+               ? H5_OPEN(H5Gopen2(root, "collectives", H5P_DEFAULT), H5Gclose)
+               : H5_OPEN(H5Gcreate2(root, "collectives", H5P_DEFAULT, H5P_DEFAULT, H5P_DEFAULT), H5Gclose);
+  const auto type = collective_type();
+  for (int r = 0; r < impl_->size; ++r) {
+    const std::string part = all.substr(static_cast<std::size_t>(displs[r]), static_cast<std::size_t>(lens[r]));
+    std::size_t pos = 0;
+    while (pos < part.size()) {
+      const auto eq = part.find('=', pos), semi = part.find(';', pos);
+      const std::string id = part.substr(pos, eq - pos);
+      const auto rows = static_cast<std::size_t>(std::stoll(part.substr(eq + 1, semi - eq - 1)));
+      pos = semi + 1;
+      if (link_exists(g, id)) continue;  // measured by an earlier run
+      auto d = create_dataset(g, id, type, rows);
+      write_string_attr(d, "backend", backend);
+      if (r != impl_->rank) continue;
+      for (const auto& [my_id, my_rows] : mine)
+        if (my_id == id) write_all(d, type, my_rows);
+    }
+  }
+  H5_CALL(H5Fflush(root, H5F_SCOPE_GLOBAL));
+}
+
 void AcquisitionFile::write_provenance(const std::string& mine) {
   int len = static_cast<int>(mine.size());
   std::vector<int> lens(impl_->size), displs(impl_->size);
@@ -384,6 +442,18 @@ StoredAcquisition read_acquisition(const std::string& path) {
         c.rounds.push_back(std::move(cr));
       }
       out.cells.push_back(std::move(c));
+    }
+    if (link_exists(f, "collectives")) {
+      auto g = H5_OPEN(H5Gopen2(f, "collectives", H5P_DEFAULT), H5Gclose);
+      hsize_t count = 0;
+      H5_CALL(H5Gget_num_objs(g, &count));
+      const auto coll_type = collective_type();
+      for (hsize_t i = 0; i < count; ++i) {
+        char name[512];
+        if (H5Gget_objname_by_idx(g, i, name, sizeof(name)) < 0) throw FileError("unreadable collectives name");
+        auto d = H5_OPEN(H5Dopen2(g, name, H5P_DEFAULT), H5Dclose);
+        out.collectives.push_back({name, read_string_attr(d, "backend"), read_all<CollectiveRow>(g, name, coll_type)});
+      }
     }
   } catch (const FileError& e) {
     throw FileError("'" + path + "': " + e.what());

@@ -10,6 +10,7 @@
 //   /cells/<cell>/points       [P] {tokens, activated, assignments}
 //   /cells/<cell>/rounds_done  [R] int8, 1 once round r is complete
 //   /cells/<cell>/round_<r>/{samples, medians, checks}   attr point_order_seed
+//   /collectives/<target>      [*] CollectiveRow, attr backend
 #pragma once
 
 #include <mpi.h>
@@ -65,6 +66,13 @@ class AcquisitionFile {
   // commit; data first, flush, then the completion flags, flush.
   void commit(const std::vector<std::pair<int, const CellRound*>>& mine);
 
+  // Collective: stores collective tables (/collectives/<target id>, attr backend). Each rank
+  // passes the tables of its own targets. Existing tables are kept (resume).
+  void write_collectives(const std::vector<std::pair<std::string, std::vector<CollectiveRow>>>& mine,
+                         const std::string& backend);
+  // True when /collectives/<target id> exists (same answer on every rank).
+  [[nodiscard]] bool has_collectives(const std::string& target_id) const;
+
   // Collective: stores every rank's provenance JSON (gathered) as /provenance attribute.
   void write_provenance(const std::string& mine);
 
@@ -80,11 +88,17 @@ struct StoredCell {
   std::vector<std::int8_t> rounds_done;
   std::vector<CellRound> rounds;  // complete rounds only
 };
+struct StoredCollectives {
+  std::string target_id;
+  std::string backend;
+  std::vector<CollectiveRow> rows;
+};
 struct StoredAcquisition {
   std::string contract_json;
   std::string contract_sha256;
   std::map<std::string, std::string> attributes;
   std::vector<StoredCell> cells;
+  std::vector<StoredCollectives> collectives;
 };
 [[nodiscard]] StoredAcquisition read_acquisition(const std::string& path);
 

@@ -23,7 +23,8 @@ void emit(YAML::Emitter& out, const json& j) {
     out << YAML::EndMap;
   } else if (j.is_array()) {
     // Lists of scalars on one line, lists of mappings (entries) one item per line.
-    const bool scalars = std::none_of(j.begin(), j.end(), [](const json& v) { return v.is_structured(); });
+    const bool scalars =
+        std::none_of(j.begin(), j.end(), [](const json& v) { return v.is_structured(); });
     if (scalars) out << YAML::Flow;
     out << YAML::BeginSeq;
     for (const auto& v : j) emit(out, v);
@@ -68,7 +69,8 @@ json to_json(const YAML::Node& n) {
       }
       return s;
     }
-    default: return nullptr;
+    default:
+      return nullptr;
   }
 }
 
@@ -81,7 +83,9 @@ json round_trip(const json& j) {
 
 }  // namespace
 
-std::string contract_sha256(const json& contract) { return sha256_hex(round_trip(contract).dump()); }
+std::string contract_sha256(const json& contract) {
+  return sha256_hex(round_trip(contract).dump());
+}
 
 std::string json_difference(const json& a, const json& b) {
   std::string out;
@@ -95,39 +99,64 @@ std::string json_difference(const json& a, const json& b) {
   return out.empty() ? "contract" : out;
 }
 
-const BundleEntry* BundleMeta::find(const json& target) const {
-  auto it = per_tp.find(target.at("tp").get<int>());
-  if (it == per_tp.end()) return nullptr;
+namespace {
+const char* key_of(Section s) {
+  return s == Section::moe_components ? "moe_components" : "collectives";
+}
+const char* schema_of(Section s) {
+  return s == Section::moe_components ? kMoeComponentsSchema : kCollectivesSchema;
+}
+}  // namespace
+
+const std::map<int, std::vector<BundleEntry>>& BundleMeta::per_tp(Section s) const {
+  static const std::map<int, std::vector<BundleEntry>> none;
+  auto it = sections.find(s);
+  return it == sections.end() ? none : it->second;
+}
+
+bool BundleMeta::empty() const {
+  for (const auto& [s, m] : sections)
+    if (!m.empty()) return false;
+  return true;
+}
+
+const BundleEntry* BundleMeta::find(const json& target, Section section) const {
+  const auto& tables = per_tp(section);
+  auto it = tables.find(target.at("tp").get<int>());
+  if (it == tables.end()) return nullptr;
   for (const auto& e : it->second)
     if (e.target == target) return &e;
   return nullptr;
 }
 
-void BundleMeta::add(BundleEntry e) {
+void BundleMeta::add(BundleEntry e, Section section) {
   const int tp = e.target.at("tp").get<int>();
   e.target = round_trip(e.target);
   e.contract = round_trip(e.contract);
   e.contract_sha256 = contract_sha256(e.contract);
-  per_tp[tp].push_back(std::move(e));
+  sections[section][tp].push_back(std::move(e));
 }
 
 std::string BundleMeta::to_yaml() const {
   json per = json::object();
-  for (const auto& [tp, entries] : per_tp) {
-    json list = json::array();
-    for (const auto& e : entries)
-      list.push_back({{"target", e.target},
-                      {"path", e.path},
-                      {"contract", e.contract},
-                      {"contract_sha256", e.contract_sha256},
-                      {"coverage", e.coverage},
-                      {"provenance", e.provenance}});
-    per[std::to_string(tp)] = {{"moe_components", {{"schema", kMoeComponentsSchema}, {"entries", list}}}};
-  }
+  for (const auto& [section, tables] : sections)
+    for (const auto& [tp, entries] : tables) {
+      json list = json::array();
+      for (const auto& e : entries)
+        list.push_back({{"target", e.target},
+                        {"path", e.path},
+                        {"contract", e.contract},
+                        {"contract_sha256", e.contract_sha256},
+                        {"coverage", e.coverage},
+                        {"provenance", e.provenance}});
+      per[std::to_string(tp)][key_of(section)] = {{"schema", schema_of(section)},
+                                                  {"entries", list}};
+    }
   YAML::Emitter out;
   out.SetDoublePrecision(15);
-  out << YAML::BeginMap << YAML::Key << "schema_version" << YAML::Value << 1 << YAML::Key << "variant"
-      << YAML::Value << YAML::DoubleQuoted << variant << YAML::Key << "per_tp" << YAML::Value;
+  out << YAML::BeginMap << YAML::Key << "schema_version" << YAML::Value << 1 << YAML::Key
+      << "variant" << YAML::Value << YAML::DoubleQuoted << variant << YAML::Key << "per_tp"
+      << YAML::Value;
   emit(out, per);
   out << YAML::EndMap;
   return std::string(out.c_str()) + "\n";
@@ -145,9 +174,12 @@ BundleMeta load_bundle_meta(const std::filesystem::path& variant_dir) {
     throw BundleError(path.string() + ": corrupt meta.yaml (malformed YAML at line " +
                       std::to_string(e.mark.line + 1) + "): " + e.msg);
   }
-  const auto fail = [&](const std::string& why) { throw BundleError(path.string() + ": corrupt meta.yaml: " + why); };
+  const auto fail = [&](const std::string& why) {
+    throw BundleError(path.string() + ": corrupt meta.yaml: " + why);
+  };
   if (!root.IsMap() || !root["per_tp"] || !root["per_tp"].IsMap()) fail("no per_tp mapping");
-  if (!root["schema_version"] || root["schema_version"].as<std::string>() != "1") fail("unsupported schema_version");
+  if (!root["schema_version"] || root["schema_version"].as<std::string>() != "1")
+    fail("unsupported schema_version");
   for (const auto& tp_node : root["per_tp"]) {
     int tp = 0;
     try {
@@ -155,20 +187,28 @@ BundleMeta load_bundle_meta(const std::filesystem::path& variant_dir) {
     } catch (const std::exception&) {
       fail("per_tp key '" + tp_node.first.as<std::string>() + "' is not a TP degree");
     }
-    const auto mc = tp_node.second["moe_components"];
-    if (!mc || !mc.IsMap()) fail("per_tp[" + std::to_string(tp) + "] has no moe_components");
-    if (!mc["schema"] || mc["schema"].as<std::string>() != kMoeComponentsSchema)
-      fail("per_tp[" + std::to_string(tp) + "].moe_components.schema is not '" + kMoeComponentsSchema + "'");
-    if (!mc["entries"] || !mc["entries"].IsSequence()) fail("per_tp[" + std::to_string(tp) + "] has no entries list");
-    for (const auto& en : mc["entries"]) {
-      for (const char* k : {"target", "path", "contract", "contract_sha256", "coverage"})
-        if (!en[k]) fail("an entry of per_tp[" + std::to_string(tp) + "] lacks '" + k + "'");
-      BundleEntry e{to_json(en["target"]),   en["path"].as<std::string>(), to_json(en["contract"]),
-                    en["contract_sha256"].as<std::string>(), to_json(en["coverage"]),
-                    en["provenance"] ? to_json(en["provenance"]) : json::object()};
-      if (contract_sha256(e.contract) != e.contract_sha256)
-        fail("the contract of target " + e.target.dump() + " does not match its SHA-256 (tampered?)");
-      meta.per_tp[tp].push_back(std::move(e));
+    if (!tp_node.second["moe_components"])
+      fail("per_tp[" + std::to_string(tp) + "] has no moe_components");
+    for (const auto section : {Section::moe_components, Section::collectives}) {
+      const auto mc = tp_node.second[key_of(section)];
+      if (!mc) continue;
+      const std::string where = "per_tp[" + std::to_string(tp) + "]." + key_of(section);
+      if (!mc.IsMap()) fail(where + " is not a mapping");
+      if (!mc["schema"] || mc["schema"].as<std::string>() != schema_of(section))
+        fail(where + ".schema is not '" + schema_of(section) + "'");
+      if (!mc["entries"] || !mc["entries"].IsSequence()) fail(where + " has no entries list");
+      for (const auto& en : mc["entries"]) {
+        for (const char* k : {"target", "path", "contract", "contract_sha256", "coverage"})
+          if (!en[k]) fail("an entry of per_tp[" + std::to_string(tp) + "] lacks '" + k + "'");
+        BundleEntry e{
+            to_json(en["target"]),   en["path"].as<std::string>(),
+            to_json(en["contract"]), en["contract_sha256"].as<std::string>(),
+            to_json(en["coverage"]), en["provenance"] ? to_json(en["provenance"]) : json::object()};
+        if (contract_sha256(e.contract) != e.contract_sha256)
+          fail("the contract of target " + e.target.dump() +
+               " does not match its SHA-256 (tampered?)");
+        meta.sections[section][tp].push_back(std::move(e));
+      }
     }
   }
   return meta;

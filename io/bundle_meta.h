@@ -13,6 +13,10 @@
 namespace moe {
 
 inline constexpr const char* kMoeComponentsSchema = "moe-components";
+inline constexpr const char* kCollectivesSchema = "collectives";
+
+// The tables listed under per_tp[<tp>]: MoE component tables and collective tables.
+enum class Section { moe_components, collectives };
 
 class BundleError : public std::runtime_error {
  public:
@@ -31,10 +35,12 @@ struct BundleEntry {
 class BundleMeta {
  public:
   std::string variant;
-  std::map<int, std::vector<BundleEntry>> per_tp;
+  std::map<Section, std::map<int, std::vector<BundleEntry>>> sections;
 
-  [[nodiscard]] const BundleEntry* find(const nlohmann::json& target) const;
-  void add(BundleEntry e);
+  [[nodiscard]] const std::map<int, std::vector<BundleEntry>>& per_tp(Section s = Section::moe_components) const;
+  [[nodiscard]] const BundleEntry* find(const nlohmann::json& target, Section s = Section::moe_components) const;
+  void add(BundleEntry e, Section s = Section::moe_components);
+  [[nodiscard]] bool empty() const;
   [[nodiscard]] std::string to_yaml() const;
 };
 

@@ -93,10 +93,11 @@ Deployment Deployment::load(const std::filesystem::path& variant_dir, const Depl
   } catch (const BundleError& e) {
     throw LookupError(e.what());
   }
-  if (meta.per_tp.empty()) throw LookupError(variant_dir.string() + ": no bundle here (meta.yaml missing or empty)");
+  if (meta.empty()) throw LookupError(variant_dir.string() + ": no bundle here (meta.yaml missing or empty)");
   const BundleEntry* entry = nullptr;
-  auto tp = meta.per_tp.find(key.tp);
-  if (tp != meta.per_tp.end())
+  const auto& tables = meta.per_tp();
+  auto tp = tables.find(key.tp);
+  if (tp != tables.end())
     for (const auto& e : tp->second) {
       const auto& t = e.target;
       if (t.at("dp").get<int>() != key.dp || t.at("rank").get<int>() != key.rank) continue;

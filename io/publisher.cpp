@@ -39,6 +39,7 @@ std::string utc_now() {
 }
 
 struct TargetWork {
+  Section section = Section::moe_components;
   json target;            // {tp, dp, ep, rank, sp}
   json contract;          // per-target contract
   std::string label;      // tp1/dp2_ep2_rank0_sp0
@@ -184,6 +185,41 @@ PublishReport publish(const std::string& h5_path, const PublishOptions& options)
                                             {"max_relative_change", max_change}}}};
     work.push_back(std::move(w));
   }
+  // Collective tables beside the MoE tables.
+  for (const auto& c : acq.collectives) {
+    const auto* mine = [&]() -> const TargetWork* {
+      for (const auto& w : work)
+        if (cell_prefix(w.target) == c.target_id) return &w;
+      return nullptr;
+    }();
+    if (!mine) continue;  // its MoE table is not publishable; the error above says why
+    TargetWork w;
+    w.section = Section::collectives;
+    w.target = mine->target;
+    w.label = mine->label + " collectives";
+    w.rel_path = "collectives/" + dir_name(w.target) + "/collectives.csv";
+    w.dir = mine->dir.parent_path().parent_path() / "collectives" / dir_name(w.target);
+    std::ostringstream csv;
+    csv << kCollectivesHeader << "\n";
+    for (const auto& r : c.rows)
+      csv << r.name << "," << r.op << "," << r.group_size << "," << r.tokens << "," << r.bytes << ","
+          << format_time(r.time_us) << "," << format_time(r.algbw_gbps) << "," << format_time(r.busbw_gbps) << ","
+          << format_time(r.model_time_us) << "\n";
+    w.csv = csv.str();
+    w.contract = {{"geometry", contract.at("geometry")},
+                  {"target", w.target},
+                  {"backend", c.backend},
+                  {"timing", c.backend == "nccl" ? "cuda_events" : "host_clock"},
+                  {"conditioning", {{"rounds", contract.at("conditioning").at("rounds")},
+                                    {"iterations", contract.at("conditioning").at("iterations")}}},
+                  {"bandwidth", {{"convention", "nccl-tests"},
+                                 {"bus_factor", {{"all_reduce", "2(n-1)/n"}, {"all_gather", "(n-1)/n"},
+                                                 {"reduce_scatter", "(n-1)/n"}}}}},
+                  {"model", "worst-rank ring envelope: steps * (alpha + max_chunk / beta)"},
+                  {"tokens", mine->contract.at("grids").at("gate_routing")}};
+    w.coverage = {{"rows", c.rows.size()}, {"table_sha256", sha256_hex(w.csv)}};
+    work.push_back(std::move(w));
+  }
   if (!problems.empty()) {
     std::string msg = "nothing published from '" + h5_path + "':";
     for (const auto& p : problems) msg += "\n  " + p;
@@ -203,7 +239,7 @@ PublishReport publish(const std::string& h5_path, const PublishOptions& options)
   std::vector<const TargetWork*> fresh;
   for (const auto& w : work) {
     const auto contract_sha = contract_sha256(w.contract);
-    const auto* existing = meta.find(w.target);
+    const auto* existing = meta.find(w.target, w.section);
     if (!existing) {
       fresh.push_back(&w);
       continue;
@@ -224,12 +260,12 @@ PublishReport publish(const std::string& h5_path, const PublishOptions& options)
     throw PublishError(msg);
   }
   for (const auto* w : fresh) {
-    write_file_atomic(w->dir / "components.csv", w->csv);
-    if (options.samples) write_file_atomic(w->dir / "samples.jsonl", w->samples);
+    write_file_atomic(w->dir / fs::path(w->rel_path).filename(), w->csv);
+    if (options.samples && w->section == Section::moe_components) write_file_atomic(w->dir / "samples.jsonl", w->samples);
     json provenance = {{"acquisition_file", fs::absolute(h5_path).string()},
                        {"harness_revision", attr("harness_revision")},
                        {"published_utc", utc_now()}};
-    meta.add({w->target, w->rel_path, w->contract, "", w->coverage, provenance});
+    meta.add({w->target, w->rel_path, w->contract, "", w->coverage, provenance}, w->section);
     report.published.push_back(w->label);
   }
   if (!fresh.empty()) save_bundle_meta(variant_dir, meta);

@@ -3,6 +3,7 @@
 //   <out_root>/<variant>/meta.yaml
 //   <out_root>/<variant>/tp<N>/moe_components/dp<D>_ep<E>_rank<r>_sp<0|1>/components.csv
 //                                                                      /samples.jsonl (optional)
+//   <out_root>/<variant>/tp<N>/collectives/dp<D>_ep<E>_rank<r>_sp<0|1>/collectives.csv
 #pragma once
 
 #include <stdexcept>
@@ -13,7 +14,8 @@ namespace moe {
 
 inline constexpr const char* kComponentsHeader =
     "component,mode,tokens,activated_experts,local_assignments,time_us";
-inline constexpr int kBundleSchemaVersion = 1;
+inline constexpr const char* kCollectivesHeader =
+    "collective,op,group_size,tokens,bytes,time_us,algbw_gbps,busbw_gbps,model_time_us";
 
 class PublishError : public std::runtime_error {
  public:

@@ -35,6 +35,20 @@ struct PointMedian {
   double median_2b_us;  // 2B arm (experts), else = median_us
 };
 
+// One measured collective at one size (median of per-round medians), with the analytical
+// worst-rank ring envelope evaluated at the same size.
+struct CollectiveRow {
+  char name[32];  // allgather_hidden, allgather_topk_weights, allgather_topk_ids, reducescatter, tp_*
+  char op[16];    // all_gather | reduce_scatter | all_reduce
+  std::int32_t group_size;
+  std::int64_t tokens;
+  std::int64_t bytes;  // whole buffer
+  double time_us;
+  double algbw_gbps;
+  double busbw_gbps;
+  double model_time_us;
+};
+
 // Host seconds spent per phase of a cell round (where the wall time of an acquisition goes).
 struct PhaseSeconds {
   double setup = 0;   // weights and per-point workloads (allocation, stimuli)

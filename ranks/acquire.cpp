@@ -11,9 +11,11 @@
 #include <nlohmann/json.hpp>
 
 #include "io/acquisition_file.h"
+#include "comm/collectives.h"
 #include "io/files.h"
 #include "kernels/workload.h"
 #include "ranks/affinity.h"
+#include "ranks/collectives_phase.h"
 #include "ranks/planner.h"
 #include "ranks/protocol.h"
 
@@ -50,9 +52,7 @@ json target_json(const Target& t) {
   return {{"tp", t.tp}, {"dp", t.dp}, {"ep", t.ep}, {"rank", t.rank}, {"sp", t.sp}};
 }
 
-std::string cell_id(const Target& t, Component c) {
-  return "tp" + std::to_string(t.tp) + "_" + t.dir_name() + "." + std::string(to_string(c));
-}
+std::string cell_id(const Target& t, Component c) { return target_id(t) + "." + std::string(to_string(c)); }
 
 std::string load_average() {
   double l[3] = {0, 0, 0};
@@ -226,7 +226,9 @@ AcquireSummary acquire(MPI_Comm comm, const JobSpec& job, const AcquireOptions& 
                {"load_average", load_average()},
                {"started_utc", utc_now()},
                {"harness_revision", HARNESS_GIT_REVISION},
-               {"device", backend->device_properties()}};
+               {"device", backend->device_properties()},
+               {"nccl", nccl_version()},
+               {"timer", timer->method()}};
   file.write_provenance(prov.dump());
 
   std::vector<std::vector<std::int8_t>> done(cells.size());
@@ -300,6 +302,9 @@ AcquireSummary acquire(MPI_Comm comm, const JobSpec& job, const AcquireOptions& 
                 << static_cast<int>(slowest[2]) << " s)\n";
     }
   }
+  const auto coll = measure_collectives(comm, plan, backend_name == "cpu_reference" ? -1 : node.local_rank, file);
+  summary.collective_tables = coll.tables;
+  summary.collectives_skipped = coll.skipped;
   summary.file = path;
   summary.backend = backend->name();
   summary.cells = static_cast<int>(cells.size());

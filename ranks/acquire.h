@@ -6,6 +6,7 @@
 #include <mpi.h>
 
 #include <string>
+#include <vector>
 
 #include "io/job_spec.h"
 
@@ -24,6 +25,8 @@ struct AcquireSummary {
   int rounds_measured = 0;   // cell rounds measured by this run (all ranks)
   int rounds_resumed = 0;    // cell rounds already complete in the file
   double wall_s = 0;
+  int collective_tables = 0;                    // collective tables written by this run
+  std::vector<std::string> collectives_skipped;  // deployments with more ranks than the job
 };
 
 // Collective over `comm`. Throws on bad input before any measurement; measurement errors are

@@ -1,0 +1,139 @@
+#include "ranks/collectives_phase.h"
+
+#include <algorithm>
+#include <cstring>
+#include <map>
+#include <memory>
+#include <set>
+#include <stdexcept>
+
+#include "comm/collectives.h"
+#include "io/statistics.h"
+
+namespace moe {
+
+std::string target_id(const Target& t) { return "tp" + std::to_string(t.tp) + "_" + t.dir_name(); }
+
+namespace {
+
+class CommGuard {
+ public:
+  explicit CommGuard(MPI_Comm c) : c_(c) {}
+  ~CommGuard() {
+    if (c_ != MPI_COMM_NULL) MPI_Comm_free(&c_);
+  }
+  CommGuard(const CommGuard&) = delete;
+  CommGuard& operator=(const CommGuard&) = delete;
+  [[nodiscard]] MPI_Comm get() const { return c_; }
+
+ private:
+  MPI_Comm c_;
+};
+
+std::unique_ptr<Communicator> communicator(MPI_Comm c, int nccl_device) {
+  return nccl_device >= 0 ? make_nccl_communicator(c, nccl_device) : make_mpi_communicator(c);
+}
+
+}  // namespace
+
+CollectivesReport measure_collectives(MPI_Comm comm, const Plan& plan, int nccl_device, AcquisitionFile& file) {
+  int rank = 0, size = 1;
+  MPI_Comm_rank(comm, &rank);
+  MPI_Comm_size(comm, &size);
+  CollectivesReport report;
+  const auto& job = plan.job;
+  // Deployments in plan order, and the targets whose tables the plan wants.
+  std::vector<Target> deployments;
+  std::set<std::string> wanted;
+  for (const auto& t : plan.targets) {
+    wanted.insert(target_id(t.target));
+    Target d = t.target;
+    d.rank = 0;
+    if (std::find(deployments.begin(), deployments.end(), d) == deployments.end()) deployments.push_back(d);
+  }
+  std::vector<std::pair<std::string, std::vector<CollectiveRow>>> mine;
+  const std::string backend = nccl_device >= 0 ? "nccl" : "mpi_host";
+  for (const auto& d : deployments) {
+    if (d.ep < 2) continue;  // a single rank has no collectives
+    if (d.ep > size) {
+      report.skipped.push_back("TP" + std::to_string(d.tp) + " DP" + std::to_string(d.dp) + " needs " +
+                               std::to_string(d.ep) + " ranks, the job has " + std::to_string(size));
+      continue;
+    }
+    bool done = true;
+    for (int r = 0; r < d.ep; ++r) {
+      Target t = d;
+      t.rank = r;
+      if (wanted.count(target_id(t)) && !file.has_collectives(target_id(t))) done = false;
+    }
+    if (done) continue;
+    MPI_Comm dep_raw = MPI_COMM_NULL;
+    MPI_Comm_split(comm, rank < d.ep ? 0 : MPI_UNDEFINED, rank, &dep_raw);
+    CommGuard dep(dep_raw);
+    if (rank < d.ep) {
+      Target t = d;
+      t.rank = rank;
+      const int dp_index = rank / d.tp, tp_index = rank % d.tp;
+      MPI_Comm tp_raw = MPI_COMM_NULL, gather_raw = MPI_COMM_NULL;
+      MPI_Comm_split(dep.get(), dp_index, tp_index, &tp_raw);
+      CommGuard tp_comm(tp_raw);
+      if (t.sp)
+        MPI_Comm_dup(dep.get(), &gather_raw);
+      else
+        MPI_Comm_split(dep.get(), tp_index, dp_index, &gather_raw);
+      CommGuard gather_comm(gather_raw);
+      std::map<std::string, std::unique_ptr<Communicator>> comms;
+      comms["tp"] = communicator(tp_comm.get(), nccl_device);
+      comms["gather"] = communicator(gather_comm.get(), nccl_device);
+      const auto tokens = local_token_axis(job, t);
+      std::vector<CollectiveRow> rows;
+      for (const auto& c : collective_cases(job.geometry, t, tokens)) {
+        auto& cm = *comms.at(c.group);
+        if (!cm.check(c.op, c.total_bytes))
+          throw std::runtime_error(c.name + " over " + std::to_string(c.group_size) + " ranks returned wrong data (" +
+                                   backend + ")");
+        std::vector<double> round_medians;
+        for (int r = 0; r < job.rounds; ++r) round_medians.push_back(median(cm.time(c.op, c.total_bytes, job.iterations, 2)));
+        CollectiveRow row{};
+        std::strncpy(row.name, c.name.c_str(), sizeof(row.name) - 1);
+        std::strncpy(row.op, std::string(to_string(c.op)).c_str(), sizeof(row.op) - 1);
+        row.group_size = c.group_size;
+        row.tokens = c.tokens;
+        row.bytes = c.total_bytes;
+        row.time_us = *median_of_medians(round_medians);
+        const auto bw = bandwidth(c.op, c.group_size, c.total_bytes, row.time_us);
+        row.algbw_gbps = bw.algbw_gbps;
+        row.busbw_gbps = bw.busbw_gbps;
+        rows.push_back(row);
+      }
+      // Ring envelope per collective: per-step latency from the smallest size, bandwidth from the
+      // best measured bus bandwidth; evaluated at every measured size.
+      std::map<std::string, std::pair<double, double>> fit;  // name -> (alpha_us, beta bytes/us)
+      for (const auto& row : rows) {
+        const auto op = std::string(row.op) == "all_reduce" ? CollectiveOp::all_reduce : CollectiveOp::all_gather;
+        const double steps = op == CollectiveOp::all_reduce ? 2.0 * (row.group_size - 1) : row.group_size - 1.0;
+        auto& [alpha, beta] = fit.try_emplace(row.name, 1e300, 0.0).first->second;
+        alpha = std::min(alpha, row.time_us / steps);
+        beta = std::max(beta, row.busbw_gbps * 1e3);
+      }
+      for (auto& row : rows) {
+        const std::string op_name = row.op;
+        const auto op = op_name == "all_reduce" ? CollectiveOp::all_reduce
+                        : op_name == "reduce_scatter" ? CollectiveOp::reduce_scatter
+                                                      : CollectiveOp::all_gather;
+        const std::int64_t per_rank = op == CollectiveOp::all_reduce ? row.bytes : row.bytes / row.group_size;
+        const std::vector<std::int64_t> chunks(static_cast<std::size_t>(row.group_size), per_rank);
+        const auto [alpha, beta] = fit.at(row.name);
+        row.model_time_us = ring_envelope_us(op, chunks, alpha, beta);
+      }
+      if (wanted.count(target_id(t)) && !file.has_collectives(target_id(t))) mine.emplace_back(target_id(t), std::move(rows));
+    }
+    MPI_Barrier(comm);
+  }
+  file.write_collectives(mine, backend);
+  int written = static_cast<int>(mine.size());
+  MPI_Allreduce(&written, &report.tables, 1, MPI_INT, MPI_SUM, comm);
+  return report;
+}
+
+}  // namespace moe

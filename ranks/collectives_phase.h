@@ -1,0 +1,27 @@
+// The collectives phase of `acquire` (SPEC §5): for every deployment of the plan that fits on the
+// ranks, ranks [0, EP) form the deployment, split into TP and gather groups, and time the
+// collectives of each target over the local token axis. Tables go to the shared HDF5 file.
+#pragma once
+
+#include <mpi.h>
+
+#include <string>
+#include <vector>
+
+#include "io/acquisition_file.h"
+#include "ranks/planner.h"
+
+namespace moe {
+
+struct CollectivesReport {
+  int tables = 0;                    // target tables written by this run
+  std::vector<std::string> skipped;  // deployments that need more ranks than the job has
+};
+
+// Collective over `comm`. `nccl_device` >= 0 selects NCCL on that device, else mpi_host.
+CollectivesReport measure_collectives(MPI_Comm comm, const Plan& plan, int nccl_device, AcquisitionFile& file);
+
+// "tp1_dp2_ep2_rank0_sp0": the id of a target's tables in the HDF5 file.
+[[nodiscard]] std::string target_id(const Target& t);
+
+}  // namespace moe
