@@ -1,4 +1,5 @@
 // harness publish: turns an acquisition file into bundles (meta.yaml + CSV per target).
+#include <algorithm>
 #include <iostream>
 
 #include "harness/commands.h"
@@ -9,8 +10,10 @@ namespace po = boost::program_options;
 namespace moe::cli {
 
 void print_publish_report(const PublishReport& r, std::ostream& os) {
-  os << "publish: " << r.variant_dir << ": " << r.published.size() << " targets published, "
-     << r.unchanged.size() << " already published (unchanged)\n";
+  const auto collectives = std::count_if(r.published.begin(), r.published.end(),
+                                         [](const std::string& t) { return t.ends_with(" collectives"); });
+  os << "publish: " << r.variant_dir << ": " << r.published.size() - collectives << " component tables and "
+     << collectives << " collective tables published, " << r.unchanged.size() << " already published (unchanged)\n";
   for (const auto& t : r.published) os << "  + " << t << "\n";
 }
 

@@ -16,8 +16,11 @@ with tempfile.TemporaryDirectory() as tmp:
     h5 = os.path.join(out, "acquisition.h5")
     cells = check_complete(h5, 2)
     assert len(cells) == 11, cells.keys()
-    # Re-running the same command measures nothing again.
-    root = os.path.join(tmp, "bundles")
+    # DP2 collective tables need two ranks.
+    collectives = 2 if nranks >= 2 else 0
+    assert f"3 component tables and {collectives} collective tables published" in p.stdout, p.stdout
+    # Re-running the same command measures nothing again and publishes nothing new.
     p = run(mpirun_cmd(nranks, "acquire", job, "--out", out, "--out-root", root))
     assert "cell rounds measured now 0, resumed 22" in p.stdout, p.stdout
+    assert f"already published (unchanged)" in p.stdout and f", {3 + collectives} already" in p.stdout, p.stdout
 print(f"ok: {nranks} ranks")

@@ -40,7 +40,7 @@ with tempfile.TemporaryDirectory() as tmp:
     acq = os.path.join(tmp, "acq")
     root = os.path.join(tmp, "bundles")
     p = run(mpirun_cmd(4, "acquire", job, "--out", acq, "--out-root", root, "--quiet"))
-    assert "3 targets published" in p.stdout, p.stdout
+    assert "3 component tables and 2 collective tables published" in p.stdout, p.stdout
     variant = os.path.join(root, "tiny")
 
     # Layout and headers, byte-exact.
@@ -131,7 +131,7 @@ with tempfile.TemporaryDirectory() as tmp:
     before = tree_digest(root)
     h5 = os.path.join(acq, "acquisition.h5")
     p = run([HARNESS, "publish", h5, "--out-root", root])
-    assert "0 targets published, 3 already published" in p.stdout, p.stdout
+    assert "0 component tables and 0 collective tables published, 5 already published" in p.stdout, p.stdout
     expect_error([HARNESS, "publish", h5, "--out-root", root, "--force"], "another --out-root")
     assert tree_digest(root) == before
 
