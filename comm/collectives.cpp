@@ -8,9 +8,12 @@ namespace moe {
 
 std::string_view to_string(CollectiveOp op) {
   switch (op) {
-    case CollectiveOp::all_gather: return "all_gather";
-    case CollectiveOp::reduce_scatter: return "reduce_scatter";
-    case CollectiveOp::all_reduce: return "all_reduce";
+    case CollectiveOp::all_gather:
+      return "all_gather";
+    case CollectiveOp::reduce_scatter:
+      return "reduce_scatter";
+    case CollectiveOp::all_reduce:
+      return "all_reduce";
   }
   return "?";
 }
@@ -26,12 +29,13 @@ Bandwidth bandwidth(CollectiveOp op, int ranks, std::int64_t total_bytes, double
   return {algbw, algbw * bus_factor(op, ranks)};
 }
 
-double ring_envelope_us(CollectiveOp op, std::span<const std::int64_t> per_rank_bytes, double alpha_us,
-                        double beta_bytes_per_us) {
+double ring_envelope_us(CollectiveOp op, std::span<const std::int64_t> per_rank_bytes,
+                        double alpha_us, double beta_bytes_per_us) {
   const auto n = static_cast<double>(per_rank_bytes.size());
   if (per_rank_bytes.size() < 2) return 0.0;
   const double steps = op == CollectiveOp::all_reduce ? 2 * (n - 1) : n - 1;
-  double chunk = static_cast<double>(*std::max_element(per_rank_bytes.begin(), per_rank_bytes.end()));
+  double chunk =
+      static_cast<double>(*std::max_element(per_rank_bytes.begin(), per_rank_bytes.end()));
   // AllReduce moves one n-th of each rank's buffer per step.
   if (op == CollectiveOp::all_reduce) chunk /= n;
   return steps * (alpha_us + chunk / beta_bytes_per_us);
@@ -64,16 +68,22 @@ std::vector<CollectiveCase> collective_cases(const ModelGeometry& g, const Targe
     const std::int64_t local = dom.local_rows(n);
     if (t.dp > 1) {
       const std::int64_t rows = local * gather;  // gathered rows
-      out.push_back({"allgather_hidden", CollectiveOp::all_gather, "gather", gather, n, rows * g.hidden * act});
-      out.push_back({"allgather_topk_weights", CollectiveOp::all_gather, "gather", gather, n, rows * g.top_k * 4});
-      out.push_back({"allgather_topk_ids", CollectiveOp::all_gather, "gather", gather, n, rows * g.top_k * 4});
-      out.push_back({"reducescatter", CollectiveOp::reduce_scatter, "gather", gather, n, rows * g.hidden * act});
+      out.push_back({"allgather_hidden", CollectiveOp::all_gather, "gather", gather, n,
+                     rows * g.hidden * act});
+      out.push_back({"allgather_topk_weights", CollectiveOp::all_gather, "gather", gather, n,
+                     rows * g.top_k * 4});
+      out.push_back({"allgather_topk_ids", CollectiveOp::all_gather, "gather", gather, n,
+                     rows * g.top_k * 4});
+      out.push_back({"reducescatter", CollectiveOp::reduce_scatter, "gather", gather, n,
+                     rows * g.hidden * act});
     }
     if (t.tp > 1) {
       if (t.sp)
-        out.push_back({"tp_allgather", CollectiveOp::all_gather, "tp", t.tp, n, local * t.tp * g.hidden * act});
+        out.push_back({"tp_allgather", CollectiveOp::all_gather, "tp", t.tp, n,
+                       local * t.tp * g.hidden * act});
       else
-        out.push_back({"tp_allreduce", CollectiveOp::all_reduce, "tp", t.tp, n, local * g.hidden * act});
+        out.push_back(
+            {"tp_allreduce", CollectiveOp::all_reduce, "tp", t.tp, n, local * g.hidden * act});
     }
   }
   return out;

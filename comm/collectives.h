@@ -28,20 +28,21 @@ struct Bandwidth {
 };
 // `total_bytes` is the whole buffer (nccl-tests convention: the gathered size for AllGather and
 // ReduceScatter, the buffer size for AllReduce).
-[[nodiscard]] Bandwidth bandwidth(CollectiveOp op, int ranks, std::int64_t total_bytes, double time_us);
+[[nodiscard]] Bandwidth bandwidth(CollectiveOp op, int ranks, std::int64_t total_bytes,
+                                  double time_us);
 
-// Worst-rank ring envelope for unequal per-rank contributions (bytes): a ring runs n-1 steps (2(n-1)
-// for AllReduce), each as slow as the largest chunk in flight: steps * (alpha + max_chunk / beta).
-// With equal chunks it is the usual ring time. `alpha_us` per step, `beta` in bytes per µs.
+// Worst-rank ring envelope for unequal per-rank contributions (bytes): a ring runs n-1 steps
+// (2(n-1) for AllReduce), each as slow as the largest chunk in flight: steps * (alpha + max_chunk /
+// beta). With equal chunks it is the usual ring time. `alpha_us` per step, `beta` in bytes per µs.
 [[nodiscard]] double ring_envelope_us(CollectiveOp op, std::span<const std::int64_t> per_rank_bytes,
                                       double alpha_us, double beta_bytes_per_us);
 
 // One collective of the measured sequence at one token count.
 struct CollectiveCase {
-  std::string name;    // allgather_hidden, allgather_topk_weights, allgather_topk_ids,
-                       // reducescatter, tp_allgather, tp_allreduce
+  std::string name;  // allgather_hidden, allgather_topk_weights, allgather_topk_ids,
+                     // reducescatter, tp_allgather, tp_allreduce
   CollectiveOp op;
-  std::string group;   // gather (EP group under SP, DP group otherwise) | tp
+  std::string group;  // gather (EP group under SP, DP group otherwise) | tp
   int group_size;
   std::int64_t tokens;       // per-DP-rank tokens (the local components' token axis)
   std::int64_t total_bytes;  // whole buffer
@@ -65,8 +66,8 @@ class Communicator {
   [[nodiscard]] virtual bool check(CollectiveOp op, std::int64_t total_bytes) = 0;
   // Per-op times (µs) of `iterations` ops after `warmup` untimed ones: device time from CUDA
   // events for NCCL, host time between barriers for MPI.
-  [[nodiscard]] virtual std::vector<double> time(CollectiveOp op, std::int64_t total_bytes, int iterations,
-                                                 int warmup) = 0;
+  [[nodiscard]] virtual std::vector<double> time(CollectiveOp op, std::int64_t total_bytes,
+                                                 int iterations, int warmup) = 0;
   // One op with no timing (background traffic).
   virtual void run(CollectiveOp op, std::int64_t total_bytes) = 0;
 };

@@ -9,11 +9,11 @@ namespace moe {
 
 namespace {
 
-#define MPI_CHECK(expr)                                                                     \
-  do {                                                                                      \
-    const int moe_rc_ = (expr);                                                             \
-    if (moe_rc_ != MPI_SUCCESS) throw std::runtime_error(std::string(#expr) + " failed (" + \
-                                                         std::to_string(moe_rc_) + ")");    \
+#define MPI_CHECK(expr)                                                                           \
+  do {                                                                                            \
+    const int moe_rc_ = (expr);                                                                   \
+    if (moe_rc_ != MPI_SUCCESS)                                                                   \
+      throw std::runtime_error(std::string(#expr) + " failed (" + std::to_string(moe_rc_) + ")"); \
   } while (false)
 
 class MpiCommunicator final : public Communicator {
@@ -38,7 +38,8 @@ class MpiCommunicator final : public Communicator {
     switch (op) {
       case CollectiveOp::all_gather:
         send.assign(per_rank, 0);
-        for (std::int64_t i = 0; i < per_rank; ++i) send[i] = static_cast<float>(rank_ * 1000 + i % 997);
+        for (std::int64_t i = 0; i < per_rank; ++i)
+          send[i] = static_cast<float>(rank_ * 1000 + i % 997);
         recv.assign(per_rank * size_, NAN);
         MPI_CHECK(MPI_Allgather(send.data(), static_cast<int>(per_rank), MPI_FLOAT, recv.data(),
                                 static_cast<int>(per_rank), MPI_FLOAT, comm_));
@@ -49,15 +50,16 @@ class MpiCommunicator final : public Communicator {
       case CollectiveOp::reduce_scatter:
         send.assign(per_rank * size_, static_cast<float>(rank_ + 1));
         recv.assign(per_rank, NAN);
-        MPI_CHECK(MPI_Reduce_scatter_block(send.data(), recv.data(), static_cast<int>(per_rank), MPI_FLOAT,
-                                           MPI_SUM, comm_));
+        MPI_CHECK(MPI_Reduce_scatter_block(send.data(), recv.data(), static_cast<int>(per_rank),
+                                           MPI_FLOAT, MPI_SUM, comm_));
         for (float v : recv)
           if (v != static_cast<float>(size_ * (size_ + 1) / 2)) return false;
         return true;
       case CollectiveOp::all_reduce:
         send.assign(per_rank * size_, static_cast<float>(rank_ + 1));
         recv.assign(send.size(), NAN);
-        MPI_CHECK(MPI_Allreduce(send.data(), recv.data(), static_cast<int>(send.size()), MPI_FLOAT, MPI_SUM, comm_));
+        MPI_CHECK(MPI_Allreduce(send.data(), recv.data(), static_cast<int>(send.size()), MPI_FLOAT,
+                                MPI_SUM, comm_));
         for (float v : recv)
           if (v != static_cast<float>(size_ * (size_ + 1) / 2)) return false;
         return true;
@@ -65,7 +67,8 @@ class MpiCommunicator final : public Communicator {
     return false;
   }
 
-  std::vector<double> time(CollectiveOp op, std::int64_t total_bytes, int iterations, int warmup) override {
+  std::vector<double> time(CollectiveOp op, std::int64_t total_bytes, int iterations,
+                           int warmup) override {
     for (int i = 0; i < warmup; ++i) run(op, total_bytes);
     std::vector<double> out;
     for (int i = 0; i < iterations; ++i) {
@@ -79,8 +82,10 @@ class MpiCommunicator final : public Communicator {
 
   void run(CollectiveOp op, std::int64_t total_bytes) override {
     const auto per_rank = std::max<std::int64_t>(1, elements(total_bytes) / size_);
-    if (static_cast<std::int64_t>(buf_.size()) < per_rank * size_) buf_.assign(per_rank * size_, 1.0f);
-    if (static_cast<std::int64_t>(out_.size()) < per_rank * size_) out_.assign(per_rank * size_, 0.0f);
+    if (static_cast<std::int64_t>(buf_.size()) < per_rank * size_)
+      buf_.assign(per_rank * size_, 1.0f);
+    if (static_cast<std::int64_t>(out_.size()) < per_rank * size_)
+      out_.assign(per_rank * size_, 0.0f);
     const int n = static_cast<int>(per_rank);
     switch (op) {
       case CollectiveOp::all_gather:
@@ -106,6 +111,8 @@ class MpiCommunicator final : public Communicator {
 
 }  // namespace
 
-std::unique_ptr<Communicator> make_mpi_communicator(MPI_Comm group) { return std::make_unique<MpiCommunicator>(group); }
+std::unique_ptr<Communicator> make_mpi_communicator(MPI_Comm group) {
+  return std::make_unique<MpiCommunicator>(group);
+}
 
 }  // namespace moe

@@ -2,10 +2,10 @@
 // TP1/DP2 rank 0 (times from the nominal roofline model; the values do not matter here), then
 // reports the load time and uncached/cached experts queries per second.
 //   build/harness/harness-bench-lookup [OUT_DIR]
+#include <algorithm>
 #include <chrono>
 #include <cstdio>
 #include <filesystem>
-#include <algorithm>
 #include <random>
 
 #include "io/bundle_meta.h"
@@ -28,11 +28,12 @@ int main(int argc, char** argv) {
   std::vector<GridPoint> expert_points;
   for (const auto& g : t.components)
     for (const auto& p : g.points) {
-      const double us = 1e6 * estimate_forward_seconds(job.geometry, g.component, p, plan.device, t.ownership.local_experts);
+      const double us = 1e6 * estimate_forward_seconds(job.geometry, g.component, p, plan.device,
+                                                       t.ownership.local_experts);
       char line[160];
-      std::snprintf(line, sizeof(line), "%s,eager,%lld,%lld,%lld,%.4f\n", std::string(to_string(g.component)).c_str(),
-                    static_cast<long long>(p.tokens), static_cast<long long>(p.activated),
-                    static_cast<long long>(p.assignments), us);
+      std::snprintf(line, sizeof(line), "%s,eager,%lld,%lld,%lld,%.4f\n",
+                    std::string(to_string(g.component)).c_str(), static_cast<long long>(p.tokens),
+                    static_cast<long long>(p.activated), static_cast<long long>(p.assignments), us);
       csv += line;
       if (g.component == Component::experts && p.activated > 0) expert_points.push_back(p);
     }
@@ -44,8 +45,12 @@ int main(int argc, char** argv) {
   BundleMeta meta;
   meta.variant = "bench";
   const nlohmann::json target = {{"tp", 1}, {"dp", 2}, {"ep", 2}, {"rank", 0}, {"sp", false}};
-  meta.add({target, rel, {{"components", {"gate_routing", "experts", "finalize_copy"}}}, "",
-            {{"table_sha256", sha256_hex(csv)}}, {}});
+  meta.add({target,
+            rel,
+            {{"components", {"gate_routing", "experts", "finalize_copy"}}},
+            "",
+            {{"table_sha256", sha256_hex(csv)}},
+            {}});
   save_bundle_meta(variant, meta);
 
   using clock = std::chrono::steady_clock;
@@ -61,7 +66,8 @@ int main(int argc, char** argv) {
     const auto& a = expert_points[pick(rng)];
     const auto& b = expert_points[pick(rng)];
     if (a.tokens != b.tokens) continue;
-    queries.push_back({a.tokens, (a.activated + b.activated) / 2, (a.assignments + b.assignments) / 2});
+    queries.push_back(
+        {a.tokens, (a.activated + b.activated) / 2, (a.assignments + b.assignments) / 2});
   }
   double sink = 0;
   int answered = 0;
@@ -75,17 +81,25 @@ int main(int argc, char** argv) {
   }
   const double uncached_s = std::chrono::duration<double>(clock::now() - t1).count();
   auto cached = Deployment::load(variant, {1, 2, 0, std::nullopt}, 4096);
-  for (const auto& q : queries) try { sink += cached.query(Component::experts, q.tokens, q.activated, q.assignments).time_us; } catch (const LookupError&) {}
+  for (const auto& q : queries) try {
+      sink += cached.query(Component::experts, q.tokens, q.activated, q.assignments).time_us;
+    } catch (const LookupError&) {
+    }
   const int reps = 50;
   t1 = clock::now();
   for (int r = 0; r < reps; ++r)
-    for (const auto& q : queries) try { sink += cached.query(Component::experts, q.tokens, q.activated, q.assignments).time_us; } catch (const LookupError&) {}
+    for (const auto& q : queries) try {
+        sink += cached.query(Component::experts, q.tokens, q.activated, q.assignments).time_us;
+      } catch (const LookupError&) {
+      }
   const double cached_s = std::chrono::duration<double>(clock::now() - t1).count();
   std::printf("lookup benchmark: Qwen3-30B-A3B TP1/DP2 rank 0, %zu expert points, %zu total rows\n",
-              expert_points.size(), static_cast<std::size_t>(std::count(csv.begin(), csv.end(), '\n') - 1));
+              expert_points.size(),
+              static_cast<std::size_t>(std::count(csv.begin(), csv.end(), '\n') - 1));
   std::printf("  load (parse, checksum, triangulate): %.3f s\n", load_s);
-  std::printf("  uncached experts queries: %.0f /s (%d of %zu inside support)\n", queries.size() / uncached_s, answered,
-              queries.size());
-  std::printf("  cached experts queries:   %.0f /s  (checksum of answers %.3g)\n", reps * queries.size() / cached_s, sink);
+  std::printf("  uncached experts queries: %.0f /s (%d of %zu inside support)\n",
+              queries.size() / uncached_s, answered, queries.size());
+  std::printf("  cached experts queries:   %.0f /s  (checksum of answers %.3g)\n",
+              reps * queries.size() / cached_s, sink);
   return 0;
 }

@@ -6,31 +6,15 @@
 #include <iostream>
 
 #include "harness/commands.h"
-#include "ranks/acquire.h"
+#include "harness/mpi_session.h"
 #include "io/summary.h"
+#include "ranks/acquire.h"
 
 namespace po = boost::program_options;
 
 namespace moe::cli {
 
 namespace {
-
-// MPI lifetime for one subcommand; finalizes on every exit path that did not abort.
-class MpiSession {
- public:
-  MpiSession() {
-    int initialized = 0;
-    MPI_Initialized(&initialized);
-    if (!initialized) MPI_Init(nullptr, nullptr);
-  }
-  ~MpiSession() {
-    int finalized = 0;
-    MPI_Finalized(&finalized);
-    if (!finalized) MPI_Finalize();
-  }
-  MpiSession(const MpiSession&) = delete;
-  MpiSession& operator=(const MpiSession&) = delete;
-};
 
 void print_summary(const AcquireSummary& s, std::ostream& os) {
   const auto cells = summarize(read_acquisition(s.file));
@@ -49,6 +33,7 @@ void print_summary(const AcquireSummary& s, std::ostream& os) {
      << ", wall " << std::fixed << std::setprecision(1) << s.wall_s << " s\n"
      << "  B/2B weight-bank control: " << checked << " expert points checked, " << failed
      << " failed, max relative change " << std::setprecision(4) << max_change << "\n"
+     << "  placement: " << s.colocation << "\n"
      << "  collectives: " << s.collective_tables << " target tables measured now\n";
   for (const auto& skip : s.collectives_skipped) os << "  collectives skipped: " << skip << "\n";
 }
@@ -61,11 +46,14 @@ int acquire(const Args& args) {
   bool quiet = false, no_publish = false, samples = false;
   po::options_description desc("mpirun -np N harness acquire [JOB] [options]");
   jo.add_to(desc);
-  desc.add_options()("out", po::value(&out), "acquisition directory (default: <out_root>/acquisitions/<variant>)")(
+  desc.add_options()("out", po::value(&out),
+                     "acquisition directory (default: <out_root>/acquisitions/<variant>)")(
       "quiet", po::bool_switch(&quiet), "no progress lines")(
       "out-root", po::value(&jo.out_root), "bundle root for the publisher (overrides the job)")(
-      "no-publish", po::bool_switch(&no_publish), "do not publish bundles after a complete acquisition")(
-      "samples", po::bool_switch(&samples), "publish samples.jsonl per target")("help,h", "show this help");
+      "no-publish", po::bool_switch(&no_publish),
+      "do not publish bundles after a complete acquisition")(
+      "samples", po::bool_switch(&samples), "publish samples.jsonl per target")("help,h",
+                                                                                "show this help");
   po::positional_options_description pos;
   pos.add("job", 1);
   auto vm = parse(args, desc, pos);
@@ -74,25 +62,20 @@ int acquire(const Args& args) {
     return 0;
   }
   const auto job = jo.load();  // bad input fails here, before MPI or any device work
-  if (out.empty()) out = (std::filesystem::path(job.out_root) / "acquisitions" / job.variant).string();
+  if (out.empty())
+    out = (std::filesystem::path(job.out_root) / "acquisitions" / job.variant).string();
 
   MpiSession mpi;
-  int rank = 0;
-  MPI_Comm_rank(MPI_COMM_WORLD, &rank);
-  try {
+  return mpi.run_or_abort("acquire", [&](int rank) {
     const auto summary = moe::acquire(MPI_COMM_WORLD, job, {out, quiet});
     MPI_Barrier(MPI_COMM_WORLD);
-    if (rank == 0) {
-      print_summary(summary, std::cout);
-      // The rank-0 publisher: every rank's rounds are committed and the file is closed.
-      if (!no_publish) print_publish_report(moe::publish(summary.file, {job.out_root, job.variant, samples}), std::cout);
-    }
-  } catch (const std::exception& e) {
-    // A rank that fails cannot leave the others waiting at the next collective.
-    std::cerr << "harness acquire (rank " << rank << "): error: " << e.what() << std::endl;
-    MPI_Abort(MPI_COMM_WORLD, 1);
-  }
-  return 0;
+    if (rank != 0) return;
+    print_summary(summary, std::cout);
+    // The rank-0 publisher: every rank's rounds are committed and the file is closed.
+    if (!no_publish)
+      print_publish_report(moe::publish(summary.file, {job.out_root, job.variant, samples}),
+                           std::cout);
+  });
 }
 
 }  // namespace moe::cli

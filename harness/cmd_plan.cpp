@@ -15,16 +15,17 @@ namespace moe::cli {
 namespace {
 
 json geometry_json(const ModelGeometry& g) {
-  return {{"name", g.name},
-          {"hidden_size", g.hidden},
-          {"moe_intermediate_size", g.intermediate},
-          {"num_experts", g.experts},
-          {"top_k", g.top_k},
-          {"renormalize", g.renormalize},
-          {"weight_dtype", to_string(g.weight_dtype)},
-          {"router_dtype", to_string(g.router_dtype)},
-          {"shared_experts", {{"count", g.shared.count}, {"intermediate_size", g.shared.intermediate}}},
-          {"num_layers", g.layers}};
+  return {
+      {"name", g.name},
+      {"hidden_size", g.hidden},
+      {"moe_intermediate_size", g.intermediate},
+      {"num_experts", g.experts},
+      {"top_k", g.top_k},
+      {"renormalize", g.renormalize},
+      {"weight_dtype", to_string(g.weight_dtype)},
+      {"router_dtype", to_string(g.router_dtype)},
+      {"shared_experts", {{"count", g.shared.count}, {"intermediate_size", g.shared.intermediate}}},
+      {"num_layers", g.layers}};
 }
 
 json plan_json(const Plan& plan) {
@@ -34,7 +35,8 @@ json plan_json(const Plan& plan) {
     for (const auto& grid : t.components) {
       json pts = json::array();
       for (const auto& p : grid.points)
-        pts.push_back({{"tokens", p.tokens}, {"activated", p.activated}, {"assignments", p.assignments}});
+        pts.push_back(
+            {{"tokens", p.tokens}, {"activated", p.activated}, {"assignments", p.assignments}});
       const auto e = plan.estimate(t, grid.component);
       comps.push_back({{"component", to_string(grid.component)},
                        {"points", pts},
@@ -42,8 +44,11 @@ json plan_json(const Plan& plan) {
                        {"estimated_device_s", e.device_seconds}});
     }
     targets.push_back({{"target",
-                        {{"tp", t.target.tp}, {"dp", t.target.dp}, {"ep", t.target.ep},
-                         {"rank", t.target.rank}, {"sp", t.target.sp}}},
+                        {{"tp", t.target.tp},
+                         {"dp", t.target.dp},
+                         {"ep", t.target.ep},
+                         {"rank", t.target.rank},
+                         {"sp", t.target.sp}}},
                        {"local_experts", t.ownership.local_experts},
                        {"first_expert", t.ownership.first_expert},
                        {"weight_banks", t.weight_banks},
@@ -60,11 +65,16 @@ json plan_json(const Plan& plan) {
           {"graph_mode", to_string(plan.job.graph_mode)},
           {"capture_sizes", plan.job.capture_sizes},
           {"capture_sizes_derived", plan.job.capture_sizes_derived},
-          {"device_model", {{"name", plan.device.name}, {"bytes_per_s", plan.device.bytes_per_s},
-                            {"flops_per_s", plan.device.flops_per_s}, {"l2_bytes", plan.device.l2_bytes}}},
+          {"device_model",
+           {{"name", plan.device.name},
+            {"bytes_per_s", plan.device.bytes_per_s},
+            {"flops_per_s", plan.device.flops_per_s},
+            {"l2_bytes", plan.device.l2_bytes}}},
           {"targets", targets},
-          {"total", {{"points", total.points}, {"forwards", total.forwards},
-                     {"estimated_device_s", total.device_seconds}}}};
+          {"total",
+           {{"points", total.points},
+            {"forwards", total.forwards},
+            {"estimated_device_s", total.device_seconds}}}};
 }
 
 void print_text(const Plan& plan, std::ostream& os) {
@@ -85,8 +95,8 @@ void print_text(const Plan& plan, std::ostream& os) {
     for (const auto& grid : t.components) {
       const auto e = plan.estimate(t, grid.component);
       os << "  " << std::left << std::setw(14) << to_string(grid.component) << std::right
-         << grid.points.size() << " points, " << e.forwards << " forwards, ~" << std::setprecision(3)
-         << e.device_seconds << " s\n";
+         << grid.points.size() << " points, " << e.forwards << " forwards, ~"
+         << std::setprecision(3) << e.device_seconds << " s\n";
       if (grid.component != Component::experts) {
         os << "    tokens:";
         for (const auto& p : grid.points) os << " " << p.tokens;

@@ -10,10 +10,12 @@ namespace po = boost::program_options;
 namespace moe::cli {
 
 void print_publish_report(const PublishReport& r, std::ostream& os) {
-  const auto collectives = std::count_if(r.published.begin(), r.published.end(),
-                                         [](const std::string& t) { return t.ends_with(" collectives"); });
-  os << "publish: " << r.variant_dir << ": " << r.published.size() - collectives << " component tables and "
-     << collectives << " collective tables published, " << r.unchanged.size() << " already published (unchanged)\n";
+  const auto collectives =
+      std::count_if(r.published.begin(), r.published.end(),
+                    [](const std::string& t) { return t.ends_with(" collectives"); });
+  os << "publish: " << r.variant_dir << ": " << r.published.size() - collectives
+     << " component tables and " << collectives << " collective tables published, "
+     << r.unchanged.size() << " already published (unchanged)\n";
   for (const auto& t : r.published) os << "  + " << t << "\n";
 }
 
@@ -35,9 +37,11 @@ int publish(const Args& args) {
     return 0;
   }
   if (force)
-    throw PublishError("--force is not supported: published tables are never overwritten or relabelled; "
-                       "publish into another --out-root (or --variant) instead");
-  if (h5.empty()) throw PublishError("name the acquisition file to publish (harness publish FILE.h5)");
+    throw PublishError(
+        "--force is not supported: published tables are never overwritten or relabelled; "
+        "publish into another --out-root (or --variant) instead");
+  if (h5.empty())
+    throw PublishError("name the acquisition file to publish (harness publish FILE.h5)");
   print_publish_report(moe::publish(h5, {out_root, variant, samples}), std::cout);
   return 0;
 }

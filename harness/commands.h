@@ -17,6 +17,7 @@ int plan(const Args& args);
 int acquire(const Args& args);
 int publish(const Args& args);
 int lookup(const Args& args);
+int colocate(const Args& args);
 
 void print_publish_report(const PublishReport& r, std::ostream& os);
 
@@ -31,8 +32,8 @@ struct JobOptions {
 };
 
 // Parses `args` with `desc` (+ a positional job path if `positional` names an option).
-boost::program_options::variables_map parse(const Args& args,
-                                            const boost::program_options::options_description& desc,
-                                            const boost::program_options::positional_options_description& pos);
+boost::program_options::variables_map parse(
+    const Args& args, const boost::program_options::options_description& desc,
+    const boost::program_options::positional_options_description& pos);
 
 }  // namespace moe::cli

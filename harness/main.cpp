@@ -10,12 +10,17 @@ namespace {
 
 const std::map<std::string, std::pair<std::function<int(const moe::cli::Args&)>, const char*>>&
 commands() {
-  static const std::map<std::string, std::pair<std::function<int(const moe::cli::Args&)>, const char*>>
+  static const std::map<std::string,
+                        std::pair<std::function<int(const moe::cli::Args&)>, const char*>>
       all = {
           {"plan", {moe::cli::plan, "print the grid, forward counts and device-time estimate"}},
-          {"acquire", {moe::cli::acquire, "measure the grid on every MPI rank into one HDF5 file, then publish"}},
-          {"publish", {moe::cli::publish, "turn an acquisition file into bundles (meta.yaml + CSV)"}},
+          {"acquire",
+           {moe::cli::acquire,
+            "measure the grid on every MPI rank into one HDF5 file, then publish"}},
+          {"publish",
+           {moe::cli::publish, "turn an acquisition file into bundles (meta.yaml + CSV)"}},
           {"lookup", {moe::cli::lookup, "query a bundle: component time in microseconds"}},
+          {"colocate", {moe::cli::colocate, "run the co-location validity gate on every node"}},
       };
   return all;
 }

@@ -1,22 +1,22 @@
 #include "io/acquisition_file.h"
 
-#include "io/bundle_meta.h"
-#include "io/files.h"
-
 #include <hdf5.h>
 
 #include <cstring>
 #include <filesystem>
 #include <nlohmann/json.hpp>
 
+#include "io/bundle_meta.h"
+#include "io/files.h"
+
 namespace moe {
 
 namespace {
 
 // One checked-call macro per API: every HDF5 return code is checked.
-#define H5_CALL(expr)                                                                       \
-  do {                                                                                      \
-    if ((expr) < 0) throw FileError(std::string("HDF5 call failed: ") + #expr);             \
+#define H5_CALL(expr)                                                           \
+  do {                                                                          \
+    if ((expr) < 0) throw FileError(std::string("HDF5 call failed: ") + #expr); \
   } while (false)
 
 // Owner of one hid_t; copy deleted.
@@ -76,7 +76,8 @@ H5Id check_type() {
   H5_CALL(H5Tinsert(t, "point", HOFFSET(CorrectnessCheck, point), H5T_NATIVE_INT32));
   H5_CALL(H5Tinsert(t, "round", HOFFSET(CorrectnessCheck, round), H5T_NATIVE_INT32));
   H5_CALL(H5Tinsert(t, "bank", HOFFSET(CorrectnessCheck, bank), H5T_NATIVE_INT32));
-  H5_CALL(H5Tinsert(t, "relative_error", HOFFSET(CorrectnessCheck, relative_error), H5T_NATIVE_DOUBLE));
+  H5_CALL(
+      H5Tinsert(t, "relative_error", HOFFSET(CorrectnessCheck, relative_error), H5T_NATIVE_DOUBLE));
   H5_CALL(H5Tinsert(t, "pass", HOFFSET(CorrectnessCheck, pass), H5T_NATIVE_INT8));
   return t;
 }
@@ -115,15 +116,16 @@ void write_string_attr(hid_t obj, const std::string& name, const std::string& va
   H5_CALL(H5Tset_strpad(type, H5T_STR_NULLPAD));
   auto space = H5_OPEN(H5Screate(H5S_SCALAR), H5Sclose);
   if (H5Aexists(obj, name.c_str()) > 0) H5_CALL(H5Adelete(obj, name.c_str()));
-  auto attr = H5_OPEN(H5Acreate2(obj, name.c_str(), type, space, H5P_DEFAULT, H5P_DEFAULT), H5Aclose);
+  auto attr =
+      H5_OPEN(H5Acreate2(obj, name.c_str(), type, space, H5P_DEFAULT, H5P_DEFAULT), H5Aclose);
   std::string padded = value.empty() ? std::string(1, '\0') : value;
   H5_CALL(H5Awrite(attr, type, padded.data()));
 }
 
 void write_int_attr(hid_t obj, const std::string& name, long long value) {
   auto space = H5_OPEN(H5Screate(H5S_SCALAR), H5Sclose);
-  auto attr = H5_OPEN(H5Acreate2(obj, name.c_str(), H5T_NATIVE_LLONG, space, H5P_DEFAULT, H5P_DEFAULT),
-                      H5Aclose);
+  auto attr = H5_OPEN(
+      H5Acreate2(obj, name.c_str(), H5T_NATIVE_LLONG, space, H5P_DEFAULT, H5P_DEFAULT), H5Aclose);
   H5_CALL(H5Awrite(attr, H5T_NATIVE_LLONG, &value));
 }
 
@@ -131,7 +133,8 @@ std::string read_string_attr(hid_t obj, const std::string& name) {
   if (H5Aexists(obj, name.c_str()) <= 0) throw FileError("missing attribute '" + name + "'");
   auto attr = H5_OPEN(H5Aopen(obj, name.c_str(), H5P_DEFAULT), H5Aclose);
   auto ftype = H5_OPEN(H5Aget_type(attr), H5Tclose);
-  if (H5Tget_class(ftype) != H5T_STRING) throw FileError("attribute '" + name + "' is not a string");
+  if (H5Tget_class(ftype) != H5T_STRING)
+    throw FileError("attribute '" + name + "' is not a string");
   if (H5Tis_variable_str(ftype) > 0) throw FileError("attribute '" + name + "' is variable-length");
   const auto size = H5Tget_size(ftype);
   auto mtype = H5_OPEN(H5Tcopy(H5T_C_S1), H5Tclose);
@@ -154,8 +157,9 @@ long long read_int_attr(hid_t obj, const std::string& name) {
 H5Id create_dataset(hid_t parent, const std::string& name, hid_t type, std::size_t rows) {
   const hsize_t dims[1] = {rows};
   auto space = H5_OPEN(H5Screate_simple(1, dims, nullptr), H5Sclose);
-  return H5_OPEN(H5Dcreate2(parent, name.c_str(), type, space, H5P_DEFAULT, H5P_DEFAULT, H5P_DEFAULT),
-                 H5Dclose);
+  return H5_OPEN(
+      H5Dcreate2(parent, name.c_str(), type, space, H5P_DEFAULT, H5P_DEFAULT, H5P_DEFAULT),
+      H5Dclose);
 }
 
 template <class T>
@@ -176,7 +180,9 @@ std::vector<T> read_all(hid_t parent, const std::string& name, hid_t type) {
   return rows;
 }
 
-bool link_exists(hid_t parent, const std::string& path) { return H5Lexists(parent, path.c_str(), H5P_DEFAULT) > 0; }
+bool link_exists(hid_t parent, const std::string& path) {
+  return H5Lexists(parent, path.c_str(), H5P_DEFAULT) > 0;
+}
 
 std::string contract_difference(const std::string& stored, const std::string& wanted) {
   try {
@@ -196,7 +202,8 @@ struct AcquisitionFile::Impl {
   std::vector<CellInfo> cells;
 };
 
-AcquisitionFile::AcquisitionFile(MPI_Comm comm, const std::string& path, const FileIdentity& identity)
+AcquisitionFile::AcquisitionFile(MPI_Comm comm, const std::string& path,
+                                 const FileIdentity& identity)
     : impl_(std::make_unique<Impl>()) {
   H5Eset_auto2(H5E_DEFAULT, nullptr, nullptr);  // errors are reported through FileError
   impl_->comm = comm;
@@ -238,10 +245,11 @@ AcquisitionFile::AcquisitionFile(MPI_Comm comm, const std::string& path, const F
     throw FileError("'" + path + "' is not a harness acquisition file: " + e.what());
   }
   if (schema != kSchemaVersion)
-    throw FileError("'" + path + "' has schema version " + std::to_string(schema) + ", this harness writes " +
-                    std::to_string(kSchemaVersion));
+    throw FileError("'" + path + "' has schema version " + std::to_string(schema) +
+                    ", this harness writes " + std::to_string(kSchemaVersion));
   if (sha256_hex(stored_contract) != stored_sha)
-    throw FileError("'" + path + "': stored contract does not match its SHA-256 (tampered or corrupt)");
+    throw FileError("'" + path +
+                    "': stored contract does not match its SHA-256 (tampered or corrupt)");
   if (stored_sha != sha)
     throw FileError("'" + path + "' holds a different contract (differs in: " +
                     contract_difference(stored_contract, identity.contract_json) +
@@ -262,7 +270,8 @@ void AcquisitionFile::declare_cells(const std::vector<CellInfo>& cells) {
         throw FileError("cell " + c.id + " in '" + impl_->path + "' has a different grid");
       continue;
     }
-    auto g = H5_OPEN(H5Gcreate2(cells_group, c.id.c_str(), H5P_DEFAULT, H5P_DEFAULT, H5P_DEFAULT), H5Gclose);
+    auto g = H5_OPEN(H5Gcreate2(cells_group, c.id.c_str(), H5P_DEFAULT, H5P_DEFAULT, H5P_DEFAULT),
+                     H5Gclose);
     write_string_attr(g, "cell", c.json);
     auto pts = create_dataset(g, "points", ptype, c.points.size());
     if (impl_->rank == 0) write_all(pts, ptype, c.points);
@@ -273,8 +282,9 @@ void AcquisitionFile::declare_cells(const std::vector<CellInfo>& cells) {
     H5_CALL(H5Pset_fill_value(dcpl, H5T_NATIVE_INT8, &zero));
     H5_CALL(H5Pset_alloc_time(dcpl, H5D_ALLOC_TIME_EARLY));
     H5_CALL(H5Pset_fill_time(dcpl, H5D_FILL_TIME_ALLOC));
-    auto done = H5_OPEN(H5Dcreate2(g, "rounds_done", H5T_NATIVE_INT8, space, H5P_DEFAULT, dcpl, H5P_DEFAULT),
-                        H5Dclose);
+    auto done = H5_OPEN(
+        H5Dcreate2(g, "rounds_done", H5T_NATIVE_INT8, space, H5P_DEFAULT, dcpl, H5P_DEFAULT),
+        H5Dclose);
   }
   H5_CALL(H5Fflush(impl_->file, H5F_SCOPE_GLOBAL));
 }
@@ -310,7 +320,8 @@ void AcquisitionFile::commit(const std::vector<std::pair<int, const CellRound*>>
     auto cg = H5_OPEN(H5Gopen2(impl_->file, ("cells/" + info.id).c_str(), H5P_DEFAULT), H5Gclose);
     const std::string name = "round_" + std::to_string(round);
     if (link_exists(cg, name)) H5_CALL(H5Ldelete(cg, name.c_str(), H5P_DEFAULT));  // partial round
-    auto rg = H5_OPEN(H5Gcreate2(cg, name.c_str(), H5P_DEFAULT, H5P_DEFAULT, H5P_DEFAULT), H5Gclose);
+    auto rg =
+        H5_OPEN(H5Gcreate2(cg, name.c_str(), H5P_DEFAULT, H5P_DEFAULT, H5P_DEFAULT), H5Gclose);
     write_int_attr(rg, "point_order_seed", all[i + 5]);
     auto ds = create_dataset(rg, "samples", stype, static_cast<std::size_t>(all[i + 2]));
     auto dc = create_dataset(rg, "checks", ctype, static_cast<std::size_t>(all[i + 3]));
@@ -326,7 +337,9 @@ void AcquisitionFile::commit(const std::vector<std::pair<int, const CellRound*>>
   // Completion flags only after the data is durable.
   for (std::size_t i = 0; i + 7 <= all.size(); i += 7) {
     const auto& info = impl_->cells.at(static_cast<std::size_t>(all[i]));
-    auto d = H5_OPEN(H5Dopen2(impl_->file, ("cells/" + info.id + "/rounds_done").c_str(), H5P_DEFAULT), H5Dclose);
+    auto d =
+        H5_OPEN(H5Dopen2(impl_->file, ("cells/" + info.id + "/rounds_done").c_str(), H5P_DEFAULT),
+                H5Dclose);
     if (all[i + 6] != impl_->rank) continue;
     auto fspace = H5_OPEN(H5Dget_space(d), H5Sclose);
     const hsize_t start[1] = {static_cast<hsize_t>(all[i + 1])}, one[1] = {1};
@@ -339,11 +352,13 @@ void AcquisitionFile::commit(const std::vector<std::pair<int, const CellRound*>>
 }
 
 bool AcquisitionFile::has_collectives(const std::string& target_id) const {
-  return link_exists(impl_->file, "collectives") && link_exists(impl_->file, "collectives/" + target_id);
+  return link_exists(impl_->file, "collectives") &&
+         link_exists(impl_->file, "collectives/" + target_id);
 }
 
-void AcquisitionFile::write_collectives(const std::vector<std::pair<std::string, std::vector<CollectiveRow>>>& mine,
-                                        const std::string& backend) {
+void AcquisitionFile::write_collectives(
+    const std::vector<std::pair<std::string, std::vector<CollectiveRow>>>& mine,
+    const std::string& backend) {
   // Names and sizes from every rank, so that datasets are created collectively.
   std::string local;
   for (const auto& [id, rows] : mine) local += id + "=" + std::to_string(rows.size()) + ";";
@@ -353,14 +368,17 @@ void AcquisitionFile::write_collectives(const std::vector<std::pair<std::string,
   int total = 0;
   for (int i = 0; i < impl_->size; ++i) displs[i] = total, total += lens[i];
   std::string all(static_cast<std::size_t>(total), '\0');
-  MPI_Allgatherv(local.data(), len, MPI_CHAR, all.data(), lens.data(), displs.data(), MPI_CHAR, impl_->comm);
+  MPI_Allgatherv(local.data(), len, MPI_CHAR, all.data(), lens.data(), displs.data(), MPI_CHAR,
+                 impl_->comm);
   hid_t root = impl_->file;
   H5Id g = link_exists(root, "collectives")
                ? H5_OPEN(H5Gopen2(root, "collectives", H5P_DEFAULT), H5Gclose)
-               : H5_OPEN(H5Gcreate2(root, "collectives", H5P_DEFAULT, H5P_DEFAULT, H5P_DEFAULT), H5Gclose);
+               : H5_OPEN(H5Gcreate2(root, "collectives", H5P_DEFAULT, H5P_DEFAULT, H5P_DEFAULT),
+                         H5Gclose);
   const auto type = collective_type();
   for (int r = 0; r < impl_->size; ++r) {
-    const std::string part = all.substr(static_cast<std::size_t>(displs[r]), static_cast<std::size_t>(lens[r]));
+    const std::string part =
+        all.substr(static_cast<std::size_t>(displs[r]), static_cast<std::size_t>(lens[r]));
     std::size_t pos = 0;
     while (pos < part.size()) {
       const auto eq = part.find('=', pos), semi = part.find(';', pos);
@@ -385,15 +403,17 @@ void AcquisitionFile::write_provenance(const std::string& mine) {
   int total = 0;
   for (int i = 0; i < impl_->size; ++i) displs[i] = total, total += lens[i];
   std::string all(static_cast<std::size_t>(total), '\0');
-  MPI_Allgatherv(mine.data(), len, MPI_CHAR, all.data(), lens.data(), displs.data(), MPI_CHAR, impl_->comm);
+  MPI_Allgatherv(mine.data(), len, MPI_CHAR, all.data(), lens.data(), displs.data(), MPI_CHAR,
+                 impl_->comm);
   auto list = nlohmann::json::array();
   for (int i = 0; i < impl_->size; ++i)
-    list.push_back(nlohmann::json::parse(all.substr(static_cast<std::size_t>(displs[i]),
-                                                    static_cast<std::size_t>(lens[i]))));
+    list.push_back(nlohmann::json::parse(
+        all.substr(static_cast<std::size_t>(displs[i]), static_cast<std::size_t>(lens[i]))));
   hid_t root = impl_->file;
   H5Id g = link_exists(root, "provenance")
                ? H5_OPEN(H5Gopen2(root, "provenance", H5P_DEFAULT), H5Gclose)
-               : H5_OPEN(H5Gcreate2(root, "provenance", H5P_DEFAULT, H5P_DEFAULT, H5P_DEFAULT), H5Gclose);
+               : H5_OPEN(H5Gcreate2(root, "provenance", H5P_DEFAULT, H5P_DEFAULT, H5P_DEFAULT),
+                         H5Gclose);
   // Each (re)start appends its provenance; earlier runs of a resumed acquisition are kept.
   int runs = 0;
   while (H5Aexists(g, ("run_" + std::to_string(runs)).c_str()) > 0) ++runs;
@@ -404,7 +424,8 @@ void AcquisitionFile::write_provenance(const std::string& mine) {
 StoredAcquisition read_acquisition(const std::string& path) {
   H5Eset_auto2(H5E_DEFAULT, nullptr, nullptr);
   const hid_t f = H5Fopen(path.c_str(), H5F_ACC_RDONLY, H5P_DEFAULT);
-  if (f < 0) throw FileError("cannot open acquisition file '" + path + "' (missing, corrupt or not HDF5)");
+  if (f < 0)
+    throw FileError("cannot open acquisition file '" + path + "' (missing, corrupt or not HDF5)");
   H5Id file(f, H5Fclose, "H5Fopen");
   StoredAcquisition out;
   try {
@@ -414,15 +435,18 @@ StoredAcquisition read_acquisition(const std::string& path) {
     out.contract_sha256 = read_string_attr(f, "contract_sha256");
     if (sha256_hex(out.contract_json) != out.contract_sha256)
       throw FileError("stored contract does not match its SHA-256");
-    for (const char* k : {"harness_revision", "backend", "timing", "geometry", "job", "variant", "out_root"})
+    for (const char* k :
+         {"harness_revision", "backend", "timing", "geometry", "job", "variant", "out_root"})
       if (H5Aexists(f, k) > 0) out.attributes[k] = read_string_attr(f, k);
     auto cells = H5_OPEN(H5Gopen2(f, "cells", H5P_DEFAULT), H5Gclose);
     hsize_t n = 0;
     H5_CALL(H5Gget_num_objs(cells, &n));
-    const auto ptype = point_type(), stype = sample_type(), ctype = check_type(), mtype = median_type();
+    const auto ptype = point_type(), stype = sample_type(), ctype = check_type(),
+               mtype = median_type();
     for (hsize_t i = 0; i < n; ++i) {
       char name[512];
-      if (H5Gget_objname_by_idx(cells, i, name, sizeof(name)) < 0) throw FileError("unreadable cell name");
+      if (H5Gget_objname_by_idx(cells, i, name, sizeof(name)) < 0)
+        throw FileError("unreadable cell name");
       StoredCell c;
       c.info.id = name;
       auto g = H5_OPEN(H5Gopen2(cells, name, H5P_DEFAULT), H5Gclose);
@@ -432,7 +456,8 @@ StoredAcquisition read_acquisition(const std::string& path) {
       c.info.rounds = static_cast<int>(c.rounds_done.size());
       for (std::size_t r = 0; r < c.rounds_done.size(); ++r) {
         if (!c.rounds_done[r]) continue;
-        auto rg = H5_OPEN(H5Gopen2(g, ("round_" + std::to_string(r)).c_str(), H5P_DEFAULT), H5Gclose);
+        auto rg =
+            H5_OPEN(H5Gopen2(g, ("round_" + std::to_string(r)).c_str(), H5P_DEFAULT), H5Gclose);
         CellRound cr;
         cr.round = static_cast<std::int32_t>(r);
         cr.point_order_seed = static_cast<std::uint64_t>(read_int_attr(rg, "point_order_seed"));
@@ -450,9 +475,11 @@ StoredAcquisition read_acquisition(const std::string& path) {
       const auto coll_type = collective_type();
       for (hsize_t i = 0; i < count; ++i) {
         char name[512];
-        if (H5Gget_objname_by_idx(g, i, name, sizeof(name)) < 0) throw FileError("unreadable collectives name");
+        if (H5Gget_objname_by_idx(g, i, name, sizeof(name)) < 0)
+          throw FileError("unreadable collectives name");
         auto d = H5_OPEN(H5Dopen2(g, name, H5P_DEFAULT), H5Dclose);
-        out.collectives.push_back({name, read_string_attr(d, "backend"), read_all<CollectiveRow>(g, name, coll_type)});
+        out.collectives.push_back(
+            {name, read_string_attr(d, "backend"), read_all<CollectiveRow>(g, name, coll_type)});
       }
     }
   } catch (const FileError& e) {

@@ -35,7 +35,7 @@ class FileError : public std::runtime_error {
 inline constexpr int kSchemaVersion = 1;
 
 struct FileIdentity {
-  std::string contract_json;  // canonical JSON of every semantic condition
+  std::string contract_json;                      // canonical JSON of every semantic condition
   std::map<std::string, std::string> attributes;  // provenance-free descriptive attributes
 };
 
@@ -68,8 +68,9 @@ class AcquisitionFile {
 
   // Collective: stores collective tables (/collectives/<target id>, attr backend). Each rank
   // passes the tables of its own targets. Existing tables are kept (resume).
-  void write_collectives(const std::vector<std::pair<std::string, std::vector<CollectiveRow>>>& mine,
-                         const std::string& backend);
+  void write_collectives(
+      const std::vector<std::pair<std::string, std::vector<CollectiveRow>>>& mine,
+      const std::string& backend);
   // True when /collectives/<target id> exists (same answer on every rank).
   [[nodiscard]] bool has_collectives(const std::string& target_id) const;
 

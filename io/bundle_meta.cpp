@@ -83,6 +83,23 @@ json round_trip(const json& j) {
 
 }  // namespace
 
+std::string json_to_yaml(const json& j) {
+  YAML::Emitter out;
+  out.SetDoublePrecision(15);
+  emit(out, j);
+  return std::string(out.c_str()) + "\n";
+}
+
+json yaml_to_json(const std::string& yaml_text) {
+  return to_json(YAML::Load(yaml_text));
+}
+
+void publish_colocation(const std::filesystem::path& variant_dir, const json& verdict) {
+  std::filesystem::create_directories(variant_dir);
+  FileLock lock(variant_dir / ".meta.lock", FileLock::Mode::wait);
+  write_file_atomic(variant_dir / "colocation.yaml", json_to_yaml(verdict));
+}
+
 std::string contract_sha256(const json& contract) {
   return sha256_hex(round_trip(contract).dump());
 }

@@ -37,8 +37,10 @@ class BundleMeta {
   std::string variant;
   std::map<Section, std::map<int, std::vector<BundleEntry>>> sections;
 
-  [[nodiscard]] const std::map<int, std::vector<BundleEntry>>& per_tp(Section s = Section::moe_components) const;
-  [[nodiscard]] const BundleEntry* find(const nlohmann::json& target, Section s = Section::moe_components) const;
+  [[nodiscard]] const std::map<int, std::vector<BundleEntry>>& per_tp(
+      Section s = Section::moe_components) const;
+  [[nodiscard]] const BundleEntry* find(const nlohmann::json& target,
+                                        Section s = Section::moe_components) const;
   void add(BundleEntry e, Section s = Section::moe_components);
   [[nodiscard]] bool empty() const;
   [[nodiscard]] std::string to_yaml() const;
@@ -53,6 +55,13 @@ void save_bundle_meta(const std::filesystem::path& variant_dir, const BundleMeta
 // SHA-256 identity of a contract, computed on its YAML round-trip form so that a loaded
 // contract hashes like the one that was saved.
 [[nodiscard]] std::string contract_sha256(const nlohmann::json& contract);
+
+// A JSON document as YAML (strings quoted) and back; used for meta.yaml and colocation.yaml.
+[[nodiscard]] std::string json_to_yaml(const nlohmann::json& j);
+[[nodiscard]] nlohmann::json yaml_to_json(const std::string& yaml_text);
+
+// Writes <variant_dir>/colocation.yaml (the co-location verdict) under <variant_dir>/.meta.lock.
+void publish_colocation(const std::filesystem::path& variant_dir, const nlohmann::json& verdict);
 
 // Names the top-level keys whose values differ ("contract" when none does).
 [[nodiscard]] std::string json_difference(const nlohmann::json& a, const nlohmann::json& b);

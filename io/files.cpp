@@ -16,7 +16,8 @@ namespace {
 
 void fsync_path(const std::filesystem::path& p, int flags) {
   const int fd = ::open(p.c_str(), flags);
-  if (fd < 0) throw std::runtime_error("cannot open " + p.string() + " for fsync: " + std::strerror(errno));
+  if (fd < 0)
+    throw std::runtime_error("cannot open " + p.string() + " for fsync: " + std::strerror(errno));
   const int rc = ::fsync(fd);
   ::close(fd);
   if (rc != 0) throw std::runtime_error("fsync " + p.string() + ": " + std::strerror(errno));
@@ -26,7 +27,8 @@ void fsync_path(const std::filesystem::path& p, int flags) {
 
 FileLock::FileLock(const std::filesystem::path& path, Mode mode) {
   fd_ = ::open(path.c_str(), O_RDWR | O_CREAT | O_CLOEXEC, 0644);
-  if (fd_ < 0) throw LockError("cannot open lock file " + path.string() + ": " + std::strerror(errno));
+  if (fd_ < 0)
+    throw LockError("cannot open lock file " + path.string() + ": " + std::strerror(errno));
   const int op = LOCK_EX | (mode == Mode::try_once ? LOCK_NB : 0);
   while (::flock(fd_, op) != 0) {
     if (errno == EINTR) continue;
@@ -49,7 +51,8 @@ void write_file_atomic(const std::filesystem::path& path, const std::string& byt
   tmp += ".tmp." + std::to_string(::getpid());
   {
     const int fd = ::open(tmp.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
-    if (fd < 0) throw std::runtime_error("cannot create " + tmp.string() + ": " + std::strerror(errno));
+    if (fd < 0)
+      throw std::runtime_error("cannot create " + tmp.string() + ": " + std::strerror(errno));
     std::size_t done = 0;
     while (done < bytes.size()) {
       const auto n = ::write(fd, bytes.data() + done, bytes.size() - done);

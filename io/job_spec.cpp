@@ -12,7 +12,8 @@ namespace moe {
 
 namespace {
 
-const std::string kDefaultJobYaml = R"(# Embedded default job: runs anywhere (tiny geometry; CPU backend when no GPU is present).
+const std::string kDefaultJobYaml =
+    R"(# Embedded default job: runs anywhere (tiny geometry; CPU backend when no GPU is present).
 model:
   preset: tiny
 deployment:
@@ -180,11 +181,16 @@ void require_positive(std::int64_t v, const std::string& what) {
 
 std::string to_string(GraphMode m) {
   switch (m) {
-    case GraphMode::none: return "NONE";
-    case GraphMode::piecewise: return "PIECEWISE";
-    case GraphMode::full: return "FULL";
-    case GraphMode::full_and_piecewise: return "FULL_AND_PIECEWISE";
-    case GraphMode::full_decode_only: return "FULL_DECODE_ONLY";
+    case GraphMode::none:
+      return "NONE";
+    case GraphMode::piecewise:
+      return "PIECEWISE";
+    case GraphMode::full:
+      return "FULL";
+    case GraphMode::full_and_piecewise:
+      return "FULL_AND_PIECEWISE";
+    case GraphMode::full_decode_only:
+      return "FULL_DECODE_ONLY";
   }
   return "NONE";
 }
@@ -193,7 +199,9 @@ bool capture_sizes_replace_tokens(GraphMode m) {
   return m == GraphMode::full || m == GraphMode::piecewise || m == GraphMode::full_and_piecewise;
 }
 
-const std::string& default_job_yaml() { return kDefaultJobYaml; }
+const std::string& default_job_yaml() {
+  return kDefaultJobYaml;
+}
 
 JobSpec parse_job(const std::string& yaml_text, const std::string& source) {
   YAML::Node root;
@@ -225,12 +233,14 @@ JobSpec parse_job(const std::string& yaml_text, const std::string& source) {
         scalar<std::int64_t>(required(t, "max_num_batched_tokens", "tokens.max_num_batched_tokens"),
                              "tokens.max_num_batched_tokens");
     job.max_num_seqs = job.max_num_batched_tokens;
-    if (auto n = t["max_num_seqs"]) job.max_num_seqs = scalar<std::int64_t>(n, "tokens.max_num_seqs");
+    if (auto n = t["max_num_seqs"])
+      job.max_num_seqs = scalar<std::int64_t>(n, "tokens.max_num_seqs");
 
     if (auto g = root["graph"]) {
       check_keys(g, "graph", {"mode", "capture_sizes"});
       if (auto n = g["mode"]) job.graph_mode = graph_mode_of(n);
-      if (auto n = g["capture_sizes"]) job.capture_sizes = list<std::int64_t>(n, "graph.capture_sizes");
+      if (auto n = g["capture_sizes"])
+        job.capture_sizes = list<std::int64_t>(n, "graph.capture_sizes");
     }
     if (auto m = root["measurement"]) {
       check_keys(m, "measurement", {"grid_factor", "rounds", "iterations", "backend", "seed"});
@@ -270,7 +280,9 @@ JobSpec load_job_file(const std::string& path) {
   return parse_job(ss.str(), path);
 }
 
-JobSpec default_job() { return parse_job(kDefaultJobYaml, "<embedded default>"); }
+JobSpec default_job() {
+  return parse_job(kDefaultJobYaml, "<embedded default>");
+}
 
 void validate(const JobSpec& job) {
   const auto& g = job.geometry;
@@ -283,10 +295,12 @@ void validate(const JobSpec& job) {
     throw JobError("job: top_k " + std::to_string(g.top_k) + " exceeds num_experts " +
                    std::to_string(g.experts));
   if (g.shared.count < 0) throw JobError("job: model.shared_experts.count must not be negative");
-  if (g.shared.count > 0) require_positive(g.shared.intermediate, "model.shared_experts.intermediate_size");
+  if (g.shared.count > 0)
+    require_positive(g.shared.intermediate, "model.shared_experts.intermediate_size");
   require_positive(job.max_num_batched_tokens, "tokens.max_num_batched_tokens");
   require_positive(job.max_num_seqs, "tokens.max_num_seqs");
-  if (job.tp.empty() || job.dp.empty()) throw JobError("job: deployment.tp and deployment.dp must not be empty");
+  if (job.tp.empty() || job.dp.empty())
+    throw JobError("job: deployment.tp and deployment.dp must not be empty");
   for (int v : job.tp) require_positive(v, "deployment.tp entry");
   for (int v : job.dp) require_positive(v, "deployment.dp entry");
   for (int v : job.ep) require_positive(v, "deployment.ep entry");
@@ -300,7 +314,8 @@ void validate(const JobSpec& job) {
   static const std::vector<std::string> backends = {"auto", "cpu_reference", "cublas_grouped",
                                                     "native"};
   if (std::find(backends.begin(), backends.end(), job.backend) == backends.end())
-    throw JobError("job: unknown backend '" + job.backend + "'" + did_you_mean(job.backend, backends) +
+    throw JobError("job: unknown backend '" + job.backend + "'" +
+                   did_you_mean(job.backend, backends) +
                    " (auto, cpu_reference, cublas_grouped, native)");
   for (auto c : job.capture_sizes) {
     require_positive(c, "graph.capture_sizes entry");
@@ -366,7 +381,8 @@ std::vector<int> parse_int_list(const std::string& text, const std::string& opti
       if (used != item.size()) throw std::invalid_argument(item);
       out.push_back(v);
     } catch (const std::exception&) {
-      throw JobError("option " + option + ": '" + item + "' is not an integer (expected e.g. 1,2,4)");
+      throw JobError("option " + option + ": '" + item +
+                     "' is not an integer (expected e.g. 1,2,4)");
     }
   }
   if (out.empty()) throw JobError("option " + option + ": empty list");

@@ -25,14 +25,18 @@ struct TokenTable {
     if (rows.empty()) throw LookupError(what + ": no measured rows");
     auto hi = std::lower_bound(rows.begin(), rows.end(), tokens,
                                [](const Row& r, std::int64_t t) { return r.point.tokens < t; });
-    if (hi != rows.end() && hi->point.tokens == tokens) return {hi->time_us, true, {{hi->point, hi->time_us, 1.0}}};
+    if (hi != rows.end() && hi->point.tokens == tokens)
+      return {hi->time_us, true, {{hi->point, hi->time_us, 1.0}}};
     if (hi == rows.begin() || hi == rows.end())
-      throw LookupError(what + ": tokens=" + std::to_string(tokens) + " is outside the measured support [" +
-                        std::to_string(rows.front().point.tokens) + ", " + std::to_string(rows.back().point.tokens) +
-                        "]; the lookup never extrapolates");
+      throw LookupError(
+          what + ": tokens=" + std::to_string(tokens) + " is outside the measured support [" +
+          std::to_string(rows.front().point.tokens) + ", " +
+          std::to_string(rows.back().point.tokens) + "]; the lookup never extrapolates");
     const auto lo = hi - 1;
-    const double w = static_cast<double>(tokens - lo->point.tokens) / static_cast<double>(hi->point.tokens - lo->point.tokens);
-    return {(1 - w) * lo->time_us + w * hi->time_us, false,
+    const double w = static_cast<double>(tokens - lo->point.tokens) /
+                     static_cast<double>(hi->point.tokens - lo->point.tokens);
+    return {(1 - w) * lo->time_us + w * hi->time_us,
+            false,
             {{lo->point, lo->time_us, 1 - w}, {hi->point, hi->time_us, w}}};
   }
 };
@@ -73,7 +77,8 @@ struct Deployment::Impl {
   // Bounded LRU cache of answered queries.
   std::size_t capacity = 0, hits = 0;
   std::list<std::pair<CacheKey, LookupResult>> lru;
-  std::unordered_map<CacheKey, std::list<std::pair<CacheKey, LookupResult>>::iterator, CacheKeyHash> index;
+  std::unordered_map<CacheKey, std::list<std::pair<CacheKey, LookupResult>>::iterator, CacheKeyHash>
+      index;
 };
 
 Deployment::Deployment(std::unique_ptr<Impl> impl) : impl_(std::move(impl)) {}
@@ -81,9 +86,15 @@ Deployment::~Deployment() = default;
 Deployment::Deployment(Deployment&&) noexcept = default;
 Deployment& Deployment::operator=(Deployment&&) noexcept = default;
 
-const nlohmann::json& Deployment::contract() const { return impl_->contract; }
-std::vector<Component> Deployment::components() const { return impl_->components; }
-std::size_t Deployment::cache_hits() const { return impl_->hits; }
+const nlohmann::json& Deployment::contract() const {
+  return impl_->contract;
+}
+std::vector<Component> Deployment::components() const {
+  return impl_->components;
+}
+std::size_t Deployment::cache_hits() const {
+  return impl_->hits;
+}
 
 Deployment Deployment::load(const std::filesystem::path& variant_dir, const DeploymentKey& key,
                             std::size_t cache_capacity) {
@@ -93,7 +104,8 @@ Deployment Deployment::load(const std::filesystem::path& variant_dir, const Depl
   } catch (const BundleError& e) {
     throw LookupError(e.what());
   }
-  if (meta.empty()) throw LookupError(variant_dir.string() + ": no bundle here (meta.yaml missing or empty)");
+  if (meta.empty())
+    throw LookupError(variant_dir.string() + ": no bundle here (meta.yaml missing or empty)");
   const BundleEntry* entry = nullptr;
   const auto& tables = meta.per_tp();
   auto tp = tables.find(key.tp);
@@ -102,8 +114,10 @@ Deployment Deployment::load(const std::filesystem::path& variant_dir, const Depl
       const auto& t = e.target;
       if (t.at("dp").get<int>() != key.dp || t.at("rank").get<int>() != key.rank) continue;
       if (key.sp && t.at("sp").get<bool>() != *key.sp) continue;
-      if (entry) throw LookupError("several entries match TP" + std::to_string(key.tp) + " DP" + std::to_string(key.dp) +
-                                   " rank " + std::to_string(key.rank) + "; pass --sp");
+      if (entry)
+        throw LookupError("several entries match TP" + std::to_string(key.tp) + " DP" +
+                          std::to_string(key.dp) + " rank " + std::to_string(key.rank) +
+                          "; pass --sp");
       entry = &e;
     }
   if (!entry)
@@ -118,20 +132,23 @@ Deployment Deployment::load(const std::filesystem::path& variant_dir, const Depl
   }
   const auto want_sha = entry->coverage.value("table_sha256", std::string());
   if (sha256_hex(csv) != want_sha)
-    throw LookupError(csv_path.string() + ": checksum mismatch (SHA-256 differs from meta.yaml coverage.table_sha256)");
+    throw LookupError(csv_path.string() +
+                      ": checksum mismatch (SHA-256 differs from meta.yaml coverage.table_sha256)");
 
   auto impl = std::make_unique<Impl>();
   impl->contract = entry->contract;
   impl->capacity = cache_capacity;
   for (const auto& c : entry->contract.at("components")) {
     auto comp = parse_component(c.get<std::string>());
-    if (!comp) throw LookupError("contract names an unknown component '" + c.get<std::string>() + "'");
+    if (!comp)
+      throw LookupError("contract names an unknown component '" + c.get<std::string>() + "'");
     impl->components.push_back(*comp);
   }
   std::stringstream in(csv);
   std::string line;
   std::getline(in, line);
-  if (line != kComponentsHeader) throw LookupError(csv_path.string() + ": unexpected header '" + line + "'");
+  if (line != kComponentsHeader)
+    throw LookupError(csv_path.string() + ": unexpected header '" + line + "'");
   int lineno = 1;
   while (std::getline(in, line)) {
     ++lineno;
@@ -158,26 +175,31 @@ Deployment Deployment::load(const std::filesystem::path& variant_dir, const Depl
       impl->expert_rows.push_back(r);
     }
   }
-  for (auto* t : {&impl->all_remote}) std::sort(t->rows.begin(), t->rows.end(), [](auto& a, auto& b) { return a.point.tokens < b.point.tokens; });
+  for (auto* t : {&impl->all_remote})
+    std::sort(t->rows.begin(), t->rows.end(),
+              [](auto& a, auto& b) { return a.point.tokens < b.point.tokens; });
   for (auto& [c, t] : impl->local)
-    std::sort(t.rows.begin(), t.rows.end(), [](auto& a, auto& b) { return a.point.tokens < b.point.tokens; });
+    std::sort(t.rows.begin(), t.rows.end(),
+              [](auto& a, auto& b) { return a.point.tokens < b.point.tokens; });
   if (!impl->expert_rows.empty()) {
     std::vector<SimplexInterpolator::Point> pts;
     for (const auto& r : impl->expert_rows) {
       pts.push_back({static_cast<double>(r.point.tokens), static_cast<double>(r.point.activated),
                      static_cast<double>(r.point.assignments)});
-      impl->exact_experts[{static_cast<int>(Component::experts), r.point.tokens, r.point.activated, r.point.assignments}] =
-          {r.time_us, true, {{r.point, r.time_us, 1.0}}};
+      impl->exact_experts[{static_cast<int>(Component::experts), r.point.tokens, r.point.activated,
+                           r.point.assignments}] = {r.time_us, true, {{r.point, r.time_us, 1.0}}};
     }
     impl->experts = std::make_unique<SimplexInterpolator>(std::move(pts));
   }
   return Deployment(std::move(impl));
 }
 
-LookupResult Deployment::query(Component c, std::int64_t tokens, std::int64_t activated, std::int64_t assignments) {
+LookupResult Deployment::query(Component c, std::int64_t tokens, std::int64_t activated,
+                               std::int64_t assignments) {
   auto& d = *impl_;
   if (std::find(d.components.begin(), d.components.end(), c) == d.components.end())
-    throw LookupError("component " + std::string(to_string(c)) + " is not in this deployment's contract");
+    throw LookupError("component " + std::string(to_string(c)) +
+                      " is not in this deployment's contract");
   if (c != Component::experts) activated = assignments = 0;
   const CacheKey key{static_cast<int>(c), tokens, activated, assignments};
   if (auto it = d.index.find(key); it != d.index.end()) {
@@ -194,12 +216,14 @@ LookupResult Deployment::query(Component c, std::int64_t tokens, std::int64_t ac
   } else if (auto ex = d.exact_experts.find(key); ex != d.exact_experts.end()) {
     r = ex->second;
   } else {
-    const auto w = d.experts ? d.experts->locate({static_cast<double>(tokens), static_cast<double>(activated),
-                                                  static_cast<double>(assignments)})
-                             : std::nullopt;
+    const auto w =
+        d.experts ? d.experts->locate({static_cast<double>(tokens), static_cast<double>(activated),
+                                       static_cast<double>(assignments)})
+                  : std::nullopt;
     if (!w)
-      throw LookupError("experts: (N=" + std::to_string(tokens) + ", A=" + std::to_string(activated) + ", M=" +
-                        std::to_string(assignments) + ") is outside the measured support; the lookup never extrapolates");
+      throw LookupError("experts: (N=" + std::to_string(tokens) +
+                        ", A=" + std::to_string(activated) + ", M=" + std::to_string(assignments) +
+                        ") is outside the measured support; the lookup never extrapolates");
     for (const auto& [v, weight] : *w) {
       const auto& row = d.expert_rows[v];
       r.time_us += weight * row.time_us;

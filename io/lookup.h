@@ -32,7 +32,7 @@ struct LookupVertex {
 
 struct LookupResult {
   double time_us = 0;
-  bool exact = false;                 // the query is a measured row
+  bool exact = false;                  // the query is a measured row
   std::vector<LookupVertex> vertices;  // at most four, weights >= 0 summing to 1
 };
 

@@ -23,7 +23,8 @@ using nlohmann::json;
 
 namespace {
 
-const std::vector<std::string> kComponentOrder = {"gate_routing", "experts", "finalize_copy", "wrapper"};
+const std::vector<std::string> kComponentOrder = {"gate_routing", "experts", "finalize_copy",
+                                                  "wrapper"};
 
 std::string format_time(double us) {
   char buf[64];
@@ -40,22 +41,25 @@ std::string utc_now() {
 
 struct TargetWork {
   Section section = Section::moe_components;
-  json target;            // {tp, dp, ep, rank, sp}
-  json contract;          // per-target contract
-  std::string label;      // tp1/dp2_ep2_rank0_sp0
-  fs::path dir;           // bundle directory of the target
-  std::string rel_path;   // relative to tp<N>/
+  json target;           // {tp, dp, ep, rank, sp}
+  json contract;         // per-target contract
+  std::string label;     // tp1/dp2_ep2_rank0_sp0
+  fs::path dir;          // bundle directory of the target
+  std::string rel_path;  // relative to tp<N>/
   std::string csv;
-  std::string samples;    // samples.jsonl content (optional)
+  std::string samples;  // samples.jsonl content (optional)
   json coverage;
 };
 
 std::string dir_name(const json& t) {
-  return "dp" + std::to_string(t.at("dp").get<int>()) + "_ep" + std::to_string(t.at("ep").get<int>()) +
-         "_rank" + std::to_string(t.at("rank").get<int>()) + "_sp" + (t.at("sp").get<bool>() ? "1" : "0");
+  return "dp" + std::to_string(t.at("dp").get<int>()) + "_ep" +
+         std::to_string(t.at("ep").get<int>()) + "_rank" + std::to_string(t.at("rank").get<int>()) +
+         "_sp" + (t.at("sp").get<bool>() ? "1" : "0");
 }
 
-std::string cell_prefix(const json& t) { return "tp" + std::to_string(t.at("tp").get<int>()) + "_" + dir_name(t); }
+std::string cell_prefix(const json& t) {
+  return "tp" + std::to_string(t.at("tp").get<int>()) + "_" + dir_name(t);
+}
 
 }  // namespace
 
@@ -75,7 +79,8 @@ PublishReport publish(const std::string& h5_path, const PublishOptions& options)
   const std::string out_root = options.out_root.empty() ? attr("out_root") : options.out_root;
   const std::string variant = options.variant.empty() ? attr("variant") : options.variant;
   if (out_root.empty() || variant.empty())
-    throw PublishError("'" + h5_path + "' records no out_root/variant; pass --out-root and --variant");
+    throw PublishError("'" + h5_path +
+                       "' records no out_root/variant; pass --out-root and --variant");
   const fs::path variant_dir = fs::path(out_root) / variant;
 
   std::vector<TargetWork> work;
@@ -85,7 +90,8 @@ PublishReport publish(const std::string& h5_path, const PublishOptions& options)
     w.target = t.at("target");
     w.label = "tp" + std::to_string(w.target.at("tp").get<int>()) + "/" + dir_name(w.target);
     w.rel_path = "moe_components/" + dir_name(w.target) + "/components.csv";
-    w.dir = variant_dir / ("tp" + std::to_string(w.target.at("tp").get<int>())) / "moe_components" / dir_name(w.target);
+    w.dir = variant_dir / ("tp" + std::to_string(w.target.at("tp").get<int>())) / "moe_components" /
+            dir_name(w.target);
     json components = json::array();
     std::ostringstream csv, samples;
     csv << kComponentsHeader << "\n";
@@ -106,8 +112,9 @@ PublishReport publish(const std::string& h5_path, const PublishOptions& options)
       planned = cs.rounds_planned;
       rounds = rounds == 0 ? cs.rounds_complete : std::min(rounds, cs.rounds_complete);
       if (!cs.complete()) {
-        problems.push_back(w.label + ": " + name + " is incomplete (" + std::to_string(cs.rounds_complete) +
-                           "/" + std::to_string(cs.rounds_planned) + " rounds); run acquire again to resume");
+        problems.push_back(
+            w.label + ": " + name + " is incomplete (" + std::to_string(cs.rounds_complete) + "/" +
+            std::to_string(cs.rounds_planned) + " rounds); run acquire again to resume");
         ok = false;
         continue;
       }
@@ -124,13 +131,14 @@ PublishReport publish(const std::string& h5_path, const PublishOptions& options)
       int published_points = 0;
       for (const auto& p : cs.points) {
         if (!p.time_us || !p.bank_check_passed) continue;  // failed B/2B points are not published
-        csv << name << ",eager," << p.point.tokens << "," << p.point.activated << "," << p.point.assignments
-            << "," << format_time(*p.time_us) << "\n";
+        csv << name << ",eager," << p.point.tokens << "," << p.point.activated << ","
+            << p.point.assignments << "," << format_time(*p.time_us) << "\n";
         ++published_points;
       }
       rows += published_points;
       if (published_points == 0) {
-        problems.push_back(w.label + ": " + name + " has no point that passed the weight-bank control");
+        problems.push_back(w.label + ": " + name +
+                           " has no point that passed the weight-bank control");
         ok = false;
       }
       if (options.samples) {
@@ -138,9 +146,15 @@ PublishReport publish(const std::string& h5_path, const PublishOptions& options)
         for (const auto& r : stored.at(id)->rounds)
           for (const auto& s : r.samples) {
             const auto& p = pts.at(static_cast<std::size_t>(s.point));
-            samples << json{{"component", name}, {"tokens", p.tokens}, {"activated_experts", p.activated},
-                            {"local_assignments", p.assignments}, {"round", s.round}, {"arm", s.arm},
-                            {"bank", s.bank}, {"forward", s.forward}, {"time_us", s.value_us},
+            samples << json{{"component", name},
+                            {"tokens", p.tokens},
+                            {"activated_experts", p.activated},
+                            {"local_assignments", p.assignments},
+                            {"round", s.round},
+                            {"arm", s.arm},
+                            {"bank", s.bank},
+                            {"forward", s.forward},
+                            {"time_us", s.value_us},
                             {"activity_count", s.activity_count}}
                            .dump()
                     << "\n";
@@ -153,36 +167,40 @@ PublishReport publish(const std::string& h5_path, const PublishOptions& options)
     w.contract = {{"geometry", contract.at("geometry")},
                   {"target", w.target},
                   {"expert_ownership", t.at("expert_ownership")},
-                  {"dtypes", {{"weights", contract.at("geometry").at("weight_dtype")},
-                              {"router", contract.at("geometry").at("router_dtype")},
-                              {"activations", "bf16"}}},
+                  {"dtypes",
+                   {{"weights", contract.at("geometry").at("weight_dtype")},
+                    {"router", contract.at("geometry").at("router_dtype")},
+                    {"activations", "bf16"}}},
                   {"backend", contract.at("backend")},
                   {"timing", contract.at("timing")},
                   {"modes", json::array({contract.at("mode")})},
                   {"components", components},
                   {"planner_version", contract.at("planner_version")},
-                  {"conditioning", {{"rounds", contract.at("conditioning").at("rounds")},
-                                    {"iterations", contract.at("conditioning").at("iterations")},
-                                    {"weight_banks", t.at("weight_banks")},
-                                    {"bank_arms", json::array({"B", "2B"})},
-                                    {"bank_tolerance", contract.at("conditioning").at("bank_tolerance")},
-                                    {"cache_bytes", contract.at("conditioning").at("cache_bytes")},
-                                    {"seed", contract.at("conditioning").at("seed")}}},
-                  {"expert_sampling", {{"axes", json::array({"tokens", "activated_experts", "local_assignments"})},
-                                       {"grid_factor", contract.at("grid").at("factor")},
-                                       {"graph_mode", contract.at("grid").at("graph_mode")},
-                                       {"capture_tokens", contract.at("grid").at("capture_sizes")},
-                                       {"capture_tokens_derived", contract.at("grid").at("capture_sizes_derived")},
-                                       {"max_num_batched_tokens", contract.at("grid").at("max_num_batched_tokens")}}},
+                  {"conditioning",
+                   {{"rounds", contract.at("conditioning").at("rounds")},
+                    {"iterations", contract.at("conditioning").at("iterations")},
+                    {"weight_banks", t.at("weight_banks")},
+                    {"bank_arms", json::array({"B", "2B"})},
+                    {"bank_tolerance", contract.at("conditioning").at("bank_tolerance")},
+                    {"cache_bytes", contract.at("conditioning").at("cache_bytes")},
+                    {"seed", contract.at("conditioning").at("seed")}}},
+                  {"expert_sampling",
+                   {{"axes", json::array({"tokens", "activated_experts", "local_assignments"})},
+                    {"grid_factor", contract.at("grid").at("factor")},
+                    {"graph_mode", contract.at("grid").at("graph_mode")},
+                    {"capture_tokens", contract.at("grid").at("capture_sizes")},
+                    {"capture_tokens_derived", contract.at("grid").at("capture_sizes_derived")},
+                    {"max_num_batched_tokens", contract.at("grid").at("max_num_batched_tokens")}}},
                   {"grids", t.at("grids")}};
     w.coverage = {{"completion", planned > 0 ? static_cast<double>(rounds) / planned : 0.0},
                   {"completed_rounds", rounds},
                   {"planned_rounds", planned},
                   {"rows", rows},
                   {"table_sha256", sha256_hex(w.csv)},
-                  {"conditioning_summary", {{"checked_points", checked},
-                                            {"failed_points", failed},
-                                            {"max_relative_change", max_change}}}};
+                  {"conditioning_summary",
+                   {{"checked_points", checked},
+                    {"failed_points", failed},
+                    {"max_relative_change", max_change}}}};
     work.push_back(std::move(w));
   }
   // Collective tables beside the MoE tables.
@@ -202,19 +220,23 @@ PublishReport publish(const std::string& h5_path, const PublishOptions& options)
     std::ostringstream csv;
     csv << kCollectivesHeader << "\n";
     for (const auto& r : c.rows)
-      csv << r.name << "," << r.op << "," << r.group_size << "," << r.tokens << "," << r.bytes << ","
-          << format_time(r.time_us) << "," << format_time(r.algbw_gbps) << "," << format_time(r.busbw_gbps) << ","
-          << format_time(r.model_time_us) << "\n";
+      csv << r.name << "," << r.op << "," << r.group_size << "," << r.tokens << "," << r.bytes
+          << "," << format_time(r.time_us) << "," << format_time(r.algbw_gbps) << ","
+          << format_time(r.busbw_gbps) << "," << format_time(r.model_time_us) << "\n";
     w.csv = csv.str();
     w.contract = {{"geometry", contract.at("geometry")},
                   {"target", w.target},
                   {"backend", c.backend},
                   {"timing", c.backend == "nccl" ? "cuda_events" : "host_clock"},
-                  {"conditioning", {{"rounds", contract.at("conditioning").at("rounds")},
-                                    {"iterations", contract.at("conditioning").at("iterations")}}},
-                  {"bandwidth", {{"convention", "nccl-tests"},
-                                 {"bus_factor", {{"all_reduce", "2(n-1)/n"}, {"all_gather", "(n-1)/n"},
-                                                 {"reduce_scatter", "(n-1)/n"}}}}},
+                  {"conditioning",
+                   {{"rounds", contract.at("conditioning").at("rounds")},
+                    {"iterations", contract.at("conditioning").at("iterations")}}},
+                  {"bandwidth",
+                   {{"convention", "nccl-tests"},
+                    {"bus_factor",
+                     {{"all_reduce", "2(n-1)/n"},
+                      {"all_gather", "(n-1)/n"},
+                      {"reduce_scatter", "(n-1)/n"}}}}},
                   {"model", "worst-rank ring envelope: steps * (alpha + max_chunk / beta)"},
                   {"tokens", mine->contract.at("grids").at("gate_routing")}};
     w.coverage = {{"rows", c.rows.size()}, {"table_sha256", sha256_hex(w.csv)}};
@@ -231,7 +253,8 @@ PublishReport publish(const std::string& h5_path, const PublishOptions& options)
   std::vector<std::unique_ptr<FileLock>> writer_locks;
   for (const auto& w : work) {
     fs::create_directories(w.dir);
-    writer_locks.push_back(std::make_unique<FileLock>(w.dir / "writer.lock", FileLock::Mode::try_once));
+    writer_locks.push_back(
+        std::make_unique<FileLock>(w.dir / "writer.lock", FileLock::Mode::try_once));
   }
   FileLock meta_lock(variant_dir / ".meta.lock", FileLock::Mode::wait);
   auto meta = load_bundle_meta(variant_dir);  // throws on a corrupt meta.yaml: nothing changed
@@ -245,11 +268,13 @@ PublishReport publish(const std::string& h5_path, const PublishOptions& options)
       continue;
     }
     if (existing->contract_sha256 != contract_sha)
-      problems.push_back(w.label + " is already published under a different contract (differs in: " +
-                         json_difference(existing->contract, w.contract) +
-                         "); a changed condition is a new contract: publish into another --out-root or variant");
+      problems.push_back(
+          w.label + " is already published under a different contract (differs in: " +
+          json_difference(existing->contract, w.contract) +
+          "); a changed condition is a new contract: publish into another --out-root or variant");
     else if (existing->coverage.value("table_sha256", "") != w.coverage.at("table_sha256"))
-      problems.push_back(w.label + " is already published from another acquisition of the same contract; "
+      problems.push_back(w.label +
+                         " is already published from another acquisition of the same contract; "
                          "published tables are never replaced: publish into another --out-root");
     else
       report.unchanged.push_back(w.label);
@@ -261,7 +286,8 @@ PublishReport publish(const std::string& h5_path, const PublishOptions& options)
   }
   for (const auto* w : fresh) {
     write_file_atomic(w->dir / fs::path(w->rel_path).filename(), w->csv);
-    if (options.samples && w->section == Section::moe_components) write_file_atomic(w->dir / "samples.jsonl", w->samples);
+    if (options.samples && w->section == Section::moe_components)
+      write_file_atomic(w->dir / "samples.jsonl", w->samples);
     json provenance = {{"acquisition_file", fs::absolute(h5_path).string()},
                        {"harness_revision", attr("harness_revision")},
                        {"published_utc", utc_now()}};

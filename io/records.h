@@ -38,7 +38,8 @@ struct PointMedian {
 // One measured collective at one size (median of per-round medians), with the analytical
 // worst-rank ring envelope evaluated at the same size.
 struct CollectiveRow {
-  char name[32];  // allgather_hidden, allgather_topk_weights, allgather_topk_ids, reducescatter, tp_*
+  char name[32];  // allgather_hidden, allgather_topk_weights, allgather_topk_ids, reducescatter,
+                  // tp_*
   char op[16];    // all_gather | reduce_scatter | all_reduce
   std::int32_t group_size;
   std::int64_t tokens;

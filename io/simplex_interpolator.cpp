@@ -14,8 +14,8 @@ namespace moe {
 
 namespace {
 
-constexpr double kHullTolerance = 1e-9;     // relative, normalized coordinates
-constexpr double kWeightTolerance = 1e-9;   // barycentric weights down to -tol count as inside
+constexpr double kHullTolerance = 1e-9;    // relative, normalized coordinates
+constexpr double kWeightTolerance = 1e-9;  // barycentric weights down to -tol count as inside
 
 bool invert(int d, const double* m, double* inv) {
   if (d == 1) {
@@ -94,7 +94,8 @@ SimplexInterpolator::SimplexInterpolator(std::vector<Point> points) : points_(st
   if (dim_ == 1) {
     std::vector<std::size_t> order(points_.size());
     std::iota(order.begin(), order.end(), 0);
-    std::sort(order.begin(), order.end(), [&](auto x, auto y) { return projected_[x][0] < projected_[y][0]; });
+    std::sort(order.begin(), order.end(),
+              [&](auto x, auto y) { return projected_[x][0] < projected_[y][0]; });
     for (std::size_t i = 0; i + 1 < order.size(); ++i) {
       Simplex s;
       s.v[0] = order[i];
@@ -112,9 +113,11 @@ SimplexInterpolator::SimplexInterpolator(std::vector<Point> points) : points_(st
   Qhull hull;
   qhT* qh = hull.get();  // the name Qhull's iteration macros expect
   char options[] = "qhull d Qt Qbb Qz Q12";
-  const int rc = qh_new_qhull(qh, dim_, static_cast<int>(projected_.size()), coords.data(), False, options,
-                              nullptr, nullptr);
-  if (rc != 0) throw std::runtime_error("Qhull Delaunay triangulation failed (code " + std::to_string(rc) + ")");
+  const int rc = qh_new_qhull(qh, dim_, static_cast<int>(projected_.size()), coords.data(), False,
+                              options, nullptr, nullptr);
+  if (rc != 0)
+    throw std::runtime_error("Qhull Delaunay triangulation failed (code " + std::to_string(rc) +
+                             ")");
   facetT* facet;
   FORALLfacets {
     if (facet->upperdelaunay) continue;
@@ -122,19 +125,22 @@ SimplexInterpolator::SimplexInterpolator(std::vector<Point> points) : points_(st
     int n = 0;
     vertexT *vertex, **vertexp;
     FOREACHvertex_(facet->vertices) {
-      if (n < 4) s.v[static_cast<std::size_t>(n)] = static_cast<std::size_t>(qh_pointid(qh, vertex->point));
+      if (n < 4)
+        s.v[static_cast<std::size_t>(n)] = static_cast<std::size_t>(qh_pointid(qh, vertex->point));
       ++n;
     }
     if (n != dim_ + 1) continue;
     bool valid = true;
-    for (int k = 0; k <= dim_; ++k) valid = valid && s.v[static_cast<std::size_t>(k)] < points_.size();
+    for (int k = 0; k <= dim_; ++k)
+      valid = valid && s.v[static_cast<std::size_t>(k)] < points_.size();
     if (!valid) continue;  // the point at infinity added by Qz
     double m[9];
     const auto& v0 = projected_[s.v[0]];
     for (int r = 0; r < dim_; ++r)
       for (int c = 0; c < dim_; ++c)
-        m[r * dim_ + c] = projected_[s.v[static_cast<std::size_t>(c + 1)]][static_cast<std::size_t>(r)] -
-                          v0[static_cast<std::size_t>(r)];
+        m[r * dim_ + c] =
+            projected_[s.v[static_cast<std::size_t>(c + 1)]][static_cast<std::size_t>(r)] -
+            v0[static_cast<std::size_t>(r)];
     if (!invert(dim_, m, s.inverse.data())) continue;  // flat simplex
     simplices_.push_back(s);
   }
@@ -142,12 +148,15 @@ SimplexInterpolator::SimplexInterpolator(std::vector<Point> points) : points_(st
 
 std::array<double, 3> SimplexInterpolator::project(const Point& p) const {
   std::array<double, 3> y{};
-  const Point d{p[0] / scale_[0] - origin_[0], p[1] / scale_[1] - origin_[1], p[2] / scale_[2] - origin_[2]};
-  for (std::size_t b = 0; b < basis_.size(); ++b) y[b] = d[0] * basis_[b][0] + d[1] * basis_[b][1] + d[2] * basis_[b][2];
+  const Point d{p[0] / scale_[0] - origin_[0], p[1] / scale_[1] - origin_[1],
+                p[2] / scale_[2] - origin_[2]};
+  for (std::size_t b = 0; b < basis_.size(); ++b)
+    y[b] = d[0] * basis_[b][0] + d[1] * basis_[b][1] + d[2] * basis_[b][2];
   return y;
 }
 
-std::optional<std::vector<SimplexInterpolator::Weight>> SimplexInterpolator::locate(const Point& q) const {
+std::optional<std::vector<SimplexInterpolator::Weight>> SimplexInterpolator::locate(
+    const Point& q) const {
   const auto y = project(q);
   // Off the affine hull (a dependent dimension violated, e.g. M != N*k at EP1): refused.
   Point back{origin_};
@@ -167,7 +176,8 @@ std::optional<std::vector<SimplexInterpolator::Weight>> SimplexInterpolator::loc
     for (int r = 0; r < dim_ && inside; ++r) {
       double l = 0;
       for (int c = 0; c < dim_; ++c)
-        l += s.inverse[static_cast<std::size_t>(r * dim_ + c)] * (y[static_cast<std::size_t>(c)] - v0[static_cast<std::size_t>(c)]);
+        l += s.inverse[static_cast<std::size_t>(r * dim_ + c)] *
+             (y[static_cast<std::size_t>(c)] - v0[static_cast<std::size_t>(c)]);
       lambda[r + 1] = l;
       rest -= l;
       inside = l >= -kWeightTolerance;

@@ -32,7 +32,8 @@ class SimplexInterpolator {
     std::array<std::size_t, 4> v{};
     std::array<double, 9> inverse{};  // dim x dim inverse of [v1-v0, ..., vd-v0]
   };
-  [[nodiscard]] std::array<double, 3> project(const Point& p) const;  // normalized, in the hull basis
+  [[nodiscard]] std::array<double, 3> project(
+      const Point& p) const;  // normalized, in the hull basis
 
   std::vector<Point> points_;
   Point scale_{1, 1, 1};

@@ -19,6 +19,7 @@ struct BankControl {
   double relative_change;  // |2B - B| / B
   bool pass;               // relative_change <= kBankTolerance
 };
-[[nodiscard]] BankControl bank_control(std::span<const double> b_arm, std::span<const double> b2_arm);
+[[nodiscard]] BankControl bank_control(std::span<const double> b_arm,
+                                       std::span<const double> b2_arm);
 
 }  // namespace moe

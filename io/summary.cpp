@@ -19,7 +19,8 @@ std::vector<CellSummary> summarize(const StoredAcquisition& acq) {
     const auto n = cell.info.points.size();
     std::vector<std::vector<double>> round_medians(n), b_arm(n), b2_arm(n);
     for (const auto& r : cell.rounds) {
-      for (const auto& m : r.medians) round_medians.at(static_cast<std::size_t>(m.point)).push_back(m.median_us);
+      for (const auto& m : r.medians)
+        round_medians.at(static_cast<std::size_t>(m.point)).push_back(m.median_us);
       if (!experts) continue;
       for (const auto& smp : r.samples) {
         auto& arm = smp.arm == static_cast<std::int8_t>(Arm::banks) ? b_arm : b2_arm;

@@ -12,7 +12,7 @@ namespace moe {
 
 struct PointResult {
   GridPoint point;
-  std::optional<double> time_us;      // median of per-round medians; nullopt if no complete round
+  std::optional<double> time_us;  // median of per-round medians; nullopt if no complete round
   std::optional<double> relative_change;  // experts only: pooled |2B - B| / B
   bool bank_check_passed = true;
 };

@@ -1,6 +1,7 @@
 // The cpu_reference backend: the CPU reference kernels timed with the host clock.
 #include <algorithm>
 #include <cmath>
+#include <fstream>
 #include <stdexcept>
 #include <string>
 
@@ -19,7 +20,8 @@ struct CpuWeights final : WeightSet {
 
 class CpuWorkload final : public Workload {
  public:
-  CpuWorkload(const WorkloadSpec& s, std::shared_ptr<const CpuWeights> w) : spec_(s), weights_(std::move(w)) {
+  CpuWorkload(const WorkloadSpec& s, std::shared_ptr<const CpuWeights> w)
+      : spec_(s), weights_(std::move(w)) {
     const auto& g = s.geometry;
     Rng rng(s.seed);
     rows_ = static_cast<int>(s.point.tokens);
@@ -27,15 +29,19 @@ class CpuWorkload final : public Workload {
     x_ = random_values(static_cast<std::size_t>(rows_) * g.hidden, 1.0f, g.weight_dtype, rng);
     switch (s.component) {
       case Component::gate_routing:
-        router_ = random_values(static_cast<std::size_t>(g.experts) * g.hidden,
-                                1.0f / std::sqrt(static_cast<float>(g.hidden)), g.router_dtype, rng);
+        router_ =
+            random_values(static_cast<std::size_t>(g.experts) * g.hidden,
+                          1.0f / std::sqrt(static_cast<float>(g.hidden)), g.router_dtype, rng);
         break;
       case Component::experts:
         routes_ = make_expert_routes(s.point.tokens, s.point.activated, s.point.assignments, g,
                                      ExpertOwnership::of(g, s.target), rng);
         break;
-      case Component::finalize_copy: break;
-      case Component::wrapper: routed_ = random_values(x_.size(), 1.0f, g.weight_dtype, rng); break;
+      case Component::finalize_copy:
+        break;
+      case Component::wrapper:
+        routed_ = random_values(x_.size(), 1.0f, g.weight_dtype, rng);
+        break;
     }
   }
 
@@ -78,8 +84,12 @@ class CpuWorkload final : public Workload {
         experts_ref(x_, routes_, weights_->views.at(static_cast<std::size_t>(bank)),
                     ExpertOwnership::of(g, spec_.target).first_expert, out);
         break;
-      case Component::finalize_copy: finalize_copy_ref(x_, out); break;
-      case Component::wrapper: wrapper_ref(x_, rows_, routed_, weights_->views.front(), out); break;
+      case Component::finalize_copy:
+        finalize_copy_ref(x_, out);
+        break;
+      case Component::wrapper:
+        wrapper_ref(x_, rows_, routed_, weights_->views.front(), out);
+        break;
     }
   }
 
@@ -106,18 +116,36 @@ class CpuBackend final : public Backend {
     if (s.component == Component::experts) {
       const auto own = ExpertOwnership::of(g, s.target);
       for (int b = 0; b < s.banks; ++b)
-        w->banks.push_back(random_mlp(own.local_experts, g.hidden, g.intermediate, g.weight_dtype, rng));
+        w->banks.push_back(
+            random_mlp(own.local_experts, g.hidden, g.intermediate, g.weight_dtype, rng));
     } else if (s.component == Component::wrapper) {
-      w->banks.push_back(random_mlp(g.shared.count, g.hidden, g.shared.intermediate, g.weight_dtype, rng));
+      w->banks.push_back(
+          random_mlp(g.shared.count, g.hidden, g.shared.intermediate, g.weight_dtype, rng));
     }
     for (const auto& b : w->banks) w->views.push_back(b.view());
     return w;
   }
 
-  std::unique_ptr<Workload> make(const WorkloadSpec& s, std::shared_ptr<const WeightSet> w) override {
+  std::unique_ptr<Workload> make(const WorkloadSpec& s,
+                                 std::shared_ptr<const WeightSet> w) override {
     auto cpu = std::dynamic_pointer_cast<const CpuWeights>(w);
-    if (!cpu) throw std::invalid_argument("cpu_reference workload given weights of another backend");
+    if (!cpu)
+      throw std::invalid_argument("cpu_reference workload given weights of another backend");
     return std::make_unique<CpuWorkload>(s, std::move(cpu));
+  }
+
+  std::map<std::string, std::string> live_state() const override {
+    std::map<std::string, std::string> out;
+    std::ifstream cpuinfo("/proc/cpuinfo");
+    for (std::string line; std::getline(cpuinfo, line);)
+      if (line.rfind("cpu MHz", 0) == 0) {
+        out["cpu0_mhz"] = line.substr(line.find(':') + 2);
+        break;
+      }
+    std::ifstream loadavg("/proc/loadavg");
+    std::string a, b, c, procs;
+    if (loadavg >> a >> b >> c >> procs) out["running_processes"] = procs;
+    return out;
   }
 
   std::map<std::string, std::string> device_properties() const override {
@@ -127,6 +155,8 @@ class CpuBackend final : public Backend {
 
 }  // namespace
 
-std::unique_ptr<Backend> make_cpu_backend() { return std::make_unique<CpuBackend>(); }
+std::unique_ptr<Backend> make_cpu_backend() {
+  return std::make_unique<CpuBackend>();
+}
 
 }  // namespace moe

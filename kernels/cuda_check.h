@@ -14,20 +14,20 @@ class CudaError : public std::runtime_error {
   using std::runtime_error::runtime_error;
 };
 
-#define CUDA_CHECK(expr)                                                                        \
-  do {                                                                                          \
-    const cudaError_t moe_status_ = (expr);                                                     \
-    if (moe_status_ != cudaSuccess)                                                             \
-      throw ::moe::CudaError(std::string(#expr) + ": " + cudaGetErrorString(moe_status_) +      \
-                             " (" + __FILE__ + ":" + std::to_string(__LINE__) + ")");          \
+#define CUDA_CHECK(expr)                                                                          \
+  do {                                                                                            \
+    const cudaError_t moe_status_ = (expr);                                                       \
+    if (moe_status_ != cudaSuccess)                                                               \
+      throw ::moe::CudaError(std::string(#expr) + ": " + cudaGetErrorString(moe_status_) + " (" + \
+                             __FILE__ + ":" + std::to_string(__LINE__) + ")");                    \
   } while (false)
 
-#define CUBLAS_CHECK(expr)                                                                      \
-  do {                                                                                          \
-    const cublasStatus_t moe_status_ = (expr);                                                  \
-    if (moe_status_ != CUBLAS_STATUS_SUCCESS)                                                   \
+#define CUBLAS_CHECK(expr)                                                                     \
+  do {                                                                                         \
+    const cublasStatus_t moe_status_ = (expr);                                                 \
+    if (moe_status_ != CUBLAS_STATUS_SUCCESS)                                                  \
       throw ::moe::CudaError(std::string(#expr) + ": cuBLAS status " +                         \
-                             std::to_string(static_cast<int>(moe_status_)) + " (" + __FILE__ +  \
+                             std::to_string(static_cast<int>(moe_status_)) + " (" + __FILE__ + \
                              ":" + std::to_string(__LINE__) + ")");                            \
   } while (false)
 

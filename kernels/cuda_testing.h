@@ -16,7 +16,8 @@ struct DeviceExpertsResult {
 // Runs the cublas_grouped `experts` component once on device `device` with the given routes
 // (which may contain invalid lanes) and weights.
 [[nodiscard]] DeviceExpertsResult run_experts_on_device(int device, const ModelGeometry& g,
-                                                        const Target& t, const std::vector<float>& x,
+                                                        const Target& t,
+                                                        const std::vector<float>& x,
                                                         const Routes& routes, const MlpWeights& w);
 
 }  // namespace moe

@@ -6,10 +6,13 @@
 namespace moe {
 
 std::unique_ptr<Backend> make_cuda_backend(const std::string& name, int) {
-  throw std::runtime_error("backend '" + name + "' needs CUDA, but this harness was built with "
+  throw std::runtime_error("backend '" + name +
+                           "' needs CUDA, but this harness was built with "
                            "HARNESS_WITH_CUDA=OFF; use --backend cpu_reference");
 }
 
-int cuda_device_count() { return 0; }
+int cuda_device_count() {
+  return 0;
+}
 
 }  // namespace moe

@@ -5,7 +5,9 @@
 
 namespace moe {
 
-std::string_view to_string(Dtype d) { return d == Dtype::bf16 ? "bf16" : "fp32"; }
+std::string_view to_string(Dtype d) {
+  return d == Dtype::bf16 ? "bf16" : "fp32";
+}
 
 std::optional<Dtype> parse_dtype(std::string_view s) {
   if (s == "bf16") return Dtype::bf16;
@@ -13,7 +15,9 @@ std::optional<Dtype> parse_dtype(std::string_view s) {
   return std::nullopt;
 }
 
-int bytes_of(Dtype d) { return d == Dtype::bf16 ? 2 : 4; }
+int bytes_of(Dtype d) {
+  return d == Dtype::bf16 ? 2 : 4;
+}
 
 std::int64_t ModelGeometry::expert_weight_bytes() const {
   return std::int64_t{3} * hidden * intermediate * bytes_of(weight_dtype);
@@ -64,7 +68,9 @@ std::string Target::dir_name() const {
          "_sp" + (sp ? "1" : "0");
 }
 
-std::string Target::label() const { return "tp" + std::to_string(tp) + "/" + dir_name(); }
+std::string Target::label() const {
+  return "tp" + std::to_string(tp) + "/" + dir_name();
+}
 
 ExpertOwnership ExpertOwnership::of(const ModelGeometry& g, const Target& t) {
   if (t.ep <= 0 || g.experts % t.ep != 0)

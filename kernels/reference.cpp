@@ -9,7 +9,9 @@
 namespace moe {
 
 namespace {
-float silu(float v) { return v / (1.0f + std::exp(-v)); }
+float silu(float v) {
+  return v / (1.0f + std::exp(-v));
+}
 
 // Dot product with eight independent fp32 accumulators (vectorizable; fp32 accumulation).
 float dot(const float* a, const float* b, int n) {
@@ -22,7 +24,9 @@ float dot(const float* a, const float* b, int n) {
   return s;
 }
 
-float keep(float v, bool bf16) { return bf16 ? round_to_bf16(v) : v; }
+float keep(float v, bool bf16) {
+  return bf16 ? round_to_bf16(v) : v;
+}
 
 // acc[h] += scale * W2_e (silu(G_e x) * (U_e x)) for one row. With `bf16`, the values a GPU
 // stores between steps (gate/up projections, activation, expert output) are rounded to bf16.
@@ -85,7 +89,8 @@ void gate_routing_ref(std::span<const float> x, int rows, std::span<const float>
     for (int j = 0; j < k; ++j) top += p[order[j]];
     for (int j = 0; j < k; ++j) {
       out.ids[static_cast<std::size_t>(r) * k + j] = order[j];
-      out.weights[static_cast<std::size_t>(r) * k + j] = g.renormalize ? p[order[j]] / top : p[order[j]];
+      out.weights[static_cast<std::size_t>(r) * k + j] =
+          g.renormalize ? p[order[j]] / top : p[order[j]];
     }
   }
   sanitize_routes(out, e);
@@ -99,8 +104,8 @@ MlpView MlpWeights::view() const {
   return v;
 }
 
-void experts_ref(std::span<const float> x, const Routes& routes, const MlpView& w,
-                 int first_expert, std::span<float> out, Intermediates inter) {
+void experts_ref(std::span<const float> x, const Routes& routes, const MlpView& w, int first_expert,
+                 std::span<float> out, Intermediates inter) {
   const int h = w.hidden;
   std::fill(out.begin(), out.end(), 0.0f);
   std::vector<float> act(w.intermediate);

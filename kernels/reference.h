@@ -53,8 +53,8 @@ enum class Intermediates { fp32, bf16 };
 
 // out[row] = sum over valid lanes routed to a local expert e of w * W2_e (silu(G_e x) * (U_e x)).
 // Rows without local routes are zero. `first_expert` maps global ids to local weights.
-void experts_ref(std::span<const float> x, const Routes& routes, const MlpView& w,
-                 int first_expert, std::span<float> out, Intermediates inter = Intermediates::fp32);
+void experts_ref(std::span<const float> x, const Routes& routes, const MlpView& w, int first_expert,
+                 std::span<float> out, Intermediates inter = Intermediates::fp32);
 
 // out = in (the locally reduced rows returned to the local output).
 void finalize_copy_ref(std::span<const float> in, std::span<float> out);

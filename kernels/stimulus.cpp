@@ -38,8 +38,8 @@ Routes make_expert_routes(std::int64_t rows, std::int64_t activated, std::int64_
                         std::max(activated, rows * forced) <= assignments &&
                         assignments <= rows * std::min<std::int64_t>(k, activated);
   if (rows < 1 || (!all_remote && !feasible))
-    throw std::invalid_argument("infeasible expert point N=" + std::to_string(rows) +
-                                " A=" + std::to_string(activated) + " M=" + std::to_string(assignments));
+    throw std::invalid_argument("infeasible expert point N=" + std::to_string(rows) + " A=" +
+                                std::to_string(activated) + " M=" + std::to_string(assignments));
   std::vector<int> local(l);
   std::iota(local.begin(), local.end(), own.first_expert);
   std::shuffle(local.begin(), local.end(), rng);

@@ -13,10 +13,12 @@ namespace moe {
 using Rng = std::mt19937_64;
 
 // Uniform in [-scale, scale], rounded to bf16 when `dtype` is bf16. Never all zeros.
-[[nodiscard]] std::vector<float> random_values(std::size_t count, float scale, Dtype dtype, Rng& rng);
+[[nodiscard]] std::vector<float> random_values(std::size_t count, float scale, Dtype dtype,
+                                               Rng& rng);
 
 // Weights for `experts` gated MLPs scaled so activations stay O(1).
-[[nodiscard]] MlpWeights random_mlp(int experts, int hidden, int intermediate, Dtype dtype, Rng& rng);
+[[nodiscard]] MlpWeights random_mlp(int experts, int hidden, int intermediate, Dtype dtype,
+                                    Rng& rng);
 
 // Routes over N rows with exactly M assignments to A distinct local experts (a random subset of
 // the rank's L), a balanced histogram over those A (counts differ by at most one), per-row local

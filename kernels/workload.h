@@ -47,17 +47,20 @@ class Workload {
 class Backend {
  public:
   virtual ~Backend() = default;
-  [[nodiscard]] virtual std::string name() const = 0;     // cpu_reference | cublas_grouped | ...
-  [[nodiscard]] virtual std::string timing() const = 0;   // host_clock | cupti_activity
+  [[nodiscard]] virtual std::string name() const = 0;    // cpu_reference | cublas_grouped | ...
+  [[nodiscard]] virtual std::string timing() const = 0;  // host_clock | cupti_activity
   [[nodiscard]] virtual std::int64_t cache_bytes() const = 0;  // L2 (GPU) or last-level (CPU)
-  [[nodiscard]] virtual double tolerance() const = 0;     // max relative error vs reference
+  [[nodiscard]] virtual double tolerance() const = 0;          // max relative error vs reference
   // Fresh weights for one cell round (spec.banks banks from spec.seed; the point is ignored).
-  [[nodiscard]] virtual std::shared_ptr<const WeightSet> make_weights(const WorkloadSpec& round) = 0;
+  [[nodiscard]] virtual std::shared_ptr<const WeightSet> make_weights(
+      const WorkloadSpec& round) = 0;
   // Fresh stimuli and buffers for one point, using the round's weights.
-  [[nodiscard]] virtual std::unique_ptr<Workload> make(const WorkloadSpec& point,
-                                                       std::shared_ptr<const WeightSet> weights) = 0;
+  [[nodiscard]] virtual std::unique_ptr<Workload> make(
+      const WorkloadSpec& point, std::shared_ptr<const WeightSet> weights) = 0;
   // Provenance: device name, UUID, driver/runtime/library versions, PCI bus id.
   [[nodiscard]] virtual std::map<std::string, std::string> device_properties() const = 0;
+  // State that changes while measuring: clocks, processes on the device (or the host CPU).
+  [[nodiscard]] virtual std::map<std::string, std::string> live_state() const = 0;
 };
 
 [[nodiscard]] std::unique_ptr<Backend> make_cpu_backend();
@@ -65,6 +68,5 @@ class Backend {
 [[nodiscard]] std::unique_ptr<Backend> make_cuda_backend(const std::string& name, int device);
 // Number of visible CUDA devices (0 in a build without CUDA).
 [[nodiscard]] int cuda_device_count();
-
 
 }  // namespace moe

@@ -10,14 +10,16 @@
 #include <iostream>
 #include <nlohmann/json.hpp>
 
-#include "io/acquisition_file.h"
 #include "comm/collectives.h"
+#include "io/acquisition_file.h"
+#include "io/bundle_meta.h"
 #include "io/files.h"
 #include "kernels/workload.h"
-#include "ranks/affinity.h"
 #include "ranks/collectives_phase.h"
+#include "ranks/colocate.h"
 #include "ranks/planner.h"
 #include "ranks/protocol.h"
+#include "ranks/rank_context.h"
 
 #ifndef HARNESS_GIT_REVISION
 #define HARNESS_GIT_REVISION "unknown"
@@ -35,24 +37,27 @@ std::string resolve_backend(const std::string& requested) {
 namespace {
 
 json geometry_json(const ModelGeometry& g) {
-  return {{"name", g.name},
-          {"hidden_size", g.hidden},
-          {"moe_intermediate_size", g.intermediate},
-          {"num_experts", g.experts},
-          {"top_k", g.top_k},
-          {"renormalize", g.renormalize},
-          {"activation", "silu_gated"},
-          {"weight_dtype", to_string(g.weight_dtype)},
-          {"router_dtype", to_string(g.router_dtype)},
-          {"shared_experts", {{"count", g.shared.count}, {"intermediate_size", g.shared.intermediate}}},
-          {"num_layers", g.layers}};
+  return {
+      {"name", g.name},
+      {"hidden_size", g.hidden},
+      {"moe_intermediate_size", g.intermediate},
+      {"num_experts", g.experts},
+      {"top_k", g.top_k},
+      {"renormalize", g.renormalize},
+      {"activation", "silu_gated"},
+      {"weight_dtype", to_string(g.weight_dtype)},
+      {"router_dtype", to_string(g.router_dtype)},
+      {"shared_experts", {{"count", g.shared.count}, {"intermediate_size", g.shared.intermediate}}},
+      {"num_layers", g.layers}};
 }
 
 json target_json(const Target& t) {
   return {{"tp", t.tp}, {"dp", t.dp}, {"ep", t.ep}, {"rank", t.rank}, {"sp", t.sp}};
 }
 
-std::string cell_id(const Target& t, Component c) { return target_id(t) + "." + std::string(to_string(c)); }
+std::string cell_id(const Target& t, Component c) {
+  return target_id(t) + "." + std::string(to_string(c));
+}
 
 std::string load_average() {
   double l[3] = {0, 0, 0};
@@ -67,20 +72,6 @@ std::string utc_now() {
   char buf[32];
   std::strftime(buf, sizeof(buf), "%Y-%m-%dT%H:%M:%SZ", std::gmtime(&t));
   return buf;
-}
-
-struct NodeRanks {
-  int local_rank = 0, local_size = 1;
-};
-
-NodeRanks node_ranks(MPI_Comm comm) {
-  MPI_Comm node;
-  MPI_Comm_split_type(comm, MPI_COMM_TYPE_SHARED, 0, MPI_INFO_NULL, &node);
-  NodeRanks n;
-  MPI_Comm_rank(node, &n.local_rank);
-  MPI_Comm_size(node, &n.local_size);
-  MPI_Comm_free(&node);
-  return n;
 }
 
 }  // namespace
@@ -107,24 +98,25 @@ std::string contract_json(const JobSpec& job, const std::string& backend, const 
                        {"weight_banks", t.weight_banks},
                        {"grids", grids}});
   }
-  const json c = {
-      {"geometry", geometry_json(job.geometry)},
-      {"backend", backend},
-      {"timing", timing},
-      {"mode", "eager"},
-      {"planner_version", kPlannerVersion},
-      {"grid", {{"factor", job.grid_factor},
-                {"max_num_batched_tokens", job.max_num_batched_tokens},
-                {"max_num_seqs", job.max_num_seqs},
-                {"graph_mode", to_string(job.graph_mode)},
-                {"capture_sizes", job.capture_sizes},
-                {"capture_sizes_derived", job.capture_sizes_derived}}},
-      {"conditioning", {{"rounds", job.rounds},
-                        {"iterations", job.iterations},
-                        {"bank_tolerance", kBankTolerance},
-                        {"cache_bytes", cache_bytes},
-                        {"seed", job.seed}}},
-      {"targets", targets}};
+  const json c = {{"geometry", geometry_json(job.geometry)},
+                  {"backend", backend},
+                  {"timing", timing},
+                  {"mode", "eager"},
+                  {"planner_version", kPlannerVersion},
+                  {"grid",
+                   {{"factor", job.grid_factor},
+                    {"max_num_batched_tokens", job.max_num_batched_tokens},
+                    {"max_num_seqs", job.max_num_seqs},
+                    {"graph_mode", to_string(job.graph_mode)},
+                    {"capture_sizes", job.capture_sizes},
+                    {"capture_sizes_derived", job.capture_sizes_derived}}},
+                  {"conditioning",
+                   {{"rounds", job.rounds},
+                    {"iterations", job.iterations},
+                    {"bank_tolerance", kBankTolerance},
+                    {"cache_bytes", cache_bytes},
+                    {"seed", job.seed}}},
+                  {"targets", targets}};
   return c.dump();
 }
 
@@ -133,30 +125,15 @@ AcquireSummary acquire(MPI_Comm comm, const JobSpec& job, const AcquireOptions& 
   int rank = 0, size = 1;
   MPI_Comm_rank(comm, &rank);
   MPI_Comm_size(comm, &size);
-  const auto node = node_ranks(comm);
-
-  // Backend: every rank must resolve the same one.
-  const auto backend_name = resolve_backend(job.backend);
-  std::unique_ptr<Backend> backend;
-  std::optional<int> numa;
-  if (backend_name == "cpu_reference") {
-    backend = make_cpu_backend();
-  } else {
-    const int devices = cuda_device_count();
-    if (node.local_size > devices)
-      throw std::runtime_error("backend " + backend_name + " needs one GPU per rank, but this node runs " +
-                               std::to_string(node.local_size) + " ranks and has " +
-                               std::to_string(devices) + " GPUs");
-    // One GPU per rank, chosen by node-local rank, never by global rank.
-    backend = make_cuda_backend(backend_name, node.local_rank);
-    const auto props = backend->device_properties();
-    if (auto it = props.find("pci_bus_id"); it != props.end()) numa = numa_node_of_pci(it->second);
-  }
-  const auto binding = bind_to_cpus(node.local_rank, node.local_size, numa);
-  auto timer = backend->timing() == "host_clock" ? make_host_clock_timer() : make_cupti_timer();
+  const auto ctx = make_rank_context(comm, job.backend);
+  auto& backend = ctx->backend;
+  auto& timer = ctx->timer;
+  const auto& binding = ctx->binding;
+  const std::string backend_name = backend->name();
 
   // Every rank must agree on the contract (same backend and cache size class).
-  const auto contract = contract_json(job, backend->name(), timer->method(), backend->cache_bytes());
+  const auto contract =
+      contract_json(job, backend->name(), timer->method(), backend->cache_bytes());
   const auto sha = sha256_hex(contract);
   std::string root_sha = sha;
   root_sha.resize(64);
@@ -164,8 +141,9 @@ AcquireSummary acquire(MPI_Comm comm, const JobSpec& job, const AcquireOptions& 
   int mismatch = root_sha != sha ? 1 : 0, any = 0;
   MPI_Allreduce(&mismatch, &any, 1, MPI_INT, MPI_MAX, comm);
   if (any)
-    throw std::runtime_error("ranks disagree on the contract (different backends or device cache "
-                             "sizes across nodes); run one device kind per acquisition");
+    throw std::runtime_error(
+        "ranks disagree on the contract (different backends or device cache "
+        "sizes across nodes); run one device kind per acquisition");
 
   const auto plan = make_plan(job, backend->cache_bytes());
   // One acquisition per directory: rank 0 holds writer.lock for the whole run.
@@ -206,20 +184,22 @@ AcquireSummary acquire(MPI_Comm comm, const JobSpec& job, const AcquireOptions& 
   for (const auto& t : plan.targets)
     for (const auto& g : t.components) {
       cells.push_back({&t, &g});
-      infos.push_back({cell_id(t.target, g.component),
-                       json{{"target", target_json(t.target)},
-                            {"component", to_string(g.component)},
-                            {"rounds", job.rounds},
-                            {"weight_banks", g.component == Component::experts ? t.weight_banks : 0}}
-                           .dump(),
-                       g.points, job.rounds});
+      infos.push_back(
+          {cell_id(t.target, g.component),
+           json{{"target", target_json(t.target)},
+                {"component", to_string(g.component)},
+                {"rounds", job.rounds},
+                {"weight_banks", g.component == Component::experts ? t.weight_banks : 0}}
+               .dump(),
+           g.points, job.rounds});
     }
   file.declare_cells(infos);
 
   struct utsname un {};
   uname(&un);
   json prov = {{"rank", rank},
-               {"node_local_rank", node.local_rank},
+               {"node_local_rank", ctx->node_rank},
+               {"gpu_numa_locality", ctx->locality},
                {"host", un.nodename},
                {"pid", static_cast<long>(getpid())},
                {"cpu_binding", binding.describe()},
@@ -247,29 +227,54 @@ AcquireSummary acquire(MPI_Comm comm, const JobSpec& job, const AcquireOptions& 
   if (rank == 0 && !options.quiet) {
     std::cerr << "acquire: " << cells.size() << " cells on " << size << " ranks, backend "
               << backend->name() << ", " << total_points << " point-rounds";
-    if (summary.rounds_resumed) std::cerr << ", resuming (" << summary.rounds_resumed << " cell rounds already complete)";
+    if (summary.rounds_resumed)
+      std::cerr << ", resuming (" << summary.rounds_resumed << " cell rounds already complete)";
     std::cerr << "\n";
   }
 
+  // The co-location verdict of this variant (harness colocate) decides how many ranks of a node
+  // measure at once; without one, every rank measures (recorded as unverified).
+  int regime = ctx->node_size;
+  summary.colocation = "unverified (no colocation.yaml for this backend)";
+  const auto verdict_path = std::filesystem::path(job.out_root) / job.variant / "colocation.yaml";
+  if (std::filesystem::exists(verdict_path)) {
+    const auto verdict = yaml_to_json(read_file(verdict_path));
+    if (verdict.value("backend", "") == backend->name()) {
+      const auto allowed = allowed_regime(verdict);
+      if (!allowed && ctx->node_size > 1)
+        throw std::runtime_error(
+            "the co-location gate stopped (" + verdict_path.string() +
+            "): run one rank per node, or fix the node and run harness colocate again");
+      regime = std::clamp(allowed.value_or(1), 1, ctx->node_size);
+      summary.colocation = "regime " + std::to_string(regime) + " from " + verdict_path.string();
+    }
+  }
+  const int slots = (ctx->node_size + regime - 1) / regime;
   const auto measure_start = std::chrono::steady_clock::now();
   const std::int64_t resumed_points = done_points;
   for (int r = 0; r < job.rounds; ++r) {
     std::vector<CellRound> measured;
     std::vector<int> measured_cells;
-    for (std::size_t c = static_cast<std::size_t>(rank); c < cells.size(); c += static_cast<std::size_t>(size)) {
-      if (done[c][static_cast<std::size_t>(r)]) continue;
-      const auto& cell = cells[c];
-      CellRoundSpec spec;
-      spec.base.geometry = job.geometry;
-      spec.base.target = cell.target->target;
-      spec.base.component = cell.grid->component;
-      spec.points = cell.grid->points;
-      spec.round = r;
-      spec.iterations = job.iterations;
-      spec.weight_banks = cell.target->weight_banks;
-      spec.seed = mix_seed({job.seed, c, static_cast<std::uint64_t>(r)});
-      measured.push_back(measure_cell_round(*backend, *timer, spec));
-      measured_cells.push_back(static_cast<int>(c));
+    // Placement regime: at most `regime` ranks of a node measure at the same time.
+    for (int slot = 0; slot < slots; ++slot) {
+      if (slot > 0) MPI_Barrier(ctx->node);
+      if (ctx->node_rank / regime != slot) continue;
+      for (std::size_t c = static_cast<std::size_t>(rank); c < cells.size();
+           c += static_cast<std::size_t>(size)) {
+        if (done[c][static_cast<std::size_t>(r)]) continue;
+        const auto& cell = cells[c];
+        CellRoundSpec spec;
+        spec.base.geometry = job.geometry;
+        spec.base.target = cell.target->target;
+        spec.base.component = cell.grid->component;
+        spec.points = cell.grid->points;
+        spec.round = r;
+        spec.iterations = job.iterations;
+        spec.weight_banks = cell.target->weight_banks;
+        spec.seed = mix_seed({job.seed, c, static_cast<std::uint64_t>(r)});
+        measured.push_back(measure_cell_round(*backend, *timer, spec));
+        measured_cells.push_back(static_cast<int>(c));
+      }
     }
     std::vector<std::pair<int, const CellRound*>> mine;
     std::int64_t my_points = 0;
@@ -282,7 +287,8 @@ AcquireSummary acquire(MPI_Comm comm, const JobSpec& job, const AcquireOptions& 
     MPI_Allreduce(phases, slowest, 3, MPI_DOUBLE, MPI_MAX, comm);
     for (std::size_t i = 0; i < measured.size(); ++i) {
       mine.emplace_back(measured_cells[i], &measured[i]);
-      my_points += static_cast<std::int64_t>(cells[static_cast<std::size_t>(measured_cells[i])].grid->points.size());
+      my_points += static_cast<std::int64_t>(
+          cells[static_cast<std::size_t>(measured_cells[i])].grid->points.size());
     }
     file.commit(mine);
     int my_rounds = static_cast<int>(measured.size()), all_rounds = 0;
@@ -292,17 +298,19 @@ AcquireSummary acquire(MPI_Comm comm, const JobSpec& job, const AcquireOptions& 
     MPI_Allreduce(&my_points, &all_points, 1, MPI_INT64_T, MPI_SUM, comm);
     done_points += all_points;
     if (rank == 0 && !options.quiet && all_rounds > 0) {
-      const double elapsed = std::chrono::duration<double>(std::chrono::steady_clock::now() - measure_start).count();
-      const double rate = static_cast<double>(done_points - resumed_points) / std::max(elapsed, 1e-9);
+      const double elapsed =
+          std::chrono::duration<double>(std::chrono::steady_clock::now() - measure_start).count();
+      const double rate =
+          static_cast<double>(done_points - resumed_points) / std::max(elapsed, 1e-9);
       const double eta = rate > 0 ? static_cast<double>(total_points - done_points) / rate : 0;
       std::cerr << "acquire: committed round " << r << ": " << done_points << "/" << total_points
                 << " point-rounds, elapsed " << static_cast<int>(elapsed) << " s, ETA "
-                << static_cast<int>(eta) << " s (slowest rank: setup " << static_cast<int>(slowest[0])
-                << " s, verify " << static_cast<int>(slowest[1]) << " s, timing "
-                << static_cast<int>(slowest[2]) << " s)\n";
+                << static_cast<int>(eta) << " s (slowest rank: setup "
+                << static_cast<int>(slowest[0]) << " s, verify " << static_cast<int>(slowest[1])
+                << " s, timing " << static_cast<int>(slowest[2]) << " s)\n";
     }
   }
-  const auto coll = measure_collectives(comm, plan, backend_name == "cpu_reference" ? -1 : node.local_rank, file);
+  const auto coll = measure_collectives(comm, plan, ctx->gpu() ? ctx->node_rank : -1, file);
   summary.collective_tables = coll.tables;
   summary.collectives_skipped = coll.skipped;
   summary.file = path;

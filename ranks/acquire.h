@@ -22,10 +22,11 @@ struct AcquireSummary {
   std::string backend;
   int cells = 0;
   std::int64_t points = 0;
-  int rounds_measured = 0;   // cell rounds measured by this run (all ranks)
-  int rounds_resumed = 0;    // cell rounds already complete in the file
+  int rounds_measured = 0;  // cell rounds measured by this run (all ranks)
+  int rounds_resumed = 0;   // cell rounds already complete in the file
   double wall_s = 0;
-  int collective_tables = 0;                    // collective tables written by this run
+  std::string colocation;                        // placement regime used and where it came from
+  int collective_tables = 0;                     // collective tables written by this run
   std::vector<std::string> collectives_skipped;  // deployments with more ranks than the job
 };
 

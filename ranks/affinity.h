@@ -9,9 +9,9 @@
 namespace moe {
 
 struct CpuBinding {
-  std::vector<int> cpus;   // CPUs applied with sched_setaffinity
-  int numa_node = -1;      // NUMA node the CPUs were drawn from (-1: any)
-  bool shared = false;     // more ranks than CPUs: CPUs are shared, not disjoint
+  std::vector<int> cpus;  // CPUs applied with sched_setaffinity
+  int numa_node = -1;     // NUMA node the CPUs were drawn from (-1: any)
+  bool shared = false;    // more ranks than CPUs: CPUs are shared, not disjoint
   [[nodiscard]] std::string describe() const;
 };
 

@@ -12,7 +12,9 @@
 
 namespace moe {
 
-std::string target_id(const Target& t) { return "tp" + std::to_string(t.tp) + "_" + t.dir_name(); }
+std::string target_id(const Target& t) {
+  return "tp" + std::to_string(t.tp) + "_" + t.dir_name();
+}
 
 namespace {
 
@@ -36,7 +38,8 @@ std::unique_ptr<Communicator> communicator(MPI_Comm c, int nccl_device) {
 
 }  // namespace
 
-CollectivesReport measure_collectives(MPI_Comm comm, const Plan& plan, int nccl_device, AcquisitionFile& file) {
+CollectivesReport measure_collectives(MPI_Comm comm, const Plan& plan, int nccl_device,
+                                      AcquisitionFile& file) {
   int rank = 0, size = 1;
   MPI_Comm_rank(comm, &rank);
   MPI_Comm_size(comm, &size);
@@ -49,15 +52,17 @@ CollectivesReport measure_collectives(MPI_Comm comm, const Plan& plan, int nccl_
     wanted.insert(target_id(t.target));
     Target d = t.target;
     d.rank = 0;
-    if (std::find(deployments.begin(), deployments.end(), d) == deployments.end()) deployments.push_back(d);
+    if (std::find(deployments.begin(), deployments.end(), d) == deployments.end())
+      deployments.push_back(d);
   }
   std::vector<std::pair<std::string, std::vector<CollectiveRow>>> mine;
   const std::string backend = nccl_device >= 0 ? "nccl" : "mpi_host";
   for (const auto& d : deployments) {
     if (d.ep < 2) continue;  // a single rank has no collectives
     if (d.ep > size) {
-      report.skipped.push_back("TP" + std::to_string(d.tp) + " DP" + std::to_string(d.dp) + " needs " +
-                               std::to_string(d.ep) + " ranks, the job has " + std::to_string(size));
+      report.skipped.push_back("TP" + std::to_string(d.tp) + " DP" + std::to_string(d.dp) +
+                               " needs " + std::to_string(d.ep) + " ranks, the job has " +
+                               std::to_string(size));
       continue;
     }
     bool done = true;
@@ -90,10 +95,11 @@ CollectivesReport measure_collectives(MPI_Comm comm, const Plan& plan, int nccl_
       for (const auto& c : collective_cases(job.geometry, t, tokens)) {
         auto& cm = *comms.at(c.group);
         if (!cm.check(c.op, c.total_bytes))
-          throw std::runtime_error(c.name + " over " + std::to_string(c.group_size) + " ranks returned wrong data (" +
-                                   backend + ")");
+          throw std::runtime_error(c.name + " over " + std::to_string(c.group_size) +
+                                   " ranks returned wrong data (" + backend + ")");
         std::vector<double> round_medians;
-        for (int r = 0; r < job.rounds; ++r) round_medians.push_back(median(cm.time(c.op, c.total_bytes, job.iterations, 2)));
+        for (int r = 0; r < job.rounds; ++r)
+          round_medians.push_back(median(cm.time(c.op, c.total_bytes, job.iterations, 2)));
         CollectiveRow row{};
         std::strncpy(row.name, c.name.c_str(), sizeof(row.name) - 1);
         std::strncpy(row.op, std::string(to_string(c.op)).c_str(), sizeof(row.op) - 1);
@@ -110,23 +116,27 @@ CollectivesReport measure_collectives(MPI_Comm comm, const Plan& plan, int nccl_
       // best measured bus bandwidth; evaluated at every measured size.
       std::map<std::string, std::pair<double, double>> fit;  // name -> (alpha_us, beta bytes/us)
       for (const auto& row : rows) {
-        const auto op = std::string(row.op) == "all_reduce" ? CollectiveOp::all_reduce : CollectiveOp::all_gather;
-        const double steps = op == CollectiveOp::all_reduce ? 2.0 * (row.group_size - 1) : row.group_size - 1.0;
+        const auto op = std::string(row.op) == "all_reduce" ? CollectiveOp::all_reduce
+                                                            : CollectiveOp::all_gather;
+        const double steps =
+            op == CollectiveOp::all_reduce ? 2.0 * (row.group_size - 1) : row.group_size - 1.0;
         auto& [alpha, beta] = fit.try_emplace(row.name, 1e300, 0.0).first->second;
         alpha = std::min(alpha, row.time_us / steps);
         beta = std::max(beta, row.busbw_gbps * 1e3);
       }
       for (auto& row : rows) {
         const std::string op_name = row.op;
-        const auto op = op_name == "all_reduce" ? CollectiveOp::all_reduce
+        const auto op = op_name == "all_reduce"       ? CollectiveOp::all_reduce
                         : op_name == "reduce_scatter" ? CollectiveOp::reduce_scatter
                                                       : CollectiveOp::all_gather;
-        const std::int64_t per_rank = op == CollectiveOp::all_reduce ? row.bytes : row.bytes / row.group_size;
+        const std::int64_t per_rank =
+            op == CollectiveOp::all_reduce ? row.bytes : row.bytes / row.group_size;
         const std::vector<std::int64_t> chunks(static_cast<std::size_t>(row.group_size), per_rank);
         const auto [alpha, beta] = fit.at(row.name);
         row.model_time_us = ring_envelope_us(op, chunks, alpha, beta);
       }
-      if (wanted.count(target_id(t)) && !file.has_collectives(target_id(t))) mine.emplace_back(target_id(t), std::move(rows));
+      if (wanted.count(target_id(t)) && !file.has_collectives(target_id(t)))
+        mine.emplace_back(target_id(t), std::move(rows));
     }
     MPI_Barrier(comm);
   }

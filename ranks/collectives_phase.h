@@ -19,7 +19,8 @@ struct CollectivesReport {
 };
 
 // Collective over `comm`. `nccl_device` >= 0 selects NCCL on that device, else mpi_host.
-CollectivesReport measure_collectives(MPI_Comm comm, const Plan& plan, int nccl_device, AcquisitionFile& file);
+CollectivesReport measure_collectives(MPI_Comm comm, const Plan& plan, int nccl_device,
+                                      AcquisitionFile& file);
 
 // "tp1_dp2_ep2_rank0_sp0": the id of a target's tables in the HDF5 file.
 [[nodiscard]] std::string target_id(const Target& t);

@@ -121,7 +121,7 @@ class CuptiTimer final : public ForwardTimer {
 
   std::string method() const override { return "cupti_activity"; }
 
-  void begin() override {
+  void begin(std::string_view) override {
     CUPTI_CHECK(cuptiActivityPushExternalCorrelationId(kCorrelationKind, ++next_id_));
     pending_.push_back(next_id_);
   }
@@ -150,7 +150,9 @@ class CuptiTimer final : public ForwardTimer {
       std::sort(ordered.begin(), ordered.end(), [](auto* x, auto* y) { return x->start < y->start; });
       std::string names;
       for (const auto* a : ordered) {
-        r.value_us += static_cast<double>(a->end - a->start) / 1000.0;
+        const double us = static_cast<double>(a->end - a->start) / 1000.0;
+        r.value_us += us;
+        r.activities.emplace_back(a->name, us);
         names += a->name + ";";
       }
       r.activity_count = static_cast<std::int32_t>(ordered.size());

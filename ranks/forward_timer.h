@@ -6,6 +6,8 @@
 #include <cstdint>
 #include <memory>
 #include <string>
+#include <string_view>
+#include <utility>
 #include <vector>
 
 namespace moe {
@@ -14,14 +16,16 @@ struct ForwardRecord {
   double value_us = 0;
   std::int32_t activity_count = 0;
   std::uint64_t name_hash = 0;  // hash of the ordered kernel/activity name list
+  std::vector<std::pair<std::string, double>> activities;  // (name, µs) in start order
 };
 
 class ForwardTimer {
  public:
   virtual ~ForwardTimer() = default;
   [[nodiscard]] virtual std::string method() const = 0;  // host_clock | cupti_activity
-  // Brackets one forward. Calls must not nest.
-  virtual void begin() = 0;
+  // Brackets one forward. Calls must not nest. The host clock names its single activity
+  // `label`; CUPTI records the device activities' own names.
+  virtual void begin(std::string_view label = "host_forward") = 0;
   virtual void end() = 0;
   // Completes every bracketed forward since the last collect, in begin order. The caller has
   // synchronized the device first.

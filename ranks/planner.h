@@ -22,14 +22,15 @@ struct ComponentGrid {
 };
 
 // Geometric sequence lo, lo*f, lo*f^2, ... (rounded, deduplicated) with both endpoints.
-[[nodiscard]] std::vector<std::int64_t> geometric_axis(std::int64_t lo, std::int64_t hi, double factor);
+[[nodiscard]] std::vector<std::int64_t> geometric_axis(std::int64_t lo, std::int64_t hi,
+                                                       double factor);
 
 // Feasible M range at (N, A) for L local of E global experts with top-k; nullopt if infeasible.
 struct MRange {
   std::int64_t lo, hi;
 };
-[[nodiscard]] std::optional<MRange> feasible_assignments(std::int64_t n, std::int64_t a, int l, int e,
-                                                         int k);
+[[nodiscard]] std::optional<MRange> feasible_assignments(std::int64_t n, std::int64_t a, int l,
+                                                         int e, int k);
 
 // Token axes after the capture-size rule (SPEC §3).
 [[nodiscard]] std::vector<std::int64_t> local_token_axis(const JobSpec& job, const Target& t);
@@ -78,10 +79,12 @@ struct Plan {
   [[nodiscard]] PlanEstimate estimate(const TargetPlan& t, Component c) const;
 };
 
-[[nodiscard]] Plan make_plan(const JobSpec& job, std::optional<std::int64_t> l2_bytes = std::nullopt);
+[[nodiscard]] Plan make_plan(const JobSpec& job,
+                             std::optional<std::int64_t> l2_bytes = std::nullopt);
 
 // Nominal per-forward cost (roofline of bytes and flops plus launch overhead).
-[[nodiscard]] double estimate_forward_seconds(const ModelGeometry& g, Component c, const GridPoint& p,
-                                              const DeviceModel& d, int local_experts);
+[[nodiscard]] double estimate_forward_seconds(const ModelGeometry& g, Component c,
+                                              const GridPoint& p, const DeviceModel& d,
+                                              int local_experts);
 
 }  // namespace moe

@@ -32,9 +32,9 @@ std::string where(const CellRoundSpec& s, const GridPoint& p) {
 
 // Runs `count` bracketed forwards cycling over `banks` banks; returns their records.
 std::vector<ForwardRecord> timed_forwards(Workload& w, ForwardTimer& timer, int count, int banks,
-                                          bool bracket, std::uint64_t& route_errors) {
+                                          bool bracket, std::uint64_t& route_errors, const std::string& label) {
   for (int f = 0; f < count; ++f) {
-    if (bracket) timer.begin();
+    if (bracket) timer.begin(label);
     w.forward(f % banks);
     if (bracket) timer.end();
     // The sticky route flag is read once per forward, outside the timed bracket.
@@ -111,8 +111,9 @@ CellRound measure_cell_round(Backend& backend, ForwardTimer& timer, const CellRo
     std::vector<double> all, per_arm[3];
     std::optional<ForwardRecord> first;
     for (const auto& a : arms) {
-      (void)timed_forwards(*w, timer, experts ? 2 * banks : 2, a.banks, false, route_errors);
-      const auto records = timed_forwards(*w, timer, a.forwards, a.banks, true, route_errors);
+      const std::string label = "cpu_" + std::string(to_string(spec.base.component));
+      (void)timed_forwards(*w, timer, experts ? 2 * banks : 2, a.banks, false, route_errors, label);
+      const auto records = timed_forwards(*w, timer, a.forwards, a.banks, true, route_errors, label);
       if (records.size() != static_cast<std::size_t>(a.forwards))
         throw MeasurementError("timer returned " + std::to_string(records.size()) + " records for " +
                                std::to_string(a.forwards) + " forwards of " + where(spec, p));

@@ -22,12 +22,12 @@ class MeasurementError : public std::runtime_error {
 };
 
 struct CellRoundSpec {
-  WorkloadSpec base;                // geometry, target, component; point and seed set per point
+  WorkloadSpec base;  // geometry, target, component; point and seed set per point
   std::vector<GridPoint> points;
   int round = 0;
   int iterations = 1;
-  int weight_banks = 2;             // B (experts only)
-  std::uint64_t seed = 0;           // derives point order and stimuli
+  int weight_banks = 2;    // B (experts only)
+  std::uint64_t seed = 0;  // derives point order and stimuli
 };
 
 // Measures every point of one cell round in a seeded random order. `on_point` is called after

@@ -1,0 +1,46 @@
+#include "ranks/rank_context.h"
+
+#include <stdexcept>
+
+#include "ranks/acquire.h"
+
+namespace moe {
+
+RankContext::~RankContext() {
+  if (node != MPI_COMM_NULL) MPI_Comm_free(&node);
+}
+
+std::unique_ptr<RankContext> make_rank_context(MPI_Comm comm,
+                                               const std::string& requested_backend) {
+  auto ctx = std::make_unique<RankContext>();
+  MPI_Comm_rank(comm, &ctx->rank);
+  MPI_Comm_size(comm, &ctx->size);
+  MPI_Comm_split_type(comm, MPI_COMM_TYPE_SHARED, ctx->rank, MPI_INFO_NULL, &ctx->node);
+  MPI_Comm_rank(ctx->node, &ctx->node_rank);
+  MPI_Comm_size(ctx->node, &ctx->node_size);
+  const auto name = resolve_backend(requested_backend);
+  std::optional<int> numa;
+  if (name == "cpu_reference") {
+    ctx->backend = make_cpu_backend();
+    ctx->locality = "cpu backend";
+  } else {
+    const int devices = cuda_device_count();
+    if (ctx->node_size > devices)
+      throw std::runtime_error("backend " + name + " needs one GPU per rank, but this node runs " +
+                               std::to_string(ctx->node_size) + " ranks and has " +
+                               std::to_string(devices) + " GPUs");
+    ctx->backend = make_cuda_backend(name, ctx->node_rank);
+    const auto props = ctx->backend->device_properties();
+    if (auto it = props.find("pci_bus_id"); it != props.end()) numa = numa_node_of_pci(it->second);
+    ctx->locality = numa ? "verified numa " + std::to_string(*numa)
+                         : "unknown (no NUMA information for the GPU)";
+  }
+  ctx->binding = bind_to_cpus(ctx->node_rank, ctx->node_size, numa);
+  if (numa && ctx->binding.numa_node != *numa)
+    throw std::runtime_error("CPU binding is not local to the GPU's NUMA node");
+  ctx->timer =
+      ctx->backend->timing() == "host_clock" ? make_host_clock_timer() : make_cupti_timer();
+  return ctx;
+}
+
+}  // namespace moe

@@ -1,0 +1,38 @@
+// What every measuring rank sets up first: its node-local rank, its backend (one GPU per rank by
+// node-local rank, never by global rank), its CPU binding local to the GPU's NUMA node, and its
+// forward timer.
+#pragma once
+
+#include <mpi.h>
+
+#include <memory>
+#include <string>
+
+#include "kernels/workload.h"
+#include "ranks/affinity.h"
+#include "ranks/forward_timer.h"
+
+namespace moe {
+
+struct RankContext {
+  int rank = 0, size = 1;            // in the job's communicator
+  int node_rank = 0, node_size = 1;  // on this node
+  MPI_Comm node = MPI_COMM_NULL;     // ranks of this node (owned)
+  std::unique_ptr<Backend> backend;
+  std::unique_ptr<ForwardTimer> timer;
+  CpuBinding binding;
+  std::string locality;  // "verified numa N" | "unknown (no NUMA information)" | "cpu backend"
+  [[nodiscard]] bool gpu() const { return backend->name() != "cpu_reference"; }
+
+  RankContext() = default;
+  RankContext(const RankContext&) = delete;
+  RankContext& operator=(const RankContext&) = delete;
+  ~RankContext();
+};
+
+// Collective over `comm`. `requested_backend` as in the job ("auto" resolves per machine).
+// Throws when a node runs more ranks than it has GPUs in GPU mode.
+[[nodiscard]] std::unique_ptr<RankContext> make_rank_context(MPI_Comm comm,
+                                                             const std::string& requested_backend);
+
+}  // namespace moe
