@@ -9,7 +9,7 @@ dest=${2:?destination directory}
 shift 2
 mkdir -p "$dest"
 wanted=(libhdf5_openmpi.so.103 libsz.so.2 libaec.so.0 libyaml-cpp.so.0.7
-        libboost_program_options.so.1.74.0 "$@")
+        libboost_program_options.so.1.74.0 libqhull_r.so.8.0 "$@")
 for so in "${wanted[@]}"; do
   path=$(ldconfig -p | awk -v n="$so" '$1 == n && /x86-64/ {print $NF; exit}')
   if [ -z "$path" ]; then
