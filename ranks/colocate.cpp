@@ -357,8 +357,11 @@ json colocate(MPI_Comm comm, const JobSpec& job, const ColocateOptions& o) {
   if (regimes.empty()) {
     // A node with one rank has nothing to co-locate: its cells run alone.
     (void)measure(1);
-    node_result = {
-        {"ranks_on_node", 1}, {"allowed_regime", 1}, {"note", "one rank on this node: solo only"}};
+    node_result = {{"ranks_on_node", 1},
+                   {"allowed_regime", 1},
+                   {"note", "one rank on this node: solo only (measured twice: solo and repeat)"},
+                   {"solo", solo_json},
+                   {"repeat", coloc_json[1]}};
   } else {
     gate = run_gate(regimes, measure);
     json tried = json::array();
