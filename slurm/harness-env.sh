@@ -1,0 +1,40 @@
+# Shared by the sbatch templates: turns the environment into harness arguments and launches one
+# rank per task inside the allocation (srun, or mpirun with the allocation's host list).
+HARNESS=${HARNESS:-build/harness/harness}
+LAUNCHER=${LAUNCHER:-srun}
+GPUS_PER_TASK=${GPUS_PER_TASK:-1}
+export NCCL_NVLS_ENABLE=${NCCL_NVLS_ENABLE:-0}
+if [ -n "${RUNTIME_LIBS:-}" ]; then export LD_LIBRARY_PATH="$RUNTIME_LIBS:${LD_LIBRARY_PATH:-}"; fi
+
+harness_args() {
+  args=()
+  [ -n "${JOB:-}" ] && args+=("$JOB")
+  [ -n "${TP_DEGREES:-}" ] && args+=(--tp "$TP_DEGREES")
+  [ -n "${DP_DEGREES:-}" ] && args+=(--dp "$DP_DEGREES")
+  [ -n "${EP_DEGREES:-}" ] && args+=(--ep "$EP_DEGREES")
+  [ -n "${ROUNDS:-}" ] && args+=(--rounds "$ROUNDS")
+  [ -n "${ITERATIONS:-}" ] && args+=(--iterations "$ITERATIONS")
+  [ -n "${BACKEND:-}" ] && args+=(--backend "$BACKEND")
+  [ -n "${OUT_ROOT:-}" ] && args+=(--out-root "$OUT_ROOT")
+  return 0
+}
+
+launch() {
+  if [ "$LAUNCHER" = mpirun ]; then
+    mpirun --bind-to none -x LD_LIBRARY_PATH -x NCCL_NVLS_ENABLE "$@"
+  else
+    local gpu=()
+    [ "$GPUS_PER_TASK" != 0 ] && gpu=(--gpus-per-task="$GPUS_PER_TASK" --gpu-bind=closest)
+    srun --mpi="${SRUN_MPI:-pmix}" --cpu-bind=cores "${gpu[@]}" "$@"
+  fi
+}
+
+harness_run() {
+  harness_args
+  echo "harness: job ${SLURM_JOB_ID:-?} on ${SLURM_JOB_NODELIST:-?}, ${SLURM_NTASKS:-?} tasks: ${args[*]}"
+  if [ "${COLOCATE:-0}" = 1 ]; then launch "$HARNESS" colocate "${args[@]}" --quiet; fi
+  local out=()
+  [ -n "${OUT:-}" ] && out=(--out "$OUT")
+  # acquire ends with the rank-0 publisher; re-submitting the same job resumes.
+  launch "$HARNESS" acquire "${args[@]}" "${out[@]}" --quiet
+}
