@@ -117,7 +117,7 @@ int forwards_per_arm(int iterations, int banks) {
 }
 
 DeviceModel nominal_device(std::string_view backend) {
-  if (backend == "cpu_reference") return {"nominal host CPU", 10e9, 2e9, 0.0, 2 << 20};
+  if (backend == "cpu_reference") return {"nominal host CPU", 10e9, 2e9, 0.0, 0};  // no cache conditioning
   return {"nominal H200", 4.3e12, 790e12, 4e-6, 60LL << 20};
 }
 

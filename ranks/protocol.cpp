@@ -94,42 +94,49 @@ CellRound measure_cell_round(Backend& backend, ForwardTimer& timer, const CellRo
     }
 
     std::uint64_t route_errors = 0;
-    struct ArmPlan {
+    // Timed chunks. `experts`: the B and 2B arms alternate in chunks of one complete 2B cycle
+    // (so slow drift of the machine hits both arms alike); both arms get the same warm-up (one
+    // chunk before their first timed chunk) and the same number of timed forwards.
+    struct Chunk {
       Arm arm;
       int banks;
       int forwards;
+      bool warm_up;
     };
-    std::vector<ArmPlan> arms;
+    std::vector<Chunk> chunks;
     if (experts) {
-      // Identical warm-up and timed counts in both arms, covering complete cycles of 2B.
-      const int n = forwards_per_arm(spec.iterations, banks);
-      arms = {{Arm::banks, banks, n}, {Arm::double_banks, 2 * banks, n}};
+      const int n = forwards_per_arm(spec.iterations, banks), cycle = 2 * banks;
+      for (int c = 0; c < n / cycle; ++c) {
+        chunks.push_back({Arm::banks, banks, cycle, c == 0});
+        chunks.push_back({Arm::double_banks, 2 * banks, cycle, c == 0});
+      }
     } else {
-      arms = {{Arm::single, 1, spec.iterations}};
+      chunks = {{Arm::single, 1, spec.iterations, true}};
     }
     t = clock::now();
+    const std::string label = "cpu_" + std::string(to_string(spec.base.component));
     std::vector<double> all, per_arm[3];
+    int arm_forward[3] = {0, 0, 0};
     std::optional<ForwardRecord> first;
-    for (const auto& a : arms) {
-      const std::string label = "cpu_" + std::string(to_string(spec.base.component));
-      (void)timed_forwards(*w, timer, experts ? 2 * banks : 2, a.banks, false, route_errors, label);
-      const auto records = timed_forwards(*w, timer, a.forwards, a.banks, true, route_errors, label);
-      if (records.size() != static_cast<std::size_t>(a.forwards))
+    for (const auto& ch : chunks) {
+      if (ch.warm_up) (void)timed_forwards(*w, timer, experts ? 2 * banks : 2, ch.banks, false, route_errors, label);
+      const auto records = timed_forwards(*w, timer, ch.forwards, ch.banks, true, route_errors, label);
+      if (records.size() != static_cast<std::size_t>(ch.forwards))
         throw MeasurementError("timer returned " + std::to_string(records.size()) + " records for " +
-                               std::to_string(a.forwards) + " forwards of " + where(spec, p));
-      for (int f = 0; f < a.forwards; ++f) {
+                               std::to_string(ch.forwards) + " forwards of " + where(spec, p));
+      for (int f = 0; f < ch.forwards; ++f) {
         const auto& r = records[static_cast<std::size_t>(f)];
         if (!first) first = r;
         if (r.activity_count != first->activity_count || r.name_hash != first->name_hash)
           throw MeasurementError("forward " + std::to_string(f) + " of " + where(spec, p) + " ran " +
                                  std::to_string(r.activity_count) + " activities, the first ran " +
                                  std::to_string(first->activity_count) + " (activity lists differ)");
-        if (!(r.value_us > 0))
-          throw MeasurementError("non-positive forward time for " + where(spec, p));
-        out.samples.push_back({pi, spec.round, static_cast<std::int8_t>(a.arm), f % a.banks, f,
+        if (!(r.value_us > 0)) throw MeasurementError("non-positive forward time for " + where(spec, p));
+        const int arm = static_cast<int>(ch.arm);
+        out.samples.push_back({pi, spec.round, static_cast<std::int8_t>(ch.arm), f % ch.banks, arm_forward[arm]++,
                                r.value_us, r.activity_count, r.name_hash});
         all.push_back(r.value_us);
-        per_arm[static_cast<int>(a.arm)].push_back(r.value_us);
+        per_arm[arm].push_back(r.value_us);
       }
     }
     out.phases.timing += seconds_since(t);
