@@ -34,6 +34,7 @@ void print_summary(const AcquireSummary& s, std::ostream& os) {
      << "  B/2B weight-bank control: " << checked << " expert points checked, " << failed
      << " failed, max relative change " << std::setprecision(4) << max_change << "\n"
      << "  placement: " << s.colocation << "\n"
+     << "  device time consumed (campaign): " << s.device_seconds_consumed / 3600 << " GPU-hours\n"
      << "  collectives: " << s.collective_tables << " target tables measured now\n";
   for (const auto& skip : s.collectives_skipped) os << "  collectives skipped: " << skip << "\n";
 }
@@ -65,10 +66,18 @@ int acquire(const Args& args) {
   if (out.empty())
     out = (std::filesystem::path(job.out_root) / "acquisitions" / job.variant).string();
 
+  std::string command = "harness acquire";
+  for (const auto& a : args) command += " " + a;
+  int status = 0;
   MpiSession mpi;
-  return mpi.run_or_abort("acquire", [&](int rank) {
-    const auto summary = moe::acquire(MPI_COMM_WORLD, job, {out, quiet});
+  mpi.run_or_abort("acquire", [&](int rank) {
+    const auto summary = moe::acquire(MPI_COMM_WORLD, job, {out, quiet, command});
     MPI_Barrier(MPI_COMM_WORLD);
+    if (!summary.budget_stop.empty()) {
+      if (rank == 0) std::cerr << "harness acquire: " << summary.budget_stop << "\n";
+      status = 3;
+      return;
+    }
     if (rank != 0) return;
     print_summary(summary, std::cout);
     // The rank-0 publisher: every rank's rounds are committed and the file is closed.
@@ -76,6 +85,7 @@ int acquire(const Args& args) {
       print_publish_report(moe::publish(summary.file, {job.out_root, job.variant, samples}),
                            std::cout);
   });
+  return status;
 }
 
 }  // namespace moe::cli

@@ -74,7 +74,8 @@ json plan_json(const Plan& plan) {
           {"total",
            {{"points", total.points},
             {"forwards", total.forwards},
-            {"estimated_device_s", total.device_seconds}}}};
+            {"estimated_device_s", total.device_seconds},
+            {"estimated_held_s", total.held_seconds}}}};
 }
 
 void print_text(const Plan& plan, std::ostream& os) {
@@ -114,8 +115,8 @@ void print_text(const Plan& plan, std::ostream& os) {
   }
   const auto total = plan.estimate();
   os << "\ntotal: " << total.points << " points, " << total.forwards << " forwards, estimated "
-     << std::setprecision(4) << total.device_seconds << " s of device time on a "
-     << plan.device.name << "\n";
+     << std::setprecision(4) << total.device_seconds << " s of timed device work and "
+     << total.held_seconds << " s of device time held (one device) on a " << plan.device.name << "\n";
 }
 
 }  // namespace

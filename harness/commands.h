@@ -26,7 +26,7 @@ struct JobOptions {
   std::string job_path;
   std::string tp, dp, ep, ranks, backend, out_root;
   int rounds = 0, iterations = 0;
-  double grid_factor = 0;
+  double grid_factor = 0, gpu_hours = 0;
   void add_to(boost::program_options::options_description& desc);
   [[nodiscard]] JobSpec load() const;
 };

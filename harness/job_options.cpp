@@ -13,7 +13,8 @@ void JobOptions::add_to(po::options_description& desc) {
       "rounds", po::value(&rounds), "independent rounds (overrides the job)")(
       "iterations", po::value(&iterations), "minimum forwards per round (overrides the job)")(
       "grid-factor", po::value(&grid_factor), "geometric grid factor (overrides the job)")(
-      "backend", po::value(&backend), "auto | cpu_reference | cublas_grouped | native");
+      "backend", po::value(&backend), "auto | cpu_reference | cublas_grouped | native")(
+      "gpu-hours", po::value(&gpu_hours), "device-time budget in GPU-hours (overrides the job)");
 }
 
 JobSpec JobOptions::load() const {
@@ -28,6 +29,7 @@ JobSpec JobOptions::load() const {
   if (grid_factor != 0) o.grid_factor = grid_factor;
   if (!backend.empty()) o.backend = backend;
   if (!out_root.empty()) o.out_root = out_root;
+  if (gpu_hours != 0) o.gpu_hours = gpu_hours;
   apply_overrides(job, o);
   return job;
 }

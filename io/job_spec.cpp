@@ -367,6 +367,7 @@ void apply_overrides(JobSpec& job, const JobOverrides& o) {
   if (o.backend) job.backend = *o.backend;
   if (o.out_root) job.out_root = *o.out_root;
   if (o.grid_factor) job.grid_factor = *o.grid_factor;
+  if (o.gpu_hours) job.gpu_hours = *o.gpu_hours;
   validate(job);
 }
 

@@ -60,7 +60,7 @@ struct JobOverrides {
   std::optional<std::vector<int>> tp, dp, ep, ranks;
   std::optional<int> rounds, iterations;
   std::optional<std::string> backend, out_root;
-  std::optional<double> grid_factor;
+  std::optional<double> grid_factor, gpu_hours;
 };
 void apply_overrides(JobSpec& job, const JobOverrides& o);
 

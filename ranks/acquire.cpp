@@ -16,6 +16,7 @@
 #include "io/files.h"
 #include "kernels/workload.h"
 #include "ranks/collectives_phase.h"
+#include "ranks/campaign.h"
 #include "ranks/colocate.h"
 #include "ranks/planner.h"
 #include "ranks/protocol.h"
@@ -250,9 +251,41 @@ AcquireSummary acquire(MPI_Comm comm, const JobSpec& job, const AcquireOptions& 
     }
   }
   const int slots = (ctx->node_size + regime - 1) / regime;
+
+  // Campaign state and the GPU-hour budget (rank 0 decides, every rank follows).
+  std::unique_ptr<CampaignState> campaign;
+  if (rank == 0) {
+    const std::string job_text = job.source == "<embedded default>" ? default_job_yaml() : read_file(job.source);
+    campaign = std::make_unique<CampaignState>(options.out_dir, options.command, job_text, job.gpu_hours * 3600.0);
+  }
+  // Conservative estimate of one wave: the slowest rank's cells (plan's held-time model) times
+  // every device held while it runs.
+  const auto wave_estimate = [&](int r) {
+    std::vector<double> per_rank(static_cast<std::size_t>(size), 0.0);
+    for (std::size_t c = 0; c < cells.size(); ++c) {
+      if (done[c][static_cast<std::size_t>(r)]) continue;
+      per_rank[c % static_cast<std::size_t>(size)] +=
+          plan.estimate(*cells[c].target, cells[c].grid->component).held_seconds / job.rounds;
+    }
+    return *std::max_element(per_rank.begin(), per_rank.end()) * size * slots;
+  };
   const auto measure_start = std::chrono::steady_clock::now();
   const std::int64_t resumed_points = done_points;
   for (int r = 0; r < job.rounds; ++r) {
+    const double estimate = wave_estimate(r);
+    if (estimate <= 0) continue;  // every cell of this round is complete
+    int go = 1;
+    if (rank == 0) {
+      try {
+        campaign->reserve("round " + std::to_string(r), estimate);
+      } catch (const BudgetError& e) {
+        summary.budget_stop = e.what();
+        go = 0;
+      }
+    }
+    MPI_Bcast(&go, 1, MPI_INT, 0, comm);
+    if (!go) break;
+    const auto wave_start = std::chrono::steady_clock::now();
     std::vector<CellRound> measured;
     std::vector<int> measured_cells;
     // Placement regime: at most `regime` ranks of a node measure at the same time.
@@ -297,6 +330,9 @@ AcquireSummary acquire(MPI_Comm comm, const JobSpec& job, const AcquireOptions& 
     std::int64_t all_points = 0;
     MPI_Allreduce(&my_points, &all_points, 1, MPI_INT64_T, MPI_SUM, comm);
     done_points += all_points;
+    if (rank == 0)
+      campaign->consume(std::chrono::duration<double>(std::chrono::steady_clock::now() - wave_start).count(), size,
+                        all_rounds);
     if (rank == 0 && !options.quiet && all_rounds > 0) {
       const double elapsed =
           std::chrono::duration<double>(std::chrono::steady_clock::now() - measure_start).count();
@@ -310,7 +346,20 @@ AcquireSummary acquire(MPI_Comm comm, const JobSpec& job, const AcquireOptions& 
                 << " s, timing " << static_cast<int>(slowest[2]) << " s)\n";
     }
   }
+  int stopped = summary.budget_stop.empty() ? 0 : 1;
+  MPI_Bcast(&stopped, 1, MPI_INT, 0, comm);
+  if (stopped) {
+    summary.file = path;
+    summary.backend = backend->name();
+    summary.cells = static_cast<int>(cells.size());
+    summary.device_seconds_consumed = campaign ? campaign->consumed_seconds() : 0;
+    return summary;
+  }
   const auto coll = measure_collectives(comm, plan, ctx->gpu() ? ctx->node_rank : -1, file);
+  if (campaign) {
+    campaign->set_phase("complete");
+    summary.device_seconds_consumed = campaign->consumed_seconds();
+  }
   summary.collective_tables = coll.tables;
   summary.collectives_skipped = coll.skipped;
   summary.file = path;

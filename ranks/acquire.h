@@ -13,8 +13,9 @@
 namespace moe {
 
 struct AcquireOptions {
-  std::string out_dir;  // holds acquisition.h5
+  std::string out_dir;  // holds acquisition.h5 and campaign.json
   bool quiet = false;
+  std::string command;  // the exact command line, recorded in campaign.json
 };
 
 struct AcquireSummary {
@@ -25,6 +26,8 @@ struct AcquireSummary {
   int rounds_measured = 0;  // cell rounds measured by this run (all ranks)
   int rounds_resumed = 0;   // cell rounds already complete in the file
   double wall_s = 0;
+  std::string budget_stop;                       // non-empty: stopped before a wave by the budget
+  double device_seconds_consumed = 0;            // whole campaign, all runs
   std::string colocation;                        // placement regime used and where it came from
   int collective_tables = 0;                     // collective tables written by this run
   std::vector<std::string> collectives_skipped;  // deployments with more ranks than the job

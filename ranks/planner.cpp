@@ -117,8 +117,8 @@ int forwards_per_arm(int iterations, int banks) {
 }
 
 DeviceModel nominal_device(std::string_view backend) {
-  if (backend == "cpu_reference") return {"nominal host CPU", 10e9, 2e9, 0.0, 0};  // no cache conditioning
-  return {"nominal H200", 4.3e12, 790e12, 4e-6, 60LL << 20};
+  if (backend == "cpu_reference") return {"nominal host CPU", 10e9, 2e9, 0.0, 0, 2e-4, 2e-3};  // no cache conditioning
+  return {"nominal H200", 4.3e12, 790e12, 4e-6, 60LL << 20, 0.02, 0.3};
 }
 
 double estimate_forward_seconds(const ModelGeometry& g, Component c, const GridPoint& p,
@@ -178,12 +178,14 @@ PlanEstimate Plan::estimate(const TargetPlan& t, Component c) const {
     const std::int64_t per_round =
         c == Component::experts ? 2LL * forwards_per_arm(job.iterations, t.weight_banks)
                                 : job.iterations;
+    const double overhead = c == Component::experts ? device.expert_point_overhead_s : device.local_point_overhead_s;
     for (const auto& p : grid.points) {
       e.points += 1;
       e.forwards += per_round * job.rounds;
-      e.device_seconds += static_cast<double>(per_round * job.rounds) *
-                          estimate_forward_seconds(job.geometry, c, p, device,
-                                                   t.ownership.local_experts);
+      const double forwards_s = static_cast<double>(per_round * job.rounds) *
+                                estimate_forward_seconds(job.geometry, c, p, device, t.ownership.local_experts);
+      e.device_seconds += forwards_s;
+      e.held_seconds += forwards_s + overhead * job.rounds;
     }
   }
   return e;
@@ -197,6 +199,7 @@ PlanEstimate Plan::estimate() const {
       total.points += e.points;
       total.forwards += e.forwards;
       total.device_seconds += e.device_seconds;
+      total.held_seconds += e.held_seconds;
     }
   return total;
 }

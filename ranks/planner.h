@@ -62,13 +62,18 @@ struct DeviceModel {
   double flops_per_s;
   double launch_overhead_s;
   std::int64_t l2_bytes;
+  // Host time per point and round outside timed forwards (allocation, stimuli, verification
+  // against the CPU reference); calibrated on an H200 run of Qwen3-30B-A3B (docs/measurement.md).
+  double local_point_overhead_s;
+  double expert_point_overhead_s;
 };
 [[nodiscard]] DeviceModel nominal_device(std::string_view backend);
 
 struct PlanEstimate {
   std::int64_t points = 0;
   std::int64_t forwards = 0;
-  double device_seconds = 0;
+  double device_seconds = 0;  // timed forwards only
+  double held_seconds = 0;    // wall time the device is held: forwards + per-point overheads
 };
 
 struct Plan {

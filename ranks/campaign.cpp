@@ -1,0 +1,92 @@
+#include "ranks/campaign.h"
+
+#include <unistd.h>
+
+#include <ctime>
+
+#include "io/files.h"
+#include "ranks/families.h"
+
+namespace moe {
+
+namespace {
+std::string utc_now() {
+  const auto t = std::time(nullptr);
+  char buf[32];
+  std::strftime(buf, sizeof(buf), "%Y-%m-%dT%H:%M:%SZ", std::gmtime(&t));
+  return buf;
+}
+}  // namespace
+
+std::string executable_sha256() {
+  try {
+    return sha256_hex(read_file("/proc/self/exe"));
+  } catch (const std::exception&) {
+    return "unknown";
+  }
+}
+
+CampaignState::CampaignState(const std::filesystem::path& dir, const std::string& command, const std::string& job_text,
+                             double budget_seconds)
+    : path_(dir / "campaign.json"), budget_(budget_seconds) {
+  char host[256] = {};
+  gethostname(host, sizeof(host) - 1);
+  const nlohmann::json run = {{"command", command},
+                              {"started_utc", utc_now()},
+                              {"host", host},
+                              {"harness_sha256", executable_sha256()}};
+  const auto families = FamilyTable::builtin().sha256();
+  if (std::filesystem::exists(path_)) {
+    try {
+      doc_ = nlohmann::json::parse(read_file(path_));
+    } catch (const nlohmann::json::exception& e) {
+      throw std::runtime_error(path_.string() + " is corrupt (" + e.what() + "); it was left untouched");
+    }
+    if (doc_.value("family_table_sha256", "") != families)
+      throw std::runtime_error("refusing to resume " + path_.string() +
+                               ": the operator-family table changed (family_table_sha256); use another --out");
+    if (doc_.value("job_sha256", "") != sha256_hex(job_text)) doc_["job_changes"].push_back(utc_now());
+  } else {
+    doc_ = {{"schema", "campaign/1"},
+            {"job_sha256", sha256_hex(job_text)},
+            {"family_table_sha256", families},
+            {"device_seconds_consumed", 0.0},
+            {"cell_rounds_done", 0},
+            {"runs", nlohmann::json::array()}};
+  }
+  doc_["budget_seconds"] = budget_;
+  doc_["runs"].push_back(run);
+  doc_["phase"] = "started";
+  save();
+}
+
+void CampaignState::reserve(const std::string& wave, double estimate_seconds) {
+  const double consumed = consumed_seconds();
+  if (consumed + estimate_seconds > budget_) {
+    doc_["phase"] = "stopped: budget";
+    save();
+    throw BudgetError("budget: wave " + wave + " needs about " + std::to_string(estimate_seconds / 3600) +
+                      " GPU-hours, " + std::to_string(consumed / 3600) + " of " + std::to_string(budget_ / 3600) +
+                      " GPU-hours are used; stopping before it (everything measured so far is kept: raise "
+                      "budget.gpu_hours or --gpu-hours and run the same command again)");
+  }
+  doc_["phase"] = "measuring " + wave;
+  doc_["reserved_seconds"] = estimate_seconds;
+  save();
+}
+
+void CampaignState::consume(double wall_seconds, int devices, int cell_rounds_done) {
+  doc_["device_seconds_consumed"] = consumed_seconds() + wall_seconds * devices;
+  doc_["cell_rounds_done"] = doc_.value("cell_rounds_done", 0) + cell_rounds_done;
+  doc_["updated_utc"] = utc_now();
+  save();
+}
+
+void CampaignState::set_phase(const std::string& phase) {
+  doc_["phase"] = phase;
+  save();
+}
+
+void CampaignState::save() const { write_file_atomic(path_, doc_.dump(1)); }
+
+}  // namespace moe

@@ -1,0 +1,45 @@
+// The campaign state of one acquisition directory (campaign.json, replaced atomically by rank 0):
+// phase, cell rounds done, device time consumed against the job's GPU-hour budget, the exact
+// command, and SHA-256 hashes of the job, the harness binary and the operator-family table.
+#pragma once
+
+#include <filesystem>
+#include <nlohmann/json.hpp>
+#include <stdexcept>
+#include <string>
+
+namespace moe {
+
+class BudgetError : public std::runtime_error {
+ public:
+  using std::runtime_error::runtime_error;
+};
+
+class CampaignState {
+ public:
+  // Loads `dir`/campaign.json or starts a new state. A state whose operator-family table differs
+  // (a semantic condition of the gate and of the recorded shares) refuses to resume, naming it;
+  // a different binary or host is recorded in the history but does not block.
+  CampaignState(const std::filesystem::path& dir, const std::string& command, const std::string& job_text,
+                double budget_seconds);
+
+  // Refuses (BudgetError) to start a wave whose conservative estimate would exceed the budget.
+  void reserve(const std::string& wave, double estimate_seconds);
+  // Accounts a finished wave: measured wall time x devices held.
+  void consume(double wall_seconds, int devices, int cell_rounds_done);
+  void set_phase(const std::string& phase);
+  [[nodiscard]] double consumed_seconds() const { return doc_.value("device_seconds_consumed", 0.0); }
+  [[nodiscard]] double budget_seconds() const { return budget_; }
+  [[nodiscard]] const nlohmann::json& document() const { return doc_; }
+
+ private:
+  void save() const;
+  std::filesystem::path path_;
+  double budget_;
+  nlohmann::json doc_;
+};
+
+// SHA-256 of the running executable (/proc/self/exe).
+[[nodiscard]] std::string executable_sha256();
+
+}  // namespace moe

@@ -1,0 +1,71 @@
+"""Campaign controller: the GPU-hour budget stops a campaign before a wave that would exceed it
+(nothing measured is lost), SIGKILL of the whole job resumes from campaign.json and the HDF5 file,
+and an edited job refuses to resume, naming what changed."""
+import json
+import os
+import shutil
+import signal
+import subprocess
+import tempfile
+
+import h5py
+
+from harness_test_lib import MPI_ENV, SOURCE_DIR, check_complete, file_sha, mpirun_cmd, run
+
+job = os.path.join(SOURCE_DIR, "tests/data/micro.yaml")
+with tempfile.TemporaryDirectory() as tmp:
+    out, root = os.path.join(tmp, "acq"), os.path.join(tmp, "bundles")
+    base = ["acquire", job, "--out", out, "--out-root", root, "--rounds", "20"]
+
+    # 1. A budget too small for the first wave: stop before it, with a clear message.
+    p = run(mpirun_cmd(2, *base, "--gpu-hours", "0.000001"), check=False)
+    assert p.returncode != 0 and "budget: wave round 0" in p.stderr and "stopping before it" in p.stderr, p.stderr
+    state = json.load(open(os.path.join(out, "campaign.json")))
+    assert state["phase"] == "stopped: budget" and state["cell_rounds_done"] == 0
+
+    # 2. Enough budget; SIGKILL the whole job (every process) after some rounds.
+    proc = subprocess.Popen(mpirun_cmd(2, *base), stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                            env=MPI_ENV, start_new_session=True)
+    for line in proc.stderr:
+        if "committed round 1" in line:
+            break
+    # Every process of the job at once: mpiexec and all its descendants.
+    victims, frontier = [proc.pid], [proc.pid]
+    while frontier:
+        kids = subprocess.run(["pgrep", "-P", str(frontier.pop())], capture_output=True, text=True).stdout.split()
+        victims += [int(k) for k in kids]
+        frontier += [int(k) for k in kids]
+    for pid in victims:
+        try:
+            os.kill(pid, signal.SIGKILL)
+        except ProcessLookupError:
+            pass
+    proc.wait()
+    state = json.load(open(os.path.join(out, "campaign.json")))
+    assert state["cell_rounds_done"] >= 22 and state["device_seconds_consumed"] > 0, state
+    consumed = state["device_seconds_consumed"]
+    with h5py.File(os.path.join(out, "acquisition.h5"), "r") as f:
+        done = sum(int(c["rounds_done"][()].sum()) for c in f["cells"].values())
+    assert 22 <= done < 11 * 20, done
+
+    # 3. The same command resumes and completes; device time accumulates across runs.
+    p = run(mpirun_cmd(2, *base))
+    assert f"resumed {done}" in p.stdout, p.stdout
+    check_complete(os.path.join(out, "acquisition.h5"), 20)
+    state = json.load(open(os.path.join(out, "campaign.json")))
+    assert state["phase"] == "complete" and len(state["runs"]) == 3
+    assert state["device_seconds_consumed"] > consumed
+    assert all(len(r["harness_sha256"]) == 64 for r in state["runs"])
+
+    # 4. An edited job (geometry) refuses to resume, naming the change; nothing is modified.
+    edited = os.path.join(tmp, "edited.yaml")
+    shutil.copy(job, edited)
+    with open(edited, "a") as f:
+        f.write("")
+    text = open(job).read().replace("preset: tiny", "preset: tiny\n  top_k: 3")
+    open(edited, "w").write(text)
+    sha = file_sha(os.path.join(out, "acquisition.h5"))
+    p = run(mpirun_cmd(2, "acquire", edited, "--out", out, "--out-root", root, "--rounds", "20"), check=False)
+    assert p.returncode != 0 and "different contract (differs in: geometry" in p.stderr, p.stderr
+    assert file_sha(os.path.join(out, "acquisition.h5")) == sha
+print("ok")
