@@ -17,7 +17,8 @@ namespace moe::cli {
 namespace {
 
 void print_summary(const AcquireSummary& s, std::ostream& os) {
-  const auto cells = summarize(read_acquisition(s.file));
+  const auto acq = read_acquisition(s.file);
+  const auto cells = summarize(acq);
   int complete = 0, checked = 0, failed = 0;
   double max_change = 0;
   for (const auto& c : cells) {
@@ -37,6 +38,7 @@ void print_summary(const AcquireSummary& s, std::ostream& os) {
      << "  device time consumed (campaign): " << s.device_seconds_consumed / 3600 << " GPU-hours\n"
      << "  collectives: " << s.collective_tables << " target tables measured now\n";
   for (const auto& skip : s.collectives_skipped) os << "  collectives skipped: " << skip << "\n";
+  os << sanity_of(acq, cells).to_text();
 }
 
 }  // namespace

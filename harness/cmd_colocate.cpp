@@ -61,8 +61,10 @@ int colocate(const Args& args) {
                     << ")";
       std::cout << "\n";
       const auto& solo = n.contains("solo") ? n["solo"] : n["regimes_tried"][0]["solo"];
-      std::cout << "    solo: T " << solo["throughput_per_s"].get<double>() << " reference forwards/s, shares";
-      for (const auto& [family, share] : solo["shares"].items()) std::cout << " " << family << "=" << share.get<double>();
+      std::cout << "    solo: T " << solo["throughput_per_s"].get<double>()
+                << " reference forwards/s, shares";
+      for (const auto& [family, share] : solo["shares"].items())
+        std::cout << " " << family << "=" << share.get<double>();
       std::cout << "\n";
     }
     std::cout << "  written: " << (std::filesystem::path(o.out_dir) / "colocation.h5").string()

@@ -116,7 +116,8 @@ void print_text(const Plan& plan, std::ostream& os) {
   const auto total = plan.estimate();
   os << "\ntotal: " << total.points << " points, " << total.forwards << " forwards, estimated "
      << std::setprecision(4) << total.device_seconds << " s of timed device work and "
-     << total.held_seconds << " s of device time held (one device) on a " << plan.device.name << "\n";
+     << total.held_seconds << " s of device time held (one device) on a " << plan.device.name
+     << "\n";
 }
 
 }  // namespace

@@ -18,6 +18,7 @@ int acquire(const Args& args);
 int publish(const Args& args);
 int lookup(const Args& args);
 int colocate(const Args& args);
+int inspect(const Args& args);
 
 void print_publish_report(const PublishReport& r, std::ostream& os);
 

@@ -14,6 +14,7 @@
 #include "io/acquisition_file.h"
 #include "io/bundle_meta.h"
 #include "io/files.h"
+#include "io/sanity.h"
 #include "io/summary.h"
 
 namespace moe {
@@ -192,7 +193,16 @@ PublishReport publish(const std::string& h5_path, const PublishOptions& options)
                     {"capture_tokens_derived", contract.at("grid").at("capture_sizes_derived")},
                     {"max_num_batched_tokens", contract.at("grid").at("max_num_batched_tokens")}}},
                   {"grids", t.at("grids")}};
-    w.coverage = {{"completion", planned > 0 ? static_cast<double>(rounds) / planned : 0.0},
+    SanityBlock table_sanity;
+    {
+      std::istringstream rows_in(w.csv);
+      std::string row;
+      std::getline(rows_in, row);
+      while (std::getline(rows_in, row))
+        table_sanity.add("time_us", std::stod(row.substr(row.rfind(',') + 1)));
+    }
+    w.coverage = {{"sanity", table_sanity.to_json()},
+                  {"completion", planned > 0 ? static_cast<double>(rounds) / planned : 0.0},
                   {"completed_rounds", rounds},
                   {"planned_rounds", planned},
                   {"rows", rows},

@@ -1,6 +1,7 @@
 #include "io/summary.h"
 
 #include <algorithm>
+#include <cmath>
 #include <nlohmann/json.hpp>
 
 #include "io/statistics.h"
@@ -44,6 +45,30 @@ std::vector<CellSummary> summarize(const StoredAcquisition& acq) {
     out.push_back(std::move(s));
   }
   return out;
+}
+
+SanityBlock sanity_of(const StoredAcquisition& acq, const std::vector<CellSummary>& cells) {
+  SanityBlock sanity;
+  for (const auto& c : cells) {
+    sanity.add("completion",
+               c.rounds_planned ? static_cast<double>(c.rounds_complete) / c.rounds_planned : NAN,
+               SanityBlock::Kind::ratio);
+    std::vector<double> table;
+    for (const auto& p : c.points) {
+      if (p.time_us) sanity.add("time_us", *p.time_us);
+      table.push_back(p.time_us.value_or(NAN));
+    }
+    sanity.add_table(c.id, table);
+  }
+  for (const auto& c : acq.cells)
+    for (const auto& r : c.rounds)
+      for (const auto& s : r.samples) {
+        sanity.add("sample_us", s.value_us);
+        sanity.add("activity_count", s.activity_count, SanityBlock::Kind::counter);
+      }
+  for (const auto& c : acq.collectives)
+    for (const auto& r : c.rows) sanity.add("collective_busbw_gbps", r.busbw_gbps);
+  return sanity;
 }
 
 }  // namespace moe

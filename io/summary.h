@@ -7,6 +7,7 @@
 #include <vector>
 
 #include "io/acquisition_file.h"
+#include "io/sanity.h"
 
 namespace moe {
 
@@ -30,5 +31,10 @@ struct CellSummary {
 };
 
 [[nodiscard]] std::vector<CellSummary> summarize(const StoredAcquisition& acq);
+
+// The sanity block of an acquisition: completion ratios, per-point times, raw samples, activity
+// counters, collective bandwidths, and identical tables across cells.
+[[nodiscard]] SanityBlock sanity_of(const StoredAcquisition& acq,
+                                    const std::vector<CellSummary>& cells);
 
 }  // namespace moe

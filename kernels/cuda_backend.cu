@@ -6,9 +6,9 @@
 #include <dlfcn.h>
 
 #include <algorithm>
-#include <map>
 #include <cmath>
 #include <cstring>
+#include <map>
 #include <numeric>
 #include <random>
 
@@ -34,7 +34,8 @@ class DeviceBuffer {
   explicit DeviceBuffer(std::size_t n) : n_(n) {
     if (n) CUDA_CHECK(cudaMalloc(&p_, n * sizeof(T)));
   }
-  DeviceBuffer(DeviceBuffer&& o) noexcept : p_(std::exchange(o.p_, nullptr)), n_(std::exchange(o.n_, 0)) {}
+  DeviceBuffer(DeviceBuffer&& o) noexcept
+      : p_(std::exchange(o.p_, nullptr)), n_(std::exchange(o.n_, 0)) {}
   DeviceBuffer& operator=(DeviceBuffer&& o) noexcept {
     release();
     p_ = std::exchange(o.p_, nullptr);
@@ -127,10 +128,12 @@ class Nvml {
     void* lib = dlopen("libnvidia-ml.so.1", RTLD_NOW | RTLD_LOCAL);
     if (!lib) return;
     auto init = reinterpret_cast<int (*)()>(dlsym(lib, "nvmlInit_v2"));
-    handle_by_bus = reinterpret_cast<decltype(handle_by_bus)>(dlsym(lib, "nvmlDeviceGetHandleByPciBusId_v2"));
+    handle_by_bus =
+        reinterpret_cast<decltype(handle_by_bus)>(dlsym(lib, "nvmlDeviceGetHandleByPciBusId_v2"));
     clock = reinterpret_cast<decltype(clock)>(dlsym(lib, "nvmlDeviceGetClockInfo"));
     temperature = reinterpret_cast<decltype(temperature)>(dlsym(lib, "nvmlDeviceGetTemperature"));
-    processes = reinterpret_cast<decltype(processes)>(dlsym(lib, "nvmlDeviceGetComputeRunningProcesses_v3"));
+    processes = reinterpret_cast<decltype(processes)>(
+        dlsym(lib, "nvmlDeviceGetComputeRunningProcesses_v3"));
     ok_ = init && handle_by_bus && clock && temperature && processes && init() == 0;
   }
   bool ok_ = false;
@@ -150,7 +153,8 @@ template <class T>
 __global__ void fill_random(T* out, std::size_t n, std::uint64_t seed, float scale) {
   for (std::size_t i = blockIdx.x * std::size_t{blockDim.x} + threadIdx.x; i < n;
        i += std::size_t{gridDim.x} * blockDim.x) {
-    const float u = static_cast<float>(splitmix(seed ^ (i * 0xd1b54a32d192ed03ULL)) >> 40) * (1.0f / 16777216.0f);
+    const float u = static_cast<float>(splitmix(seed ^ (i * 0xd1b54a32d192ed03ULL)) >> 40) *
+                    (1.0f / 16777216.0f);
     const float v = (2.0f * u - 1.0f) * scale;
     if constexpr (std::is_same_v<T, bf16>)
       out[i] = __float2bfloat16_rn(v);
@@ -307,7 +311,9 @@ __global__ void combine_rows(const bf16* y2, const int* lane_pos, const float* w
     float acc = 0;
     for (int j = 0; j < k; ++j) {
       const int pos = lane_pos[row * k + j];
-      if (pos >= 0) acc += weights[row * k + j] * __bfloat162float(y2[static_cast<std::size_t>(pos) * hidden + c]);
+      if (pos >= 0)
+        acc +=
+            weights[row * k + j] * __bfloat162float(y2[static_cast<std::size_t>(pos) * hidden + c]);
     }
     out[static_cast<std::size_t>(row) * hidden + c] = __float2bfloat16_rn(acc);
   }
@@ -358,8 +364,11 @@ struct DeviceMlp {
   int experts, hidden, inter;
   DeviceBuffer<bf16> w13, w2;
   DeviceMlp(int e, int h, int i, std::uint64_t seed, cudaStream_t s)
-      : experts(e), hidden(h), inter(i),
-        w13(static_cast<std::size_t>(e) * 2 * i * h), w2(static_cast<std::size_t>(e) * h * i) {
+      : experts(e),
+        hidden(h),
+        inter(i),
+        w13(static_cast<std::size_t>(e) * 2 * i * h),
+        w2(static_cast<std::size_t>(e) * h * i) {
     fill(w13, seed, 1.0f / std::sqrt(static_cast<float>(h)), s);
     fill(w2, seed ^ 0x5bd1e995ULL, 1.0f / std::sqrt(static_cast<float>(i)), s);
   }
@@ -368,7 +377,8 @@ struct DeviceMlp {
   // verification of every point reuses the experts earlier points fetched.
   [[nodiscard]] MlpView download(const std::vector<int>& which) const {
     MlpView v{hidden, inter, {}};
-    const std::size_t s13 = static_cast<std::size_t>(2) * inter * hidden, s2 = static_cast<std::size_t>(hidden) * inter;
+    const std::size_t s13 = static_cast<std::size_t>(2) * inter * hidden,
+                      s2 = static_cast<std::size_t>(hidden) * inter;
     if (host_cache_.size() + which.size() > kMaxCachedExperts) host_cache_.clear();
     for (int e : which) {
       auto it = host_cache_.find(e);
@@ -413,42 +423,59 @@ class ExpertsEngine {
  public:
   ExpertsEngine(const ModelGeometry& g, const ExpertOwnership& own, int rows, cudaStream_t s,
                 cublasHandle_t blas)
-      : g_(g), own_(own), rows_(rows), s_(s), blas_(blas),
+      : g_(g),
+        own_(own),
+        rows_(rows),
+        s_(s),
+        blas_(blas),
         lanes_(static_cast<std::size_t>(rows) * g.top_k),
-        ids_(lanes_), weights_(lanes_), clean_weights_(lanes_), lane_expert_(lanes_),
-        lane_slot_(lanes_), lane_pos_(lanes_), counts_(own.local_experts), offsets_(own.local_experts),
-        xp_(lanes_ * g.hidden), y1_(lanes_ * 2 * g.intermediate), act_(lanes_ * g.intermediate),
-        y2_(lanes_ * g.hidden), ptrs_(6 * static_cast<std::size_t>(own.local_experts)),
-        host_counts_(own.local_experts), flag_(1) {
+        ids_(lanes_),
+        weights_(lanes_),
+        clean_weights_(lanes_),
+        lane_expert_(lanes_),
+        lane_slot_(lanes_),
+        lane_pos_(lanes_),
+        counts_(own.local_experts),
+        offsets_(own.local_experts),
+        xp_(lanes_ * g.hidden),
+        y1_(lanes_ * 2 * g.intermediate),
+        act_(lanes_ * g.intermediate),
+        y2_(lanes_ * g.hidden),
+        ptrs_(6 * static_cast<std::size_t>(own.local_experts)),
+        host_counts_(own.local_experts),
+        flag_(1) {
     CUDA_CHECK(cudaMemsetAsync(flag_.get(), 0, sizeof(int), s_));
   }
 
   void upload_routes(const Routes& r) {
     CUDA_CHECK(cudaMemcpyAsync(ids_.get(), r.ids.data(), lanes_ * 4, cudaMemcpyHostToDevice, s_));
-    CUDA_CHECK(cudaMemcpyAsync(weights_.get(), r.weights.data(), lanes_ * 4, cudaMemcpyHostToDevice, s_));
+    CUDA_CHECK(
+        cudaMemcpyAsync(weights_.get(), r.weights.data(), lanes_ * 4, cudaMemcpyHostToDevice, s_));
     CUDA_CHECK(cudaStreamSynchronize(s_));
   }
 
   void forward(const bf16* x, const DeviceMlp& w, bf16* out) {
     const int local = own_.local_experts, h = g_.hidden, inter = g_.intermediate, k = g_.top_k;
     CUDA_CHECK(cudaMemsetAsync(counts_.get(), 0, local * sizeof(int), s_));
-    count_local<<<blocks_for(lanes_), 256, 0, s_>>>(ids_.get(), weights_.get(), static_cast<int>(lanes_),
-                                                     g_.experts, own_.first_expert, local, counts_.get(),
-                                                     lane_expert_.get(), lane_slot_.get(),
-                                                     clean_weights_.get(), flag_.get());
+    count_local<<<blocks_for(lanes_), 256, 0, s_>>>(
+        ids_.get(), weights_.get(), static_cast<int>(lanes_), g_.experts, own_.first_expert, local,
+        counts_.get(), lane_expert_.get(), lane_slot_.get(), clean_weights_.get(), flag_.get());
     LAUNCH_CHECK();
     auto** base = reinterpret_cast<void**>(ptrs_.get());
-    GroupPointers gp{const_cast<const void**>(base), const_cast<const void**>(base + local), base + 2 * local,
-                     const_cast<const void**>(base + 3 * local), const_cast<const void**>(base + 4 * local),
+    GroupPointers gp{const_cast<const void**>(base),
+                     const_cast<const void**>(base + local),
+                     base + 2 * local,
+                     const_cast<const void**>(base + 3 * local),
+                     const_cast<const void**>(base + 4 * local),
                      base + 5 * local};
     expert_offsets<<<1, 32, 0, s_>>>(counts_.get(), local, offsets_.get(), w.w13.get(), w.w2.get(),
-                                      xp_.get(), y1_.get(), act_.get(), y2_.get(), h, inter, gp);
+                                     xp_.get(), y1_.get(), act_.get(), y2_.get(), h, inter, gp);
     LAUNCH_CHECK();
     // cuBLAS grouped GEMM takes group sizes on the host: this copy is part of the component.
     CUDA_CHECK(cudaMemcpyAsync(host_counts_.get(), counts_.get(), local * sizeof(int),
                                cudaMemcpyDeviceToHost, s_));
-    permute_rows<<<static_cast<unsigned>(lanes_), 128, 0, s_>>>(x, lane_expert_.get(), lane_slot_.get(),
-                                                                 offsets_.get(), k, h, xp_.get(), lane_pos_.get());
+    permute_rows<<<static_cast<unsigned>(lanes_), 128, 0, s_>>>(
+        x, lane_expert_.get(), lane_slot_.get(), offsets_.get(), k, h, xp_.get(), lane_pos_.get());
     LAUNCH_CHECK();
     CUDA_CHECK(cudaStreamSynchronize(s_));
     std::vector<int> n_arr;
@@ -460,21 +487,22 @@ class ExpertsEngine {
       const std::vector<cublasOperation_t> ta(groups, CUBLAS_OP_T), tb(groups, CUBLAS_OP_N);
       const std::vector<float> one(groups, 1.0f), zero(groups, 0.0f);
       const std::vector<int> sizes(groups, 1);
-      const std::vector<int> m1(groups, 2 * inter), k1(groups, h), ld_h(groups, h), ld_2i(groups, 2 * inter);
-      CUBLAS_CHECK(cublasGemmGroupedBatchedEx(blas_, ta.data(), tb.data(), m1.data(), n_arr.data(), k1.data(),
-                                              one.data(), gp.a1, CUDA_R_16BF, ld_h.data(), gp.b1, CUDA_R_16BF,
-                                              ld_h.data(), zero.data(), gp.c1, CUDA_R_16BF, ld_2i.data(),
-                                              groups, sizes.data(), CUBLAS_COMPUTE_32F));
+      const std::vector<int> m1(groups, 2 * inter), k1(groups, h), ld_h(groups, h),
+          ld_2i(groups, 2 * inter);
+      CUBLAS_CHECK(cublasGemmGroupedBatchedEx(
+          blas_, ta.data(), tb.data(), m1.data(), n_arr.data(), k1.data(), one.data(), gp.a1,
+          CUDA_R_16BF, ld_h.data(), gp.b1, CUDA_R_16BF, ld_h.data(), zero.data(), gp.c1,
+          CUDA_R_16BF, ld_2i.data(), groups, sizes.data(), CUBLAS_COMPUTE_32F));
       silu_and_mul<<<blocks_for(total * inter), 256, 0, s_>>>(y1_.get(), total, inter, act_.get());
       LAUNCH_CHECK();
       const std::vector<int> m2(groups, h), k2(groups, inter), ld_i(groups, inter);
-      CUBLAS_CHECK(cublasGemmGroupedBatchedEx(blas_, ta.data(), tb.data(), m2.data(), n_arr.data(), k2.data(),
-                                              one.data(), gp.a2, CUDA_R_16BF, ld_i.data(), gp.b2, CUDA_R_16BF,
-                                              ld_i.data(), zero.data(), gp.c2, CUDA_R_16BF, ld_h.data(),
-                                              groups, sizes.data(), CUBLAS_COMPUTE_32F));
+      CUBLAS_CHECK(cublasGemmGroupedBatchedEx(
+          blas_, ta.data(), tb.data(), m2.data(), n_arr.data(), k2.data(), one.data(), gp.a2,
+          CUDA_R_16BF, ld_i.data(), gp.b2, CUDA_R_16BF, ld_i.data(), zero.data(), gp.c2,
+          CUDA_R_16BF, ld_h.data(), groups, sizes.data(), CUBLAS_COMPUTE_32F));
     }
     combine_rows<<<static_cast<unsigned>(rows_), 128, 0, s_>>>(y2_.get(), lane_pos_.get(),
-                                                                 clean_weights_.get(), k, h, out);
+                                                               clean_weights_.get(), k, h, out);
     LAUNCH_CHECK();
   }
 
@@ -508,8 +536,12 @@ class CudaWorkload final : public Workload {
  public:
   CudaWorkload(const WorkloadSpec& spec, std::shared_ptr<const CudaWeights> weights, cudaStream_t s,
                cublasHandle_t blas)
-      : spec_(spec), weights_(std::move(weights)), s_(s), blas_(blas),
-        rows_(static_cast<int>(spec.point.tokens)), rng_(spec.seed) {
+      : spec_(spec),
+        weights_(std::move(weights)),
+        s_(s),
+        blas_(blas),
+        rows_(static_cast<int>(spec.point.tokens)),
+        rng_(spec.seed) {
     const auto& g = spec.geometry;
     if (g.weight_dtype != Dtype::bf16)
       throw std::invalid_argument("the CUDA backends measure bf16 weights only");
@@ -537,7 +569,8 @@ class CudaWorkload final : public Workload {
       }
       case Component::experts: {
         own_ = ExpertOwnership::of(g, spec.target);
-        routes_ = make_expert_routes(spec.point.tokens, spec.point.activated, spec.point.assignments, g, own_, rng_);
+        routes_ = make_expert_routes(spec.point.tokens, spec.point.activated,
+                                     spec.point.assignments, g, own_, rng_);
         engine_ = std::make_unique<ExpertsEngine>(g, own_, rows_, s_, blas_);
         engine_->upload_routes(routes_);
         out_ = DeviceBuffer<bf16>(rh);
@@ -560,14 +593,19 @@ class CudaWorkload final : public Workload {
   void forward(int bank) override {
     const auto& g = spec_.geometry;
     switch (spec_.component) {
-      case Component::gate_routing: gate_forward(); break;
+      case Component::gate_routing:
+        gate_forward();
+        break;
       case Component::experts:
         engine_->forward(x_.get(), bank_(bank), out_.get());
         break;
       case Component::finalize_copy:
-        CUDA_CHECK(cudaMemcpyAsync(out_.get(), x_.get(), x_.size() * sizeof(bf16), cudaMemcpyDeviceToDevice, s_));
+        CUDA_CHECK(cudaMemcpyAsync(out_.get(), x_.get(), x_.size() * sizeof(bf16),
+                                   cudaMemcpyDeviceToDevice, s_));
         break;
-      case Component::wrapper: wrapper_forward(g); break;
+      case Component::wrapper:
+        wrapper_forward(g);
+        break;
     }
   }
 
@@ -588,7 +626,8 @@ class CudaWorkload final : public Workload {
 
   std::vector<double> verify() override {
     std::vector<double> errors;
-    const int banks = spec_.component == Component::experts ? static_cast<int>(weights_->banks.size()) : 1;
+    const int banks =
+        spec_.component == Component::experts ? static_cast<int>(weights_->banks.size()) : 1;
     for (int b = 0; b < banks; ++b) {
       poison();
       forward(b);
@@ -601,7 +640,8 @@ class CudaWorkload final : public Workload {
  private:
   void poison() {
     if (out_.size()) CUDA_CHECK(cudaMemsetAsync(out_.get(), 0xff, out_.size() * sizeof(bf16), s_));
-    if (route_weights_.size()) CUDA_CHECK(cudaMemsetAsync(route_weights_.get(), 0xff, route_weights_.size() * 4, s_));
+    if (route_weights_.size())
+      CUDA_CHECK(cudaMemsetAsync(route_weights_.get(), 0xff, route_weights_.size() * 4, s_));
     if (ids_.size()) CUDA_CHECK(cudaMemsetAsync(ids_.get(), 0xff, ids_.size() * 4, s_));
   }
 
@@ -612,15 +652,18 @@ class CudaWorkload final : public Workload {
       bf16_to_float<<<blocks_for(x_.size()), 256, 0, s_>>>(x_.get(), x_f32_.get(), x_.size());
       LAUNCH_CHECK();
       CUBLAS_CHECK(cublasSgemm(blas_, CUBLAS_OP_T, CUBLAS_OP_N, g.experts, rows_, g.hidden, &one,
-                               router_f32_.get(), g.hidden, x_f32_.get(), g.hidden, &zero, logits_.get(), g.experts));
+                               router_f32_.get(), g.hidden, x_f32_.get(), g.hidden, &zero,
+                               logits_.get(), g.experts));
     } else {
-      CUBLAS_CHECK(cublasGemmEx(blas_, CUBLAS_OP_T, CUBLAS_OP_N, g.experts, rows_, g.hidden, &one, router_.get(),
-                                CUDA_R_16BF, g.hidden, x_.get(), CUDA_R_16BF, g.hidden, &zero, logits_.get(),
-                                CUDA_R_32F, g.experts, CUBLAS_COMPUTE_32F, CUBLAS_GEMM_DEFAULT));
+      CUBLAS_CHECK(cublasGemmEx(blas_, CUBLAS_OP_T, CUBLAS_OP_N, g.experts, rows_, g.hidden, &one,
+                                router_.get(), CUDA_R_16BF, g.hidden, x_.get(), CUDA_R_16BF,
+                                g.hidden, &zero, logits_.get(), CUDA_R_32F, g.experts,
+                                CUBLAS_COMPUTE_32F, CUBLAS_GEMM_DEFAULT));
     }
     const int warps = 4;
-    softmax_topk<<<(rows_ + warps - 1) / warps, warps * 32, warps * g.experts * sizeof(float), s_>>>(
-        logits_.get(), rows_, g.experts, g.top_k, g.renormalize, ids_.get(), route_weights_.get(), flag_.get());
+    softmax_topk<<<(rows_ + warps - 1) / warps, warps * 32, warps * g.experts * sizeof(float),
+                   s_>>>(logits_.get(), rows_, g.experts, g.top_k, g.renormalize, ids_.get(),
+                         route_weights_.get(), flag_.get());
     LAUNCH_CHECK();
   }
 
@@ -628,19 +671,22 @@ class CudaWorkload final : public Workload {
     const auto& w = bank_(0);
     const int si = g.shared.intermediate;
     const float one = 1.0f, zero = 0.0f;
-    CUDA_CHECK(cudaMemcpyAsync(out_.get(), routed_.get(), out_.size() * sizeof(bf16), cudaMemcpyDeviceToDevice, s_));
+    CUDA_CHECK(cudaMemcpyAsync(out_.get(), routed_.get(), out_.size() * sizeof(bf16),
+                               cudaMemcpyDeviceToDevice, s_));
     for (int e = 0; e < g.shared.count; ++e) {
       const bf16* w13 = w.w13.get() + static_cast<std::size_t>(e) * 2 * si * g.hidden;
       const bf16* w2 = w.w2.get() + static_cast<std::size_t>(e) * g.hidden * si;
-      CUBLAS_CHECK(cublasGemmEx(blas_, CUBLAS_OP_T, CUBLAS_OP_N, 2 * si, rows_, g.hidden, &one, w13, CUDA_R_16BF,
-                                g.hidden, x_.get(), CUDA_R_16BF, g.hidden, &zero, y1_.get(), CUDA_R_16BF, 2 * si,
-                                CUBLAS_COMPUTE_32F, CUBLAS_GEMM_DEFAULT));
-      silu_and_mul<<<blocks_for(static_cast<std::size_t>(rows_) * si), 256, 0, s_>>>(y1_.get(), rows_, si, act_.get());
+      CUBLAS_CHECK(cublasGemmEx(blas_, CUBLAS_OP_T, CUBLAS_OP_N, 2 * si, rows_, g.hidden, &one, w13,
+                                CUDA_R_16BF, g.hidden, x_.get(), CUDA_R_16BF, g.hidden, &zero,
+                                y1_.get(), CUDA_R_16BF, 2 * si, CUBLAS_COMPUTE_32F,
+                                CUBLAS_GEMM_DEFAULT));
+      silu_and_mul<<<blocks_for(static_cast<std::size_t>(rows_) * si), 256, 0, s_>>>(
+          y1_.get(), rows_, si, act_.get());
       LAUNCH_CHECK();
       // out = act * W2^T + out: the combine with the routed output rides on beta = 1.
-      CUBLAS_CHECK(cublasGemmEx(blas_, CUBLAS_OP_T, CUBLAS_OP_N, g.hidden, rows_, si, &one, w2, CUDA_R_16BF, si,
-                                act_.get(), CUDA_R_16BF, si, &one, out_.get(), CUDA_R_16BF, g.hidden,
-                                CUBLAS_COMPUTE_32F, CUBLAS_GEMM_DEFAULT));
+      CUBLAS_CHECK(cublasGemmEx(blas_, CUBLAS_OP_T, CUBLAS_OP_N, g.hidden, rows_, si, &one, w2,
+                                CUDA_R_16BF, si, act_.get(), CUDA_R_16BF, si, &one, out_.get(),
+                                CUDA_R_16BF, g.hidden, CUBLAS_COMPUTE_32F, CUBLAS_GEMM_DEFAULT));
     }
   }
 
@@ -672,12 +718,14 @@ class CudaWorkload final : public Workload {
         }();
         const auto weights = download_f32(route_weights_.get(), route_weights_.size());
         // Dense [row][E] weight maps: an order-insensitive comparison of the routes.
-        std::vector<float> got_dense(rows.size() * g.experts, 0.0f), want_dense(got_dense.size(), 0.0f);
+        std::vector<float> got_dense(rows.size() * g.experts, 0.0f),
+            want_dense(got_dense.size(), 0.0f);
         for (std::size_t i = 0; i < rows.size(); ++i)
           for (int j = 0; j < g.top_k; ++j) {
             const int gid = ids[static_cast<std::size_t>(rows[i]) * g.top_k + j];
             if (gid < 0 || gid >= g.experts) return INFINITY;
-            got_dense[i * g.experts + gid] += weights[static_cast<std::size_t>(rows[i]) * g.top_k + j];
+            got_dense[i * g.experts + gid] +=
+                weights[static_cast<std::size_t>(rows[i]) * g.top_k + j];
             want_dense[i * g.experts + want.ids[i * g.top_k + j]] += want.weights[i * g.top_k + j];
           }
         return relative_error(got_dense, want_dense);
@@ -724,8 +772,8 @@ class CudaWorkload final : public Workload {
         std::iota(all.begin(), all.end(), 0);
         const auto w = bank_(0).download(all);
         std::vector<float> want(rows.size() * h);
-        wrapper_ref(rows_of(x_.get(), rows, h), static_cast<int>(rows.size()), rows_of(routed_.get(), rows, h), w,
-                    want, Intermediates::bf16);
+        wrapper_ref(rows_of(x_.get(), rows, h), static_cast<int>(rows.size()),
+                    rows_of(routed_.get(), rows, h), w, want, Intermediates::bf16);
         return relative_error(rows_of(out_.get(), rows, h), want);
       }
     }
@@ -754,7 +802,8 @@ class CudaBackend final : public Backend {
  public:
   CudaBackend(std::string name, int device) : name_(std::move(name)), device_(device) {
     if (name_ != "cublas_grouped")
-      throw std::invalid_argument("unknown CUDA backend '" + name_ + "' (this build provides cublas_grouped)");
+      throw std::invalid_argument("unknown CUDA backend '" + name_ +
+                                  "' (this build provides cublas_grouped)");
     CUDA_CHECK(cudaSetDevice(device_));
     CUDA_CHECK(cudaGetDeviceProperties(&props_, device_));
     stream_ = std::make_unique<Stream>();
@@ -771,18 +820,19 @@ class CudaBackend final : public Backend {
     if (spec.component == Component::experts) {
       const auto own = ExpertOwnership::of(g, spec.target);
       for (int b = 0; b < spec.banks; ++b)
-        w->banks.push_back(std::make_unique<DeviceMlp>(own.local_experts, g.hidden, g.intermediate,
-                                                       spec.seed * 7919 + static_cast<std::uint64_t>(b),
-                                                       stream_->get()));
+        w->banks.push_back(std::make_unique<DeviceMlp>(
+            own.local_experts, g.hidden, g.intermediate,
+            spec.seed * 7919 + static_cast<std::uint64_t>(b), stream_->get()));
     } else if (spec.component == Component::wrapper) {
-      w->banks.push_back(std::make_unique<DeviceMlp>(g.shared.count, g.hidden, g.shared.intermediate,
-                                                     spec.seed * 3 + 6, stream_->get()));
+      w->banks.push_back(std::make_unique<DeviceMlp>(
+          g.shared.count, g.hidden, g.shared.intermediate, spec.seed * 3 + 6, stream_->get()));
     }
     CUDA_CHECK(cudaStreamSynchronize(stream_->get()));
     return w;
   }
 
-  std::unique_ptr<Workload> make(const WorkloadSpec& spec, std::shared_ptr<const WeightSet> weights) override {
+  std::unique_ptr<Workload> make(const WorkloadSpec& spec,
+                                 std::shared_ptr<const WeightSet> weights) override {
     CUDA_CHECK(cudaSetDevice(device_));
     auto w = std::dynamic_pointer_cast<const CudaWeights>(weights);
     if (!w) throw std::invalid_argument("CUDA workload given weights of another backend");
@@ -818,8 +868,10 @@ class CudaBackend final : public Backend {
     cudaDeviceGetPCIBusId(bus, sizeof(bus), device_);
     char uuid[48];
     const auto* u = reinterpret_cast<const unsigned char*>(props_.uuid.bytes);
-    std::snprintf(uuid, sizeof(uuid), "GPU-%02x%02x%02x%02x-%02x%02x-%02x%02x-%02x%02x-%02x%02x%02x%02x%02x%02x",
-                  u[0], u[1], u[2], u[3], u[4], u[5], u[6], u[7], u[8], u[9], u[10], u[11], u[12], u[13], u[14], u[15]);
+    std::snprintf(uuid, sizeof(uuid),
+                  "GPU-%02x%02x%02x%02x-%02x%02x-%02x%02x-%02x%02x-%02x%02x%02x%02x%02x%02x", u[0],
+                  u[1], u[2], u[3], u[4], u[5], u[6], u[7], u[8], u[9], u[10], u[11], u[12], u[13],
+                  u[14], u[15]);
     int driver = 0, runtime = 0, blas_version = 0;
     cudaDriverGetVersion(&driver);
     cudaRuntimeGetVersion(&runtime);

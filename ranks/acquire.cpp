@@ -15,8 +15,8 @@
 #include "io/bundle_meta.h"
 #include "io/files.h"
 #include "kernels/workload.h"
-#include "ranks/collectives_phase.h"
 #include "ranks/campaign.h"
+#include "ranks/collectives_phase.h"
 #include "ranks/colocate.h"
 #include "ranks/planner.h"
 #include "ranks/protocol.h"
@@ -255,8 +255,10 @@ AcquireSummary acquire(MPI_Comm comm, const JobSpec& job, const AcquireOptions& 
   // Campaign state and the GPU-hour budget (rank 0 decides, every rank follows).
   std::unique_ptr<CampaignState> campaign;
   if (rank == 0) {
-    const std::string job_text = job.source == "<embedded default>" ? default_job_yaml() : read_file(job.source);
-    campaign = std::make_unique<CampaignState>(options.out_dir, options.command, job_text, job.gpu_hours * 3600.0);
+    const std::string job_text =
+        job.source == "<embedded default>" ? default_job_yaml() : read_file(job.source);
+    campaign = std::make_unique<CampaignState>(options.out_dir, options.command, job_text,
+                                               job.gpu_hours * 3600.0);
   }
   // Conservative estimate of one wave: the slowest rank's cells (plan's held-time model) times
   // every device held while it runs.
@@ -331,8 +333,9 @@ AcquireSummary acquire(MPI_Comm comm, const JobSpec& job, const AcquireOptions& 
     MPI_Allreduce(&my_points, &all_points, 1, MPI_INT64_T, MPI_SUM, comm);
     done_points += all_points;
     if (rank == 0)
-      campaign->consume(std::chrono::duration<double>(std::chrono::steady_clock::now() - wave_start).count(), size,
-                        all_rounds);
+      campaign->consume(
+          std::chrono::duration<double>(std::chrono::steady_clock::now() - wave_start).count(),
+          size, all_rounds);
     if (rank == 0 && !options.quiet && all_rounds > 0) {
       const double elapsed =
           std::chrono::duration<double>(std::chrono::steady_clock::now() - measure_start).count();

@@ -14,7 +14,9 @@ std::string CpuBinding::describe() const {
     if (i) s.push_back(',');
     s.append(std::to_string(cpus[i]));
   }
-  s.append(" (numa ").append(std::to_string(numa_node)).append(shared ? ", shared)" : ", disjoint)");
+  s.append(" (numa ")
+      .append(std::to_string(numa_node))
+      .append(shared ? ", shared)" : ", disjoint)");
   return s;
 }
 
@@ -59,7 +61,8 @@ CpuBinding share_of(const std::vector<int>& pool, int slot, int slots) {
     return b;
   }
   const int per = n / slots;
-  for (int i = slot * per; i < (slot + 1) * per; ++i) b.cpus.push_back(pool[static_cast<std::size_t>(i)]);
+  for (int i = slot * per; i < (slot + 1) * per; ++i)
+    b.cpus.push_back(pool[static_cast<std::size_t>(i)]);
   return b;
 }
 
@@ -67,7 +70,8 @@ CpuBinding bind_to_cpus(int peer_index, int peers, std::optional<int> numa_node)
   std::vector<int> pool;
   cpu_set_t allowed;
   CPU_ZERO(&allowed);
-  if (sched_getaffinity(0, sizeof(allowed), &allowed) != 0) throw std::runtime_error("sched_getaffinity failed");
+  if (sched_getaffinity(0, sizeof(allowed), &allowed) != 0)
+    throw std::runtime_error("sched_getaffinity failed");
   if (numa_node)
     for (int c : cpus_of_numa_node(*numa_node))
       if (CPU_ISSET(c, &allowed)) pool.push_back(c);
@@ -79,7 +83,8 @@ CpuBinding bind_to_cpus(int peer_index, int peers, std::optional<int> numa_node)
   cpu_set_t set;
   CPU_ZERO(&set);
   for (int c : b.cpus) CPU_SET(c, &set);
-  if (sched_setaffinity(0, sizeof(set), &set) != 0) throw std::runtime_error("sched_setaffinity failed");
+  if (sched_setaffinity(0, sizeof(set), &set) != 0)
+    throw std::runtime_error("sched_setaffinity failed");
   return b;
 }
 

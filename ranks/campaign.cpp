@@ -26,8 +26,8 @@ std::string executable_sha256() {
   }
 }
 
-CampaignState::CampaignState(const std::filesystem::path& dir, const std::string& command, const std::string& job_text,
-                             double budget_seconds)
+CampaignState::CampaignState(const std::filesystem::path& dir, const std::string& command,
+                             const std::string& job_text, double budget_seconds)
     : path_(dir / "campaign.json"), budget_(budget_seconds) {
   char host[256] = {};
   gethostname(host, sizeof(host) - 1);
@@ -40,19 +40,19 @@ CampaignState::CampaignState(const std::filesystem::path& dir, const std::string
     try {
       doc_ = nlohmann::json::parse(read_file(path_));
     } catch (const nlohmann::json::exception& e) {
-      throw std::runtime_error(path_.string() + " is corrupt (" + e.what() + "); it was left untouched");
+      throw std::runtime_error(path_.string() + " is corrupt (" + e.what() +
+                               "); it was left untouched");
     }
     if (doc_.value("family_table_sha256", "") != families)
-      throw std::runtime_error("refusing to resume " + path_.string() +
-                               ": the operator-family table changed (family_table_sha256); use another --out");
-    if (doc_.value("job_sha256", "") != sha256_hex(job_text)) doc_["job_changes"].push_back(utc_now());
+      throw std::runtime_error(
+          "refusing to resume " + path_.string() +
+          ": the operator-family table changed (family_table_sha256); use another --out");
+    if (doc_.value("job_sha256", "") != sha256_hex(job_text))
+      doc_["job_changes"].push_back(utc_now());
   } else {
-    doc_ = {{"schema", "campaign/1"},
-            {"job_sha256", sha256_hex(job_text)},
-            {"family_table_sha256", families},
-            {"device_seconds_consumed", 0.0},
-            {"cell_rounds_done", 0},
-            {"runs", nlohmann::json::array()}};
+    doc_ = {{"schema", "campaign/1"},          {"job_sha256", sha256_hex(job_text)},
+            {"family_table_sha256", families}, {"device_seconds_consumed", 0.0},
+            {"cell_rounds_done", 0},           {"runs", nlohmann::json::array()}};
   }
   doc_["budget_seconds"] = budget_;
   doc_["runs"].push_back(run);
@@ -65,10 +65,11 @@ void CampaignState::reserve(const std::string& wave, double estimate_seconds) {
   if (consumed + estimate_seconds > budget_) {
     doc_["phase"] = "stopped: budget";
     save();
-    throw BudgetError("budget: wave " + wave + " needs about " + std::to_string(estimate_seconds / 3600) +
-                      " GPU-hours, " + std::to_string(consumed / 3600) + " of " + std::to_string(budget_ / 3600) +
-                      " GPU-hours are used; stopping before it (everything measured so far is kept: raise "
-                      "budget.gpu_hours or --gpu-hours and run the same command again)");
+    throw BudgetError(
+        "budget: wave " + wave + " needs about " + std::to_string(estimate_seconds / 3600) +
+        " GPU-hours, " + std::to_string(consumed / 3600) + " of " + std::to_string(budget_ / 3600) +
+        " GPU-hours are used; stopping before it (everything measured so far is kept: raise "
+        "budget.gpu_hours or --gpu-hours and run the same command again)");
   }
   doc_["phase"] = "measuring " + wave;
   doc_["reserved_seconds"] = estimate_seconds;
@@ -87,6 +88,8 @@ void CampaignState::set_phase(const std::string& phase) {
   save();
 }
 
-void CampaignState::save() const { write_file_atomic(path_, doc_.dump(1)); }
+void CampaignState::save() const {
+  write_file_atomic(path_, doc_.dump(1));
+}
 
 }  // namespace moe

@@ -20,15 +20,17 @@ class CampaignState {
   // Loads `dir`/campaign.json or starts a new state. A state whose operator-family table differs
   // (a semantic condition of the gate and of the recorded shares) refuses to resume, naming it;
   // a different binary or host is recorded in the history but does not block.
-  CampaignState(const std::filesystem::path& dir, const std::string& command, const std::string& job_text,
-                double budget_seconds);
+  CampaignState(const std::filesystem::path& dir, const std::string& command,
+                const std::string& job_text, double budget_seconds);
 
   // Refuses (BudgetError) to start a wave whose conservative estimate would exceed the budget.
   void reserve(const std::string& wave, double estimate_seconds);
   // Accounts a finished wave: measured wall time x devices held.
   void consume(double wall_seconds, int devices, int cell_rounds_done);
   void set_phase(const std::string& phase);
-  [[nodiscard]] double consumed_seconds() const { return doc_.value("device_seconds_consumed", 0.0); }
+  [[nodiscard]] double consumed_seconds() const {
+    return doc_.value("device_seconds_consumed", 0.0);
+  }
   [[nodiscard]] double budget_seconds() const { return budget_; }
   [[nodiscard]] const nlohmann::json& document() const { return doc_; }
 

@@ -19,14 +19,14 @@ namespace moe {
 
 namespace {
 
-#define CUPTI_CHECK(expr)                                                                  \
-  do {                                                                                     \
-    const CUptiResult moe_status_ = (expr);                                                \
-    if (moe_status_ != CUPTI_SUCCESS) {                                                    \
-      const char* moe_msg_ = nullptr;                                                      \
-      cuptiGetResultString(moe_status_, &moe_msg_);                                        \
-      throw std::runtime_error(std::string(#expr) + ": " + (moe_msg_ ? moe_msg_ : "?"));   \
-    }                                                                                      \
+#define CUPTI_CHECK(expr)                                                                \
+  do {                                                                                   \
+    const CUptiResult moe_status_ = (expr);                                              \
+    if (moe_status_ != CUPTI_SUCCESS) {                                                  \
+      const char* moe_msg_ = nullptr;                                                    \
+      cuptiGetResultString(moe_status_, &moe_msg_);                                      \
+      throw std::runtime_error(std::string(#expr) + ": " + (moe_msg_ ? moe_msg_ : "?")); \
+    }                                                                                    \
   } while (false)
 
 // The record-struct versions, chosen in one place.
@@ -42,7 +42,8 @@ struct Activity {
   std::uint64_t start, end;
   std::string name;
   bool operator<(const Activity& o) const {
-    return std::tie(correlation, start, end, name) < std::tie(o.correlation, o.start, o.end, o.name);
+    return std::tie(correlation, start, end, name) <
+           std::tie(o.correlation, o.start, o.end, o.name);
   }
 };
 
@@ -65,7 +66,8 @@ void CUPTIAPI buffer_requested(uint8_t** buffer, size_t* size, size_t* max_recor
   *max_records = 0;
 }
 
-void CUPTIAPI buffer_completed(CUcontext ctx, uint32_t stream, uint8_t* buffer, size_t, size_t valid) {
+void CUPTIAPI buffer_completed(CUcontext ctx, uint32_t stream, uint8_t* buffer, size_t,
+                               size_t valid) {
   auto& c = collected();
   std::lock_guard lock(c.mu);
   CUpti_Activity* rec = nullptr;
@@ -79,7 +81,8 @@ void CUPTIAPI buffer_completed(CUcontext ctx, uint32_t stream, uint8_t* buffer, 
       }
       case CUPTI_ACTIVITY_KIND_MEMCPY: {
         const auto* m = reinterpret_cast<const MemcpyRecord*>(rec);
-        c.activities.push_back({m->correlationId, m->start, m->end, "memcpy" + std::to_string(m->copyKind)});
+        c.activities.push_back(
+            {m->correlationId, m->start, m->end, "memcpy" + std::to_string(m->copyKind)});
         break;
       }
       case CUPTI_ACTIVITY_KIND_MEMSET: {
@@ -92,11 +95,13 @@ void CUPTIAPI buffer_completed(CUcontext ctx, uint32_t stream, uint8_t* buffer, 
         if (e->externalKind == kCorrelationKind) c.external[e->correlationId] = e->externalId;
         break;
       }
-      default: break;
+      default:
+        break;
     }
   }
   size_t dropped = 0;
-  if (cuptiActivityGetNumDroppedRecords(ctx, stream, &dropped) == CUPTI_SUCCESS) c.dropped += dropped;
+  if (cuptiActivityGetNumDroppedRecords(ctx, stream, &dropped) == CUPTI_SUCCESS)
+    c.dropped += dropped;
   std::free(buffer);
 }
 
@@ -147,7 +152,8 @@ class CuptiTimer final : public ForwardTimer {
       ForwardRecord r;
       std::vector<const Activity*> ordered;
       for (const auto& a : by_forward[id]) ordered.push_back(&a);
-      std::sort(ordered.begin(), ordered.end(), [](auto* x, auto* y) { return x->start < y->start; });
+      std::sort(ordered.begin(), ordered.end(),
+                [](auto* x, auto* y) { return x->start < y->start; });
       std::string names;
       for (const auto* a : ordered) {
         const double us = static_cast<double>(a->end - a->start) / 1000.0;
@@ -178,6 +184,8 @@ class CuptiTimer final : public ForwardTimer {
 
 }  // namespace
 
-std::unique_ptr<ForwardTimer> make_cupti_timer() { return std::make_unique<CuptiTimer>(); }
+std::unique_ptr<ForwardTimer> make_cupti_timer() {
+  return std::make_unique<CuptiTimer>();
+}
 
 }  // namespace moe

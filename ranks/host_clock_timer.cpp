@@ -16,7 +16,9 @@ class HostClockTimer final : public ForwardTimer {
     start_ = std::chrono::steady_clock::now();
   }
   void end() override {
-    const double us = std::chrono::duration<double, std::micro>(std::chrono::steady_clock::now() - start_).count();
+    const double us =
+        std::chrono::duration<double, std::micro>(std::chrono::steady_clock::now() - start_)
+            .count();
     done_.push_back({us, 1, std::hash<std::string>{}(label_), {{label_, us}}});
   }
   std::vector<ForwardRecord> collect() override { return std::exchange(done_, {}); }
@@ -30,6 +32,8 @@ class HostClockTimer final : public ForwardTimer {
 
 }  // namespace
 
-std::unique_ptr<ForwardTimer> make_host_clock_timer() { return std::make_unique<HostClockTimer>(); }
+std::unique_ptr<ForwardTimer> make_host_clock_timer() {
+  return std::make_unique<HostClockTimer>();
+}
 
 }  // namespace moe

@@ -39,7 +39,8 @@ std::vector<std::int64_t> token_axis(const JobSpec& job, std::int64_t lo, std::i
   std::set<std::int64_t> pts;
   for (auto v : geo) pts.insert(std::min(hi, (v + multiple - 1) / multiple * multiple));
   if (capture_sizes_replace_tokens(job.graph_mode) && !job.capture_sizes.empty()) {
-    const auto [gmin, gmax] = std::minmax_element(job.capture_sizes.begin(), job.capture_sizes.end());
+    const auto [gmin, gmax] =
+        std::minmax_element(job.capture_sizes.begin(), job.capture_sizes.end());
     const auto cover_lo = map(*gmin), cover_hi = map(*gmax);
     std::erase_if(pts, [&](std::int64_t v) { return v > cover_lo && v < cover_hi; });
     for (auto g : job.capture_sizes) pts.insert(map(g));
@@ -117,7 +118,8 @@ int forwards_per_arm(int iterations, int banks) {
 }
 
 DeviceModel nominal_device(std::string_view backend) {
-  if (backend == "cpu_reference") return {"nominal host CPU", 10e9, 2e9, 0.0, 0, 2e-4, 2e-3};  // no cache conditioning
+  if (backend == "cpu_reference")
+    return {"nominal host CPU", 10e9, 2e9, 0.0, 0, 2e-4, 2e-3};  // no cache conditioning
   return {"nominal H200", 4.3e12, 790e12, 4e-6, 60LL << 20, 0.02, 0.3};
 }
 
@@ -175,15 +177,17 @@ PlanEstimate Plan::estimate(const TargetPlan& t, Component c) const {
   PlanEstimate e;
   for (const auto& grid : t.components) {
     if (grid.component != c) continue;
-    const std::int64_t per_round =
-        c == Component::experts ? 2LL * forwards_per_arm(job.iterations, t.weight_banks)
-                                : job.iterations;
-    const double overhead = c == Component::experts ? device.expert_point_overhead_s : device.local_point_overhead_s;
+    const std::int64_t per_round = c == Component::experts
+                                       ? 2LL * forwards_per_arm(job.iterations, t.weight_banks)
+                                       : job.iterations;
+    const double overhead =
+        c == Component::experts ? device.expert_point_overhead_s : device.local_point_overhead_s;
     for (const auto& p : grid.points) {
       e.points += 1;
       e.forwards += per_round * job.rounds;
-      const double forwards_s = static_cast<double>(per_round * job.rounds) *
-                                estimate_forward_seconds(job.geometry, c, p, device, t.ownership.local_experts);
+      const double forwards_s =
+          static_cast<double>(per_round * job.rounds) *
+          estimate_forward_seconds(job.geometry, c, p, device, t.ownership.local_experts);
       e.device_seconds += forwards_s;
       e.held_seconds += forwards_s + overhead * job.rounds;
     }

@@ -1,13 +1,13 @@
 #include "ranks/protocol.h"
 
-#include "ranks/planner.h"
-
 #include <algorithm>
 #include <chrono>
 #include <cmath>
 #include <numeric>
 #include <random>
 #include <string>
+
+#include "ranks/planner.h"
 
 namespace moe {
 
@@ -25,14 +25,15 @@ std::uint64_t mix_seed(std::initializer_list<std::uint64_t> parts) {
 namespace {
 
 std::string where(const CellRoundSpec& s, const GridPoint& p) {
-  return std::string(to_string(s.base.component)) + " " + s.base.target.label() + " at (N=" +
-         std::to_string(p.tokens) + ", A=" + std::to_string(p.activated) +
+  return std::string(to_string(s.base.component)) + " " + s.base.target.label() +
+         " at (N=" + std::to_string(p.tokens) + ", A=" + std::to_string(p.activated) +
          ", M=" + std::to_string(p.assignments) + ") round " + std::to_string(s.round);
 }
 
 // Runs `count` bracketed forwards cycling over `banks` banks; returns their records.
 std::vector<ForwardRecord> timed_forwards(Workload& w, ForwardTimer& timer, int count, int banks,
-                                          bool bracket, std::uint64_t& route_errors, const std::string& label) {
+                                          bool bracket, std::uint64_t& route_errors,
+                                          const std::string& label) {
   for (int f = 0; f < count; ++f) {
     if (bracket) timer.begin(label);
     w.forward(f % banks);
@@ -86,7 +87,8 @@ CellRound measure_cell_round(Backend& backend, ForwardTimer& timer, const CellRo
     out.phases.verify += seconds_since(t);
     for (std::size_t b = 0; b < errors.size(); ++b) {
       const bool ok = errors[b] <= backend.tolerance();
-      out.checks.push_back({pi, spec.round, static_cast<std::int32_t>(b), errors[b], ok ? std::int8_t{1} : std::int8_t{0}});
+      out.checks.push_back({pi, spec.round, static_cast<std::int32_t>(b), errors[b],
+                            ok ? std::int8_t{1} : std::int8_t{0}});
       if (!ok)
         throw MeasurementError("correctness check failed for " + where(spec, p) + " bank " +
                                std::to_string(b) + ": relative error " + std::to_string(errors[b]) +
@@ -119,22 +121,28 @@ CellRound measure_cell_round(Backend& backend, ForwardTimer& timer, const CellRo
     int arm_forward[3] = {0, 0, 0};
     std::optional<ForwardRecord> first;
     for (const auto& ch : chunks) {
-      if (ch.warm_up) (void)timed_forwards(*w, timer, experts ? 2 * banks : 2, ch.banks, false, route_errors, label);
-      const auto records = timed_forwards(*w, timer, ch.forwards, ch.banks, true, route_errors, label);
+      if (ch.warm_up)
+        (void)timed_forwards(*w, timer, experts ? 2 * banks : 2, ch.banks, false, route_errors,
+                             label);
+      const auto records =
+          timed_forwards(*w, timer, ch.forwards, ch.banks, true, route_errors, label);
       if (records.size() != static_cast<std::size_t>(ch.forwards))
-        throw MeasurementError("timer returned " + std::to_string(records.size()) + " records for " +
-                               std::to_string(ch.forwards) + " forwards of " + where(spec, p));
+        throw MeasurementError("timer returned " + std::to_string(records.size()) +
+                               " records for " + std::to_string(ch.forwards) + " forwards of " +
+                               where(spec, p));
       for (int f = 0; f < ch.forwards; ++f) {
         const auto& r = records[static_cast<std::size_t>(f)];
         if (!first) first = r;
         if (r.activity_count != first->activity_count || r.name_hash != first->name_hash)
-          throw MeasurementError("forward " + std::to_string(f) + " of " + where(spec, p) + " ran " +
-                                 std::to_string(r.activity_count) + " activities, the first ran " +
-                                 std::to_string(first->activity_count) + " (activity lists differ)");
-        if (!(r.value_us > 0)) throw MeasurementError("non-positive forward time for " + where(spec, p));
+          throw MeasurementError(
+              "forward " + std::to_string(f) + " of " + where(spec, p) + " ran " +
+              std::to_string(r.activity_count) + " activities, the first ran " +
+              std::to_string(first->activity_count) + " (activity lists differ)");
+        if (!(r.value_us > 0))
+          throw MeasurementError("non-positive forward time for " + where(spec, p));
         const int arm = static_cast<int>(ch.arm);
-        out.samples.push_back({pi, spec.round, static_cast<std::int8_t>(ch.arm), f % ch.banks, arm_forward[arm]++,
-                               r.value_us, r.activity_count, r.name_hash});
+        out.samples.push_back({pi, spec.round, static_cast<std::int8_t>(ch.arm), f % ch.banks,
+                               arm_forward[arm]++, r.value_us, r.activity_count, r.name_hash});
         all.push_back(r.value_us);
         per_arm[arm].push_back(r.value_us);
       }
@@ -144,12 +152,13 @@ CellRound measure_cell_round(Backend& backend, ForwardTimer& timer, const CellRo
       throw MeasurementError("route validation flag raised " + std::to_string(route_errors) +
                              " times on valid stimuli for " + where(spec, p));
     const double m = median(all);
-    out.medians.push_back({pi, spec.round, m, experts ? median(per_arm[1]) : m,
-                           experts ? median(per_arm[2]) : m});
+    out.medians.push_back(
+        {pi, spec.round, m, experts ? median(per_arm[1]) : m, experts ? median(per_arm[2]) : m});
     if (on_point) on_point();
   }
   if (timer.dropped() != dropped_before)
-    throw MeasurementError("the tracer dropped " + std::to_string(timer.dropped() - dropped_before) +
+    throw MeasurementError("the tracer dropped " +
+                           std::to_string(timer.dropped() - dropped_before) +
                            " activity records; zero dropped is required");
   return out;
 }

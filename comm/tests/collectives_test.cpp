@@ -1,6 +1,6 @@
-#include <gtest/gtest.h>
-
 #include "comm/collectives.h"
+
+#include <gtest/gtest.h>
 
 namespace moe {
 namespace {
@@ -26,7 +26,8 @@ TEST(Collectives, RingEnvelopeOnHandComputedCases) {
   // AllReduce of 400-byte buffers over 4 ranks: 6 steps of 100-byte chunks: 6 * (1 + 10).
   const std::vector<std::int64_t> ar{400, 400, 400, 400};
   EXPECT_DOUBLE_EQ(ring_envelope_us(CollectiveOp::all_reduce, ar, 1.0, 10.0), 66.0);
-  EXPECT_DOUBLE_EQ(ring_envelope_us(CollectiveOp::all_gather, std::vector<std::int64_t>{5}, 1.0, 1.0), 0.0);
+  EXPECT_DOUBLE_EQ(
+      ring_envelope_us(CollectiveOp::all_gather, std::vector<std::int64_t>{5}, 1.0, 1.0), 0.0);
 }
 
 TEST(Collectives, GroupsFollowTpMajorPlacement) {

@@ -14,7 +14,8 @@ int main(int argc, char** argv) {
   {
     auto comm = moe::make_mpi_communicator(MPI_COMM_WORLD);
     if (comm->size() != size || comm->rank() != rank || comm->backend() != "mpi_host") ++failures;
-    for (auto op : {moe::CollectiveOp::all_gather, moe::CollectiveOp::reduce_scatter, moe::CollectiveOp::all_reduce})
+    for (auto op : {moe::CollectiveOp::all_gather, moe::CollectiveOp::reduce_scatter,
+                    moe::CollectiveOp::all_reduce})
       for (std::int64_t bytes : {std::int64_t{64}, std::int64_t{4096 * 4}, std::int64_t{1 << 20}}) {
         if (!comm->check(op, bytes)) {
           std::fprintf(stderr, "rank %d: %s of %lld bytes returned wrong data\n", rank,
@@ -29,7 +30,8 @@ int main(int argc, char** argv) {
   }
   int all = 0;
   MPI_Allreduce(&failures, &all, 1, MPI_INT, MPI_SUM, MPI_COMM_WORLD);
-  if (rank == 0) std::printf(all ? "FAILED: %d failures\n" : "ok: %d failures on %d ranks\n", all, size);
+  if (rank == 0)
+    std::printf(all ? "FAILED: %d failures\n" : "ok: %d failures on %d ranks\n", all, size);
   MPI_Finalize();
   return all ? 1 : 0;
 }

@@ -1,6 +1,6 @@
-#include <gtest/gtest.h>
-
 #include "io/job_spec.h"
+
+#include <gtest/gtest.h>
 
 namespace moe {
 namespace {
@@ -75,12 +75,14 @@ TEST(JobSpec, EachBadValueGetsItsOwnMessage) {
                      "max_num_batched_tokens: 8\n")
                 .find("missing required key 'deployment.dp'"),
             std::string::npos);
-  EXPECT_NE(error_of(kBase + "measurement:\n  rounds: 0\n").find("measurement.rounds must be positive"),
-            std::string::npos);
-  EXPECT_NE(error_of("model:\n  preset: tiny\n  top_k: 9\ndeployment:\n  tp: 1\n  dp: 1\ntokens:\n  "
-                     "max_num_batched_tokens: 8\n")
-                .find("top_k 9 exceeds num_experts 8"),
-            std::string::npos);
+  EXPECT_NE(
+      error_of(kBase + "measurement:\n  rounds: 0\n").find("measurement.rounds must be positive"),
+      std::string::npos);
+  EXPECT_NE(
+      error_of("model:\n  preset: tiny\n  top_k: 9\ndeployment:\n  tp: 1\n  dp: 1\ntokens:\n  "
+               "max_num_batched_tokens: 8\n")
+          .find("top_k 9 exceeds num_experts 8"),
+      std::string::npos);
   EXPECT_NE(error_of("model:\n  preset: tiny\ndeployment:\n  tp: 3\n  dp: 1\ntokens:\n  "
                      "max_num_batched_tokens: 8\n")
                 .find("not divisible by EP 3"),
@@ -92,10 +94,11 @@ TEST(JobSpec, EachBadValueGetsItsOwnMessage) {
                      "max_num_batched_tokens: 8\n")
                 .find("unknown preset 'qwen3-31b'"),
             std::string::npos);
-  EXPECT_NE(error_of("model:\n  hidden_size: -4\n  moe_intermediate_size: 8\n  num_experts: 4\n  "
-                     "top_k: 2\ndeployment:\n  tp: 1\n  dp: 1\ntokens:\n  max_num_batched_tokens: 8\n")
-                .find("model.hidden_size must be positive"),
-            std::string::npos);
+  EXPECT_NE(
+      error_of("model:\n  hidden_size: -4\n  moe_intermediate_size: 8\n  num_experts: 4\n  "
+               "top_k: 2\ndeployment:\n  tp: 1\n  dp: 1\ntokens:\n  max_num_batched_tokens: 8\n")
+          .find("model.hidden_size must be positive"),
+      std::string::npos);
 }
 
 TEST(JobSpec, MalformedYamlNamesTheLine) {
@@ -106,7 +109,8 @@ TEST(JobSpec, MalformedYamlNamesTheLine) {
 TEST(JobSpec, ExplicitGeometryWithoutPreset) {
   const auto job = parse_job(
       "model:\n  hidden_size: 32\n  moe_intermediate_size: 16\n  num_experts: 4\n  top_k: 2\n"
-      "  router_dtype: fp32\ndeployment:\n  tp: 1\n  dp: [1, 2]\ntokens:\n  max_num_batched_tokens: 8\n",
+      "  router_dtype: fp32\ndeployment:\n  tp: 1\n  dp: [1, 2]\ntokens:\n  "
+      "max_num_batched_tokens: 8\n",
       "t");
   EXPECT_EQ(job.geometry.hidden, 32);
   EXPECT_EQ(job.geometry.router_dtype, Dtype::fp32);

@@ -1,15 +1,17 @@
+#include "io/lookup.h"
+
 #include <gtest/gtest.h>
+#include <unistd.h>
 
 #include <cmath>
 #include <filesystem>
 #include <fstream>
 #include <random>
-#include <unistd.h>
 
 #include "io/bundle_meta.h"
 #include "io/files.h"
-#include "io/lookup.h"
 #include "io/publisher.h"
+#include "io/sanity.h"
 #include "io/simplex_interpolator.h"
 
 namespace moe {
@@ -62,7 +64,7 @@ TEST(SimplexInterpolator, ReproducesAffineFunctionsAndRefusesOutside) {
   double v = 0;
   for (const auto& [i, weight] : *w) v += weight * f(pts[i]);
   EXPECT_NEAR(v, f(q), 1e-12);
-  EXPECT_FALSE(s.locate({0.5, 0.5, 0.01}));   // just outside the face x+y+z=1
+  EXPECT_FALSE(s.locate({0.5, 0.5, 0.01}));  // just outside the face x+y+z=1
   EXPECT_FALSE(s.locate({-1e-6, 0.1, 0.1}));
 }
 
@@ -79,12 +81,14 @@ TEST(SimplexInterpolator, DependentDimensionIsRemoved) {
 }
 
 TEST(BundleMeta, RoundTripsAndDetectsTampering) {
-  const auto dir = std::filesystem::temp_directory_path() / ("meta_test_" + std::to_string(::getpid()));
+  const auto dir =
+      std::filesystem::temp_directory_path() / ("meta_test_" + std::to_string(::getpid()));
   std::filesystem::create_directories(dir);
   BundleMeta m;
   m.variant = dir.filename().string();
   const nlohmann::json target = {{"tp", 2}, {"dp", 1}, {"ep", 2}, {"rank", 1}, {"sp", true}};
-  const nlohmann::json contract = {{"backend", "cublas_grouped"}, {"tolerance", 0.03}, {"names", {"a", "123"}}};
+  const nlohmann::json contract = {
+      {"backend", "cublas_grouped"}, {"tolerance", 0.03}, {"names", {"a", "123"}}};
   m.add({target, "moe_components/x/components.csv", contract, "", {{"table_sha256", "abc"}}, {}});
   save_bundle_meta(dir, m);
   const auto back = load_bundle_meta(dir);
@@ -102,7 +106,8 @@ TEST(BundleMeta, RoundTripsAndDetectsTampering) {
 }
 
 TEST(Files, SecondWriterIsRefusedWhileTheFirstHoldsTheLock) {
-  const auto path = std::filesystem::temp_directory_path() / ("writer_" + std::to_string(::getpid()) + ".lock");
+  const auto path =
+      std::filesystem::temp_directory_path() / ("writer_" + std::to_string(::getpid()) + ".lock");
   {
     FileLock first(path, FileLock::Mode::try_once);
     try {
@@ -118,6 +123,39 @@ TEST(Files, SecondWriterIsRefusedWhileTheFirstHoldsTheLock) {
 
 TEST(Files, Sha256MatchesKnownVector) {
   EXPECT_EQ(sha256_hex("abc"), "ba7816bf8f01cfea414140de5dae2223b00361a396177a9cb410ff61f20015ad");
+}
+
+}  // namespace
+}  // namespace moe
+
+namespace moe {
+namespace {
+
+TEST(Sanity, ComputesFamiliesAndFlagsProblems) {
+  SanityBlock s;
+  for (double v : {1.0, 2.0, 2.0, std::nan("")}) s.add("time_us", v);
+  s.add("completion", 1.0, SanityBlock::Kind::ratio);
+  s.add("share", 1.2, SanityBlock::Kind::ratio);
+  s.add("activity_count", -1, SanityBlock::Kind::counter);
+  s.add_table("a", {1, 2, 3});
+  s.add_table("b", {1, 2, 3});
+  s.add_table("c", {1, 2, 4});
+  const auto j = s.to_json();
+  EXPECT_EQ(j["families"]["time_us"]["finite"], 3);
+  EXPECT_EQ(j["families"]["time_us"]["missing"], 1);
+  EXPECT_EQ(j["families"]["time_us"]["min"], 1.0);
+  EXPECT_EQ(j["families"]["time_us"]["max"], 2.0);
+  EXPECT_EQ(j["families"]["time_us"]["distinct"], 2);
+  const auto flags = s.red_flags();
+  ASSERT_EQ(flags.size(), 4u);
+  EXPECT_NE(flags[0].find("activity_count: 1 negative counters"), std::string::npos);
+  EXPECT_NE(flags[1].find("share: 1 ratios outside [0,1]"), std::string::npos);
+  EXPECT_NE(flags[2].find("time_us: 1 missing"), std::string::npos);
+  EXPECT_NE(flags[3].find("identical results in different cells: a and b"), std::string::npos);
+  SanityBlock clean;
+  clean.add("completion", 0.5, SanityBlock::Kind::ratio);
+  EXPECT_TRUE(clean.red_flags().empty());
+  EXPECT_NE(clean.to_text().find("red flags: none"), std::string::npos);
 }
 
 }  // namespace

@@ -1,6 +1,6 @@
-#include <gtest/gtest.h>
-
 #include "kernels/geometry.h"
+
+#include <gtest/gtest.h>
 
 namespace moe {
 namespace {

@@ -1,8 +1,9 @@
+#include "kernels/reference.h"
+
 #include <gtest/gtest.h>
 
 #include <cmath>
 
-#include "kernels/reference.h"
 #include "kernels/stimulus.h"
 
 namespace moe {

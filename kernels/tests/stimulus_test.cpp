@@ -1,15 +1,16 @@
+#include "kernels/stimulus.h"
+
 #include <gtest/gtest.h>
 
 #include <cstring>
 #include <map>
 #include <set>
 
-#include "kernels/stimulus.h"
-
 namespace moe {
 namespace {
 
-void check_routes(const ModelGeometry& g, const Target& t, std::int64_t n, std::int64_t a, std::int64_t m) {
+void check_routes(const ModelGeometry& g, const Target& t, std::int64_t n, std::int64_t a,
+                  std::int64_t m) {
   const auto own = ExpertOwnership::of(g, t);
   Rng rng(n * 1000 + a * 10 + m);
   const auto r = make_expert_routes(n, a, m, g, own, rng);
@@ -49,9 +50,9 @@ void check_routes(const ModelGeometry& g, const Target& t, std::int64_t n, std::
 TEST(Stimulus, RealizesExactPoints) {
   const auto q = *find_preset("qwen3-30b-a3b");
   check_routes(q, {1, 2, 2, 1, false}, 16, 5, 37);
-  check_routes(q, {1, 2, 2, 0, false}, 1, 1, 1);      // A=1, M=A, N=1
-  check_routes(q, {1, 2, 2, 0, false}, 7, 3, 21);     // M = N*min(k,A)
-  check_routes(q, {1, 2, 2, 0, false}, 33, 0, 0);     // all remote
+  check_routes(q, {1, 2, 2, 0, false}, 1, 1, 1);       // A=1, M=A, N=1
+  check_routes(q, {1, 2, 2, 0, false}, 7, 3, 21);      // M = N*min(k,A)
+  check_routes(q, {1, 2, 2, 0, false}, 33, 0, 0);      // all remote
   check_routes(q, {1, 1, 1, 0, false}, 20, 128, 160);  // EP1: M = N*k
   ModelGeometry forced = q;
   forced.experts = 8;
@@ -63,9 +64,10 @@ TEST(Stimulus, RejectsInfeasiblePoints) {
   const auto q = *find_preset("qwen3-30b-a3b");
   const auto own = ExpertOwnership::of(q, {1, 2, 2, 0, false});
   Rng rng(1);
-  EXPECT_THROW((void)make_expert_routes(2, 3, 2, q, own, rng), std::invalid_argument);   // M < A
-  EXPECT_THROW((void)make_expert_routes(2, 2, 17, q, own, rng), std::invalid_argument);  // M > N*min(k,A)
-  EXPECT_THROW((void)make_expert_routes(2, 65, 70, q, own, rng), std::invalid_argument); // A > L
+  EXPECT_THROW((void)make_expert_routes(2, 3, 2, q, own, rng), std::invalid_argument);  // M < A
+  EXPECT_THROW((void)make_expert_routes(2, 2, 17, q, own, rng),
+               std::invalid_argument);  // M > N*min(k,A)
+  EXPECT_THROW((void)make_expert_routes(2, 65, 70, q, own, rng), std::invalid_argument);  // A > L
 }
 
 TEST(Stimulus, RandomValuesAreBf16AndNotZero) {

@@ -1,10 +1,11 @@
+#include "ranks/colocate.h"
+
 #include <gtest/gtest.h>
 
 #include <fstream>
 #include <sstream>
 
 #include "io/files.h"
-#include "ranks/colocate.h"
 #include "ranks/families.h"
 
 namespace moe {
@@ -22,7 +23,8 @@ RegimeFigures figures(double t_solo, double t_coloc, std::map<std::string, doubl
   return f;
 }
 
-const std::map<std::string, double> kShares = {{"gemm", 0.6}, {"routing", 0.2}, {"memory", 0.1}, {"activation", 0.1}};
+const std::map<std::string, double> kShares = {
+    {"gemm", 0.6}, {"routing", 0.2}, {"memory", 0.1}, {"activation", 0.1}};
 
 TEST(ColocationGate, ThroughputBoundary) {
   EXPECT_TRUE(decide(figures(1000, 1029.9, kShares, kShares)).passed) << "2.99% passes";
@@ -94,13 +96,17 @@ TEST(ColocationGate, EightThenFourThenStop) {
 }
 
 TEST(FamilyTable, PriorityOrderFirstMatchWinsUnmatchedIsOther) {
-  const FamilyTable t("version: 3\nfamilies:\n  - {name: a, pattern: \"gemm_silu\"}\n  - {name: b, pattern: \"gemm\"}\n");
+  const FamilyTable t(
+      "version: 3\nfamilies:\n  - {name: a, pattern: \"gemm_silu\"}\n  - {name: b, pattern: "
+      "\"gemm\"}\n");
   EXPECT_EQ(t.classify("fused_gemm_silu_kernel"), "a");
   EXPECT_EQ(t.classify("sm90_gemm"), "b");
   EXPECT_EQ(t.classify("reduce"), "other");
   EXPECT_EQ(t.version(), 3);
-  EXPECT_THROW(FamilyTable("version: 1\nfamilies:\n  - {name: x, pattern: \"(\"}\n"), std::invalid_argument);
-  EXPECT_THROW(FamilyTable("version: 1\nfamilies:\n  - {name: other, pattern: \"a\"}\n"), std::invalid_argument);
+  EXPECT_THROW(FamilyTable("version: 1\nfamilies:\n  - {name: x, pattern: \"(\"}\n"),
+               std::invalid_argument);
+  EXPECT_THROW(FamilyTable("version: 1\nfamilies:\n  - {name: other, pattern: \"a\"}\n"),
+               std::invalid_argument);
   const auto shares = family_shares(t, {{"gemm_silu", 3.0}, {"x_gemm", 1.0}, {"memcpy", 4.0}});
   EXPECT_DOUBLE_EQ(shares.shares.at("a"), 0.375);
   EXPECT_DOUBLE_EQ(shares.other(), 0.5);
@@ -109,7 +115,8 @@ TEST(FamilyTable, PriorityOrderFirstMatchWinsUnmatchedIsOther) {
 
 TEST(FamilyTable, BuiltinTableClassifiesOurKernelsAndHashesTheCommittedFile) {
   const auto& t = FamilyTable::builtin();
-  EXPECT_EQ(t.sha256(), sha256_hex(read_file(std::string(HARNESS_SOURCE_DIR) + "/ranks/operator_families.yaml")));
+  EXPECT_EQ(t.sha256(), sha256_hex(read_file(std::string(HARNESS_SOURCE_DIR) +
+                                             "/ranks/operator_families.yaml")));
   EXPECT_EQ(t.classify("softmax_topk"), "routing");
   EXPECT_EQ(t.classify("permute_rows"), "permute_combine");
   EXPECT_EQ(t.classify("silu_and_mul"), "activation");

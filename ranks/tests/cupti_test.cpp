@@ -21,9 +21,10 @@ TEST(CuptiTimer, PerForwardSumsArePositiveStableAndNothingIsDropped) {
     spec.base.geometry = *find_preset("qwen3-30b-a3b");
     spec.base.target = {1, 2, 2, 0, false};
     spec.base.component = component;
-    spec.points = component == Component::experts
-                      ? std::vector<GridPoint>{{1, 1, 1}, {64, 16, 128}, {256, 64, 1024}, {32, 0, 0}}
-                      : std::vector<GridPoint>{{1, 0, 0}, {512, 0, 0}};
+    spec.points =
+        component == Component::experts
+            ? std::vector<GridPoint>{{1, 1, 1}, {64, 16, 128}, {256, 64, 1024}, {32, 0, 0}}
+            : std::vector<GridPoint>{{1, 0, 0}, {512, 0, 0}};
     spec.iterations = 6;
     spec.weight_banks = 2;
     spec.seed = 7;
@@ -36,7 +37,8 @@ TEST(CuptiTimer, PerForwardSumsArePositiveStableAndNothingIsDropped) {
       EXPECT_GT(s.activity_count, 0);
       counts[s.point].insert(s.activity_count);
     }
-    for (const auto& [p, c] : counts) EXPECT_EQ(c.size(), 1u) << "unstable activity count at point " << p;
+    for (const auto& [p, c] : counts)
+      EXPECT_EQ(c.size(), 1u) << "unstable activity count at point " << p;
     EXPECT_EQ(timer->dropped(), 0u);
   }
 }
@@ -47,7 +49,12 @@ TEST(CuptiTimer, DeviceTimeDoesNotExceedHostTime) {
   if (cuda_device_count() == 0) GTEST_SKIP() << "no CUDA device";
   auto backend = make_cuda_backend("cublas_grouped", 0);
   auto timer = make_cupti_timer();
-  WorkloadSpec spec{*find_preset("qwen3-30b-a3b"), {1, 1, 1, 0, false}, Component::experts, {1024, 128, 8192}, 2, 3};
+  WorkloadSpec spec{*find_preset("qwen3-30b-a3b"),
+                    {1, 1, 1, 0, false},
+                    Component::experts,
+                    {1024, 128, 8192},
+                    2,
+                    3};
   auto w = backend->make(spec, backend->make_weights(spec));
   (void)w->verify();
   auto host = make_host_clock_timer();

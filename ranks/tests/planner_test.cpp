@@ -1,21 +1,21 @@
+#include "ranks/planner.h"
+
 #include <gtest/gtest.h>
 
 #include <cmath>
 #include <map>
 #include <set>
 
-#include "ranks/planner.h"
-
 namespace moe {
 namespace {
 
 JobSpec job_for(const std::string& preset, int tp, int dp, std::int64_t budget,
                 const std::string& graph = "NONE") {
-  return parse_job("model:\n  preset: " + preset + "\ndeployment:\n  tp: " + std::to_string(tp) +
-                       "\n  dp: " + std::to_string(dp) +
-                       "\n  ranks: [0]\ntokens:\n  max_num_batched_tokens: " +
-                       std::to_string(budget) + "\n  max_num_seqs: 64\ngraph:\n  mode: " + graph + "\n",
-                   "test");
+  return parse_job(
+      "model:\n  preset: " + preset + "\ndeployment:\n  tp: " + std::to_string(tp) +
+          "\n  dp: " + std::to_string(dp) + "\n  ranks: [0]\ntokens:\n  max_num_batched_tokens: " +
+          std::to_string(budget) + "\n  max_num_seqs: 64\ngraph:\n  mode: " + graph + "\n",
+      "test");
 }
 
 TEST(Grid, GeometricAxisIncludesBothEndpoints) {
@@ -35,7 +35,8 @@ TEST(Grid, FeasibleAssignmentsFollowThePolytope) {
   ASSERT_TRUE(r);
   EXPECT_EQ(r->lo, 6);
   EXPECT_EQ(r->hi, 12);
-  EXPECT_FALSE(feasible_assignments(3, 1, 4, 8, 6));  // 1 active cannot host 2 routes/row... M<=3 < 6
+  EXPECT_FALSE(
+      feasible_assignments(3, 1, 4, 8, 6));  // 1 active cannot host 2 routes/row... M<=3 < 6
   EXPECT_FALSE(feasible_assignments(1, 9, 64, 128, 8));  // A > N*k
 }
 
@@ -55,7 +56,8 @@ void check_expert_grid(const JobSpec& job) {
       EXPECT_GE(e - l, k) << "all-remote point without enough remote experts";
       continue;
     }
-    const std::int64_t lo = std::max<std::int64_t>(p.activated, p.tokens * std::max(0, k - (e - l)));
+    const std::int64_t lo =
+        std::max<std::int64_t>(p.activated, p.tokens * std::max(0, k - (e - l)));
     const std::int64_t hi = p.tokens * std::min<std::int64_t>(k, p.activated);
     EXPECT_LE(lo, p.assignments);
     EXPECT_LE(p.assignments, hi);
@@ -150,8 +152,8 @@ TEST(Plan, ComponentSetsFollowThePath) {
 }
 
 TEST(Plan, BankRuleAndCompleteCycles) {
-  EXPECT_EQ(weight_bank_count(1LL << 30, 60LL << 20), 2);        // far larger than L2
-  EXPECT_EQ(weight_bank_count(20LL << 20, 60LL << 20), 6);       // 2*60/20
+  EXPECT_EQ(weight_bank_count(1LL << 30, 60LL << 20), 2);   // far larger than L2
+  EXPECT_EQ(weight_bank_count(20LL << 20, 60LL << 20), 6);  // 2*60/20
   EXPECT_EQ(weight_bank_count(1024, 60LL << 20), kMaxWeightBanks);
   EXPECT_EQ(forwards_per_arm(10, 2), 12);
   EXPECT_EQ(forwards_per_arm(4, 2), 4);
@@ -169,7 +171,8 @@ TEST(Plan, DeterministicAndCountsForwards) {
   const auto gate = a.estimate(t, Component::gate_routing);
   EXPECT_EQ(gate.forwards, gate.points * job.rounds * job.iterations);
   const auto ex = a.estimate(t, Component::experts);
-  EXPECT_EQ(ex.forwards, ex.points * job.rounds * 2 * forwards_per_arm(job.iterations, t.weight_banks));
+  EXPECT_EQ(ex.forwards,
+            ex.points * job.rounds * 2 * forwards_per_arm(job.iterations, t.weight_banks));
   EXPECT_GT(a.estimate().device_seconds, 0);
 }
 

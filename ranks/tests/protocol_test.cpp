@@ -1,10 +1,11 @@
+#include "ranks/protocol.h"
+
 #include <gtest/gtest.h>
 
 #include <cmath>
 
 #include "kernels/workload.h"
 #include "ranks/planner.h"
-#include "ranks/protocol.h"
 
 namespace moe {
 namespace {
@@ -20,7 +21,8 @@ TEST(Protocol, MedianAndMedianOfMedians) {
 
 TEST(Protocol, BankControlAtTheThreePercentBoundary) {
   const std::vector<double> b{100.0, 100.0, 100.0};
-  const std::vector<double> at{103.0, 103.0, 103.0}, above{103.01, 103.01, 103.01}, below{97.5, 97.5};
+  const std::vector<double> at{103.0, 103.0, 103.0}, above{103.01, 103.01, 103.01},
+      below{97.5, 97.5};
   EXPECT_TRUE(bank_control(b, at).pass) << "exactly 3% passes";
   EXPECT_FALSE(bank_control(b, above).pass);
   const auto c = bank_control(b, below);
@@ -61,7 +63,8 @@ TEST(Protocol, CpuCellRoundHasEveryPointArmAndCompleteCycles) {
   for (const auto& c : r.checks) EXPECT_EQ(c.pass, 1);
   // Same seed, same point order.
   const auto again = measure_cell_round(*backend, *timer, spec);
-  for (std::size_t i = 0; i < r.medians.size(); ++i) EXPECT_EQ(r.medians[i].point, again.medians[i].point);
+  for (std::size_t i = 0; i < r.medians.size(); ++i)
+    EXPECT_EQ(r.medians[i].point, again.medians[i].point);
 }
 
 TEST(Protocol, LocalComponentTakesIterationsForwards) {

@@ -127,6 +127,17 @@ with tempfile.TemporaryDirectory() as tmp:
     expect_error([HARNESS, "lookup", variant, "--tp", "1", "--dp", "2", "--component", "shared",
                   "--tokens", "4"], "unknown component")
 
+    # inspect on the acquisition file and on the bundle: coverage, failed points, sanity block.
+    r = json.loads(run([HARNESS, "inspect", os.path.join(acq, "acquisition.h5"), "--format", "json"]).stdout)
+    assert r["kind"] == "acquisition" and len(r["cells"]) == 11 and r["dropped_records"] == 0
+    assert all(c["rounds_complete"] == c["rounds_planned"] == 3 for c in r["cells"])
+    assert r["sanity"]["red_flags"] == [] and r["sanity"]["families"]["completion"]["min"] == 1
+    r = json.loads(run([HARNESS, "inspect", variant, "--format", "json"]).stdout)
+    assert r["kind"] == "bundle" and len(r["entries"]) == 5 and all(e["checksum_ok"] for e in r["entries"])
+    assert r["sanity"]["families"]["time_us"]["finite"] > 0
+    assert "sanity:" in run([HARNESS, "inspect", variant]).stdout
+    assert all("sanity" in e["coverage"] for e in entries)
+
     # Re-publishing the same contract changes nothing; --force is rejected.
     before = tree_digest(root)
     h5 = os.path.join(acq, "acquisition.h5")
