@@ -54,17 +54,12 @@ int acquire(const Args& args) {
       "quiet", po::bool_switch(&quiet), "no progress lines")(
       "out-root", po::value(&jo.out_root), "bundle root for the publisher (overrides the job)")(
       "no-publish", po::bool_switch(&no_publish),
-      "do not publish bundles after a complete acquisition")(
-      "samples", po::bool_switch(&samples), "publish samples.jsonl per target")("help,h",
-                                                                                "show this help");
+      "do not publish bundles after a complete acquisition")("samples", po::bool_switch(&samples),
+                                                             "publish samples.jsonl per target");
   po::positional_options_description pos;
   pos.add("job", 1);
-  auto vm = parse(args, desc, pos);
-  if (vm.count("help")) {
-    std::cout << desc;
-    return 0;
-  }
-  const auto job = jo.load();  // bad input fails here, before MPI or any device work
+  if (!parse(args, desc, pos)) return 0;  // --help was printed
+  const auto job = jo.load();             // bad input fails here, before MPI or any device work
   if (out.empty())
     out = (std::filesystem::path(job.out_root) / "acquisitions" / job.variant).string();
 

@@ -25,14 +25,10 @@ int colocate(const Args& args) {
       "calibration run before each interval, s")("window",
                                                  po::value(&o.window_forwards)->default_value(50),
                                                  "reference forwards in the family-share window")(
-      "quiet", po::bool_switch(&o.quiet), "no progress lines")("help,h", "show this help");
+      "quiet", po::bool_switch(&o.quiet), "no progress lines");
   po::positional_options_description pos;
   pos.add("job", 1);
-  auto vm = parse(args, desc, pos);
-  if (vm.count("help")) {
-    std::cout << desc;
-    return 0;
-  }
+  if (!parse(args, desc, pos)) return 0;  // --help was printed
   const auto job = jo.load();
   if (o.out_dir.empty())
     o.out_dir = (std::filesystem::path(job.out_root) / "acquisitions" / job.variant).string();

@@ -24,7 +24,9 @@ namespace {
 json colocation_of(const fs::path& yaml) {
   if (!fs::exists(yaml)) return nullptr;
   const auto v = yaml_to_json(read_file(yaml));
-  return {{"file", yaml.string()}, {"passed", v.value("passed", false)}, {"allowed_regime", v["allowed_regime"]},
+  return {{"file", yaml.string()},
+          {"passed", v.value("passed", false)},
+          {"allowed_regime", v["allowed_regime"]},
           {"label", v.value("label", "")}};
 }
 
@@ -33,24 +35,30 @@ json inspect_file(const std::string& path) {
   const auto summaries = summarize(acq);
   json cells = json::array();
   for (const auto& c : summaries)
-    cells.push_back({{"cell", c.id}, {"component", c.component}, {"rounds_complete", c.rounds_complete},
-                     {"rounds_planned", c.rounds_planned}, {"points", c.points.size()},
-                     {"bank_checked_points", c.checked_points}, {"bank_failed_points", c.failed_points},
+    cells.push_back({{"cell", c.id},
+                     {"component", c.component},
+                     {"rounds_complete", c.rounds_complete},
+                     {"rounds_planned", c.rounds_planned},
+                     {"points", c.points.size()},
+                     {"bank_checked_points", c.checked_points},
+                     {"bank_failed_points", c.failed_points},
                      {"max_relative_change", c.max_relative_change}});
   const auto sanity = sanity_of(acq, summaries);
   const auto json_contract = json::parse(acq.contract_json);
-  const fs::path variant = fs::path(acq.attributes.count("out_root") ? acq.attributes.at("out_root") : "") /
-                           (acq.attributes.count("variant") ? acq.attributes.at("variant") : "");
-  return {{"kind", "acquisition"},
-          {"file", path},
-          {"backend", json_contract.value("backend", "")},
-          {"timing", json_contract.value("timing", "")},
-          {"cells", cells},
-          {"collective_tables", acq.collectives.size()},
-          {"dropped_records", 0},
-          {"dropped_records_note", "zero by construction: a run aborts on any dropped activity record"},
-          {"colocation", colocation_of(variant / "colocation.yaml")},
-          {"sanity", sanity.to_json()}};
+  const fs::path variant =
+      fs::path(acq.attributes.count("out_root") ? acq.attributes.at("out_root") : "") /
+      (acq.attributes.count("variant") ? acq.attributes.at("variant") : "");
+  return {
+      {"kind", "acquisition"},
+      {"file", path},
+      {"backend", json_contract.value("backend", "")},
+      {"timing", json_contract.value("timing", "")},
+      {"cells", cells},
+      {"collective_tables", acq.collectives.size()},
+      {"dropped_records", 0},
+      {"dropped_records_note", "zero by construction: a run aborts on any dropped activity record"},
+      {"colocation", colocation_of(variant / "colocation.yaml")},
+      {"sanity", sanity.to_json()}};
 }
 
 json inspect_bundle(const fs::path& dir) {
@@ -74,17 +82,24 @@ json inspect_bundle(const fs::path& dir) {
           std::vector<std::string> f;
           std::stringstream ss(line);
           for (std::string x; std::getline(ss, x, ',');) f.push_back(x);
-          const double t = section == Section::moe_components ? std::stod(f.at(5)) : std::stod(f.at(5));
+          const double t =
+              section == Section::moe_components ? std::stod(f.at(5)) : std::stod(f.at(5));
           times.push_back(t);
           sanity.add(section == Section::moe_components ? "time_us" : "collective_time_us", t);
-          if (section == Section::collectives) sanity.add("collective_busbw_gbps", std::stod(f.at(7)));
+          if (section == Section::collectives)
+            sanity.add("collective_busbw_gbps", std::stod(f.at(7)));
         }
         sanity.add_table(csv_path.string(), times);
         if (e.coverage.contains("completion"))
-          sanity.add("completion", e.coverage["completion"].get<double>(), SanityBlock::Kind::ratio);
-        json item = {{"section", section == Section::moe_components ? "moe_components" : "collectives"},
-                     {"target", e.target}, {"path", e.path}, {"rows", rows}, {"checksum_ok", checksum_ok},
-                     {"backend", e.contract.value("backend", "")}};
+          sanity.add("completion", e.coverage["completion"].get<double>(),
+                     SanityBlock::Kind::ratio);
+        json item = {
+            {"section", section == Section::moe_components ? "moe_components" : "collectives"},
+            {"target", e.target},
+            {"path", e.path},
+            {"rows", rows},
+            {"checksum_ok", checksum_ok},
+            {"backend", e.contract.value("backend", "")}};
         if (e.coverage.contains("conditioning_summary")) {
           item["conditioning_summary"] = e.coverage["conditioning_summary"];
           sanity.add("failed_points", e.coverage["conditioning_summary"].value("failed_points", 0),
@@ -92,24 +107,27 @@ json inspect_bundle(const fs::path& dir) {
         }
         entries.push_back(item);
       }
-  return {{"kind", "bundle"}, {"variant", dir.string()}, {"entries", entries},
-          {"colocation", colocation_of(dir / "colocation.yaml")}, {"sanity", sanity.to_json()}};
+  return {{"kind", "bundle"},
+          {"variant", dir.string()},
+          {"entries", entries},
+          {"colocation", colocation_of(dir / "colocation.yaml")},
+          {"sanity", sanity.to_json()}};
 }
 
 void print_text(const json& r, std::ostream& os) {
   if (r["kind"] == "acquisition") {
-    os << "acquisition " << r["file"].get<std::string>() << " (" << r["backend"].get<std::string>() << ", "
-       << r["timing"].get<std::string>() << ")\n";
+    os << "acquisition " << r["file"].get<std::string>() << " (" << r["backend"].get<std::string>()
+       << ", " << r["timing"].get<std::string>() << ")\n";
     for (const auto& c : r["cells"])
-      os << "  " << c["cell"].get<std::string>() << ": " << c["rounds_complete"] << "/" << c["rounds_planned"]
-         << " rounds, " << c["points"] << " points, B/2B failed " << c["bank_failed_points"] << "/"
-         << c["bank_checked_points"] << "\n";
+      os << "  " << c["cell"].get<std::string>() << ": " << c["rounds_complete"] << "/"
+         << c["rounds_planned"] << " rounds, " << c["points"] << " points, B/2B failed "
+         << c["bank_failed_points"] << "/" << c["bank_checked_points"] << "\n";
     os << "  collective tables: " << r["collective_tables"] << "; dropped records: 0\n";
   } else {
     os << "bundle " << r["variant"].get<std::string>() << "\n";
     for (const auto& e : r["entries"])
-      os << "  " << e["section"].get<std::string>() << " " << e["path"].get<std::string>() << ": " << e["rows"]
-         << " rows, checksum " << (e["checksum_ok"].get<bool>() ? "ok" : "MISMATCH")
+      os << "  " << e["section"].get<std::string>() << " " << e["path"].get<std::string>() << ": "
+         << e["rows"] << " rows, checksum " << (e["checksum_ok"].get<bool>() ? "ok" : "MISMATCH")
          << (e.contains("conditioning_summary")
                  ? ", B/2B failed " + e["conditioning_summary"]["failed_points"].dump() + "/" +
                        e["conditioning_summary"]["checked_points"].dump()
@@ -118,16 +136,18 @@ void print_text(const json& r, std::ostream& os) {
   }
   const auto& c = r["colocation"];
   os << "  co-location: "
-     << (c.is_null() ? std::string("no verdict")
-                     : std::string(c["passed"].get<bool>() ? "passed" : "STOPPED") + ", allowed regime " +
-                           c["allowed_regime"].dump() + " (" + c["label"].get<std::string>() + ")")
+     << (c.is_null()
+             ? std::string("no verdict")
+             : std::string(c["passed"].get<bool>() ? "passed" : "STOPPED") + ", allowed regime " +
+                   c["allowed_regime"].dump() + " (" + c["label"].get<std::string>() + ")")
      << "\n";
   os << "sanity:\n";
   for (const auto& [name, f] : r["sanity"]["families"].items())
-    os << "  " << name << ": finite " << f["finite"] << ", missing " << f["missing"] << ", min " << f["min"]
-       << ", max " << f["max"] << ", distinct " << f["distinct"] << "\n";
+    os << "  " << name << ": finite " << f["finite"] << ", missing " << f["missing"] << ", min "
+       << f["min"] << ", max " << f["max"] << ", distinct " << f["distinct"] << "\n";
   if (r["sanity"]["red_flags"].empty()) os << "  red flags: none\n";
-  for (const auto& fl : r["sanity"]["red_flags"]) os << "  RED FLAG: " << fl.get<std::string>() << "\n";
+  for (const auto& fl : r["sanity"]["red_flags"])
+    os << "  RED FLAG: " << fl.get<std::string>() << "\n";
 }
 
 }  // namespace
@@ -136,14 +156,10 @@ int inspect(const Args& args) {
   std::string target, format = "text";
   po::options_description desc("harness inspect FILE.h5|BUNDLE_VARIANT_DIR [--format text|json]");
   desc.add_options()("path", po::value(&target), "acquisition file or bundle variant directory")(
-      "format", po::value(&format), "text | json")("help,h", "show this help");
+      "format", po::value(&format), "text | json");
   po::positional_options_description pos;
   pos.add("path", 1);
-  auto vm = parse(args, desc, pos);
-  if (vm.count("help")) {
-    std::cout << desc;
-    return 0;
-  }
+  if (!parse(args, desc, pos)) return 0;  // --help was printed
   if (target.empty()) throw BundleError("name an acquisition file or a bundle variant directory");
   if (format != "text" && format != "json") throw BundleError("--format must be text or json");
   const auto r = fs::is_directory(target) ? inspect_bundle(target) : inspect_file(target);

@@ -30,15 +30,10 @@ int lookup(const Args& args) {
       "activated", po::value(&activated), "activated local experts A (experts)")(
       "assignments", po::value(&assignments), "local token-expert assignments M (experts)")(
       "explain", po::bool_switch(&explain), "list the measured vertices and weights used")(
-      "format", po::value(&format), "text | json")("help,h", "show this help");
+      "format", po::value(&format), "text | json");
   po::positional_options_description pos;
   pos.add("bundle", 1);
-  if (std::find(args.begin(), args.end(), "--help") != args.end() ||
-      std::find(args.begin(), args.end(), "-h") != args.end()) {
-    std::cout << desc;
-    return 0;
-  }
-  (void)parse(args, desc, pos);
+  if (!parse(args, desc, pos)) return 0;  // --help was printed
   if (variant_dir.empty()) throw LookupError("name the bundle variant directory (ROOT/VARIANT)");
   if (!sp.empty()) {
     if (sp != "0" && sp != "1") throw LookupError("--sp must be 0 or 1");

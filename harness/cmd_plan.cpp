@@ -5,6 +5,7 @@
 #include <nlohmann/json.hpp>
 
 #include "harness/commands.h"
+#include "io/describe.h"
 #include "ranks/planner.h"
 
 namespace po = boost::program_options;
@@ -13,20 +14,6 @@ using nlohmann::json;
 namespace moe::cli {
 
 namespace {
-
-json geometry_json(const ModelGeometry& g) {
-  return {
-      {"name", g.name},
-      {"hidden_size", g.hidden},
-      {"moe_intermediate_size", g.intermediate},
-      {"num_experts", g.experts},
-      {"top_k", g.top_k},
-      {"renormalize", g.renormalize},
-      {"weight_dtype", to_string(g.weight_dtype)},
-      {"router_dtype", to_string(g.router_dtype)},
-      {"shared_experts", {{"count", g.shared.count}, {"intermediate_size", g.shared.intermediate}}},
-      {"num_layers", g.layers}};
-}
 
 json plan_json(const Plan& plan) {
   json targets = json::array();
@@ -127,14 +114,10 @@ int plan(const Args& args) {
   std::string format = "text";
   po::options_description desc("harness plan [JOB] [options]");
   jo.add_to(desc);
-  desc.add_options()("format", po::value(&format), "text | json")("help,h", "show this help");
+  desc.add_options()("format", po::value(&format), "text | json");
   po::positional_options_description pos;
   pos.add("job", 1);
-  auto vm = parse(args, desc, pos);
-  if (vm.count("help")) {
-    std::cout << desc;
-    return 0;
-  }
+  if (!parse(args, desc, pos)) return 0;  // --help was printed
   if (format != "text" && format != "json") throw JobError("--format must be text or json");
   const auto p = make_plan(jo.load());
   if (format == "json")

@@ -27,15 +27,10 @@ int publish(const Args& args) {
       "out-root", po::value(&out_root), "bundle root (default: the job's out_root)")(
       "variant", po::value(&variant), "variant name (default: the job's variant)")(
       "samples", po::bool_switch(&samples), "also write samples.jsonl per target")(
-      "force", po::bool_switch(&force), "rejected: published tables are never overwritten")(
-      "help,h", "show this help");
+      "force", po::bool_switch(&force), "rejected: published tables are never overwritten");
   po::positional_options_description pos;
   pos.add("file", 1);
-  auto vm = parse(args, desc, pos);
-  if (vm.count("help")) {
-    std::cout << desc;
-    return 0;
-  }
+  if (!parse(args, desc, pos)) return 0;  // --help was printed
   if (force)
     throw PublishError(
         "--force is not supported: published tables are never overwritten or relabelled; "

@@ -3,6 +3,7 @@
 #pragma once
 
 #include <boost/program_options.hpp>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -32,9 +33,10 @@ struct JobOptions {
   [[nodiscard]] JobSpec load() const;
 };
 
-// Parses `args` with `desc` (+ a positional job path if `positional` names an option).
-boost::program_options::variables_map parse(
-    const Args& args, const boost::program_options::options_description& desc,
+// Adds --help to `desc` and parses `args`; prints the help and returns nullopt when asked for it.
+// Required options are checked only when no help was asked for.
+std::optional<boost::program_options::variables_map> parse(
+    const Args& args, boost::program_options::options_description& desc,
     const boost::program_options::positional_options_description& pos);
 
 }  // namespace moe::cli

@@ -1,3 +1,5 @@
+#include <iostream>
+
 #include "harness/commands.h"
 
 namespace po = boost::program_options;
@@ -34,10 +36,15 @@ JobSpec JobOptions::load() const {
   return job;
 }
 
-po::variables_map parse(const Args& args, const po::options_description& desc,
-                        const po::positional_options_description& pos) {
+std::optional<po::variables_map> parse(const Args& args, po::options_description& desc,
+                                       const po::positional_options_description& pos) {
+  desc.add_options()("help,h", "show this help");
   po::variables_map vm;
   po::store(po::command_line_parser(args).options(desc).positional(pos).run(), vm);
+  if (vm.count("help")) {
+    std::cout << desc;
+    return std::nullopt;
+  }
   po::notify(vm);
   return vm;
 }

@@ -13,6 +13,7 @@
 
 #include "io/acquisition_file.h"
 #include "io/bundle_meta.h"
+#include "io/describe.h"
 #include "io/files.h"
 #include "io/sanity.h"
 #include "io/summary.h"
@@ -30,13 +31,6 @@ const std::vector<std::string> kComponentOrder = {"gate_routing", "experts", "fi
 std::string format_time(double us) {
   char buf[64];
   std::snprintf(buf, sizeof(buf), "%.4f", us);
-  return buf;
-}
-
-std::string utc_now() {
-  const auto t = std::time(nullptr);
-  char buf[32];
-  std::strftime(buf, sizeof(buf), "%Y-%m-%dT%H:%M:%SZ", std::gmtime(&t));
   return buf;
 }
 

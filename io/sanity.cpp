@@ -18,10 +18,13 @@ void SanityBlock::add(const std::string& family, double v, Kind kind) {
   f.max = f.finite ? std::max(f.max, v) : v;
   ++f.finite;
   f.values.push_back(v);
-  if ((kind == Kind::ratio && (v < 0 || v > 1)) || (kind == Kind::counter && v < 0)) ++f.out_of_range;
+  if ((kind == Kind::ratio && (v < 0 || v > 1)) || (kind == Kind::counter && v < 0))
+    ++f.out_of_range;
 }
 
-void SanityBlock::add_table(const std::string& cell, std::vector<double> values) { tables_[cell] = std::move(values); }
+void SanityBlock::add_table(const std::string& cell, std::vector<double> values) {
+  tables_[cell] = std::move(values);
+}
 
 std::vector<std::string> SanityBlock::red_flags() const {
   std::vector<std::string> flags;
@@ -29,7 +32,8 @@ std::vector<std::string> SanityBlock::red_flags() const {
     if (f.out_of_range)
       flags.push_back(name + ": " + std::to_string(f.out_of_range) +
                       (f.kind == Kind::ratio ? " ratios outside [0,1]" : " negative counters"));
-    if (f.missing) flags.push_back(name + ": " + std::to_string(f.missing) + " missing or non-finite values");
+    if (f.missing)
+      flags.push_back(name + ": " + std::to_string(f.missing) + " missing or non-finite values");
   }
   for (auto a = tables_.begin(); a != tables_.end(); ++a)
     for (auto b = std::next(a); b != tables_.end(); ++b)
@@ -42,8 +46,11 @@ nlohmann::json SanityBlock::to_json() const {
   nlohmann::json fams = nlohmann::json::object();
   for (const auto& [name, f] : families_) {
     const std::set<double> distinct(f.values.begin(), f.values.end());
-    fams[name] = {{"finite", f.finite}, {"missing", f.missing}, {"min", f.finite ? f.min : NAN},
-                  {"max", f.finite ? f.max : NAN}, {"distinct", distinct.size()}};
+    fams[name] = {{"finite", f.finite},
+                  {"missing", f.missing},
+                  {"min", f.finite ? f.min : NAN},
+                  {"max", f.finite ? f.max : NAN},
+                  {"distinct", distinct.size()}};
   }
   return {{"families", fams}, {"red_flags", red_flags()}};
 }

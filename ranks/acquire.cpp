@@ -13,6 +13,7 @@
 #include "comm/collectives.h"
 #include "io/acquisition_file.h"
 #include "io/bundle_meta.h"
+#include "io/describe.h"
 #include "io/files.h"
 #include "kernels/workload.h"
 #include "ranks/campaign.h"
@@ -37,25 +38,6 @@ std::string resolve_backend(const std::string& requested) {
 
 namespace {
 
-json geometry_json(const ModelGeometry& g) {
-  return {
-      {"name", g.name},
-      {"hidden_size", g.hidden},
-      {"moe_intermediate_size", g.intermediate},
-      {"num_experts", g.experts},
-      {"top_k", g.top_k},
-      {"renormalize", g.renormalize},
-      {"activation", "silu_gated"},
-      {"weight_dtype", to_string(g.weight_dtype)},
-      {"router_dtype", to_string(g.router_dtype)},
-      {"shared_experts", {{"count", g.shared.count}, {"intermediate_size", g.shared.intermediate}}},
-      {"num_layers", g.layers}};
-}
-
-json target_json(const Target& t) {
-  return {{"tp", t.tp}, {"dp", t.dp}, {"ep", t.ep}, {"rank", t.rank}, {"sp", t.sp}};
-}
-
 std::string cell_id(const Target& t, Component c) {
   return target_id(t) + "." + std::string(to_string(c));
 }
@@ -65,13 +47,6 @@ std::string load_average() {
   if (getloadavg(l, 3) != 3) return "unknown";
   char buf[64];
   std::snprintf(buf, sizeof(buf), "%.2f %.2f %.2f", l[0], l[1], l[2]);
-  return buf;
-}
-
-std::string utc_now() {
-  const auto t = std::time(nullptr);
-  char buf[32];
-  std::strftime(buf, sizeof(buf), "%Y-%m-%dT%H:%M:%SZ", std::gmtime(&t));
   return buf;
 }
 

@@ -4,19 +4,11 @@
 
 #include <ctime>
 
+#include "io/describe.h"
 #include "io/files.h"
 #include "ranks/families.h"
 
 namespace moe {
-
-namespace {
-std::string utc_now() {
-  const auto t = std::time(nullptr);
-  char buf[32];
-  std::strftime(buf, sizeof(buf), "%Y-%m-%dT%H:%M:%SZ", std::gmtime(&t));
-  return buf;
-}
-}  // namespace
 
 std::string executable_sha256() {
   try {

@@ -14,6 +14,7 @@
 #include <thread>
 
 #include "comm/collectives.h"
+#include "io/describe.h"
 #include "io/files.h"
 #include "ranks/planner.h"
 #include "ranks/protocol.h"
@@ -87,13 +88,6 @@ constexpr int kDoneTag = 7701, kStartedTag = 7702;
 
 double seconds_since(clock_type::time_point t) {
   return std::chrono::duration<double>(clock_type::now() - t).count();
-}
-
-std::string utc_now() {
-  const auto t = std::time(nullptr);
-  char buf[32];
-  std::strftime(buf, sizeof(buf), "%Y-%m-%dT%H:%M:%SZ", std::gmtime(&t));
-  return buf;
 }
 
 json environment(const Backend& b) {
