@@ -20,6 +20,7 @@ int publish(const Args& args);
 int lookup(const Args& args);
 int colocate(const Args& args);
 int inspect(const Args& args);
+int report(const Args& args);
 
 void print_publish_report(const PublishReport& r, std::ostream& os);
 

@@ -21,6 +21,7 @@ commands() {
            {moe::cli::publish, "turn an acquisition file into bundles (meta.yaml + CSV)"}},
           {"lookup", {moe::cli::lookup, "query a bundle: component time in microseconds"}},
           {"colocate", {moe::cli::colocate, "run the co-location validity gate on every node"}},
+          {"report", {moe::cli::report, "one self-contained HTML page with plots of a bundle"}},
           {"inspect",
            {moe::cli::inspect,
             "coverage, failed points, verdict and sanity block of a file or bundle"}},

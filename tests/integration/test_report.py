@@ -1,0 +1,78 @@
+"""harness report: one self-contained HTML page with one inline SVG plot per published table (plus
+the co-location plot), rendered in headless Chromium; the screenshot must not be blank. Skipped
+(77) only when Chromium is not installed."""
+import os
+import re
+import shutil
+import subprocess
+import tempfile
+import zlib
+import struct
+
+from harness_test_lib import HARNESS, SOURCE_DIR, mpirun_cmd, run
+
+chromium = shutil.which("chromium") or shutil.which("chromium-browser") or shutil.which("google-chrome")
+if not chromium:
+    print("skipped: Chromium is not installed")
+    raise SystemExit(77)
+
+
+def png_colors(path):
+    """Distinct RGB colors of an 8-bit RGB/RGBA PNG (decoded with zlib, no imaging library)."""
+    data = open(path, "rb").read()
+    assert data[:8] == b"\x89PNG\r\n\x1a\n"
+    pos, idat, width, height, ctype = 8, b"", 0, 0, 0
+    while pos < len(data):
+        n, kind = struct.unpack(">I4s", data[pos:pos + 8])
+        chunk = data[pos + 8:pos + 8 + n]
+        if kind == b"IHDR":
+            width, height, depth, ctype = struct.unpack(">IIBB", chunk[:10])
+            assert depth == 8 and ctype in (2, 6), (depth, ctype)
+        elif kind == b"IDAT":
+            idat += chunk
+        pos += 12 + n
+    bpp = 3 if ctype == 2 else 4
+    raw, stride, prev, colors = zlib.decompress(idat), width * bpp, bytearray(width * bpp), set()
+    for y in range(height):
+        f, line = raw[y * (stride + 1)], bytearray(raw[y * (stride + 1) + 1:(y + 1) * (stride + 1)])
+        for i in range(stride):
+            a = line[i - bpp] if i >= bpp else 0
+            b, c = prev[i], prev[i - bpp] if i >= bpp else 0
+            if f == 1:
+                line[i] = (line[i] + a) & 255
+            elif f == 2:
+                line[i] = (line[i] + b) & 255
+            elif f == 3:
+                line[i] = (line[i] + (a + b) // 2) & 255
+            elif f == 4:
+                p = a + b - c
+                pa, pb, pc = abs(p - a), abs(p - b), abs(p - c)
+                line[i] = (line[i] + (a if pa <= pb and pa <= pc else b if pb <= pc else c)) & 255
+        if y % 4 == 0:
+            for x in range(0, width, 4):
+                colors.add(bytes(line[x * bpp:x * bpp + 3]))
+        prev = line
+    return colors
+
+
+job = os.path.join(SOURCE_DIR, "tests/data/micro.yaml")
+with tempfile.TemporaryDirectory() as tmp:
+    root = os.path.join(tmp, "bundles")
+    run(mpirun_cmd(2, "acquire", job, "--out", os.path.join(tmp, "acq"), "--out-root", root, "--quiet"))
+    run(mpirun_cmd(2, "colocate", job, "--out", os.path.join(tmp, "acq"), "--out-root", root, "--interval", "0.3",
+                   "--calibration", "0.1", "--window", "5"))
+    html = os.path.join(tmp, "report.html")
+    p = run([HARNESS, "report", os.path.join(root, "micro"), "--out", html])
+    page = open(html).read()
+    tables = len(re.findall(r"<svg class=\"plot\" data-table=\"moe_components/|<svg class=\"plot\" data-table=\"collectives/",
+                            page))
+    csvs = [f for _, _, fs in os.walk(os.path.join(root, "micro")) for f in fs if f.endswith(".csv")]
+    assert tables == len(csvs) == 5, (tables, csvs)
+    assert page.count('data-table="colocation"') == 1
+    assert "<h2>Sanity</h2>" in page and "http" not in page.replace("http://www.w3.org/2000/svg", "")
+    shot = os.path.join(tmp, "report.png")
+    subprocess.run([chromium, "--headless", "--no-sandbox", "--disable-gpu", f"--screenshot={shot}",
+                    "--window-size=1000,1600", f"file://{html}"], check=True, capture_output=True, timeout=120)
+    colors = png_colors(shot)
+    assert len(colors) > 8, f"screenshot looks blank ({len(colors)} colors)"
+print(f"ok: {tables} table plots, screenshot with {len(colors)} colors")
