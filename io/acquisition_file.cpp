@@ -3,6 +3,7 @@
 #include <hdf5.h>
 
 #include <cstring>
+#include <exception>
 #include <filesystem>
 #include <nlohmann/json.hpp>
 
@@ -41,6 +42,8 @@ class H5Id {
     id_ = -1;
   }
   [[nodiscard]] hid_t get() const { return id_; }
+  // Forgets the handle without closing it (closing a parallel file is collective).
+  void abandon() { id_ = -1; }
   operator hid_t() const { return id_; }  // NOLINT: handle passes straight to the C API
 
  private:
@@ -256,7 +259,11 @@ AcquisitionFile::AcquisitionFile(MPI_Comm comm, const std::string& path,
                     "); it was left untouched: use another --out to measure the new contract");
 }
 
-AcquisitionFile::~AcquisitionFile() = default;
+AcquisitionFile::~AcquisitionFile() {
+  // Closing is collective: a rank unwinding from an error alone must not wait for the others
+  // here (they would never come); the caller aborts the job, and committed rounds are on disk.
+  if (std::uncaught_exceptions() > 0 && impl_) impl_->file.abandon();
+}
 
 void AcquisitionFile::declare_cells(const std::vector<CellInfo>& cells) {
   impl_->cells = cells;
@@ -293,6 +300,36 @@ std::vector<std::int8_t> AcquisitionFile::rounds_done(int cell) const {
   const auto& c = impl_->cells.at(static_cast<std::size_t>(cell));
   auto g = H5_OPEN(H5Gopen2(impl_->file, ("cells/" + c.id).c_str(), H5P_DEFAULT), H5Gclose);
   return read_all<std::int8_t>(g, "rounds_done", H5T_NATIVE_INT8);
+}
+
+RecordCounts AcquisitionFile::complete_rows() const {
+  RecordCounts n;
+  for (std::size_t c = 0; c < impl_->cells.size(); ++c) {
+    const auto done = rounds_done(static_cast<int>(c));
+    for (std::size_t r = 0; r < done.size(); ++r) {
+      if (!done[r]) continue;
+      const std::string base = "cells/" + impl_->cells[c].id + "/round_" + std::to_string(r) + "/";
+      const auto rows = [&](const char* name) {
+        auto d = H5_OPEN(H5Dopen2(impl_->file, (base + name).c_str(), H5P_DEFAULT), H5Dclose);
+        auto space = H5_OPEN(H5Dget_space(d), H5Sclose);
+        hsize_t extent = 0;
+        H5_CALL(H5Sget_simple_extent_dims(space, &extent, nullptr));
+        return static_cast<std::int64_t>(extent);
+      };
+      n += {rows("samples"), rows("medians"), rows("checks")};
+    }
+  }
+  return n;
+}
+
+RecordCounts StoredAcquisition::complete_rows() const {
+  RecordCounts n;
+  for (const auto& c : cells)
+    for (const auto& r : c.rounds)
+      n +=
+          {static_cast<std::int64_t>(r.samples.size()), static_cast<std::int64_t>(r.medians.size()),
+           static_cast<std::int64_t>(r.checks.size())};
+  return n;
 }
 
 void AcquisitionFile::commit(const std::vector<std::pair<int, const CellRound*>>& mine) {

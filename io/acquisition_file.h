@@ -61,6 +61,8 @@ class AcquisitionFile {
   // Collective, same cells in the same order on every rank.
   void declare_cells(const std::vector<CellInfo>& cells);
   [[nodiscard]] std::vector<std::int8_t> rounds_done(int cell) const;
+  // Rows in complete rounds of every declared cell (same answer on every rank).
+  [[nodiscard]] RecordCounts complete_rows() const;
 
   // Collective. `mine` holds the rounds this rank completed for its own cells since the last
   // commit; data first, flush, then the completion flags, flush.
@@ -100,6 +102,7 @@ struct StoredAcquisition {
   std::map<std::string, std::string> attributes;
   std::vector<StoredCell> cells;
   std::vector<StoredCollectives> collectives;
+  [[nodiscard]] RecordCounts complete_rows() const;
 };
 [[nodiscard]] StoredAcquisition read_acquisition(const std::string& path);
 

@@ -66,6 +66,25 @@ PublishReport publish(const std::string& h5_path, const PublishOptions& options)
   for (const auto& s : summaries) by_cell[s.id] = &s;
   for (const auto& c : acq.cells) stored[c.info.id] = &c;
 
+  // The campaign's record counters (campaign.json beside the file) must balance with the rows in
+  // complete rounds, with nothing dropped.
+  if (const auto state = fs::path(h5_path).parent_path() / "campaign.json"; fs::exists(state)) {
+    const auto doc = json::parse(read_file(state));
+    if (doc.contains("records")) {
+      const auto& w = doc["records"]["written"];
+      const auto rows = acq.complete_rows();
+      if (w.value("samples", std::int64_t{-1}) != rows.samples ||
+          w.value("medians", std::int64_t{-1}) != rows.medians ||
+          w.value("checks", std::int64_t{-1}) != rows.checks ||
+          doc["records"].value("dropped", 0) != 0)
+        throw PublishError("nothing published from '" + h5_path + "': record counters in " +
+                           state.string() + " do not balance with the file (written " + w.dump() +
+                           ", file samples " + std::to_string(rows.samples) + ", medians " +
+                           std::to_string(rows.medians) + ", checks " +
+                           std::to_string(rows.checks) + ", dropped " +
+                           doc["records"]["dropped"].dump() + ")");
+    }
+  }
   const json contract = json::parse(acq.contract_json);
   const auto attr = [&](const char* k) {
     auto it = acq.attributes.find(k);

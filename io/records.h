@@ -50,6 +50,18 @@ struct CollectiveRow {
   double model_time_us;
 };
 
+// Rows per stream of the shared file: what a run encoded (measured, about to be committed) and
+// what is in complete rounds of the file. The campaign state keeps both so that a resumed or
+// published acquisition whose counts do not balance is rejected.
+struct RecordCounts {
+  std::int64_t samples = 0, medians = 0, checks = 0;
+  bool operator==(const RecordCounts&) const = default;
+  RecordCounts& operator+=(const RecordCounts& o) {
+    samples += o.samples, medians += o.medians, checks += o.checks;
+    return *this;
+  }
+};
+
 // Host seconds spent per phase of a cell round (where the wall time of an acquisition goes).
 struct PhaseSeconds {
   double setup = 0;   // weights and per-point workloads (allocation, stimuli)

@@ -235,6 +235,8 @@ AcquireSummary acquire(MPI_Comm comm, const JobSpec& job, const AcquireOptions& 
     campaign = std::make_unique<CampaignState>(options.out_dir, options.command, job_text,
                                                job.gpu_hours * 3600.0);
   }
+  const auto rows_in_file = file.complete_rows();
+  if (rank == 0) campaign->reconcile(rows_in_file);
   // Conservative estimate of one wave: the slowest rank's cells (plan's held-time model) times
   // every device held while it runs.
   const auto wave_estimate = [&](int r) {
@@ -300,7 +302,18 @@ AcquireSummary acquire(MPI_Comm comm, const JobSpec& job, const AcquireOptions& 
       my_points += static_cast<std::int64_t>(
           cells[static_cast<std::size_t>(measured_cells[i])].grid->points.size());
     }
+    RecordCounts mine_rows, all_rows;
+    for (const auto& m : measured)
+      mine_rows +=
+          {static_cast<std::int64_t>(m.samples.size()), static_cast<std::int64_t>(m.medians.size()),
+           static_cast<std::int64_t>(m.checks.size())};
+    std::int64_t send[3] = {mine_rows.samples, mine_rows.medians, mine_rows.checks},
+                 recv[3] = {0, 0, 0};
+    MPI_Allreduce(send, recv, 3, MPI_INT64_T, MPI_SUM, comm);
+    all_rows = {recv[0], recv[1], recv[2]};
+    if (rank == 0) campaign->encoded(all_rows);
     file.commit(mine);
+    if (rank == 0) campaign->written(all_rows);
     int my_rounds = static_cast<int>(measured.size()), all_rounds = 0;
     MPI_Allreduce(&my_rounds, &all_rounds, 1, MPI_INT, MPI_SUM, comm);
     summary.rounds_measured += all_rounds;

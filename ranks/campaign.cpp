@@ -10,6 +10,19 @@
 
 namespace moe {
 
+namespace {
+
+nlohmann::json counts_json(const RecordCounts& n) {
+  return {{"samples", n.samples}, {"medians", n.medians}, {"checks", n.checks}};
+}
+
+RecordCounts counts_of(const nlohmann::json& j) {
+  return {j.value("samples", std::int64_t{0}), j.value("medians", std::int64_t{0}),
+          j.value("checks", std::int64_t{0})};
+}
+
+}  // namespace
+
 std::string executable_sha256() {
   try {
     return sha256_hex(read_file("/proc/self/exe"));
@@ -42,9 +55,14 @@ CampaignState::CampaignState(const std::filesystem::path& dir, const std::string
     if (doc_.value("job_sha256", "") != sha256_hex(job_text))
       doc_["job_changes"].push_back(utc_now());
   } else {
-    doc_ = {{"schema", "campaign/1"},          {"job_sha256", sha256_hex(job_text)},
-            {"family_table_sha256", families}, {"device_seconds_consumed", 0.0},
-            {"cell_rounds_done", 0},           {"runs", nlohmann::json::array()}};
+    doc_ = {
+        {"schema", "campaign/1"},
+        {"job_sha256", sha256_hex(job_text)},
+        {"family_table_sha256", families},
+        {"device_seconds_consumed", 0.0},
+        {"records", {{"encoded", counts_json({})}, {"written", counts_json({})}, {"dropped", 0}}},
+        {"cell_rounds_done", 0},
+        {"runs", nlohmann::json::array()}};
   }
   doc_["budget_seconds"] = budget_;
   doc_["runs"].push_back(run);
@@ -77,6 +95,41 @@ void CampaignState::consume(double wall_seconds, int devices, int cell_rounds_do
 
 void CampaignState::set_phase(const std::string& phase) {
   doc_["phase"] = phase;
+  save();
+}
+
+void CampaignState::encoded(const RecordCounts& n) {
+  auto e = counts_of(doc_["records"]["encoded"]);
+  e += n;
+  doc_["records"]["encoded"] = counts_json(e);
+  save();
+}
+
+void CampaignState::written(const RecordCounts& n) {
+  auto w = counts_of(doc_["records"]["written"]);
+  w += n;
+  doc_["records"]["written"] = counts_json(w);
+  doc_["records"]["dropped"] = 0;  // a run aborts on any dropped activity record
+  save();
+}
+
+void CampaignState::reconcile(const RecordCounts& in_file) {
+  const auto enc = counts_of(doc_["records"]["encoded"]),
+             wr = counts_of(doc_["records"]["written"]);
+  if (in_file == wr && enc == wr) return;
+  if (in_file == enc) {
+    doc_["records"]["written"] = counts_json(enc);  // the last commit finished before the stop
+  } else if (in_file == wr) {
+    auto lost = counts_of(doc_["records"]["lost_in_flight"]);
+    lost += {enc.samples - wr.samples, enc.medians - wr.medians, enc.checks - wr.checks};
+    doc_["records"]["lost_in_flight"] = counts_json(lost);  // the round in flight was lost
+    doc_["records"]["encoded"] = counts_json(wr);
+  } else {
+    throw std::runtime_error("record counters do not balance: the file holds " +
+                             counts_json(in_file).dump() + " rows in complete rounds, " +
+                             path_.string() + " accounts for " + counts_json(wr).dump() +
+                             " written and " + counts_json(enc).dump() + " encoded");
+  }
   save();
 }
 

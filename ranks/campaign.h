@@ -8,6 +8,8 @@
 #include <stdexcept>
 #include <string>
 
+#include "io/records.h"
+
 namespace moe {
 
 class BudgetError : public std::runtime_error {
@@ -28,6 +30,14 @@ class CampaignState {
   // Accounts a finished wave: measured wall time x devices held.
   void consume(double wall_seconds, int devices, int cell_rounds_done);
   void set_phase(const std::string& phase);
+
+  // Record accounting per stream (samples, medians, checks): `encoded` before a commit,
+  // `written` after it. `reconcile` at start compares with the rows in complete rounds of the
+  // file: a commit that finished before a crash is counted, a round lost in flight is recorded,
+  // and anything else (rows the counters cannot explain) is rejected.
+  void encoded(const RecordCounts& n);
+  void written(const RecordCounts& n);
+  void reconcile(const RecordCounts& in_file);
   [[nodiscard]] double consumed_seconds() const {
     return doc_.value("device_seconds_consumed", 0.0);
   }

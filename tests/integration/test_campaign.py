@@ -10,7 +10,7 @@ import tempfile
 
 import h5py
 
-from harness_test_lib import MPI_ENV, SOURCE_DIR, check_complete, file_sha, mpirun_cmd, run
+from harness_test_lib import HARNESS, MPI_ENV, SOURCE_DIR, check_complete, file_sha, mpirun_cmd, run
 
 job = os.path.join(SOURCE_DIR, "tests/data/micro.yaml")
 with tempfile.TemporaryDirectory() as tmp:
@@ -56,6 +56,24 @@ with tempfile.TemporaryDirectory() as tmp:
     assert state["phase"] == "complete" and len(state["runs"]) == 3
     assert state["device_seconds_consumed"] > consumed
     assert all(len(r["harness_sha256"]) == 64 for r in state["runs"])
+
+    # Record counters balance with the file; tampered counters are rejected by publish and resume.
+    rec = state["records"]
+    with h5py.File(os.path.join(out, "acquisition.h5"), "r") as f:
+        samples = sum(len(c[f"round_{r}"]["samples"]) for c in f["cells"].values() for r in range(20))
+    assert rec["written"]["samples"] == samples and rec["dropped"] == 0, rec
+    assert rec["encoded"] == rec["written"], rec
+    tampered = dict(state)
+    tampered["records"] = json.loads(json.dumps(rec))
+    tampered["records"]["written"]["samples"] -= 1
+    tampered["records"]["encoded"]["samples"] -= 1
+    json.dump(tampered, open(os.path.join(out, "campaign.json"), "w"))
+    p = run([HARNESS, "publish", os.path.join(out, "acquisition.h5"), "--out-root", os.path.join(tmp, "other")],
+            check=False)
+    assert p.returncode != 0 and "do not balance" in p.stderr, p.stderr
+    p = run(mpirun_cmd(2, *base), check=False)
+    assert p.returncode != 0 and "do not balance" in p.stderr, p.stderr
+    json.dump(state, open(os.path.join(out, "campaign.json"), "w"))
 
     # 4. An edited job (geometry) refuses to resume, naming the change; nothing is modified.
     edited = os.path.join(tmp, "edited.yaml")
