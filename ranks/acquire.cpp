@@ -284,7 +284,18 @@ AcquireSummary acquire(MPI_Comm comm, const JobSpec& job, const AcquireOptions& 
         spec.iterations = job.iterations;
         spec.weight_banks = cell.target->weight_banks;
         spec.seed = mix_seed({job.seed, c, static_cast<std::uint64_t>(r)});
-        measured.push_back(measure_cell_round(*backend, *timer, spec));
+        // On a terminal, rank 0 shows its current cell and point in place; batch logs get one
+        // line per committed round.
+        std::size_t point_done = 0;
+        const auto live = [&] {
+          ++point_done;
+          std::cerr << "\racquire: round " << r << ", cell " << infos[c].id << ", point "
+                    << point_done << "/" << spec.points.size() << "   " << std::flush;
+        };
+        const bool show = rank == 0 && !options.quiet && isatty(STDERR_FILENO);
+        measured.push_back(measure_cell_round(*backend, *timer, spec,
+                                              show ? std::function<void()>(live) : nullptr));
+        if (show) std::cerr << "\n";
         measured_cells.push_back(static_cast<int>(c));
       }
     }
@@ -334,7 +345,9 @@ AcquireSummary acquire(MPI_Comm comm, const JobSpec& job, const AcquireOptions& 
                 << " point-rounds, elapsed " << static_cast<int>(elapsed) << " s, ETA "
                 << static_cast<int>(eta) << " s (slowest rank: setup "
                 << static_cast<int>(slowest[0]) << " s, verify " << static_cast<int>(slowest[1])
-                << " s, timing " << static_cast<int>(slowest[2]) << " s)\n";
+                << " s, timing " << static_cast<int>(slowest[2]) << " s), device time "
+                << campaign->consumed_seconds() / 3600 << " of "
+                << campaign->budget_seconds() / 3600 << " GPU-hours\n";
     }
   }
   int stopped = summary.budget_stop.empty() ? 0 : 1;
