@@ -46,7 +46,7 @@ void print_summary(const AcquireSummary& s, std::ostream& os) {
 int acquire(const Args& args) {
   JobOptions jo;
   std::string out;
-  bool quiet = false, no_publish = false, samples = false;
+  bool quiet = false, no_publish = false, samples = false, resume = false;
   po::options_description desc("mpirun -np N harness acquire [JOB] [options]");
   jo.add_to(desc);
   desc.add_options()("out", po::value(&out),
@@ -55,7 +55,8 @@ int acquire(const Args& args) {
       "out-root", po::value(&jo.out_root), "bundle root for the publisher (overrides the job)")(
       "no-publish", po::bool_switch(&no_publish),
       "do not publish bundles after a complete acquisition")("samples", po::bool_switch(&samples),
-                                                             "publish samples.jsonl per target");
+                                                             "publish samples.jsonl per target")(
+      "resume", po::bool_switch(&resume), "require an interrupted campaign in --out to continue");
   po::positional_options_description pos;
   pos.add("job", 1);
   if (!parse(args, desc, pos)) return 0;  // --help was printed
@@ -63,6 +64,9 @@ int acquire(const Args& args) {
   if (out.empty())
     out = (std::filesystem::path(job.out_root) / "acquisitions" / job.variant).string();
 
+  // Re-running the same command always resumes; --resume also insists that there is a campaign.
+  if (resume && !std::filesystem::exists(std::filesystem::path(out) / "campaign.json"))
+    throw JobError("--resume: there is no campaign to resume in " + out + " (no campaign.json)");
   std::string command = "harness acquire";
   for (const auto& a : args) command += " " + a;
   int status = 0;

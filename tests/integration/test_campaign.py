@@ -49,7 +49,9 @@ with tempfile.TemporaryDirectory() as tmp:
     assert 22 <= done < 11 * 20, done
 
     # 3. The same command resumes and completes; device time accumulates across runs.
-    p = run(mpirun_cmd(2, *base))
+    p = run(mpirun_cmd(1, "acquire", job, "--out", os.path.join(tmp, "nothing"), "--resume"), check=False)
+    assert p.returncode != 0 and "no campaign to resume" in p.stderr, p.stderr
+    p = run(mpirun_cmd(2, *base, "--resume"))
     assert f"resumed {done}" in p.stdout, p.stdout
     check_complete(os.path.join(out, "acquisition.h5"), 20)
     state = json.load(open(os.path.join(out, "campaign.json")))
