@@ -1,6 +1,7 @@
 // Entry points of the CUDA backends in a build without CUDA (HARNESS_WITH_CUDA=OFF).
 #include <stdexcept>
 
+#include "kernels/cuda_testing.h"
 #include "kernels/workload.h"
 
 namespace moe {
