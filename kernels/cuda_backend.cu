@@ -8,7 +8,6 @@
 #include <algorithm>
 #include <cmath>
 #include <cstring>
-#include <future>
 #include <map>
 #include <numeric>
 #include <random>
@@ -627,28 +626,14 @@ class CudaWorkload final : public Workload {
 
   std::vector<double> verify() override {
     std::vector<double> errors;
-    if (spec_.component != Component::experts) {
-      poison();
-      forward(0);
-      synchronize();
-      return {compare(0)};
-    }
-    // Every bank's sampled rows are captured right after its forward; fetching that bank's expert
-    // weights and running the CPU reference overlap with the next banks (one host thread each).
-    int device = 0;
-    CUDA_CHECK(cudaGetDevice(&device));
-    std::vector<std::future<double>> checks;
-    for (int b = 0; b < static_cast<int>(weights_->banks.size()); ++b) {
+    const int banks =
+        spec_.component == Component::experts ? static_cast<int>(weights_->banks.size()) : 1;
+    for (int b = 0; b < banks; ++b) {
       poison();
       forward(b);
       synchronize();
-      checks.push_back(
-          std::async(std::launch::async, [this, device, b, check = capture_expert_check(b)] {
-            CUDA_CHECK(cudaSetDevice(device));
-            return finish_expert_check(bank_(b), check);
-          }));
+      errors.push_back(compare(b));
     }
-    for (auto& c : checks) errors.push_back(c.get());
     return errors;
   }
 
@@ -714,52 +699,6 @@ class CudaWorkload final : public Workload {
     return out;
   }
 
-  // The sampled rows of one bank's forward: their routes (local experts compacted in first-use
-  // order), inputs and outputs.
-  struct ExpertCheck {
-    Routes sub;
-    std::vector<int> experts_used;
-    std::vector<float> x, got;
-  };
-
-  ExpertCheck capture_expert_check(int bank) const {
-    const auto& g = spec_.geometry;
-    std::vector<int> preferred;
-    for (int r = 0; r < rows_; ++r)
-      for (int j = 0; j < g.top_k; ++j)
-        if (own_.owns(routes_.ids[static_cast<std::size_t>(r) * g.top_k + j])) {
-          preferred.push_back(r);
-          break;
-        }
-    // Two rows against bank 0, one row against every other bank.
-    const auto rows = sample_rows(rows_, bank == 0 ? 2 : 1, preferred);
-    ExpertCheck c{{static_cast<int>(rows.size()), g.top_k, {}, {}}, {}, {}, {}};
-    for (int r : rows)
-      for (int j = 0; j < g.top_k; ++j) {
-        const int id = routes_.ids[static_cast<std::size_t>(r) * g.top_k + j];
-        int mapped = -1;
-        if (own_.owns(id)) {
-          const int e = id - own_.first_expert;
-          auto it = std::find(c.experts_used.begin(), c.experts_used.end(), e);
-          if (it == c.experts_used.end())
-            c.experts_used.push_back(e), it = c.experts_used.end() - 1;
-          mapped = static_cast<int>(it - c.experts_used.begin());
-        }
-        c.sub.ids.push_back(mapped);
-        c.sub.weights.push_back(routes_.weights[static_cast<std::size_t>(r) * g.top_k + j]);
-      }
-    c.x = rows_of(x_.get(), rows, g.hidden);
-    c.got = rows_of(out_.get(), rows, g.hidden);
-    return c;
-  }
-
-  static double finish_expert_check(const DeviceMlp& bank, const ExpertCheck& c) {
-    const auto w = bank.download(c.experts_used);
-    std::vector<float> want(c.got.size());
-    experts_ref(c.x, c.sub, w, 0, want, Intermediates::bf16);
-    return relative_error(c.got, want);
-  }
-
   double compare(int bank) {
     const auto& g = spec_.geometry;
     const int h = g.hidden;
@@ -791,8 +730,38 @@ class CudaWorkload final : public Workload {
           }
         return relative_error(got_dense, want_dense);
       }
-      case Component::experts:
-        return finish_expert_check(bank_(bank), capture_expert_check(bank));
+      case Component::experts: {
+        std::vector<int> preferred;
+        for (int r = 0; r < rows_; ++r)
+          for (int j = 0; j < g.top_k; ++j)
+            if (own_.owns(routes_.ids[static_cast<std::size_t>(r) * g.top_k + j])) {
+              preferred.push_back(r);
+              break;
+            }
+        // Two rows against bank 0, one row against every other bank.
+        const auto rows = sample_rows(rows_, bank == 0 ? 2 : 1, preferred);
+        // Sub-problem over the sampled rows, local experts compacted in first-use order.
+        Routes sub{static_cast<int>(rows.size()), g.top_k, {}, {}};
+        std::vector<int> experts_used;
+        for (int r : rows)
+          for (int j = 0; j < g.top_k; ++j) {
+            const int id = routes_.ids[static_cast<std::size_t>(r) * g.top_k + j];
+            int mapped = -1;
+            if (own_.owns(id)) {
+              const int e = id - own_.first_expert;
+              auto it = std::find(experts_used.begin(), experts_used.end(), e);
+              if (it == experts_used.end()) experts_used.push_back(e), it = experts_used.end() - 1;
+              mapped = static_cast<int>(it - experts_used.begin());
+            }
+            sub.ids.push_back(mapped);
+            sub.weights.push_back(routes_.weights[static_cast<std::size_t>(r) * g.top_k + j]);
+          }
+        const auto w = bank_(bank).download(experts_used);
+        const auto x = rows_of(x_.get(), rows, h);
+        std::vector<float> want(rows.size() * h);
+        experts_ref(x, sub, w, 0, want, Intermediates::bf16);
+        return relative_error(rows_of(out_.get(), rows, h), want);
+      }
       case Component::finalize_copy: {
         const auto rows = sample_rows(rows_, 64, {});
         return relative_error(rows_of(out_.get(), rows, h), rows_of(x_.get(), rows, h));
