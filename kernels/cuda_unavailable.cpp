@@ -12,8 +12,12 @@ std::unique_ptr<Backend> make_cuda_backend(const std::string& name, int) {
                            "HARNESS_WITH_CUDA=OFF; use --backend cpu_reference");
 }
 
-int cuda_device_count() {
-  return 0;
+int cuda_device_count() { return 0; }
+
+DeviceExpertsResult run_experts_on_device(int, const ModelGeometry&, const Target&,
+                                          const std::vector<float>&, const Routes&,
+                                          const MlpWeights&) {
+  throw std::runtime_error("run_experts_on_device needs a harness built with HARNESS_WITH_CUDA=ON");
 }
 
 }  // namespace moe
