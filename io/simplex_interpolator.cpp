@@ -105,6 +105,7 @@ SimplexInterpolator::SimplexInterpolator(std::vector<Point> points) : points_(st
       s.inverse[0] = 1.0 / len;
       simplices_.push_back(s);
     }
+    build_buckets();
     return;
   }
   std::vector<coordT> coords;
@@ -144,6 +145,59 @@ SimplexInterpolator::SimplexInterpolator(std::vector<Point> points) : points_(st
     if (!invert(dim_, m, s.inverse.data())) continue;  // flat simplex
     simplices_.push_back(s);
   }
+  build_buckets();
+}
+
+void SimplexInterpolator::build_buckets() {
+  const int per_axis = std::clamp(static_cast<int>(std::ceil(std::pow(
+                                      static_cast<double>(simplices_.size()) / 4.0, 1.0 / dim_))),
+                                  1, 64);
+  for (int a = 0; a < dim_; ++a) {
+    double mn = INFINITY, mx = -INFINITY;
+    for (const auto& p : projected_)
+      mn = std::min(mn, p[static_cast<std::size_t>(a)]),
+      mx = std::max(mx, p[static_cast<std::size_t>(a)]);
+    lo_[static_cast<std::size_t>(a)] = mn;
+    step_[static_cast<std::size_t>(a)] = std::max((mx - mn) / per_axis, 1e-12);
+    cells_[static_cast<std::size_t>(a)] = per_axis;
+  }
+  buckets_.assign(static_cast<std::size_t>(cells_[0]) * cells_[1] * cells_[2], {});
+  const auto cell = [&](int a, double v) {
+    return std::clamp(static_cast<int>(std::floor((v - lo_[static_cast<std::size_t>(a)]) /
+                                                  step_[static_cast<std::size_t>(a)])),
+                      0, cells_[static_cast<std::size_t>(a)] - 1);
+  };
+  for (std::size_t i = 0; i < simplices_.size(); ++i) {
+    std::array<int, 3> c0{0, 0, 0}, c1{0, 0, 0};
+    for (int a = 0; a < dim_; ++a) {
+      double mn = INFINITY, mx = -INFINITY;
+      for (int k = 0; k <= dim_; ++k) {
+        const double v =
+            projected_[simplices_[i].v[static_cast<std::size_t>(k)]][static_cast<std::size_t>(a)];
+        mn = std::min(mn, v), mx = std::max(mx, v);
+      }
+      // Widened by the tolerance so that points on a cell boundary find their simplex.
+      const double pad = 1e-9 + 1e-6 * step_[static_cast<std::size_t>(a)];
+      c0[static_cast<std::size_t>(a)] = cell(a, mn - pad);
+      c1[static_cast<std::size_t>(a)] = cell(a, mx + pad);
+    }
+    for (int x = c0[0]; x <= c1[0]; ++x)
+      for (int y = c0[1]; y <= c1[1]; ++y)
+        for (int z = c0[2]; z <= c1[2]; ++z)
+          buckets_[(static_cast<std::size_t>(x) * cells_[1] + y) * cells_[2] + z].push_back(
+              static_cast<std::uint32_t>(i));
+  }
+}
+
+std::size_t SimplexInterpolator::bucket_of(const std::array<double, 3>& y) const {
+  std::array<int, 3> c{0, 0, 0};
+  for (int a = 0; a < dim_; ++a)
+    c[static_cast<std::size_t>(a)] = std::clamp(
+        static_cast<int>(
+            std::floor((y[static_cast<std::size_t>(a)] - lo_[static_cast<std::size_t>(a)]) /
+                       step_[static_cast<std::size_t>(a)])),
+        0, cells_[static_cast<std::size_t>(a)] - 1);
+  return (static_cast<std::size_t>(c[0]) * cells_[1] + c[1]) * cells_[2] + c[2];
 }
 
 std::array<double, 3> SimplexInterpolator::project(const Point& p) const {
@@ -168,7 +222,8 @@ std::optional<std::vector<SimplexInterpolator::Weight>> SimplexInterpolator::loc
     if (q == points_.front()) return std::vector<Weight>{{0, 1.0}};
     return std::nullopt;
   }
-  for (const auto& s : simplices_) {
+  for (const auto index : buckets_[bucket_of(y)]) {
+    const auto& s = simplices_[index];
     const auto& v0 = projected_[s.v[0]];
     double lambda[4];
     double rest = 1.0;

@@ -6,6 +6,7 @@
 
 #include <array>
 #include <cstddef>
+#include <cstdint>
 #include <optional>
 #include <vector>
 
@@ -42,6 +43,13 @@ class SimplexInterpolator {
   int dim_ = 0;
   std::vector<std::array<double, 3>> projected_;
   std::vector<Simplex> simplices_;
+  // Uniform bucket grid over the projected points: each cell lists the simplices whose bounding
+  // box overlaps it, so a query tests only the simplices of its own cell.
+  void build_buckets();
+  [[nodiscard]] std::size_t bucket_of(const std::array<double, 3>& y) const;
+  std::array<double, 3> lo_{}, step_{};
+  std::array<int, 3> cells_{1, 1, 1};
+  std::vector<std::vector<std::uint32_t>> buckets_;
 };
 
 }  // namespace moe

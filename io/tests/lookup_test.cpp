@@ -160,3 +160,25 @@ TEST(Sanity, ComputesFamiliesAndFlagsProblems) {
 
 }  // namespace
 }  // namespace moe
+
+namespace moe {
+namespace {
+
+TEST(SimplexInterpolator, OneDimensionalSupport) {
+  // All points on one line (A and M fixed by N): a 1-D support.
+  std::vector<SimplexInterpolator::Point> pts;
+  for (double n : {1.0, 2.0, 4.0, 8.0}) pts.push_back({n, 8.0, n * 8});
+  const SimplexInterpolator s(pts);
+  EXPECT_EQ(s.dimension(), 1);
+  const auto w = s.locate({3.0, 8.0, 24.0});
+  ASSERT_TRUE(w);
+  ASSERT_EQ(w->size(), 2u);
+  double n = 0;
+  for (const auto& [v, weight] : *w) n += weight * pts[v][0];
+  EXPECT_NEAR(n, 3.0, 1e-12);
+  EXPECT_FALSE(s.locate({9.0, 8.0, 72.0}));
+  EXPECT_TRUE(s.locate({8.0, 8.0, 64.0}));
+}
+
+}  // namespace
+}  // namespace moe
