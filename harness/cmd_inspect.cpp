@@ -79,11 +79,8 @@ json inspect_bundle(const fs::path& dir) {
         std::size_t rows = 0;
         while (std::getline(in, line)) {
           ++rows;
-          std::vector<std::string> f;
-          std::stringstream ss(line);
-          for (std::string x; std::getline(ss, x, ',');) f.push_back(x);
-          const double t =
-              section == Section::moe_components ? std::stod(f.at(5)) : std::stod(f.at(5));
+          const auto f = split_csv_line(line);
+          const double t = std::stod(f.at(5));  // time_us in both table kinds
           times.push_back(t);
           sanity.add(section == Section::moe_components ? "time_us" : "collective_time_us", t);
           if (section == Section::collectives)

@@ -133,12 +133,7 @@ std::vector<std::vector<std::string>> read_csv(const fs::path& p) {
   std::istringstream in(read_file(p));
   std::string line;
   std::getline(in, line);
-  while (std::getline(in, line)) {
-    std::vector<std::string> f;
-    std::stringstream ss(line);
-    for (std::string x; std::getline(ss, x, ',');) f.push_back(x);
-    rows.push_back(f);
-  }
+  while (std::getline(in, line)) rows.push_back(split_csv_line(line));
   return rows;
 }
 

@@ -82,6 +82,15 @@ std::string read_file(const std::filesystem::path& path) {
   return ss.str();
 }
 
+std::vector<std::string> split_csv_line(const std::string& line) {
+  std::vector<std::string> out;
+  std::stringstream ss(line);
+  std::string f;
+  while (std::getline(ss, f, ',')) out.push_back(f);
+  if (!line.empty() && line.back() == ',') out.emplace_back();
+  return out;
+}
+
 std::string sha256_hex(const std::string& bytes) {
   unsigned char md[EVP_MAX_MD_SIZE];
   unsigned int len = 0;

@@ -5,6 +5,7 @@
 #include <filesystem>
 #include <stdexcept>
 #include <string>
+#include <vector>
 
 namespace moe {
 
@@ -30,6 +31,9 @@ class FileLock {
 void write_file_atomic(const std::filesystem::path& path, const std::string& bytes);
 
 [[nodiscard]] std::string read_file(const std::filesystem::path& path);
+
+// Fields of one line of our CSV tables (no quoting; a trailing comma is an empty last field).
+[[nodiscard]] std::vector<std::string> split_csv_line(const std::string& line);
 
 // SHA-256 (lowercase hex) of a byte string.
 [[nodiscard]] std::string sha256_hex(const std::string& bytes);

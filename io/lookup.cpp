@@ -55,15 +55,6 @@ struct CacheKeyHash {
   }
 };
 
-std::vector<std::string> split_csv_line(const std::string& line) {
-  std::vector<std::string> out;
-  std::stringstream ss(line);
-  std::string f;
-  while (std::getline(ss, f, ',')) out.push_back(f);
-  if (!line.empty() && line.back() == ',') out.emplace_back();
-  return out;
-}
-
 }  // namespace
 
 struct Deployment::Impl {
