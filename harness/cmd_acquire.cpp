@@ -16,8 +16,7 @@ namespace moe::cli {
 
 namespace {
 
-void print_summary(const AcquireSummary& s, std::ostream& os) {
-  const auto acq = read_acquisition(s.file);
+void print_summary(const AcquireSummary& s, const StoredAcquisition& acq, std::ostream& os) {
   const auto cells = summarize(acq);
   int complete = 0, checked = 0, failed = 0;
   double max_change = 0;
@@ -80,10 +79,12 @@ int acquire(const Args& args) {
       return;
     }
     if (rank != 0) return;
-    print_summary(summary, std::cout);
-    // The rank-0 publisher: every rank's rounds are committed and the file is closed.
+    // The rank-0 publisher: every rank's rounds are committed and the file is closed; it is read
+    // once for the summary and the bundles.
+    const auto acq = read_acquisition(summary.file);
+    print_summary(summary, acq, std::cout);
     if (!no_publish)
-      print_publish_report(moe::publish(summary.file, {job.out_root, job.variant, samples}),
+      print_publish_report(moe::publish(acq, summary.file, {job.out_root, job.variant, samples}),
                            std::cout);
   });
   return status;

@@ -59,7 +59,11 @@ std::string cell_prefix(const json& t) {
 }  // namespace
 
 PublishReport publish(const std::string& h5_path, const PublishOptions& options) {
-  const auto acq = read_acquisition(h5_path);
+  return publish(read_acquisition(h5_path), h5_path, options);
+}
+
+PublishReport publish(const StoredAcquisition& acq, const std::string& h5_path,
+                      const PublishOptions& options) {
   const auto summaries = summarize(acq);
   std::map<std::string, const CellSummary*> by_cell;
   std::map<std::string, const StoredCell*> stored;

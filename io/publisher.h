@@ -10,6 +10,8 @@
 #include <string>
 #include <vector>
 
+#include "io/acquisition_file.h"
+
 namespace moe {
 
 inline constexpr const char* kComponentsHeader =
@@ -39,5 +41,8 @@ struct PublishReport {
 // different contract or with a different table. Holds each target's writer.lock and the
 // variant's .meta.lock while writing.
 PublishReport publish(const std::string& h5_path, const PublishOptions& options);
+// The same for a file already read (`h5_path` names it in messages and provenance).
+PublishReport publish(const StoredAcquisition& acq, const std::string& h5_path,
+                      const PublishOptions& options);
 
 }  // namespace moe
