@@ -45,4 +45,18 @@ with tempfile.TemporaryDirectory() as tmp:
     sha = file_sha(os.path.join(corrupt, "acquisition.h5"))
     expect_error(mpirun_cmd(2, "acquire", job, "--out", corrupt, "--no-publish"), "corrupt")
     assert file_sha(os.path.join(corrupt, "acquisition.h5")) == sha
+# Read-side commands: each bad input is one clear error.
+with tempfile.TemporaryDirectory() as tmp:
+    expect_error([HARNESS, "inspect", tmp], "no meta.yaml here")
+    expect_error([HARNESS, "report", tmp, "--out", os.path.join(tmp, "r.html")], "no meta.yaml here")
+    expect_error([HARNESS, "inspect", tmp, "--format", "xml"], "--format must be text or json")
+    expect_error([HARNESS, "inspect"], "name an acquisition file or a bundle variant directory")
+    expect_error([HARNESS, "inspect", os.path.join(tmp, "missing.h5")], "cannot open acquisition file")
+    expect_error([HARNESS, "publish"], "name the acquisition file")
+    expect_error([HARNESS, "lookup", tmp, "--tp", "1", "--dp", "1", "--sp", "2", "--component", "experts",
+                  "--tokens", "1"], "--sp must be 0 or 1")
+    expect_error([HARNESS, "lookup", tmp, "--tp", "1", "--dp", "1", "--component", "experts", "--tokens", "1",
+                  "--format", "xml"], "--format must be text or json")
+    expect_error([HARNESS, "lookup", tmp, "--tp", "1", "--dp", "1", "--component", "experts", "--tokens", "1"],
+                 "no bundle here")
 print("ok")
