@@ -21,6 +21,7 @@ int lookup(const Args& args);
 int colocate(const Args& args);
 int inspect(const Args& args);
 int report(const Args& args);
+int bench(const Args& args);
 
 void print_publish_report(const PublishReport& r, std::ostream& os);
 

@@ -14,7 +14,9 @@
 
 #include "kernels/bf16.h"
 #include "kernels/cuda_check.h"
+#include "kernels/cuda_memory.h"
 #include "kernels/cuda_testing.h"
+#include "kernels/native_experts.h"
 #include "kernels/reference.h"
 #include "kernels/stimulus.h"
 #include "kernels/workload.h"
@@ -23,84 +25,7 @@ namespace moe {
 
 namespace {
 
-using bf16 = __nv_bfloat16;
-
-// ---------------------------------------------------------------- device memory owners
-
-template <class T>
-class DeviceBuffer {
- public:
-  DeviceBuffer() = default;
-  explicit DeviceBuffer(std::size_t n) : n_(n) {
-    if (n) CUDA_CHECK(cudaMalloc(&p_, n * sizeof(T)));
-  }
-  DeviceBuffer(DeviceBuffer&& o) noexcept
-      : p_(std::exchange(o.p_, nullptr)), n_(std::exchange(o.n_, 0)) {}
-  DeviceBuffer& operator=(DeviceBuffer&& o) noexcept {
-    release();
-    p_ = std::exchange(o.p_, nullptr);
-    n_ = std::exchange(o.n_, 0);
-    return *this;
-  }
-  DeviceBuffer(const DeviceBuffer&) = delete;
-  DeviceBuffer& operator=(const DeviceBuffer&) = delete;
-  ~DeviceBuffer() { release(); }
-  [[nodiscard]] T* get() const { return p_; }
-  [[nodiscard]] std::size_t size() const { return n_; }
-
- private:
-  void release() {
-    if (p_) cudaFree(p_);  // no throw from a destructor; errors surface on the next checked call
-    p_ = nullptr;
-  }
-  T* p_ = nullptr;
-  std::size_t n_ = 0;
-};
-
-template <class T>
-class PinnedBuffer {
- public:
-  explicit PinnedBuffer(std::size_t n) {
-    if (n) CUDA_CHECK(cudaMallocHost(&p_, n * sizeof(T)));
-  }
-  PinnedBuffer(const PinnedBuffer&) = delete;
-  PinnedBuffer& operator=(const PinnedBuffer&) = delete;
-  ~PinnedBuffer() {
-    if (p_) cudaFreeHost(p_);
-  }
-  [[nodiscard]] T* get() const { return p_; }
-
- private:
-  T* p_ = nullptr;
-};
-
-class Stream {
- public:
-  Stream() { CUDA_CHECK(cudaStreamCreateWithFlags(&s_, cudaStreamNonBlocking)); }
-  Stream(const Stream&) = delete;
-  Stream& operator=(const Stream&) = delete;
-  ~Stream() { cudaStreamDestroy(s_); }
-  [[nodiscard]] cudaStream_t get() const { return s_; }
-
- private:
-  cudaStream_t s_{};
-};
-
-class Cublas {
- public:
-  explicit Cublas(cudaStream_t s) {
-    CUBLAS_CHECK(cublasCreate(&h_));
-    CUBLAS_CHECK(cublasSetStream(h_, s));
-    CUBLAS_CHECK(cublasSetPointerMode(h_, CUBLAS_POINTER_MODE_HOST));
-  }
-  Cublas(const Cublas&) = delete;
-  Cublas& operator=(const Cublas&) = delete;
-  ~Cublas() { cublasDestroy(h_); }
-  [[nodiscard]] cublasHandle_t get() const { return h_; }
-
- private:
-  cublasHandle_t h_{};
-};
+using namespace cuda;
 
 // ---------------------------------------------------------------- NVML (loaded at run time)
 
@@ -421,29 +346,34 @@ struct CudaWeights final : WeightSet {
 // Per-workload scratch and the launch sequence of the cublas_grouped `experts` component.
 class ExpertsEngine {
  public:
+  // `native` runs NativeExperts; `cublas_grouped` the cuBLAS sequence below (whose scratch is
+  // allocated only for it).
   ExpertsEngine(const ModelGeometry& g, const ExpertOwnership& own, int rows, cudaStream_t s,
-                cublasHandle_t blas)
+                cublasHandle_t blas, bool native)
       : g_(g),
         own_(own),
         rows_(rows),
         s_(s),
         blas_(blas),
         lanes_(static_cast<std::size_t>(rows) * g.top_k),
+        cublas_lanes_(native ? 0 : lanes_),
         ids_(lanes_),
         weights_(lanes_),
-        clean_weights_(lanes_),
-        lane_expert_(lanes_),
-        lane_slot_(lanes_),
-        lane_pos_(lanes_),
-        counts_(own.local_experts),
-        offsets_(own.local_experts),
-        xp_(lanes_ * g.hidden),
-        y1_(lanes_ * 2 * g.intermediate),
-        act_(lanes_ * g.intermediate),
-        y2_(lanes_ * g.hidden),
-        ptrs_(6 * static_cast<std::size_t>(own.local_experts)),
-        host_counts_(own.local_experts),
+        clean_weights_(cublas_lanes_),
+        lane_expert_(cublas_lanes_),
+        lane_slot_(cublas_lanes_),
+        lane_pos_(cublas_lanes_),
+        counts_(native ? 0 : own.local_experts),
+        offsets_(native ? 0 : own.local_experts),
+        xp_(cublas_lanes_ * g.hidden),
+        y1_(cublas_lanes_ * 2 * g.intermediate),
+        act_(cublas_lanes_ * g.intermediate),
+        y2_(cublas_lanes_ * g.hidden),
+        ptrs_(native ? 0 : 6 * static_cast<std::size_t>(own.local_experts)),
+        host_counts_(native ? 0 : own.local_experts),
         flag_(1) {
+    if (native)
+      native_ = std::make_unique<NativeExperts>(g, own, rows, native_tile_for(g, rows), s);
     CUDA_CHECK(cudaMemsetAsync(flag_.get(), 0, sizeof(int), s_));
   }
 
@@ -455,6 +385,10 @@ class ExpertsEngine {
   }
 
   void forward(const bf16* x, const DeviceMlp& w, bf16* out) {
+    if (native_) {
+      native_->forward(x, ids_.get(), weights_.get(), w.w13.get(), w.w2.get(), out, flag_.get());
+      return;
+    }
     const int local = own_.local_experts, h = g_.hidden, inter = g_.intermediate, k = g_.top_k;
     CUDA_CHECK(cudaMemsetAsync(counts_.get(), 0, local * sizeof(int), s_));
     count_local<<<blocks_for(lanes_), 256, 0, s_>>>(
@@ -521,6 +455,7 @@ class ExpertsEngine {
   cudaStream_t s_;
   cublasHandle_t blas_;
   std::size_t lanes_;
+  std::size_t cublas_lanes_;
   DeviceBuffer<int> ids_;
   DeviceBuffer<float> weights_, clean_weights_;
   DeviceBuffer<int> lane_expert_, lane_slot_, lane_pos_, counts_, offsets_;
@@ -528,6 +463,7 @@ class ExpertsEngine {
   DeviceBuffer<void*> ptrs_;
   PinnedBuffer<int> host_counts_;
   DeviceBuffer<int> flag_;
+  std::unique_ptr<NativeExperts> native_;
 };
 
 // ---------------------------------------------------------------- workloads
@@ -535,7 +471,7 @@ class ExpertsEngine {
 class CudaWorkload final : public Workload {
  public:
   CudaWorkload(const WorkloadSpec& spec, std::shared_ptr<const CudaWeights> weights, cudaStream_t s,
-               cublasHandle_t blas)
+               cublasHandle_t blas, bool native)
       : spec_(spec),
         weights_(std::move(weights)),
         s_(s),
@@ -571,7 +507,7 @@ class CudaWorkload final : public Workload {
         own_ = ExpertOwnership::of(g, spec.target);
         routes_ = make_expert_routes(spec.point.tokens, spec.point.activated,
                                      spec.point.assignments, g, own_, rng_);
-        engine_ = std::make_unique<ExpertsEngine>(g, own_, rows_, s_, blas_);
+        engine_ = std::make_unique<ExpertsEngine>(g, own_, rows_, s_, blas_, native);
         engine_->upload_routes(routes_);
         out_ = DeviceBuffer<bf16>(rh);
         break;
@@ -801,9 +737,9 @@ class CudaWorkload final : public Workload {
 class CudaBackend final : public Backend {
  public:
   CudaBackend(std::string name, int device) : name_(std::move(name)), device_(device) {
-    if (name_ != "cublas_grouped")
+    if (name_ != "cublas_grouped" && name_ != "native")
       throw std::invalid_argument("unknown CUDA backend '" + name_ +
-                                  "' (this build provides cublas_grouped)");
+                                  "' (this build provides cublas_grouped, native)");
     CUDA_CHECK(cudaSetDevice(device_));
     CUDA_CHECK(cudaGetDeviceProperties(&props_, device_));
     stream_ = std::make_unique<Stream>();
@@ -836,7 +772,8 @@ class CudaBackend final : public Backend {
     CUDA_CHECK(cudaSetDevice(device_));
     auto w = std::dynamic_pointer_cast<const CudaWeights>(weights);
     if (!w) throw std::invalid_argument("CUDA workload given weights of another backend");
-    return std::make_unique<CudaWorkload>(spec, std::move(w), stream_->get(), blas_->get());
+    return std::make_unique<CudaWorkload>(spec, std::move(w), stream_->get(), blas_->get(),
+                                          name_ == "native");
   }
   std::map<std::string, std::string> live_state() const override {
     const Nvml* nvml = Nvml::get();
@@ -910,9 +847,12 @@ int cuda_device_count() {
   return n;
 }
 
-DeviceExpertsResult run_experts_on_device(int device, const ModelGeometry& g, const Target& t,
+DeviceExpertsResult run_experts_on_device(const std::string& backend, int device,
+                                          const ModelGeometry& g, const Target& t,
                                           const std::vector<float>& x, const Routes& routes,
-                                          const MlpWeights& w) {
+                                          const MlpWeights& w, bool via_graph) {
+  if (backend != "cublas_grouped" && backend != "native")
+    throw std::invalid_argument("unknown CUDA backend '" + backend + "'");
   CUDA_CHECK(cudaSetDevice(device));
   Stream stream;
   Cublas blas(stream.get());
@@ -931,10 +871,35 @@ DeviceExpertsResult run_experts_on_device(int device, const ModelGeometry& g, co
   auto dx = upload(x);
   DeviceBuffer<bf16> out(x.size());
   CUDA_CHECK(cudaMemset(out.get(), 0xff, out.size() * 2));
-  ExpertsEngine engine(g, own, routes.rows, stream.get(), blas.get());
+  // Copies from pageable memory on the legacy stream may still be landing, and the engine's
+  // stream does not wait for that stream.
+  CUDA_CHECK(cudaDeviceSynchronize());
+  ExpertsEngine engine(g, own, routes.rows, stream.get(), blas.get(), backend == "native");
   engine.upload_routes(routes);
   engine.forward(dx.get(), mlp, out.get());
   CUDA_CHECK(cudaStreamSynchronize(stream.get()));
+  if (via_graph) {
+    CUDA_CHECK(cudaMemsetAsync(out.get(), 0xff, out.size() * 2, stream.get()));
+    CUDA_CHECK(cudaStreamBeginCapture(stream.get(), cudaStreamCaptureModeThreadLocal));
+    cudaGraph_t graph = nullptr;
+    try {
+      engine.forward(dx.get(), mlp, out.get());
+    } catch (...) {
+      cudaStreamEndCapture(stream.get(), &graph);  // leave capture mode before unwinding
+      if (graph) cudaGraphDestroy(graph);
+      throw;
+    }
+    CUDA_CHECK(cudaStreamEndCapture(stream.get(), &graph));
+    cudaGraphExec_t exec = nullptr;
+    const cudaError_t made = cudaGraphInstantiate(&exec, graph, 0);
+    cudaGraphDestroy(graph);
+    CUDA_CHECK(made);
+    const cudaError_t launched = cudaGraphLaunch(exec, stream.get());
+    const cudaError_t synced = cudaStreamSynchronize(stream.get());
+    cudaGraphExecDestroy(exec);
+    CUDA_CHECK(launched);
+    CUDA_CHECK(synced);
+  }
   DeviceExpertsResult r;
   r.route_error = engine.take_flag();
   r.out = download_bf16(out.get(), out.size());

@@ -2,6 +2,7 @@
 // (route-validation cases), outside the Workload protocol.
 #pragma once
 
+#include <string>
 #include <vector>
 
 #include "kernels/reference.h"
@@ -13,11 +14,15 @@ struct DeviceExpertsResult {
   bool route_error = false;
 };
 
-// Runs the cublas_grouped `experts` component once on device `device` with the given routes
-// (which may contain invalid lanes) and weights.
-[[nodiscard]] DeviceExpertsResult run_experts_on_device(int device, const ModelGeometry& g,
+// Runs the `experts` component of CUDA backend `backend` (cublas_grouped | native) once on
+// device `device` with the given routes (which may contain invalid lanes) and weights. With
+// `via_graph`, one direct forward runs first, then the forward is captured into a CUDA graph and
+// the result is the graph's launch (`native` only: cublas_grouped synchronizes with the host).
+[[nodiscard]] DeviceExpertsResult run_experts_on_device(const std::string& backend, int device,
+                                                        const ModelGeometry& g,
                                                         const Target& t,
                                                         const std::vector<float>& x,
-                                                        const Routes& routes, const MlpWeights& w);
+                                                        const Routes& routes, const MlpWeights& w,
+                                                        bool via_graph = false);
 
 }  // namespace moe

@@ -2,6 +2,7 @@
 #include <stdexcept>
 
 #include "kernels/cuda_testing.h"
+#include "kernels/device_peaks.h"
 #include "kernels/workload.h"
 
 namespace moe {
@@ -14,9 +15,13 @@ std::unique_ptr<Backend> make_cuda_backend(const std::string& name, int) {
 
 int cuda_device_count() { return 0; }
 
-DeviceExpertsResult run_experts_on_device(int, const ModelGeometry&, const Target&,
-                                          const std::vector<float>&, const Routes&,
-                                          const MlpWeights&) {
+DevicePeaks measure_device_peaks(int, int) {
+  throw std::runtime_error("measuring device peaks needs a harness built with HARNESS_WITH_CUDA=ON");
+}
+
+DeviceExpertsResult run_experts_on_device(const std::string&, int, const ModelGeometry&,
+                                          const Target&, const std::vector<float>&, const Routes&,
+                                          const MlpWeights&, bool) {
   throw std::runtime_error("run_experts_on_device needs a harness built with HARNESS_WITH_CUDA=ON");
 }
 

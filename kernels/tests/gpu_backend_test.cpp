@@ -1,6 +1,7 @@
 // GPU tests (label `gpu`): skipped when no CUDA device is visible.
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cmath>
 
 #include "kernels/cuda_testing.h"
@@ -15,22 +16,32 @@ namespace {
     if (cuda_device_count() == 0) GTEST_SKIP() << "no CUDA device"; \
   } while (false)
 
-void expect_matches_reference(const ModelGeometry& g, const Target& t, Component c, GridPoint p,
-                              int banks = 1) {
-  auto backend = make_cuda_backend("cublas_grouped", 0);
+bool has_nonzero(const std::vector<float>& v) {
+  return std::any_of(v.begin(), v.end(), [](float f) { return f != 0.0f; });
+}
+
+class GpuBackend : public ::testing::TestWithParam<std::string> {};
+
+void expect_matches_reference(const std::string& name, const ModelGeometry& g, const Target& t,
+                              Component c, GridPoint p, int banks = 1) {
+  auto backend = make_cuda_backend(name, 0);
   WorkloadSpec spec{g, t, c, p, banks, 12345 + static_cast<std::uint64_t>(p.tokens)};
   auto w = backend->make(spec, backend->make_weights(spec));
   const auto errors = w->verify();
   ASSERT_EQ(errors.size(), static_cast<std::size_t>(c == Component::experts ? banks : 1));
   for (std::size_t b = 0; b < errors.size(); ++b)
     EXPECT_LE(errors[b], backend->tolerance())
-        << to_string(c) << " N=" << p.tokens << " A=" << p.activated << " M=" << p.assignments
+        << name << " " << to_string(c) << " N=" << p.tokens << " A=" << p.activated << " M=" << p.assignments
         << " bank " << b;
   EXPECT_FALSE(w->take_route_error());
 }
 
-TEST(GpuBackend, EveryComponentMatchesItsReference) {
+TEST_P(GpuBackend, EveryComponentMatchesItsReference) {
   REQUIRE_GPU();
+  const auto expect_matches_reference = [&](const ModelGeometry& g, const Target& t, Component c,
+                                            GridPoint p, int banks = 1) {
+    ::moe::expect_matches_reference(GetParam(), g, t, c, p, banks);
+  };
   const auto tiny = *find_preset("tiny");
   const auto qwen = *find_preset("qwen3-30b-a3b");
   const auto ds = *find_preset("deepseek-v3");
@@ -54,8 +65,11 @@ TEST(GpuBackend, EveryComponentMatchesItsReference) {
   expect_matches_reference(tiny, ep1, Component::wrapper, {3, 0, 0});
 }
 
-TEST(GpuBackend, InvalidRoutesEqualThePaddingOracleAndRaiseTheFlag) {
+TEST_P(GpuBackend, InvalidRoutesEqualThePaddingOracleAndRaiseTheFlag) {
   REQUIRE_GPU();
+  const auto run_experts_on_device = [&](auto&&... args) {
+    return ::moe::run_experts_on_device(GetParam(), args...);
+  };
   auto g = *find_preset("tiny");
   const Target t{1, 1, 1, 0, false};
   Rng rng(99);
@@ -66,6 +80,7 @@ TEST(GpuBackend, InvalidRoutesEqualThePaddingOracleAndRaiseTheFlag) {
       rows, 2, {0, 1, 2, 3, 4, 5, 6, 7}, {0.5f, 0.5f, 0.4f, 0.6f, 0.3f, 0.7f, 0.2f, 0.8f}};
   const auto base = run_experts_on_device(0, g, t, x, valid, w);
   EXPECT_FALSE(base.route_error);
+  ASSERT_TRUE(has_nonzero(base.out));
   struct Case {
     const char* name;
     int lane;
@@ -94,6 +109,57 @@ TEST(GpuBackend, InvalidRoutesEqualThePaddingOracleAndRaiseTheFlag) {
   Routes dup = valid;
   dup.ids[1] = dup.ids[0];  // duplicate routes stay legal
   EXPECT_FALSE(run_experts_on_device(0, g, t, x, dup, w).route_error);
+}
+
+INSTANTIATE_TEST_SUITE_P(Backends, GpuBackend, ::testing::Values("cublas_grouped", "native"));
+
+// The native kernels pick a tile by expected rows per expert; cover each tile, odd shapes
+// (partial tiles in rows, features and K) and models with wider H and I.
+TEST(NativeBackend, EveryTileMatchesTheReference) {
+  REQUIRE_GPU();
+  const auto qwen = *find_preset("qwen3-30b-a3b");
+  const auto big = *find_preset("qwen3-235b-a22b");
+  const Target ep1{1, 1, 1, 0, false}, ep4{2, 2, 4, 3, false};
+  expect_matches_reference("native", qwen, ep1, Component::experts, {1, 8, 8}, 2);         // narrow
+  expect_matches_reference("native", qwen, ep1, Component::experts, {200, 128, 1600}, 2);  // narrow
+  expect_matches_reference("native", qwen, ep1, Component::experts, {700, 128, 5600}, 2);  // medium
+  expect_matches_reference("native", qwen, ep1, Component::experts, {2048, 128, 16384}, 2);  // wide
+  expect_matches_reference("native", qwen, ep1, Component::experts, {3000, 17, 24000}, 2);   // wide
+  expect_matches_reference("native", big, ep4, Component::experts, {64, 30, 200}, 2);
+  expect_matches_reference("native", big, ep4, Component::experts, {4096, 32, 8192}, 2);
+  auto odd = *find_preset("tiny");
+  odd.hidden = 72;        // not a multiple of the 64/128-wide K steps
+  odd.intermediate = 40;  // not a multiple of the feature tiles
+  for (GridPoint p : {GridPoint{3, 2, 6}, GridPoint{300, 8, 600}, GridPoint{1000, 8, 2000}})
+    expect_matches_reference("native", odd, ep1, Component::experts, p, 2);
+}
+
+TEST(NativeBackend, ForwardIsCapturableInACudaGraph) {
+  REQUIRE_GPU();
+  const auto g = *find_preset("qwen3-30b-a3b");
+  const Target t{1, 2, 2, 1, false};
+  Rng rng(7);
+  const int rows = 37;
+  const auto x = random_values(static_cast<std::size_t>(rows) * g.hidden, 1.0f, Dtype::bf16, rng);
+  const auto own = ExpertOwnership::of(g, t);
+  const auto w = random_mlp(own.local_experts, g.hidden, g.intermediate, Dtype::bf16, rng);
+  const auto routes = make_expert_routes(rows, 40, 200, g, own, rng);
+  const auto direct = run_experts_on_device("native", 0, g, t, x, routes, w);
+  const auto graphed = run_experts_on_device("native", 0, g, t, x, routes, w, true);
+  ASSERT_TRUE(has_nonzero(direct.out));
+  // The combine adds the k expert outputs with fp32 atomics, in no fixed order: equal up to
+  // rounding, not bitwise.
+  EXPECT_LE(relative_error(graphed.out, direct.out), 1e-2);
+  EXPECT_FALSE(graphed.route_error);
+}
+
+TEST(NativeBackend, RejectsShapesItDoesNotCover) {
+  REQUIRE_GPU();
+  auto g = *find_preset("tiny");
+  g.hidden = 66;
+  auto backend = make_cuda_backend("native", 0);
+  WorkloadSpec spec{g, Target{}, Component::experts, {4, 2, 4}, 2, 1};
+  EXPECT_THROW((void)backend->make(spec, backend->make_weights(spec)), std::invalid_argument);
 }
 
 }  // namespace

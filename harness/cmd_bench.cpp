@@ -1,0 +1,268 @@
+// harness bench experts: the CUDA backends against this device's own roofline.
+//
+// Rerun (on a GPU node, from a build with CUDA):
+//   harness bench experts                        # 3 models x N in {1,16,64,256,1024,4096}
+//   harness bench experts --models qwen3-30b-a3b --tokens 1,1024 --csv my.csv
+// It first measures this device's copy bandwidth and bf16 GEMM rate, then for every model, N and
+// backend: builds the workload with balanced routing (A = expected distinct experts of N tokens
+// choosing k of E, M = N*k, EP1), checks it against the CPU reference, and times it with CUPTI
+// (sum of the device activities of one forward, the value `acquire` records) over forwards
+// that rotate through enough weight banks that no bank stays in L2. Reported: median µs, the
+// floor max((weight + activation bytes) / bandwidth, flops / GEMM rate), the ratio to the
+// floor and native/cublas_grouped. gate_routing and finalize_copy rows use their byte floors.
+#include <algorithm>
+#include <cmath>
+#include <fstream>
+#include <iomanip>
+#include <iostream>
+#include <map>
+#include <sstream>
+
+#include "harness/commands.h"
+#include "kernels/device_peaks.h"
+#include "kernels/workload.h"
+#include "ranks/forward_timer.h"
+#include "ranks/planner.h"
+
+namespace po = boost::program_options;
+
+namespace moe::cli {
+
+namespace {
+
+std::vector<std::string> split_list(const std::string& s) {
+  std::vector<std::string> out;
+  std::stringstream ss(s);
+  for (std::string item; std::getline(ss, item, ',');)
+    if (!item.empty()) out.push_back(item);
+  return out;
+}
+
+// Expected number of distinct experts hit when N tokens each choose k of E uniformly.
+std::int64_t balanced_activated(const ModelGeometry& g, std::int64_t tokens) {
+  const double e = g.experts, k = g.top_k;
+  const auto a = std::llround(e * (1.0 - std::pow(1.0 - k / e, static_cast<double>(tokens))));
+  return std::clamp<std::int64_t>(a, g.top_k, std::min<std::int64_t>(g.experts, tokens * g.top_k));
+}
+
+struct Floor {
+  double bytes = 0, flops = 0, us = 0;
+  std::string bound;  // bytes | flops
+};
+
+Floor floor_of(const ModelGeometry& g, Component c, const GridPoint& p, const DevicePeaks& peaks) {
+  Floor f;
+  const double rows_bytes = static_cast<double>(p.tokens) * g.hidden * 2;
+  switch (c) {
+    case Component::experts:
+      f.bytes = static_cast<double>(p.activated) * static_cast<double>(g.expert_weight_bytes()) +
+                2 * rows_bytes;
+      f.flops = 6.0 * static_cast<double>(p.assignments) * g.hidden * g.intermediate;
+      break;
+    case Component::gate_routing:
+      f.bytes = rows_bytes +
+                static_cast<double>(g.experts) * g.hidden * bytes_of(g.router_dtype) +
+                static_cast<double>(p.tokens) * g.top_k * 8;
+      f.flops = 2.0 * static_cast<double>(p.tokens) * g.experts * g.hidden;
+      break;
+    default:
+      f.bytes = 2 * rows_bytes;
+      break;
+  }
+  const double bytes_us = f.bytes / peaks.copy_bytes_per_s * 1e6;
+  const double flops_us = f.flops / peaks.bf16_flops_per_s * 1e6;
+  f.us = std::max(bytes_us, flops_us);
+  f.bound = flops_us > bytes_us ? "flops" : "bytes";
+  return f;
+}
+
+struct Row {
+  std::string component, model, backend;
+  GridPoint point;
+  int banks = 1;
+  double median_us = 0, min_us = 0, max_us = 0, max_error = 0;
+  Floor floor;
+  std::optional<double> native_over_cublas;
+};
+
+double median_of(std::vector<double> v) {
+  std::nth_element(v.begin(), v.begin() + v.size() / 2, v.end());
+  return v[v.size() / 2];
+}
+
+Row measure(Backend& backend, ForwardTimer& timer, const WorkloadSpec& spec,
+            std::shared_ptr<const WeightSet> weights, int iterations) {
+  Row row;
+  row.component = to_string(spec.component);
+  row.model = spec.geometry.name;
+  row.backend = backend.name();
+  row.point = spec.point;
+  row.banks = spec.banks;
+  auto w = backend.make(spec, std::move(weights));
+  // Correct first: a backend that does not match the reference gets no time.
+  for (double e : w->verify()) row.max_error = std::max(row.max_error, e);
+  if (!(row.max_error <= backend.tolerance()))
+    throw std::runtime_error(backend.name() + " " + row.component + " " + row.model +
+                             " N=" + std::to_string(spec.point.tokens) +
+                             ": relative error " + std::to_string(row.max_error) +
+                             " exceeds the tolerance");
+  for (int f = 0; f < spec.banks; ++f) w->forward(f % spec.banks);  // warm-up: one rotation
+  w->synchronize();
+  (void)timer.collect();
+  const int forwards = (std::max(iterations, spec.banks) + spec.banks - 1) / spec.banks * spec.banks;
+  for (int f = 0; f < forwards; ++f) {
+    timer.begin();
+    w->forward(f % spec.banks);
+    timer.end();
+  }
+  w->synchronize();
+  std::vector<double> us;
+  for (const auto& r : timer.collect()) us.push_back(r.value_us);
+  if (w->take_route_error()) throw std::runtime_error("route flag raised on a valid stimulus");
+  if (timer.dropped() != 0) throw std::runtime_error("CUPTI dropped activity records");
+  row.median_us = median_of(us);
+  row.min_us = *std::min_element(us.begin(), us.end());
+  row.max_us = *std::max_element(us.begin(), us.end());
+  return row;
+}
+
+void write_csv(const std::string& path, const std::vector<Row>& rows, const DevicePeaks& peaks,
+               const std::string& device) {
+  std::ofstream os(path);
+  if (!os) throw std::runtime_error("cannot write " + path);
+  os << "component,model,backend,tokens,activated,assignments,banks,median_us,min_us,max_us,"
+        "floor_us,floor_bound,floor_bytes,floor_flops,ratio_to_floor,native_over_cublas,"
+        "max_rel_error,copy_gbps,gemm_tflops,device\n";
+  os << std::setprecision(6);
+  for (const auto& r : rows) {
+    os << r.component << ',' << r.model << ',' << r.backend << ',' << r.point.tokens << ','
+       << r.point.activated << ',' << r.point.assignments << ',' << r.banks << ',' << r.median_us
+       << ',' << r.min_us << ',' << r.max_us << ',' << r.floor.us << ',' << r.floor.bound << ','
+       << r.floor.bytes << ',' << r.floor.flops << ',' << r.median_us / r.floor.us << ',';
+    if (r.native_over_cublas) os << *r.native_over_cublas;
+    os << ',' << r.max_error << ',' << peaks.copy_bytes_per_s / 1e9 << ','
+       << peaks.bf16_flops_per_s / 1e12 << ',' << device << '\n';
+  }
+  if (!os.flush()) throw std::runtime_error("cannot write " + path);
+}
+
+void print_table(const std::vector<Row>& rows, std::ostream& os) {
+  os << std::left << std::setw(14) << "component" << std::setw(17) << "model" << std::setw(16)
+     << "backend" << std::right << std::setw(6) << "N" << std::setw(5) << "A" << std::setw(11)
+     << "us" << std::setw(11) << "floor_us" << std::setw(7) << "bound" << std::setw(8)
+     << "ratio" << std::setw(14) << "native/cublas" << "\n";
+  for (const auto& r : rows) {
+    os << std::left << std::setw(14) << r.component << std::setw(17) << r.model << std::setw(16)
+       << r.backend << std::right << std::setw(6) << r.point.tokens << std::setw(5)
+       << r.point.activated << std::fixed << std::setprecision(1) << std::setw(11)
+       << r.median_us << std::setw(11) << r.floor.us << std::setw(7) << r.floor.bound
+       << std::setprecision(2) << std::setw(8) << r.median_us / r.floor.us << std::setw(14);
+    if (r.native_over_cublas)
+      os << std::setprecision(3) << *r.native_over_cublas;
+    else
+      os << "";
+    os << "\n" << std::defaultfloat;
+  }
+}
+
+int bench_experts(const Args& args) {
+  std::string models = "qwen3-30b-a3b,qwen3-235b-a22b,deepseek-v3", tokens = "1,16,64,256,1024,4096",
+              backends = "native,cublas_grouped", components = "experts,gate_routing,finalize_copy",
+              csv = "bench-experts.csv";
+  int iterations = 20, device = 0;
+  po::options_description desc("harness bench experts [options]");
+  desc.add_options()("models", po::value(&models), "comma-separated model presets")(
+      "tokens", po::value(&tokens), "comma-separated N")(
+      "backends", po::value(&backends), "comma-separated CUDA backends")(
+      "components", po::value(&components), "experts, gate_routing, finalize_copy")(
+      "iterations", po::value(&iterations), "timed forwards per point (at least one rotation)")(
+      "device", po::value(&device), "CUDA device index")("csv", po::value(&csv), "CSV output");
+  if (!parse(args, desc, {})) return 0;
+  if (iterations < 1) throw std::invalid_argument("--iterations must be at least 1");
+  std::vector<ModelGeometry> geometries;
+  for (const auto& m : split_list(models)) {
+    auto g = find_preset(m);
+    if (!g) throw std::invalid_argument("unknown model preset '" + m + "'");
+    geometries.push_back(*g);
+  }
+  std::vector<std::int64_t> ns;
+  for (const auto& t : split_list(tokens)) {
+    std::size_t used = 0;
+    const long long n = std::stoll(t, &used);
+    if (used != t.size() || n < 1) throw std::invalid_argument("bad token count '" + t + "'");
+    ns.push_back(n);
+  }
+  std::vector<Component> cs;
+  for (const auto& c : split_list(components)) {
+    auto parsed = parse_component(c);
+    if (!parsed || *parsed == Component::wrapper)
+      throw std::invalid_argument("--components takes experts, gate_routing, finalize_copy");
+    cs.push_back(*parsed);
+  }
+  if (cuda_device_count() <= device)
+    throw std::runtime_error("no CUDA device " + std::to_string(device) +
+                             ": harness bench measures GPU backends");
+  std::vector<std::unique_ptr<Backend>> bs;
+  for (const auto& b : split_list(backends)) bs.push_back(make_cuda_backend(b, device));
+  if (bs.empty()) throw std::invalid_argument("--backends is empty");
+
+  const auto peaks = measure_device_peaks(device);
+  const auto props = bs.front()->device_properties();
+  const std::string device_name = props.count("device") ? props.at("device") : "?";
+  std::cout << "device " << device_name << ": copy " << std::fixed << std::setprecision(0)
+            << peaks.copy_bytes_per_s / 1e9 << " GB/s (read+write of 1 GiB), bf16 GEMM "
+            << peaks.bf16_flops_per_s / 1e12 << " TFLOP/s (" << peaks.gemm_size << "^3)\n"
+            << std::defaultfloat;
+
+  auto timer = make_cupti_timer();
+  std::vector<Row> rows;
+  const Target ep1{1, 1, 1, 0, false};
+  for (const auto c : cs)
+    for (const auto& g : geometries) {
+      const bool experts = c == Component::experts;
+      const int banks =
+          experts ? 2 * weight_bank_count(
+                            static_cast<std::int64_t>(g.experts) * g.expert_weight_bytes(),
+                            bs.front()->cache_bytes())
+                  : 1;
+      WorkloadSpec round{g, ep1, c, {}, banks, 0x5eedULL};
+      const auto weights = bs.front()->make_weights(round);
+      for (const auto n : ns) {
+        WorkloadSpec spec = round;
+        spec.point = experts ? GridPoint{n, balanced_activated(g, n), n * g.top_k}
+                             : GridPoint{n, 0, 0};
+        spec.seed = 0x5eedULL + static_cast<std::uint64_t>(n);
+        std::map<std::string, double> by_backend;
+        const std::size_t first = rows.size();
+        for (auto& b : bs) {
+          rows.push_back(measure(*b, *timer, spec, weights, iterations));
+          rows.back().floor = floor_of(g, c, spec.point, peaks);
+          by_backend[b->name()] = rows.back().median_us;
+          std::cerr << "  " << rows.back().component << " " << g.name << " N=" << n << " "
+                    << b->name() << ": " << rows.back().median_us << " us\n";
+        }
+        if (by_backend.count("native") && by_backend.count("cublas_grouped"))
+          for (std::size_t i = first; i < rows.size(); ++i)
+            if (rows[i].backend == "native")
+              rows[i].native_over_cublas = by_backend["native"] / by_backend["cublas_grouped"];
+      }
+    }
+  print_table(rows, std::cout);
+  write_csv(csv, rows, peaks, device_name);
+  std::cout << "wrote " << csv << "\n";
+  return 0;
+}
+
+}  // namespace
+
+int bench(const Args& args) {
+  if (args.empty() || args.front() == "--help" || args.front() == "-h") {
+    std::cout << "usage: harness bench experts [options]   (harness bench experts --help)\n";
+    return args.empty() ? 2 : 0;
+  }
+  if (args.front() != "experts")
+    throw std::invalid_argument("unknown benchmark '" + args.front() + "' (experts)");
+  return bench_experts(Args(args.begin() + 1, args.end()));
+}
+
+}  // namespace moe::cli

@@ -1,0 +1,83 @@
+#include "kernels/device_peaks.h"
+
+#include <algorithm>
+#include <vector>
+
+#include "kernels/cuda_memory.h"
+
+namespace moe {
+
+namespace {
+
+using namespace cuda;
+
+class Event {
+ public:
+  Event() { CUDA_CHECK(cudaEventCreate(&e_)); }
+  Event(const Event&) = delete;
+  Event& operator=(const Event&) = delete;
+  ~Event() { cudaEventDestroy(e_); }
+  [[nodiscard]] cudaEvent_t get() const { return e_; }
+
+ private:
+  cudaEvent_t e_{};
+};
+
+// Median seconds of `reps` runs of `body` on stream `s`, after one untimed run.
+template <class Body>
+double median_seconds(cudaStream_t s, int reps, Body&& body) {
+  body();
+  std::vector<double> seconds;
+  Event start, stop;
+  for (int r = 0; r < reps; ++r) {
+    CUDA_CHECK(cudaEventRecord(start.get(), s));
+    body();
+    CUDA_CHECK(cudaEventRecord(stop.get(), s));
+    CUDA_CHECK(cudaEventSynchronize(stop.get()));
+    float ms = 0;
+    CUDA_CHECK(cudaEventElapsedTime(&ms, start.get(), stop.get()));
+    seconds.push_back(ms * 1e-3);
+  }
+  std::nth_element(seconds.begin(), seconds.begin() + seconds.size() / 2, seconds.end());
+  return seconds[seconds.size() / 2];
+}
+
+}  // namespace
+
+DevicePeaks measure_device_peaks(int device, int repetitions) {
+  CUDA_CHECK(cudaSetDevice(device));
+  Stream stream;
+  DevicePeaks p;
+  // 1 GiB each way: far beyond any L2, long enough that launch costs vanish.
+  p.copy_bytes = std::int64_t{1} << 30;
+  {
+    DeviceBuffer<unsigned char> src(static_cast<std::size_t>(p.copy_bytes)),
+        dst(static_cast<std::size_t>(p.copy_bytes));
+    CUDA_CHECK(cudaMemsetAsync(src.get(), 0x5a, src.size(), stream.get()));
+    const double s = median_seconds(stream.get(), repetitions, [&] {
+      CUDA_CHECK(cudaMemcpyAsync(dst.get(), src.get(), src.size(), cudaMemcpyDeviceToDevice,
+                                 stream.get()));
+    });
+    p.copy_bytes_per_s = 2.0 * static_cast<double>(p.copy_bytes) / s;
+  }
+  p.gemm_size = 8192;
+  {
+    const auto n = static_cast<std::size_t>(p.gemm_size);
+    DeviceBuffer<bf16> a(n * n), b(n * n), c(n * n);
+    // Non-zero operands: a GEMM of zeros can run faster than one of real data.
+    CUDA_CHECK(cudaMemsetAsync(a.get(), 0x3c, a.size() * 2, stream.get()));
+    CUDA_CHECK(cudaMemsetAsync(b.get(), 0x3b, b.size() * 2, stream.get()));
+    Cublas blas(stream.get());
+    const float one = 1.0f, zero = 0.0f;
+    const int m = p.gemm_size;
+    const double s = median_seconds(stream.get(), repetitions, [&] {
+      CUBLAS_CHECK(cublasGemmEx(blas.get(), CUBLAS_OP_T, CUBLAS_OP_N, m, m, m, &one, a.get(),
+                                CUDA_R_16BF, m, b.get(), CUDA_R_16BF, m, &zero, c.get(),
+                                CUDA_R_16BF, m, CUBLAS_COMPUTE_32F, CUBLAS_GEMM_DEFAULT));
+    });
+    p.bf16_flops_per_s = 2.0 * static_cast<double>(m) * m * m / s;
+  }
+  return p;
+}
+
+}  // namespace moe

@@ -1,0 +1,491 @@
+#include "kernels/native_experts.h"
+
+#include <algorithm>
+#include <array>
+#include <stdexcept>
+#include <string>
+
+namespace moe::cuda {
+
+namespace {
+
+constexpr int kMaxLocalExperts = 1024;
+constexpr int kPlanThreads = 1024;
+
+// ---------------------------------------------------------------- PTX wrappers
+
+__device__ __forceinline__ unsigned smem_addr(const void* p) {
+  return static_cast<unsigned>(__cvta_generic_to_shared(p));
+}
+
+// 16-byte global->shared copy; with `pred` false the destination is zero-filled and nothing is
+// read (src-size 0), which pads partial tiles.
+__device__ __forceinline__ void cp_async16(void* dst, const void* src, bool pred) {
+  asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;\n" ::"r"(smem_addr(dst)), "l"(src),
+               "r"(pred ? 16 : 0));
+}
+__device__ __forceinline__ void cp_async_commit() {
+  asm volatile("cp.async.commit_group;\n" ::);
+}
+template <int kPending>
+__device__ __forceinline__ void cp_async_wait() {
+  asm volatile("cp.async.wait_group %0;\n" ::"n"(kPending));
+}
+
+__device__ __forceinline__ void ldmatrix_x4(unsigned (&r)[4], const void* p) {
+  asm volatile("ldmatrix.sync.aligned.m8n8.x4.shared.b16 {%0,%1,%2,%3}, [%4];\n"
+               : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3])
+               : "r"(smem_addr(p)));
+}
+
+// D += A (16x16, row-major) * B (16x8, column-major), bf16 inputs, fp32 accumulators.
+__device__ __forceinline__ void mma_bf16(float (&d)[4], const unsigned (&a)[4], unsigned b0,
+                                         unsigned b1) {
+  asm volatile(
+      "mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, "
+      "{%8,%9}, {%0,%1,%2,%3};\n"
+      : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3])
+      : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
+}
+
+__device__ __forceinline__ float round_bf16(float v) {
+  return __bfloat162float(__float2bfloat16_rn(v));
+}
+
+__device__ __forceinline__ bool lane_is_valid(int id, float w, int experts) {
+  return (id == -1 || (id >= 0 && id < experts)) && isfinite(w) && w >= 0.0f;
+}
+
+// ---------------------------------------------------------------- route plan
+
+// One block. Positions of local lanes are grouped by expert (ascending local id); inside an
+// expert the order is whatever the shared-memory atomics gave, which changes no output value:
+// every output element depends only on its own row.
+__global__ void __launch_bounds__(kPlanThreads)
+    plan_routes(const int* ids, const float* weights, int lanes, int k, int experts, int first,
+                int local, int tile_tokens, int* lane_slot, int* token_of, float* weight_of,
+                int4* tiles, int* num_tiles, int* flag) {
+  __shared__ int counts[kMaxLocalExperts];
+  __shared__ int offsets[kMaxLocalExperts];
+  const int tid = static_cast<int>(threadIdx.x);
+  for (int e = tid; e < local; e += blockDim.x) counts[e] = 0;
+  __syncthreads();
+  bool bad = false;
+  for (int i = tid; i < lanes; i += blockDim.x) {
+    const int id = ids[i];
+    int slot = -1;
+    if (!lane_is_valid(id, weights[i], experts))
+      bad = true;
+    else if (id >= first && id < first + local)
+      slot = atomicAdd(&counts[id - first], 1);
+    lane_slot[i] = slot;  // read back below by this same thread
+  }
+  if (bad) atomicOr(flag, 1);
+  __syncthreads();
+  if (tid < 32) {
+    // Each lane of warp 0 scans a contiguous run of experts; a shuffle scan joins the runs.
+    const int per = (local + 31) / 32;
+    const int begin = min(local, tid * per), end = min(local, begin + per);
+    int rows = 0, tile_count = 0;
+    for (int e = begin; e < end; ++e) {
+      rows += counts[e];
+      tile_count += (counts[e] + tile_tokens - 1) / tile_tokens;
+    }
+    int rows_incl = rows, tiles_incl = tile_count;
+    for (int o = 1; o < 32; o <<= 1) {
+      const int r = __shfl_up_sync(0xffffffffu, rows_incl, o);
+      const int t = __shfl_up_sync(0xffffffffu, tiles_incl, o);
+      if (tid >= o) rows_incl += r, tiles_incl += t;
+    }
+    int off = rows_incl - rows, tile = tiles_incl - tile_count;
+    for (int e = begin; e < end; ++e) {
+      offsets[e] = off;
+      for (int s = 0; s < counts[e]; s += tile_tokens)
+        tiles[tile++] = make_int4(e, off + s, min(tile_tokens, counts[e] - s), 0);
+      off += counts[e];
+    }
+    if (tid == 31) *num_tiles = tiles_incl;
+  }
+  __syncthreads();
+  for (int i = tid; i < lanes; i += blockDim.x) {
+    const int slot = lane_slot[i];
+    if (slot < 0) continue;
+    const int pos = offsets[ids[i] - first] + slot;
+    token_of[pos] = i / k;
+    weight_of[pos] = weights[i];
+  }
+}
+
+// ---------------------------------------------------------------- grouped expert GEMM
+
+// Block tile: kRows weight rows x kTokens token rows, K in steps of kBK through kStages shared
+// memory stages. Warps: kWF along weight rows, kWT along tokens, kWK splitting each K step
+// (reduced through shared memory at the end). Each warp owns kMT 16-row by kNT 8-token
+// mma tiles. Shared rows are kBK bf16 wide with the 16-byte chunks XOR-swizzled by row so that
+// ldmatrix reads of 8 rows hit 8 distinct bank groups.
+template <int kWF_, int kWT_, int kWK_, int kMT_, int kNT_, int kBK_, int kStages_, int kMinBlocks_>
+struct TileConfig {
+  static constexpr int kWF = kWF_, kWT = kWT_, kWK = kWK_, kMT = kMT_, kNT = kNT_, kBK = kBK_,
+                       kStages = kStages_, kMinBlocks = kMinBlocks_;
+  static constexpr int kThreads = 32 * kWF * kWT * kWK;
+  static constexpr int kRows = kWF * kMT * 16;
+  static constexpr int kTokens = kWT * kNT * 8;
+  static constexpr int kChunks = kBK / 8;  // 16-byte chunks per shared row
+  static constexpr int kStageW = kRows * kBK, kStageX = kTokens * kBK;  // elements
+  static constexpr int kWLoads = kRows * kChunks / kThreads;
+  static constexpr int kXLoads = kTokens * kChunks / kThreads;
+  static constexpr int kKPerWarp = kBK / kWK;
+  static constexpr int kPipeBytes = kStages * (kStageW + kStageX) * 2;
+  static constexpr int kReduceBytes = (kWK - 1) * kWF * kWT * kMT * kNT * 4 * 32 * 4;
+  static constexpr int kSmemBytes = kPipeBytes > kReduceBytes ? kPipeBytes : kReduceBytes;
+  static_assert(kNT % 2 == 0 && kMT % 2 == 0, "mma tiles come in pairs");
+  static_assert(kKPerWarp % 16 == 0, "each warp's K slice is whole k16 steps");
+  static_assert(kRows * kChunks % kThreads == 0 && kTokens * kChunks % kThreads == 0,
+                "every thread issues the same number of copies");
+};
+
+// Few rows per expert: 16 tokens, 2-way split-K, 128-wide K steps: bandwidth-bound streaming.
+using NarrowTile = TileConfig<2, 1, 2, 2, 2, 128, 4, 2>;
+// Tens of rows per expert: 128 x 64 tiles.
+using MediumTile = TileConfig<4, 1, 1, 2, 8, 64, 4, 2>;
+// Many rows per expert: 128 x 128 tiles, 64 x 64 per warp.
+using WideTile = TileConfig<2, 2, 1, 4, 8, 64, 3, 2>;
+
+struct GemmArgs {
+  const bf16* weights;  // [local][weight rows][K]
+  std::int64_t expert_stride;
+  int k;             // reduction length (H for W13, I for W2)
+  int out_features;  // I (gated) or H
+  const bf16* src;   // x [tokens][H] (gated, gathered through token_of) or act [positions][I]
+  const int* token_of;
+  const float* weight_of;
+  const int4* tiles;  // (local expert, first position, rows)
+  const int* num_tiles;
+  bf16* act;   // gated output [positions][I]
+  float* acc;  // ungated output [tokens][H], fp32, accumulated
+};
+
+// Gated: block rows are kRows/2 gate rows [f0, f0 + kRows/2) and the matching up rows
+// [I + f0, ...); warp wf owns the gate m-tiles [wf*kMT/2, ...) and the up m-tiles at the same
+// offsets, so SiLU(gate) * up combines registers of one thread.
+template <class C, bool kGated>
+__device__ __forceinline__ int warp_mtile_row(int wf, int j) {
+  if constexpr (kGated) {
+    constexpr int half = C::kMT / 2;
+    return (j < half ? 0 : C::kRows / 2) + (wf * half + (j % half)) * 16;
+  } else {
+    return (wf * C::kMT + j) * 16;
+  }
+}
+
+template <class C, bool kGated>
+__global__ void __launch_bounds__(C::kThreads, C::kMinBlocks) expert_gemm(GemmArgs a) {
+  const int tile_index = static_cast<int>(blockIdx.x);
+  if (tile_index >= *a.num_tiles) return;
+  const int4 tile = a.tiles[tile_index];
+  const int expert = tile.x, first_pos = tile.y, tile_rows = tile.z;
+  const int feature0 = static_cast<int>(blockIdx.y) * (kGated ? C::kRows / 2 : C::kRows);
+
+  extern __shared__ __align__(128) unsigned char smem_raw[];
+  bf16* smem = reinterpret_cast<bf16*>(smem_raw);
+  const int tid = static_cast<int>(threadIdx.x), lane = tid % 32, warp = tid / 32;
+  const int wf = warp % C::kWF, wt = (warp / C::kWF) % C::kWT, wk = warp / (C::kWF * C::kWT);
+
+  // Per-thread source rows of the copies it issues (fixed across K steps).
+  const bf16* w_base = a.weights + expert * a.expert_stride;
+  const bf16* w_src[C::kWLoads];
+  bool w_ok[C::kWLoads];
+  int w_dst[C::kWLoads], w_chunk[C::kWLoads];
+#pragma unroll
+  for (int i = 0; i < C::kWLoads; ++i) {
+    const int q = tid + i * C::kThreads, row = q / C::kChunks, chunk = q % C::kChunks;
+    int feature, weight_row;
+    if constexpr (kGated) {
+      const int in_half = row % (C::kRows / 2);
+      feature = feature0 + in_half;
+      weight_row = (row < C::kRows / 2 ? 0 : a.out_features) + feature;
+    } else {
+      feature = feature0 + row;
+      weight_row = feature;
+    }
+    w_ok[i] = feature < a.out_features;
+    w_src[i] = w_base + static_cast<std::int64_t>(w_ok[i] ? weight_row : 0) * a.k;
+    w_chunk[i] = chunk;
+    w_dst[i] = row * C::kBK + ((chunk ^ (row & 7)) * 8);
+  }
+  const bf16* x_src[C::kXLoads];
+  bool x_ok[C::kXLoads];
+  int x_dst[C::kXLoads], x_chunk[C::kXLoads];
+#pragma unroll
+  for (int i = 0; i < C::kXLoads; ++i) {
+    const int q = tid + i * C::kThreads, row = q / C::kChunks, chunk = q % C::kChunks;
+    x_ok[i] = row < tile_rows;
+    const int pos = first_pos + (x_ok[i] ? row : 0);
+    const std::int64_t src_row = kGated ? a.token_of[pos] : pos;
+    x_src[i] = a.src + src_row * a.k;
+    x_chunk[i] = chunk;
+    x_dst[i] = row * C::kBK + ((chunk ^ (row & 7)) * 8);
+  }
+
+  const int k_steps = (a.k + C::kBK - 1) / C::kBK;
+  auto load_stage = [&](int stage, int step) {
+    bf16* sw = smem + stage * (C::kStageW + C::kStageX);
+    bf16* sx = sw + C::kStageW;
+    const int k0 = step * C::kBK;
+#pragma unroll
+    for (int i = 0; i < C::kWLoads; ++i) {
+      const int col = k0 + w_chunk[i] * 8;
+      const bool ok = w_ok[i] && col < a.k;
+      cp_async16(sw + w_dst[i], ok ? w_src[i] + col : w_base, ok);
+    }
+#pragma unroll
+    for (int i = 0; i < C::kXLoads; ++i) {
+      const int col = k0 + x_chunk[i] * 8;
+      const bool ok = x_ok[i] && col < a.k;
+      cp_async16(sx + x_dst[i], ok ? x_src[i] + col : a.src, ok);
+    }
+  };
+
+  float acc[C::kMT][C::kNT][4];
+#pragma unroll
+  for (int j = 0; j < C::kMT; ++j)
+#pragma unroll
+    for (int n = 0; n < C::kNT; ++n)
+#pragma unroll
+      for (int r = 0; r < 4; ++r) acc[j][n][r] = 0.0f;
+
+#pragma unroll
+  for (int s = 0; s < C::kStages - 1; ++s) {
+    if (s < k_steps) load_stage(s, s);
+    cp_async_commit();
+  }
+  for (int step = 0; step < k_steps; ++step) {
+    cp_async_wait<C::kStages - 2>();
+    __syncthreads();  // stage `step` visible to all; stage `step - 1` free for refill
+    const int next = step + C::kStages - 1;
+    if (next < k_steps) load_stage(next % C::kStages, next);
+    cp_async_commit();
+
+    const bf16* sw = smem + (step % C::kStages) * (C::kStageW + C::kStageX);
+    const bf16* sx = sw + C::kStageW;
+#pragma unroll
+    for (int ks = 0; ks < C::kKPerWarp / 16; ++ks) {
+      const int chunk0 = (wk * C::kKPerWarp + ks * 16) / 8;
+      unsigned af[C::kMT][4];
+#pragma unroll
+      for (int j = 0; j < C::kMT; ++j) {
+        const int row = warp_mtile_row<C, kGated>(wf, j) + (lane & 15);
+        const int chunk = chunk0 + (lane >> 4);
+        ldmatrix_x4(af[j], sw + row * C::kBK + ((chunk ^ (row & 7)) * 8));
+      }
+      unsigned bfr[C::kNT][2];
+#pragma unroll
+      for (int p = 0; p < C::kNT / 2; ++p) {
+        const int row = wt * C::kNT * 8 + p * 16 + (lane & 7) + ((lane >> 4) << 3);
+        const int chunk = chunk0 + ((lane >> 3) & 1);
+        unsigned r[4];
+        ldmatrix_x4(r, sx + row * C::kBK + ((chunk ^ (row & 7)) * 8));
+        bfr[2 * p][0] = r[0];
+        bfr[2 * p][1] = r[1];
+        bfr[2 * p + 1][0] = r[2];
+        bfr[2 * p + 1][1] = r[3];
+      }
+#pragma unroll
+      for (int j = 0; j < C::kMT; ++j)
+#pragma unroll
+        for (int n = 0; n < C::kNT; ++n) mma_bf16(acc[j][n], af[j], bfr[n][0], bfr[n][1]);
+    }
+  }
+
+  if constexpr (C::kWK > 1) {
+    // Split-K: warps wk > 0 park their partial sums in shared memory; wk == 0 adds them.
+    cp_async_wait<0>();
+    __syncthreads();
+    float* red = reinterpret_cast<float*>(smem_raw);
+    constexpr int kRegs = C::kMT * C::kNT * 4;
+    const int slot = wf + C::kWF * wt;
+    if (wk > 0) {
+      float* dst = red + ((wk - 1) * C::kWF * C::kWT + slot) * kRegs * 32;
+#pragma unroll
+      for (int j = 0; j < C::kMT; ++j)
+#pragma unroll
+        for (int n = 0; n < C::kNT; ++n)
+#pragma unroll
+          for (int r = 0; r < 4; ++r) dst[((j * C::kNT + n) * 4 + r) * 32 + lane] = acc[j][n][r];
+    }
+    __syncthreads();
+    if (wk > 0) return;
+    for (int w = 1; w < C::kWK; ++w) {
+      const float* src = red + ((w - 1) * C::kWF * C::kWT + slot) * kRegs * 32;
+#pragma unroll
+      for (int j = 0; j < C::kMT; ++j)
+#pragma unroll
+        for (int n = 0; n < C::kNT; ++n)
+#pragma unroll
+          for (int r = 0; r < 4; ++r) acc[j][n][r] += src[((j * C::kNT + n) * 4 + r) * 32 + lane];
+    }
+  }
+
+  // Accumulator fragment: r = 0,1 -> weight row lane/4, tokens 2*(lane%4) + {0,1};
+  // r = 2,3 -> weight row lane/4 + 8, same tokens.
+  const int group = lane >> 2, pair = (lane & 3) * 2;
+#pragma unroll
+  for (int n = 0; n < C::kNT; ++n)
+#pragma unroll
+    for (int r = 0; r < 4; ++r) {
+      const int t = wt * C::kNT * 8 + n * 8 + pair + (r & 1);
+      if (t >= tile_rows) continue;
+      const int pos = first_pos + t;
+      if constexpr (kGated) {
+#pragma unroll
+        for (int j = 0; j < C::kMT / 2; ++j) {
+          const int feature = feature0 + warp_mtile_row<C, true>(wf, j) + group + (r >> 1) * 8;
+          if (feature >= a.out_features) continue;
+          const float gate = round_bf16(acc[j][n][r]);
+          const float up = round_bf16(acc[j + C::kMT / 2][n][r]);
+          a.act[static_cast<std::int64_t>(pos) * a.out_features + feature] =
+              __float2bfloat16_rn(gate / (1.0f + __expf(-gate)) * up);
+        }
+      } else {
+        const float scale = a.weight_of[pos];
+        float* out_row = a.acc + static_cast<std::int64_t>(a.token_of[pos]) * a.out_features;
+#pragma unroll
+        for (int j = 0; j < C::kMT; ++j) {
+          const int feature = feature0 + warp_mtile_row<C, false>(wf, j) + group + (r >> 1) * 8;
+          if (feature < a.out_features) atomicAdd(out_row + feature, scale * round_bf16(acc[j][n][r]));
+        }
+      }
+    }
+}
+
+// out = bf16(acc); acc = 0 for the next forward. `n` is a multiple of 4.
+__global__ void finish_combine(float* acc, bf16* out, std::size_t n) {
+  auto* acc4 = reinterpret_cast<float4*>(acc);
+  auto* out4 = reinterpret_cast<__nv_bfloat162*>(out);
+  for (std::size_t i = blockIdx.x * std::size_t{blockDim.x} + threadIdx.x; i < n / 4;
+       i += std::size_t{gridDim.x} * blockDim.x) {
+    const float4 v = acc4[i];
+    acc4[i] = make_float4(0.f, 0.f, 0.f, 0.f);
+    out4[2 * i] = __floats2bfloat162_rn(v.x, v.y);
+    out4[2 * i + 1] = __floats2bfloat162_rn(v.z, v.w);
+  }
+}
+
+int tokens_of(NativeTile t) {
+  switch (t) {
+    case NativeTile::narrow:
+      return NarrowTile::kTokens;
+    case NativeTile::medium:
+      return MediumTile::kTokens;
+    case NativeTile::wide:
+      return WideTile::kTokens;
+  }
+  return 0;
+}
+
+template <class C, bool kGated>
+void launch_gemm(const GemmArgs& a, int weight_rows, int max_tiles, cudaStream_t s) {
+  // The shared-memory opt-in is a per-device attribute: set it once for each device used.
+  static std::array<bool, 256> configured{};
+  int device = 0;
+  CUDA_CHECK(cudaGetDevice(&device));
+  if (!configured.at(static_cast<std::size_t>(device))) {
+    CUDA_CHECK(cudaFuncSetAttribute(expert_gemm<C, kGated>,
+                                    cudaFuncAttributeMaxDynamicSharedMemorySize, C::kSmemBytes));
+    configured.at(static_cast<std::size_t>(device)) = true;
+  }
+  const dim3 grid(static_cast<unsigned>(max_tiles),
+                  static_cast<unsigned>((weight_rows + C::kRows - 1) / C::kRows));
+  expert_gemm<C, kGated><<<grid, C::kThreads, C::kSmemBytes, s>>>(a);
+  CUDA_CHECK(cudaGetLastError());
+}
+
+template <class C>
+void launch_both(const GemmArgs& up, const GemmArgs& down, int inter, int hidden, int max_tiles,
+                 cudaStream_t s) {
+  launch_gemm<C, true>(up, 2 * inter, max_tiles, s);
+  launch_gemm<C, false>(down, hidden, max_tiles, s);
+}
+
+}  // namespace
+
+const char* to_string(NativeTile t) {
+  switch (t) {
+    case NativeTile::narrow:
+      return "narrow";
+    case NativeTile::medium:
+      return "medium";
+    case NativeTile::wide:
+      return "wide";
+  }
+  return "?";
+}
+
+NativeTile native_tile_for(const ModelGeometry& g, std::int64_t rows) {
+  const double per_expert = static_cast<double>(rows) * g.top_k / std::max(1, g.experts);
+  if (per_expert <= NarrowTile::kTokens) return NativeTile::narrow;
+  if (per_expert <= 1.5 * MediumTile::kTokens) return NativeTile::medium;
+  return NativeTile::wide;
+}
+
+NativeExperts::NativeExperts(const ModelGeometry& g, const ExpertOwnership& own, int rows,
+                             NativeTile tile, cudaStream_t s)
+    : g_(g), own_(own), rows_(rows), tile_(tile), s_(s), lanes_(rows * g.top_k) {
+  if (g.hidden % 8 != 0 || g.intermediate % 8 != 0)
+    throw std::invalid_argument("native experts need H and I multiples of 8 (H=" +
+                                std::to_string(g.hidden) +
+                                ", I=" + std::to_string(g.intermediate) + ")");
+  if (own.local_experts > kMaxLocalExperts)
+    throw std::invalid_argument("native experts cover at most " +
+                                std::to_string(kMaxLocalExperts) + " local experts");
+  const int t = tokens_of(tile_);
+  // Tiles of expert e: ceil(c_e / t) <= c_e / t + 1 for each expert with rows.
+  max_tiles_ = (lanes_ + t - 1) / t + std::min(own.local_experts, lanes_);
+  lane_slot_ = DeviceBuffer<int>(static_cast<std::size_t>(lanes_));
+  token_of_ = DeviceBuffer<int>(static_cast<std::size_t>(lanes_));
+  weight_of_ = DeviceBuffer<float>(static_cast<std::size_t>(lanes_));
+  num_tiles_ = DeviceBuffer<int>(1);
+  tiles_ = DeviceBuffer<int4>(static_cast<std::size_t>(std::max(1, max_tiles_)));
+  act_ = DeviceBuffer<bf16>(static_cast<std::size_t>(lanes_) * g.intermediate);
+  acc_ = DeviceBuffer<float>(static_cast<std::size_t>(rows) * g.hidden);
+  CUDA_CHECK(cudaMemsetAsync(acc_.get(), 0, acc_.size() * sizeof(float), s_));
+}
+
+void NativeExperts::forward(const bf16* x, const int* ids, const float* weights, const bf16* w13,
+                            const bf16* w2, bf16* out, int* flag) {
+  const int h = g_.hidden, inter = g_.intermediate;
+  plan_routes<<<1, kPlanThreads, 0, s_>>>(ids, weights, lanes_, g_.top_k, g_.experts,
+                                          own_.first_expert, own_.local_experts,
+                                          tokens_of(tile_), lane_slot_.get(), token_of_.get(),
+                                          weight_of_.get(), tiles_.get(), num_tiles_.get(), flag);
+  CUDA_CHECK(cudaGetLastError());
+  GemmArgs up{w13,       static_cast<std::int64_t>(2) * inter * h,
+              h,         inter,
+              x,         token_of_.get(),
+              nullptr,   tiles_.get(),
+              num_tiles_.get(), act_.get(),
+              nullptr};
+  GemmArgs down{w2,      static_cast<std::int64_t>(h) * inter,
+                inter,   h,
+                act_.get(), token_of_.get(),
+                weight_of_.get(), tiles_.get(),
+                num_tiles_.get(), nullptr,
+                acc_.get()};
+  switch (tile_) {
+    case NativeTile::narrow:
+      launch_both<NarrowTile>(up, down, inter, h, max_tiles_, s_);
+      break;
+    case NativeTile::medium:
+      launch_both<MediumTile>(up, down, inter, h, max_tiles_, s_);
+      break;
+    case NativeTile::wide:
+      launch_both<WideTile>(up, down, inter, h, max_tiles_, s_);
+      break;
+  }
+  const std::size_t n = acc_.size();
+  const int blocks = static_cast<int>(std::min<std::size_t>((n / 4 + 255) / 256, 4096));
+  finish_combine<<<std::max(blocks, 1), 256, 0, s_>>>(acc_.get(), out, n);
+  CUDA_CHECK(cudaGetLastError());
+}
+
+}  // namespace moe::cuda

@@ -1,0 +1,60 @@
+// The `native` experts component: our own sm_90 kernels, no host synchronization, so a forward
+// is capturable in a CUDA graph. Internal to kernels/: include only from .cu files.
+//
+// One forward is four kernels:
+//   1. plan_routes   one block: validates every lane (SPEC §6 flag), counts local assignments
+//                    per expert in shared memory, scans them into expert offsets, and writes the
+//                    token and router weight of every expert-sorted position plus a tile table
+//                    (expert, first position, rows) for the GEMMs.
+//   2. expert_gemm<gated>   x rows gathered through the plan (fused permute) times W13 of each
+//                    tile's expert, SiLU(gate) * up in the epilogue -> act [positions][I].
+//   3. expert_gemm<!gated>  act times W2, scaled by the router weight and added (fp32 atomics)
+//                    into an fp32 accumulator in token order (fused combine).
+//   4. finish_combine       accumulator -> bf16 output, and zeroes the accumulator for the
+//                    next forward (so no separate memset pass).
+// The GEMMs run bf16 mma.sync tensor-core tiles fed by a multi-stage cp.async pipeline; the
+// tile shape is picked from the expected rows per expert: a split-K, 16-token tile that keeps
+// enough weight bytes in flight when few rows share an expert, up to 128x128 tiles when many do.
+#pragma once
+
+#include <cstdint>
+
+#include "kernels/cuda_memory.h"
+#include "kernels/geometry.h"
+
+namespace moe::cuda {
+
+enum class NativeTile { narrow, medium, wide };
+[[nodiscard]] const char* to_string(NativeTile t);
+// The tile used for `rows` tokens: by expected rows per expert under balanced routing.
+[[nodiscard]] NativeTile native_tile_for(const ModelGeometry& g, std::int64_t rows);
+
+class NativeExperts {
+ public:
+  // Throws std::invalid_argument for shapes the kernels do not cover (H or I not a multiple of 8,
+  // more than 1024 local experts).
+  NativeExperts(const ModelGeometry& g, const ExpertOwnership& own, int rows, NativeTile tile,
+                cudaStream_t s);
+  NativeExperts(const NativeExperts&) = delete;
+  NativeExperts& operator=(const NativeExperts&) = delete;
+
+  // out[rows][H] = sum over local lanes of weight * expert MLP(x row). `ids`/`weights` are the
+  // [rows][k] routes; invalid lanes become padding and set *flag.
+  void forward(const bf16* x, const int* ids, const float* weights, const bf16* w13,
+               const bf16* w2, bf16* out, int* flag);
+
+ private:
+  ModelGeometry g_;
+  ExpertOwnership own_;
+  int rows_;
+  NativeTile tile_;
+  cudaStream_t s_;
+  int lanes_;
+  int max_tiles_;
+  DeviceBuffer<int> lane_slot_, token_of_, num_tiles_;
+  DeviceBuffer<float> weight_of_, acc_;
+  DeviceBuffer<int4> tiles_;
+  DeviceBuffer<bf16> act_;
+};
+
+}  // namespace moe::cuda

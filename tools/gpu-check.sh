@@ -1,0 +1,71 @@
+#!/usr/bin/env bash
+# GPU acceptance in one go, on a node with one GPU and a build with CUDA:
+#   tools/gpu-check.sh BUILD_DIR OUT_DIR [steps...]
+# Steps (default: tests sanitizer bench): 
+#   tests      the `gpu`-labelled test binaries (every backend vs the CPU reference, CUPTI, NCCL)
+#   sanitizer  compute-sanitizer memcheck on the native backend's tests (skipped if not installed)
+#   bench      harness bench experts -> OUT_DIR/bench-experts.csv (+ .txt)
+#   acquire    harness acquire jobs/qwen3-30b-a3b.yaml --tp 1 --dp 1 --backend native
+# Each step's output goes to OUT_DIR/<step>.log; every step runs, and the exit status is non-zero
+# when any failed.
+set -euo pipefail
+build=${1:?build directory}
+out=${2:?output directory}
+shift 2
+steps=("$@")
+[ ${#steps[@]} -gt 0 ] || steps=(tests sanitizer bench)
+mkdir -p "$out"
+export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 NCCL_NVLS_ENABLE=0
+
+step() {
+  local name=$1
+  shift
+  local t0=$SECONDS
+  echo "== $name"
+  if "$@" >"$out/$name.log" 2>&1; then
+    echo "== $name ok ($((SECONDS - t0)) s)"
+  else
+    echo "== $name FAILED ($((SECONDS - t0)) s); tail of $out/$name.log:"
+    tail -40 "$out/$name.log"
+    failed=1
+  fi
+}
+
+run_tests() {
+  local rc=0
+  for t in kernels/kernels_gpu_tests ranks/ranks_gpu_tests comm/comm_gpu_tests; do
+    "$build/$t" --gtest_brief=1 || rc=1
+  done
+  return $rc
+}
+
+run_sanitizer() {
+  local cs
+  cs=$(command -v compute-sanitizer || ls /usr/local/cuda*/bin/compute-sanitizer 2>/dev/null | head -1 || true)
+  if [ -z "$cs" ]; then echo "compute-sanitizer not installed: skipped"; return 0; fi
+  "$cs" --tool memcheck --error-exitcode 9 "$build/kernels/kernels_gpu_tests" \
+    --gtest_filter='Backends/GpuBackend.InvalidRoutes*/1:NativeBackend.ForwardIsCapturable*'
+  "$cs" --tool memcheck --error-exitcode 9 "$build/kernels/kernels_gpu_tests" \
+    --gtest_filter='NativeBackend.EveryTile*'
+}
+
+run_bench() {
+  "$build/harness/harness" bench experts --csv "$out/bench-experts.csv" | tee "$out/bench-experts.txt"
+}
+
+run_acquire() {
+  mpirun --allow-run-as-root -np 1 -x LD_LIBRARY_PATH "$build/harness/harness" acquire \
+    jobs/qwen3-30b-a3b.yaml --tp 1 --dp 1 --backend native --out-root "$out/acquire"
+}
+
+failed=0
+for s in "${steps[@]}"; do
+  case "$s" in
+    tests) step tests run_tests ;;
+    sanitizer) step sanitizer run_sanitizer ;;
+    bench) step bench run_bench ;;
+    acquire) step acquire run_acquire ;;
+    *) echo "unknown step '$s'" >&2; exit 2 ;;
+  esac
+done
+exit $failed
