@@ -10,6 +10,8 @@
 // that rotate through enough weight banks that no bank stays in L2. Reported: median µs, the
 // floor max((weight + activation bytes) / bandwidth, flops / GEMM rate), the ratio to the
 // floor and native/cublas_grouped. gate_routing and finalize_copy rows use their byte floors.
+#include <cxxabi.h>
+
 #include <algorithm>
 #include <cmath>
 #include <fstream>
@@ -81,9 +83,23 @@ struct Row {
   GridPoint point;
   int banks = 1;
   double median_us = 0, min_us = 0, max_us = 0, max_error = 0;
+  std::string kernels;  // "name=us;..." of the median forward, in start order
   Floor floor;
   std::optional<double> native_over_cublas;
 };
+
+// "moe::cuda::(anonymous namespace)::expert_gemm<...>(moe::cuda::GemmArgs)" -> "expert_gemm<...>".
+std::string short_kernel_name(const std::string& mangled) {
+  int status = 0;
+  char* d = abi::__cxa_demangle(mangled.c_str(), nullptr, nullptr, &status);
+  std::string name = status == 0 && d ? d : mangled;
+  std::free(d);
+  for (const std::string noise : {"moe::cuda::(anonymous namespace)::", "(anonymous namespace)::",
+                                  "moe::", "void "})
+    for (std::size_t at; (at = name.find(noise)) != std::string::npos;) name.erase(at, noise.size());
+  if (auto paren = name.find('('); paren != std::string::npos && paren > 0) name.resize(paren);
+  return name;
+}
 
 double median_of(std::vector<double> v) {
   std::nth_element(v.begin(), v.begin() + v.size() / 2, v.end());
@@ -116,11 +132,21 @@ Row measure(Backend& backend, ForwardTimer& timer, const WorkloadSpec& spec,
     timer.end();
   }
   w->synchronize();
+  const auto records = timer.collect();
   std::vector<double> us;
-  for (const auto& r : timer.collect()) us.push_back(r.value_us);
+  for (const auto& r : records) us.push_back(r.value_us);
   if (w->take_route_error()) throw std::runtime_error("route flag raised on a valid stimulus");
   if (timer.dropped() != 0) throw std::runtime_error("CUPTI dropped activity records");
   row.median_us = median_of(us);
+  for (const auto& r : records)
+    if (r.value_us == row.median_us) {
+      std::ostringstream k;
+      k << std::fixed << std::setprecision(1);
+      for (const auto& [name, t] : r.activities)
+        k << (k.tellp() > 0 ? ";" : "") << short_kernel_name(name) << "=" << t;
+      row.kernels = k.str();
+      break;
+    }
   row.min_us = *std::min_element(us.begin(), us.end());
   row.max_us = *std::max_element(us.begin(), us.end());
   return row;
@@ -132,7 +158,7 @@ void write_csv(const std::string& path, const std::vector<Row>& rows, const Devi
   if (!os) throw std::runtime_error("cannot write " + path);
   os << "component,model,backend,tokens,activated,assignments,banks,median_us,min_us,max_us,"
         "floor_us,floor_bound,floor_bytes,floor_flops,ratio_to_floor,native_over_cublas,"
-        "max_rel_error,copy_gbps,gemm_tflops,device\n";
+        "max_rel_error,copy_gbps,gemm_tflops,device,kernels\n";
   os << std::setprecision(6);
   for (const auto& r : rows) {
     os << r.component << ',' << r.model << ',' << r.backend << ',' << r.point.tokens << ','
@@ -141,7 +167,7 @@ void write_csv(const std::string& path, const std::vector<Row>& rows, const Devi
        << r.floor.bytes << ',' << r.floor.flops << ',' << r.median_us / r.floor.us << ',';
     if (r.native_over_cublas) os << *r.native_over_cublas;
     os << ',' << r.max_error << ',' << peaks.copy_bytes_per_s / 1e9 << ','
-       << peaks.bf16_flops_per_s / 1e12 << ',' << device << '\n';
+       << peaks.bf16_flops_per_s / 1e12 << ',' << device << ",\"" << r.kernels << "\"\n";
   }
   if (!os.flush()) throw std::runtime_error("cannot write " + path);
 }
@@ -248,6 +274,11 @@ int bench_experts(const Args& args) {
       }
     }
   print_table(rows, std::cout);
+  std::cout << "\nkernels of the median forward (us):\n";
+  for (const auto& r : rows)
+    if (r.component == "experts")
+      std::cout << "  " << r.model << " N=" << r.point.tokens << " " << r.backend << ": "
+                << r.kernels << "\n";
   write_csv(csv, rows, peaks, device_name);
   std::cout << "wrote " << csv << "\n";
   return 0;

@@ -58,30 +58,55 @@ __device__ __forceinline__ bool lane_is_valid(int id, float w, int experts) {
 
 // ---------------------------------------------------------------- route plan
 
-// One block. Positions of local lanes are grouped by expert (ascending local id); inside an
-// expert the order is whatever the shared-memory atomics gave, which changes no output value:
-// every output element depends only on its own row.
+// One thread per lane, kPlanThreads lanes per block. Positions of local lanes are grouped by
+// expert (ascending local id); inside an expert the order is whatever the atomics gave, which
+// changes no output value: every output element depends only on its own row.
+// Each block counts its lanes per expert in shared memory and reserves its range of slots with
+// one global atomic per expert; the last block to finish (ticket) scans the totals into offsets
+// and the tile table, then resets the totals and the ticket for the next forward (so a forward
+// needs no memset). With a single block the same kernel also writes the positions; with more,
+// scatter_routes does.
 __global__ void __launch_bounds__(kPlanThreads)
-    plan_routes(const int* ids, const float* weights, int lanes, int k, int experts, int first,
-                int local, int tile_tokens, int* lane_slot, int* token_of, float* weight_of,
-                int4* tiles, int* num_tiles, int* flag) {
+    plan_routes(const int* __restrict__ ids, const float* __restrict__ weights, int lanes, int k,
+                int experts, int first, int local, int tile_tokens, int* total_counts,
+                int* expert_offsets, unsigned* ticket, int* lane_slot, int* token_of,
+                int* lane_pos, int4* tiles, int* num_tiles, int* flag) {
   __shared__ int counts[kMaxLocalExperts];
   __shared__ int offsets[kMaxLocalExperts];
+  __shared__ bool last;
   const int tid = static_cast<int>(threadIdx.x);
-  for (int e = tid; e < local; e += blockDim.x) counts[e] = 0;
+  const int i = static_cast<int>(blockIdx.x) * kPlanThreads + tid;
+  for (int e = tid; e < local; e += kPlanThreads) counts[e] = 0;
   __syncthreads();
-  bool bad = false;
-  for (int i = tid; i < lanes; i += blockDim.x) {
+  int expert = -1, slot = -1;
+  if (i < lanes) {
     const int id = ids[i];
-    int slot = -1;
-    if (!lane_is_valid(id, weights[i], experts))
-      bad = true;
-    else if (id >= first && id < first + local)
-      slot = atomicAdd(&counts[id - first], 1);
-    lane_slot[i] = slot;  // read back below by this same thread
+    if (!lane_is_valid(id, weights[i], experts)) {
+      atomicOr(flag, 1);
+    } else if (id >= first && id < first + local) {
+      expert = id - first;
+      slot = atomicAdd(&counts[expert], 1);
+    }
   }
-  if (bad) atomicOr(flag, 1);
   __syncthreads();
+  for (int e = tid; e < local; e += kPlanThreads)
+    offsets[e] = counts[e] ? atomicAdd(&total_counts[e], counts[e]) : 0;  // this block's base
+  __syncthreads();
+  if (expert >= 0) slot += offsets[expert];
+  __syncthreads();  // every base read before the scan below rewrites `offsets`
+  if (gridDim.x > 1) {
+    if (i < lanes) lane_slot[i] = slot;
+    __threadfence();
+    __syncthreads();
+    if (tid == 0) last = atomicAdd(ticket, 1u) == gridDim.x - 1;
+    __syncthreads();
+    if (!last) return;
+    __threadfence();
+    for (int e = tid; e < local; e += kPlanThreads) counts[e] = __ldcg(&total_counts[e]);
+    __syncthreads();
+  }
+  for (int e = tid; e < local; e += kPlanThreads) total_counts[e] = 0;
+  if (tid == 0) *ticket = 0u;
   if (tid < 32) {
     // Each lane of warp 0 scans a contiguous run of experts; a shuffle scan joins the runs.
     const int per = (local + 31) / 32;
@@ -100,20 +125,33 @@ __global__ void __launch_bounds__(kPlanThreads)
     int off = rows_incl - rows, tile = tiles_incl - tile_count;
     for (int e = begin; e < end; ++e) {
       offsets[e] = off;
+      expert_offsets[e] = off;
       for (int s = 0; s < counts[e]; s += tile_tokens)
         tiles[tile++] = make_int4(e, off + s, min(tile_tokens, counts[e] - s), 0);
       off += counts[e];
     }
     if (tid == 31) *num_tiles = tiles_incl;
   }
+  if (gridDim.x > 1) return;
   __syncthreads();
-  for (int i = tid; i < lanes; i += blockDim.x) {
-    const int slot = lane_slot[i];
-    if (slot < 0) continue;
-    const int pos = offsets[ids[i] - first] + slot;
-    token_of[pos] = i / k;
-    weight_of[pos] = weights[i];
+  if (i < lanes) {
+    const int pos = expert < 0 ? -1 : offsets[expert] + slot;
+    lane_pos[i] = pos;
+    if (pos >= 0) token_of[pos] = i / k;
   }
+}
+
+// Positions of every lane once plan_routes (several blocks) has the expert offsets.
+__global__ void __launch_bounds__(kPlanThreads)
+    scatter_routes(const int* __restrict__ ids, int lanes, int k, int first,
+                   const int* __restrict__ lane_slot, const int* __restrict__ expert_offsets,
+                   int* lane_pos, int* token_of) {
+  const int i = static_cast<int>(blockIdx.x) * kPlanThreads + static_cast<int>(threadIdx.x);
+  if (i >= lanes) return;
+  const int slot = lane_slot[i];
+  const int pos = slot < 0 ? -1 : expert_offsets[ids[i] - first] + slot;
+  lane_pos[i] = pos;
+  if (pos >= 0) token_of[pos] = i / k;
 }
 
 // ---------------------------------------------------------------- grouped expert GEMM
@@ -158,11 +196,9 @@ struct GemmArgs {
   int out_features;  // I (gated) or H
   const bf16* src;   // x [tokens][H] (gated, gathered through token_of) or act [positions][I]
   const int* token_of;
-  const float* weight_of;
   const int4* tiles;  // (local expert, first position, rows)
   const int* num_tiles;
-  bf16* act;   // gated output [positions][I]
-  float* acc;  // ungated output [tokens][H], fp32, accumulated
+  bf16* out;  // [positions][out_features]: act (gated) or the expert outputs (W2)
 };
 
 // Gated: block rows are kRows/2 gate rows [f0, f0 + kRows/2) and the matching up rows
@@ -343,31 +379,56 @@ __global__ void __launch_bounds__(C::kThreads, C::kMinBlocks) expert_gemm(GemmAr
           if (feature >= a.out_features) continue;
           const float gate = round_bf16(acc[j][n][r]);
           const float up = round_bf16(acc[j + C::kMT / 2][n][r]);
-          a.act[static_cast<std::int64_t>(pos) * a.out_features + feature] =
+          a.out[static_cast<std::int64_t>(pos) * a.out_features + feature] =
               __float2bfloat16_rn(gate / (1.0f + __expf(-gate)) * up);
         }
       } else {
-        const float scale = a.weight_of[pos];
-        float* out_row = a.acc + static_cast<std::int64_t>(a.token_of[pos]) * a.out_features;
+        bf16* out_row = a.out + static_cast<std::int64_t>(pos) * a.out_features;
 #pragma unroll
         for (int j = 0; j < C::kMT; ++j) {
           const int feature = feature0 + warp_mtile_row<C, false>(wf, j) + group + (r >> 1) * 8;
-          if (feature < a.out_features) atomicAdd(out_row + feature, scale * round_bf16(acc[j][n][r]));
+          if (feature < a.out_features) out_row[feature] = __float2bfloat16_rn(acc[j][n][r]);
         }
       }
     }
 }
 
-// out = bf16(acc); acc = 0 for the next forward. `n` is a multiple of 4.
-__global__ void finish_combine(float* acc, bf16* out, std::size_t n) {
-  auto* acc4 = reinterpret_cast<float4*>(acc);
-  auto* out4 = reinterpret_cast<__nv_bfloat162*>(out);
-  for (std::size_t i = blockIdx.x * std::size_t{blockDim.x} + threadIdx.x; i < n / 4;
-       i += std::size_t{gridDim.x} * blockDim.x) {
-    const float4 v = acc4[i];
-    acc4[i] = make_float4(0.f, 0.f, 0.f, 0.f);
-    out4[2 * i] = __floats2bfloat162_rn(v.x, v.y);
-    out4[2 * i + 1] = __floats2bfloat162_rn(v.z, v.w);
+// One block per token row: out[row] = sum over its local lanes of weight * expert output, in
+// fp32, read as 16-byte chunks of 8 bf16 (H is a multiple of 8). Rows with no local lane get 0.
+// The row's lane positions and weights are staged in shared memory first so that the loads of
+// the k expert rows are independent of each other.
+__global__ void combine_lanes(const bf16* __restrict__ y, const int* __restrict__ lane_pos,
+                              const float* __restrict__ weights, int k, int hidden,
+                              bf16* __restrict__ out) {
+  extern __shared__ int row_lanes[];  // k positions, then k weights
+  auto* row_weights = reinterpret_cast<float*>(row_lanes + k);
+  const int row = static_cast<int>(blockIdx.x);
+  for (int j = static_cast<int>(threadIdx.x); j < k; j += blockDim.x) {
+    row_lanes[j] = lane_pos[row * k + j];
+    row_weights[j] = weights[row * k + j];
+  }
+  __syncthreads();
+  for (int c = static_cast<int>(threadIdx.x); c < hidden / 8; c += blockDim.x) {
+    float sum[8] = {};
+#pragma unroll 8
+    for (int j = 0; j < k; ++j) {
+      const int pos = row_lanes[j];
+      if (pos < 0) continue;
+      const float w = row_weights[j];
+      const uint4 v = reinterpret_cast<const uint4*>(y + static_cast<std::int64_t>(pos) * hidden)[c];
+      const auto* h2 = reinterpret_cast<const __nv_bfloat162*>(&v);
+#pragma unroll
+      for (int q = 0; q < 4; ++q) {
+        const float2 f = __bfloat1622float2(h2[q]);
+        sum[2 * q] += w * f.x;
+        sum[2 * q + 1] += w * f.y;
+      }
+    }
+    uint4 packed;
+    auto* o2 = reinterpret_cast<__nv_bfloat162*>(&packed);
+#pragma unroll
+    for (int q = 0; q < 4; ++q) o2[q] = __floats2bfloat162_rn(sum[2 * q], sum[2 * q + 1]);
+    reinterpret_cast<uint4*>(out + static_cast<std::int64_t>(row) * hidden)[c] = packed;
   }
 }
 
@@ -442,35 +503,42 @@ NativeExperts::NativeExperts(const ModelGeometry& g, const ExpertOwnership& own,
   // Tiles of expert e: ceil(c_e / t) <= c_e / t + 1 for each expert with rows.
   max_tiles_ = (lanes_ + t - 1) / t + std::min(own.local_experts, lanes_);
   lane_slot_ = DeviceBuffer<int>(static_cast<std::size_t>(lanes_));
+  lane_pos_ = DeviceBuffer<int>(static_cast<std::size_t>(lanes_));
+  total_counts_ = DeviceBuffer<int>(static_cast<std::size_t>(own.local_experts));
+  expert_offsets_ = DeviceBuffer<int>(static_cast<std::size_t>(own.local_experts));
+  ticket_ = DeviceBuffer<unsigned>(1);
+  // plan_routes leaves these zero after every forward; they start zero.
+  CUDA_CHECK(cudaMemsetAsync(total_counts_.get(), 0, total_counts_.size() * sizeof(int), s_));
+  CUDA_CHECK(cudaMemsetAsync(ticket_.get(), 0, sizeof(unsigned), s_));
   token_of_ = DeviceBuffer<int>(static_cast<std::size_t>(lanes_));
-  weight_of_ = DeviceBuffer<float>(static_cast<std::size_t>(lanes_));
   num_tiles_ = DeviceBuffer<int>(1);
   tiles_ = DeviceBuffer<int4>(static_cast<std::size_t>(std::max(1, max_tiles_)));
   act_ = DeviceBuffer<bf16>(static_cast<std::size_t>(lanes_) * g.intermediate);
-  acc_ = DeviceBuffer<float>(static_cast<std::size_t>(rows) * g.hidden);
-  CUDA_CHECK(cudaMemsetAsync(acc_.get(), 0, acc_.size() * sizeof(float), s_));
+  y_ = DeviceBuffer<bf16>(static_cast<std::size_t>(lanes_) * g.hidden);
 }
 
 void NativeExperts::forward(const bf16* x, const int* ids, const float* weights, const bf16* w13,
                             const bf16* w2, bf16* out, int* flag) {
   const int h = g_.hidden, inter = g_.intermediate;
-  plan_routes<<<1, kPlanThreads, 0, s_>>>(ids, weights, lanes_, g_.top_k, g_.experts,
-                                          own_.first_expert, own_.local_experts,
-                                          tokens_of(tile_), lane_slot_.get(), token_of_.get(),
-                                          weight_of_.get(), tiles_.get(), num_tiles_.get(), flag);
+  const unsigned plan_blocks = static_cast<unsigned>((lanes_ + kPlanThreads - 1) / kPlanThreads);
+  plan_routes<<<plan_blocks, kPlanThreads, 0, s_>>>(
+      ids, weights, lanes_, g_.top_k, g_.experts, own_.first_expert, own_.local_experts,
+      tokens_of(tile_), total_counts_.get(), expert_offsets_.get(), ticket_.get(),
+      lane_slot_.get(), token_of_.get(), lane_pos_.get(), tiles_.get(), num_tiles_.get(), flag);
   CUDA_CHECK(cudaGetLastError());
-  GemmArgs up{w13,       static_cast<std::int64_t>(2) * inter * h,
-              h,         inter,
-              x,         token_of_.get(),
-              nullptr,   tiles_.get(),
-              num_tiles_.get(), act_.get(),
-              nullptr};
-  GemmArgs down{w2,      static_cast<std::int64_t>(h) * inter,
-                inter,   h,
-                act_.get(), token_of_.get(),
-                weight_of_.get(), tiles_.get(),
-                num_tiles_.get(), nullptr,
-                acc_.get()};
+  if (plan_blocks > 1) {
+    scatter_routes<<<plan_blocks, kPlanThreads, 0, s_>>>(ids, lanes_, g_.top_k,
+                                                         own_.first_expert, lane_slot_.get(),
+                                                         expert_offsets_.get(), lane_pos_.get(),
+                                                         token_of_.get());
+    CUDA_CHECK(cudaGetLastError());
+  }
+  const GemmArgs up{w13,   static_cast<std::int64_t>(2) * inter * h, h,
+                    inter, x,                                          token_of_.get(),
+                    tiles_.get(), num_tiles_.get(),                    act_.get()};
+  const GemmArgs down{w2,      static_cast<std::int64_t>(h) * inter, inter,
+                      h,       act_.get(),                           token_of_.get(),
+                      tiles_.get(), num_tiles_.get(),                y_.get()};
   switch (tile_) {
     case NativeTile::narrow:
       launch_both<NarrowTile>(up, down, inter, h, max_tiles_, s_);
@@ -482,9 +550,9 @@ void NativeExperts::forward(const bf16* x, const int* ids, const float* weights,
       launch_both<WideTile>(up, down, inter, h, max_tiles_, s_);
       break;
   }
-  const std::size_t n = acc_.size();
-  const int blocks = static_cast<int>(std::min<std::size_t>((n / 4 + 255) / 256, 4096));
-  finish_combine<<<std::max(blocks, 1), 256, 0, s_>>>(acc_.get(), out, n);
+  const std::size_t lane_bytes = static_cast<std::size_t>(g_.top_k) * 8;
+  combine_lanes<<<static_cast<unsigned>(rows_), 128, lane_bytes, s_>>>(
+      y_.get(), lane_pos_.get(), weights, g_.top_k, h, out);
   CUDA_CHECK(cudaGetLastError());
 }
 

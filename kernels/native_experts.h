@@ -1,20 +1,21 @@
 // The `native` experts component: our own sm_90 kernels, no host synchronization, so a forward
 // is capturable in a CUDA graph. Internal to kernels/: include only from .cu files.
 //
-// One forward is four kernels:
-//   1. plan_routes   one block: validates every lane (SPEC §6 flag), counts local assignments
-//                    per expert in shared memory, scans them into expert offsets, and writes the
-//                    token and router weight of every expert-sorted position plus a tile table
-//                    (expert, first position, rows) for the GEMMs.
+// One forward is four kernels (five above 1024 lanes):
+//   1. plan_routes   validates every lane (SPEC §6 flag), counts local assignments per expert,
+//                    scans them into expert offsets and writes a tile table (expert, first
+//                    position, rows) for the GEMMs; with one block (<= 1024 lanes) it also
+//                    writes the token of every expert-sorted position and the position of every
+//                    lane, otherwise scatter_routes does that.
 //   2. expert_gemm<gated>   x rows gathered through the plan (fused permute) times W13 of each
 //                    tile's expert, SiLU(gate) * up in the epilogue -> act [positions][I].
-//   3. expert_gemm<!gated>  act times W2, scaled by the router weight and added (fp32 atomics)
-//                    into an fp32 accumulator in token order (fused combine).
-//   4. finish_combine       accumulator -> bf16 output, and zeroes the accumulator for the
-//                    next forward (so no separate memset pass).
+//   3. expert_gemm<!gated>  act times W2 -> expert outputs [positions][H] (bf16).
+//   4. combine_lanes        per token: router-weighted sum of its lanes' expert outputs in fp32.
 // The GEMMs run bf16 mma.sync tensor-core tiles fed by a multi-stage cp.async pipeline; the
 // tile shape is picked from the expected rows per expert: a split-K, 16-token tile that keeps
 // enough weight bytes in flight when few rows share an expert, up to 128x128 tiles when many do.
+// (Combining in the W2 epilogue with fp32 atomics was measured slower: N*k*H atomics cost more
+// than writing and re-reading the bf16 expert outputs.)
 #pragma once
 
 #include <cstdint>
@@ -51,10 +52,10 @@ class NativeExperts {
   cudaStream_t s_;
   int lanes_;
   int max_tiles_;
-  DeviceBuffer<int> lane_slot_, token_of_, num_tiles_;
-  DeviceBuffer<float> weight_of_, acc_;
+  DeviceBuffer<int> lane_slot_, lane_pos_, token_of_, num_tiles_, total_counts_, expert_offsets_;
+  DeviceBuffer<unsigned> ticket_;
   DeviceBuffer<int4> tiles_;
-  DeviceBuffer<bf16> act_;
+  DeviceBuffer<bf16> act_, y_;
 };
 
 }  // namespace moe::cuda

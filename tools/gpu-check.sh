@@ -50,7 +50,8 @@ run_sanitizer() {
 }
 
 run_bench() {
-  "$build/harness/harness" bench experts --csv "$out/bench-experts.csv" | tee "$out/bench-experts.txt"
+  # shellcheck disable=SC2086  # BENCH_ARGS: extra options, e.g. "--components experts"
+  "$build/harness/harness" bench experts --csv "$out/bench-experts.csv" ${BENCH_ARGS:-} | tee "$out/bench-experts.txt"
 }
 
 run_acquire() {
