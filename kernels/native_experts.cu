@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <array>
+#include <cstdlib>
 #include <stdexcept>
 #include <string>
 
@@ -214,73 +215,118 @@ __device__ __forceinline__ int warp_mtile_row(int wf, int j) {
   }
 }
 
+// The cp.async copies of one thread for one block tile: weight rows (gated: the gate half and
+// the up half of W13) and token rows (gathered through token_of for W13), both into rows of kBK
+// bf16 with the 16-byte chunks XOR-swizzled by row (for kBK = 64 this is the 128-byte swizzle
+// that wgmma descriptors expect). Rows past the matrix and K past its end are zero-filled.
+template <class C, bool kGated>
+struct TileLoader {
+  const bf16* w_src[C::kWLoads];
+  bool w_ok[C::kWLoads];
+  int w_dst[C::kWLoads], w_chunk[C::kWLoads];
+  const bf16* x_src[C::kXLoads];
+  bool x_ok[C::kXLoads];
+  int x_dst[C::kXLoads], x_chunk[C::kXLoads];
+  const bf16* w_base;
+  const bf16* x_base;
+  int k;
+
+  __device__ TileLoader(const GemmArgs& a, int expert, int first_pos, int tile_rows, int feature0,
+                        int tid)
+      : w_base(a.weights + expert * a.expert_stride), x_base(a.src), k(a.k) {
+#pragma unroll
+    for (int i = 0; i < C::kWLoads; ++i) {
+      const int q = tid + i * C::kThreads, row = q / C::kChunks, chunk = q % C::kChunks;
+      int feature, weight_row;
+      if constexpr (kGated) {
+        feature = feature0 + row % (C::kRows / 2);
+        weight_row = (row < C::kRows / 2 ? 0 : a.out_features) + feature;
+      } else {
+        feature = feature0 + row;
+        weight_row = feature;
+      }
+      w_ok[i] = feature < a.out_features;
+      w_src[i] = w_base + static_cast<std::int64_t>(w_ok[i] ? weight_row : 0) * a.k;
+      w_chunk[i] = chunk;
+      w_dst[i] = row * C::kBK + ((chunk ^ (row & 7)) * 8);
+    }
+#pragma unroll
+    for (int i = 0; i < C::kXLoads; ++i) {
+      const int q = tid + i * C::kThreads, row = q / C::kChunks, chunk = q % C::kChunks;
+      x_ok[i] = row < tile_rows;
+      const int pos = first_pos + (x_ok[i] ? row : 0);
+      const std::int64_t src_row = kGated ? a.token_of[pos] : pos;
+      x_src[i] = a.src + src_row * a.k;
+      x_chunk[i] = chunk;
+      x_dst[i] = row * C::kBK + ((chunk ^ (row & 7)) * 8);
+    }
+  }
+
+  // Queues K step `step` into the stage at `sw` (weights) / `sx` (tokens).
+  __device__ __forceinline__ void load(bf16* sw, bf16* sx, int step) const {
+    const int k0 = step * C::kBK;
+#pragma unroll
+    for (int i = 0; i < C::kWLoads; ++i) {
+      const int col = k0 + w_chunk[i] * 8;
+      const bool ok = w_ok[i] && col < k;
+      cp_async16(sw + w_dst[i], ok ? w_src[i] + col : w_base, ok);
+    }
+#pragma unroll
+    for (int i = 0; i < C::kXLoads; ++i) {
+      const int col = k0 + x_chunk[i] * 8;
+      const bool ok = x_ok[i] && col < k;
+      cp_async16(sx + x_dst[i], ok ? x_src[i] + col : x_base, ok);
+    }
+  }
+};
+
+// Stores one warp's accumulators. acc[j][n][r] (the mma/wgmma fragment layout) holds weight row
+// row_of(j) + lane/4 + 8*(r/2) of the block and token token0 + 8n + 2*(lane%4) + r%2 of the
+// tile. Gated: m-tiles j < kMT/2 are gate rows and j + kMT/2 the up rows of the same features
+// (row_of gives the feature offset); the output is SiLU(gate) * up with gate and up rounded to
+// bf16 first, as a separate GEMM would store them. Ungated: the expert output row in bf16.
+template <bool kGated, int kMT, int kNT, class RowOf>
+__device__ __forceinline__ void store_accumulators(const GemmArgs& a, const float (&acc)[kMT][kNT][4],
+                                                   RowOf row_of, int feature0, int token0,
+                                                   int first_pos, int tile_rows, int lane) {
+  const int group = lane >> 2, pair = (lane & 3) * 2;
+#pragma unroll
+  for (int n = 0; n < kNT; ++n)
+#pragma unroll
+    for (int r = 0; r < 4; ++r) {
+      const int t = token0 + n * 8 + pair + (r & 1);
+      if (t >= tile_rows) continue;
+      bf16* out_row = a.out + static_cast<std::int64_t>(first_pos + t) * a.out_features;
+#pragma unroll
+      for (int j = 0; j < (kGated ? kMT / 2 : kMT); ++j) {
+        const int feature = feature0 + row_of(j) + group + (r >> 1) * 8;
+        if (feature >= a.out_features) continue;
+        if constexpr (kGated) {
+          const float gate = round_bf16(acc[j][n][r]);
+          const float up = round_bf16(acc[j + kMT / 2][n][r]);
+          out_row[feature] = __float2bfloat16_rn(gate / (1.0f + __expf(-gate)) * up);
+        } else {
+          out_row[feature] = __float2bfloat16_rn(acc[j][n][r]);
+        }
+      }
+    }
+}
+
 template <class C, bool kGated>
 __global__ void __launch_bounds__(C::kThreads, C::kMinBlocks) expert_gemm(GemmArgs a) {
   const int tile_index = static_cast<int>(blockIdx.x);
   if (tile_index >= *a.num_tiles) return;
   const int4 tile = a.tiles[tile_index];
-  const int expert = tile.x, first_pos = tile.y, tile_rows = tile.z;
+  const int first_pos = tile.y, tile_rows = tile.z;
   const int feature0 = static_cast<int>(blockIdx.y) * (kGated ? C::kRows / 2 : C::kRows);
 
   extern __shared__ __align__(128) unsigned char smem_raw[];
   bf16* smem = reinterpret_cast<bf16*>(smem_raw);
   const int tid = static_cast<int>(threadIdx.x), lane = tid % 32, warp = tid / 32;
   const int wf = warp % C::kWF, wt = (warp / C::kWF) % C::kWT, wk = warp / (C::kWF * C::kWT);
-
-  // Per-thread source rows of the copies it issues (fixed across K steps).
-  const bf16* w_base = a.weights + expert * a.expert_stride;
-  const bf16* w_src[C::kWLoads];
-  bool w_ok[C::kWLoads];
-  int w_dst[C::kWLoads], w_chunk[C::kWLoads];
-#pragma unroll
-  for (int i = 0; i < C::kWLoads; ++i) {
-    const int q = tid + i * C::kThreads, row = q / C::kChunks, chunk = q % C::kChunks;
-    int feature, weight_row;
-    if constexpr (kGated) {
-      const int in_half = row % (C::kRows / 2);
-      feature = feature0 + in_half;
-      weight_row = (row < C::kRows / 2 ? 0 : a.out_features) + feature;
-    } else {
-      feature = feature0 + row;
-      weight_row = feature;
-    }
-    w_ok[i] = feature < a.out_features;
-    w_src[i] = w_base + static_cast<std::int64_t>(w_ok[i] ? weight_row : 0) * a.k;
-    w_chunk[i] = chunk;
-    w_dst[i] = row * C::kBK + ((chunk ^ (row & 7)) * 8);
-  }
-  const bf16* x_src[C::kXLoads];
-  bool x_ok[C::kXLoads];
-  int x_dst[C::kXLoads], x_chunk[C::kXLoads];
-#pragma unroll
-  for (int i = 0; i < C::kXLoads; ++i) {
-    const int q = tid + i * C::kThreads, row = q / C::kChunks, chunk = q % C::kChunks;
-    x_ok[i] = row < tile_rows;
-    const int pos = first_pos + (x_ok[i] ? row : 0);
-    const std::int64_t src_row = kGated ? a.token_of[pos] : pos;
-    x_src[i] = a.src + src_row * a.k;
-    x_chunk[i] = chunk;
-    x_dst[i] = row * C::kBK + ((chunk ^ (row & 7)) * 8);
-  }
-
+  const TileLoader<C, kGated> loader(a, tile.x, first_pos, tile_rows, feature0, tid);
   const int k_steps = (a.k + C::kBK - 1) / C::kBK;
-  auto load_stage = [&](int stage, int step) {
-    bf16* sw = smem + stage * (C::kStageW + C::kStageX);
-    bf16* sx = sw + C::kStageW;
-    const int k0 = step * C::kBK;
-#pragma unroll
-    for (int i = 0; i < C::kWLoads; ++i) {
-      const int col = k0 + w_chunk[i] * 8;
-      const bool ok = w_ok[i] && col < a.k;
-      cp_async16(sw + w_dst[i], ok ? w_src[i] + col : w_base, ok);
-    }
-#pragma unroll
-    for (int i = 0; i < C::kXLoads; ++i) {
-      const int col = k0 + x_chunk[i] * 8;
-      const bool ok = x_ok[i] && col < a.k;
-      cp_async16(sx + x_dst[i], ok ? x_src[i] + col : a.src, ok);
-    }
-  };
+  auto stage_w = [&](int stage) { return smem + stage * (C::kStageW + C::kStageX); };
 
   float acc[C::kMT][C::kNT][4];
 #pragma unroll
@@ -292,17 +338,20 @@ __global__ void __launch_bounds__(C::kThreads, C::kMinBlocks) expert_gemm(GemmAr
 
 #pragma unroll
   for (int s = 0; s < C::kStages - 1; ++s) {
-    if (s < k_steps) load_stage(s, s);
+    if (s < k_steps) loader.load(stage_w(s), stage_w(s) + C::kStageW, s);
     cp_async_commit();
   }
   for (int step = 0; step < k_steps; ++step) {
     cp_async_wait<C::kStages - 2>();
     __syncthreads();  // stage `step` visible to all; stage `step - 1` free for refill
     const int next = step + C::kStages - 1;
-    if (next < k_steps) load_stage(next % C::kStages, next);
+    if (next < k_steps) {
+      bf16* sw = stage_w(next % C::kStages);
+      loader.load(sw, sw + C::kStageW, next);
+    }
     cp_async_commit();
 
-    const bf16* sw = smem + (step % C::kStages) * (C::kStageW + C::kStageX);
+    const bf16* sw = stage_w(step % C::kStages);
     const bf16* sx = sw + C::kStageW;
 #pragma unroll
     for (int ks = 0; ks < C::kKPerWarp / 16; ++ks) {
@@ -361,42 +410,154 @@ __global__ void __launch_bounds__(C::kThreads, C::kMinBlocks) expert_gemm(GemmAr
           for (int r = 0; r < 4; ++r) acc[j][n][r] += src[((j * C::kNT + n) * 4 + r) * 32 + lane];
     }
   }
-
-  // Accumulator fragment: r = 0,1 -> weight row lane/4, tokens 2*(lane%4) + {0,1};
-  // r = 2,3 -> weight row lane/4 + 8, same tokens.
-  const int group = lane >> 2, pair = (lane & 3) * 2;
-#pragma unroll
-  for (int n = 0; n < C::kNT; ++n)
-#pragma unroll
-    for (int r = 0; r < 4; ++r) {
-      const int t = wt * C::kNT * 8 + n * 8 + pair + (r & 1);
-      if (t >= tile_rows) continue;
-      const int pos = first_pos + t;
-      if constexpr (kGated) {
-#pragma unroll
-        for (int j = 0; j < C::kMT / 2; ++j) {
-          const int feature = feature0 + warp_mtile_row<C, true>(wf, j) + group + (r >> 1) * 8;
-          if (feature >= a.out_features) continue;
-          const float gate = round_bf16(acc[j][n][r]);
-          const float up = round_bf16(acc[j + C::kMT / 2][n][r]);
-          a.out[static_cast<std::int64_t>(pos) * a.out_features + feature] =
-              __float2bfloat16_rn(gate / (1.0f + __expf(-gate)) * up);
-        }
-      } else {
-        bf16* out_row = a.out + static_cast<std::int64_t>(pos) * a.out_features;
-#pragma unroll
-        for (int j = 0; j < C::kMT; ++j) {
-          const int feature = feature0 + warp_mtile_row<C, false>(wf, j) + group + (r >> 1) * 8;
-          if (feature < a.out_features) out_row[feature] = __float2bfloat16_rn(acc[j][n][r]);
-        }
-      }
-    }
+  store_accumulators<kGated>(
+      a, acc, [&](int j) { return warp_mtile_row<C, kGated>(wf, j); }, feature0,
+      wt * C::kNT * 8, first_pos, tile_rows, lane);
 }
+
+#if HARNESS_WGMMA
+// ---------------------------------------------------------------- Hopper wgmma GEMM (sm_90a)
+
+// Shared-memory matrix descriptor of a K-major tile with 128-byte rows in the 128-byte swizzle:
+// 8-row groups 1024 bytes apart (stride byte offset); the leading byte offset is unused.
+__device__ __forceinline__ std::uint64_t wgmma_desc(const void* tile) {
+  const std::uint64_t addr = smem_addr(tile);
+  return ((addr & 0x3FFFFu) >> 4) | (std::uint64_t{1} << 16) | (std::uint64_t{1024 >> 4} << 32) |
+         (std::uint64_t{1} << 62);
+}
+__device__ __forceinline__ void wgmma_fence() {
+  asm volatile("wgmma.fence.sync.aligned;\n" ::: "memory");
+}
+__device__ __forceinline__ void wgmma_commit() {
+  asm volatile("wgmma.commit_group.sync.aligned;\n" ::: "memory");
+}
+template <int kPending>
+__device__ __forceinline__ void wgmma_wait() {
+  asm volatile("wgmma.wait_group.sync.aligned %0;\n" ::"n"(kPending) : "memory");
+}
+// cp.async wrote the tiles through the generic proxy; wgmma reads them through the async proxy.
+__device__ __forceinline__ void fence_proxy_async() {
+  asm volatile("fence.proxy.async.shared::cta;\n" ::: "memory");
+}
+
+// D (64 x kN, fp32, the warpgroup's fragments) (+)= A (64 x 16) * B (16 x kN), both K-major in
+// shared memory.
+template <int kN>
+__device__ __forceinline__ void wgmma_bf16(float (&d)[kN / 2], std::uint64_t a, std::uint64_t b,
+                                           int accumulate);
+template <>
+__device__ __forceinline__ void wgmma_bf16<64>(float (&d)[32], std::uint64_t a, std::uint64_t b,
+                                            int accumulate) {
+  asm volatile(
+      "{\n.reg .pred p;\nsetp.ne.b32 p, %34, 0;\n"
+      "wgmma.mma_async.sync.aligned.m64n64k16.f32.bf16.bf16 {%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15, %16, %17, %18, %19, %20, %21, %22, %23, %24, %25, %26, %27, %28, %29, %30, %31}, %32, %33, p, 1, 1, 0, 0;\n}\n"
+      : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3]), "+f"(d[4]), "+f"(d[5]), "+f"(d[6]), "+f"(d[7]), "+f"(d[8]), "+f"(d[9]), "+f"(d[10]), "+f"(d[11]), "+f"(d[12]), "+f"(d[13]), "+f"(d[14]), "+f"(d[15]), "+f"(d[16]), "+f"(d[17]), "+f"(d[18]), "+f"(d[19]), "+f"(d[20]), "+f"(d[21]), "+f"(d[22]), "+f"(d[23]), "+f"(d[24]), "+f"(d[25]), "+f"(d[26]), "+f"(d[27]), "+f"(d[28]), "+f"(d[29]), "+f"(d[30]), "+f"(d[31])
+      : "l"(a), "l"(b), "r"(accumulate));
+}
+template <>
+__device__ __forceinline__ void wgmma_bf16<128>(float (&d)[64], std::uint64_t a, std::uint64_t b,
+                                            int accumulate) {
+  asm volatile(
+      "{\n.reg .pred p;\nsetp.ne.b32 p, %66, 0;\n"
+      "wgmma.mma_async.sync.aligned.m64n128k16.f32.bf16.bf16 {%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15, %16, %17, %18, %19, %20, %21, %22, %23, %24, %25, %26, %27, %28, %29, %30, %31, %32, %33, %34, %35, %36, %37, %38, %39, %40, %41, %42, %43, %44, %45, %46, %47, %48, %49, %50, %51, %52, %53, %54, %55, %56, %57, %58, %59, %60, %61, %62, %63}, %64, %65, p, 1, 1, 0, 0;\n}\n"
+      : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3]), "+f"(d[4]), "+f"(d[5]), "+f"(d[6]), "+f"(d[7]), "+f"(d[8]), "+f"(d[9]), "+f"(d[10]), "+f"(d[11]), "+f"(d[12]), "+f"(d[13]), "+f"(d[14]), "+f"(d[15]), "+f"(d[16]), "+f"(d[17]), "+f"(d[18]), "+f"(d[19]), "+f"(d[20]), "+f"(d[21]), "+f"(d[22]), "+f"(d[23]), "+f"(d[24]), "+f"(d[25]), "+f"(d[26]), "+f"(d[27]), "+f"(d[28]), "+f"(d[29]), "+f"(d[30]), "+f"(d[31]), "+f"(d[32]), "+f"(d[33]), "+f"(d[34]), "+f"(d[35]), "+f"(d[36]), "+f"(d[37]), "+f"(d[38]), "+f"(d[39]), "+f"(d[40]), "+f"(d[41]), "+f"(d[42]), "+f"(d[43]), "+f"(d[44]), "+f"(d[45]), "+f"(d[46]), "+f"(d[47]), "+f"(d[48]), "+f"(d[49]), "+f"(d[50]), "+f"(d[51]), "+f"(d[52]), "+f"(d[53]), "+f"(d[54]), "+f"(d[55]), "+f"(d[56]), "+f"(d[57]), "+f"(d[58]), "+f"(d[59]), "+f"(d[60]), "+f"(d[61]), "+f"(d[62]), "+f"(d[63])
+      : "l"(a), "l"(b), "r"(accumulate));
+}
+// Block: 2 warpgroups x (two 64-row m-tiles) = 256 weight rows, kTokens token rows, K in steps
+// of 64 through kStages cp.async stages (at least 3). Gated: warpgroup g takes gate rows [64g, 64g + 64) and
+// the same up rows, so SiLU(gate) * up stays in one thread's registers.
+template <int kTokens_, int kStages_>
+struct WgmmaConfig {
+  static constexpr int kThreads = 256, kRows = 256, kTokens = kTokens_, kBK = 64,
+                       kStages = kStages_, kChunks = 8;
+  static constexpr int kStageW = kRows * kBK, kStageX = kTokens * kBK;
+  static constexpr int kWLoads = kRows * kChunks / kThreads, kXLoads = kTokens * kChunks / kThreads;
+  static constexpr int kNT = kTokens / 8;
+  // +1024: the stages are placed on a 1024-byte boundary (the swizzle atom).
+  static constexpr int kSmemBytes = kStages * (kStageW + kStageX) * 2 + 1024;
+  static_assert(kStages >= 3, "a stage is refilled two steps after its wgmma was issued");
+};
+using WgmmaWide = WgmmaConfig<128, 4>;
+using WgmmaMedium = WgmmaConfig<64, 5>;
+
+template <class C, bool kGated>
+__global__ void __launch_bounds__(C::kThreads, 1) expert_gemm_wgmma(GemmArgs a) {
+  const int tile_index = static_cast<int>(blockIdx.x);
+  if (tile_index >= *a.num_tiles) return;
+  const int4 tile = a.tiles[tile_index];
+  const int first_pos = tile.y, tile_rows = tile.z;
+  const int feature0 = static_cast<int>(blockIdx.y) * (kGated ? C::kRows / 2 : C::kRows);
+
+  extern __shared__ __align__(1024) unsigned char wgmma_smem_raw[];
+  bf16* smem = reinterpret_cast<bf16*>(wgmma_smem_raw +
+                                       ((1024 - smem_addr(wgmma_smem_raw) % 1024) % 1024));
+  const int tid = static_cast<int>(threadIdx.x), lane = tid % 32, warp = tid / 32;
+  const int group = warp / 4, warp_in_group = warp % 4;
+  const TileLoader<C, kGated> loader(a, tile.x, first_pos, tile_rows, feature0, tid);
+  const int k_steps = (a.k + C::kBK - 1) / C::kBK;
+  auto stage_w = [&](int stage) { return smem + stage * (C::kStageW + C::kStageX); };
+  // Shared rows of this warpgroup's two m-tiles.
+  const int mtile_row[2] = {kGated ? group * 64 : group * 128,
+                            kGated ? C::kRows / 2 + group * 64 : group * 128 + 64};
+
+  // Loads run kStages - 2 K steps ahead, and one step's wgmma group stays in flight while the
+  // next is issued: the stage refilled at step s was last read by the wgmma of step s - 2,
+  // which wait_group<1> at the end of step s - 1 has retired (and the barrier made that so for
+  // both warpgroups).
+  float acc[2][C::kNT][4];
+#pragma unroll
+  for (int s = 0; s < C::kStages - 2; ++s) {
+    if (s < k_steps) loader.load(stage_w(s), stage_w(s) + C::kStageW, s);
+    cp_async_commit();
+  }
+  for (int step = 0; step < k_steps; ++step) {
+    cp_async_wait<C::kStages - 3>();
+    fence_proxy_async();
+    __syncthreads();  // stage `step` landed for all; the wgmma of step - 2 retired everywhere
+    const int next = step + C::kStages - 2;
+    if (next < k_steps) {
+      bf16* sw = stage_w(next % C::kStages);
+      loader.load(sw, sw + C::kStageW, next);
+    }
+    cp_async_commit();
+    const bf16* sw = stage_w(step % C::kStages);
+    const bf16* sx = sw + C::kStageW;
+    wgmma_fence();
+#pragma unroll
+    for (int ks = 0; ks < C::kBK / 16; ++ks) {
+      const std::uint64_t b = wgmma_desc(sx + ks * 16);
+#pragma unroll
+      for (int j = 0; j < 2; ++j)
+        wgmma_bf16<C::kTokens>(reinterpret_cast<float(&)[C::kTokens / 2]>(acc[j]),
+                               wgmma_desc(sw + mtile_row[j] * C::kBK + ks * 16), b,
+                               step > 0 || ks > 0);
+    }
+    wgmma_commit();
+    wgmma_wait<1>();
+  }
+  wgmma_wait<0>();
+  // The accumulators were written by asynchronous wgmma: order every later read after the wait.
+#pragma unroll
+  for (int j = 0; j < 2; ++j)
+#pragma unroll
+    for (int n = 0; n < C::kNT; ++n)
+#pragma unroll
+      for (int r = 0; r < 4; ++r) asm volatile("" : "+f"(acc[j][n][r])::"memory");
+  // Fragment rows: warp w of the warpgroup holds rows 16w + lane/4 (+8) of each m-tile.
+  store_accumulators<kGated>(
+      a, acc,
+      [&](int j) { return (kGated ? group * 64 : mtile_row[j]) + 16 * warp_in_group; },
+      feature0, 0, first_pos, tile_rows, lane);
+}
+#endif  // HARNESS_WGMMA
 
 // One block per token row: out[row] = sum over its local lanes of weight * expert output, in
 // fp32, read as 16-byte chunks of 8 bf16 (H is a multiple of 8). Rows with no local lane get 0.
-// The row's lane positions and weights are staged in shared memory first so that the loads of
-// the k expert rows are independent of each other.
+// The row's lane positions and weights are staged in shared memory, and each batch of up to
+// kCombineBatch expert rows is loaded before any is added, so the loads overlap instead of
+// paying one memory latency each.
+constexpr int kCombineBatch = 8;
+
 __global__ void combine_lanes(const bf16* __restrict__ y, const int* __restrict__ lane_pos,
                               const float* __restrict__ weights, int k, int hidden,
                               bf16* __restrict__ out) {
@@ -410,18 +571,26 @@ __global__ void combine_lanes(const bf16* __restrict__ y, const int* __restrict_
   __syncthreads();
   for (int c = static_cast<int>(threadIdx.x); c < hidden / 8; c += blockDim.x) {
     float sum[8] = {};
-#pragma unroll 8
-    for (int j = 0; j < k; ++j) {
-      const int pos = row_lanes[j];
-      if (pos < 0) continue;
-      const float w = row_weights[j];
-      const uint4 v = reinterpret_cast<const uint4*>(y + static_cast<std::int64_t>(pos) * hidden)[c];
-      const auto* h2 = reinterpret_cast<const __nv_bfloat162*>(&v);
+    for (int j0 = 0; j0 < k; j0 += kCombineBatch) {
+      uint4 v[kCombineBatch];
 #pragma unroll
-      for (int q = 0; q < 4; ++q) {
-        const float2 f = __bfloat1622float2(h2[q]);
-        sum[2 * q] += w * f.x;
-        sum[2 * q + 1] += w * f.y;
+      for (int b = 0; b < kCombineBatch; ++b) {
+        const int pos = j0 + b < k ? row_lanes[j0 + b] : -1;
+        v[b] = pos < 0 ? make_uint4(0, 0, 0, 0)
+                       : reinterpret_cast<const uint4*>(y + static_cast<std::int64_t>(pos) *
+                                                                hidden)[c];
+      }
+#pragma unroll
+      for (int b = 0; b < kCombineBatch; ++b) {
+        const int j = j0 + b;
+        const float w = j < k && row_lanes[j] >= 0 ? row_weights[j] : 0.0f;
+        const auto* h2 = reinterpret_cast<const __nv_bfloat162*>(&v[b]);
+#pragma unroll
+        for (int q = 0; q < 4; ++q) {
+          const float2 f = __bfloat1622float2(h2[q]);
+          sum[2 * q] += w * f.x;
+          sum[2 * q + 1] += w * f.y;
+        }
       }
     }
     uint4 packed;
@@ -432,6 +601,7 @@ __global__ void combine_lanes(const bf16* __restrict__ y, const int* __restrict_
   }
 }
 
+// Token rows per tile; the wgmma tiles use the same counts.
 int tokens_of(NativeTile t) {
   switch (t) {
     case NativeTile::narrow:
@@ -443,29 +613,38 @@ int tokens_of(NativeTile t) {
   }
   return 0;
 }
+#if HARNESS_WGMMA
+static_assert(WgmmaMedium::kTokens == MediumTile::kTokens && WgmmaWide::kTokens == WideTile::kTokens);
+#endif
 
-template <class C, bool kGated>
+template <class C, bool kGated, bool kWgmma>
 void launch_gemm(const GemmArgs& a, int weight_rows, int max_tiles, cudaStream_t s) {
+  auto* kernel = [] {
+#if HARNESS_WGMMA
+    if constexpr (kWgmma) return expert_gemm_wgmma<C, kGated>;
+#endif
+    if constexpr (!kWgmma) return expert_gemm<C, kGated>;
+  }();
   // The shared-memory opt-in is a per-device attribute: set it once for each device used.
   static std::array<bool, 256> configured{};
   int device = 0;
   CUDA_CHECK(cudaGetDevice(&device));
   if (!configured.at(static_cast<std::size_t>(device))) {
-    CUDA_CHECK(cudaFuncSetAttribute(expert_gemm<C, kGated>,
-                                    cudaFuncAttributeMaxDynamicSharedMemorySize, C::kSmemBytes));
+    CUDA_CHECK(
+        cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, C::kSmemBytes));
     configured.at(static_cast<std::size_t>(device)) = true;
   }
   const dim3 grid(static_cast<unsigned>(max_tiles),
                   static_cast<unsigned>((weight_rows + C::kRows - 1) / C::kRows));
-  expert_gemm<C, kGated><<<grid, C::kThreads, C::kSmemBytes, s>>>(a);
+  kernel<<<grid, C::kThreads, C::kSmemBytes, s>>>(a);
   CUDA_CHECK(cudaGetLastError());
 }
 
-template <class C>
+template <class C, bool kWgmma = false>
 void launch_both(const GemmArgs& up, const GemmArgs& down, int inter, int hidden, int max_tiles,
                  cudaStream_t s) {
-  launch_gemm<C, true>(up, 2 * inter, max_tiles, s);
-  launch_gemm<C, false>(down, hidden, max_tiles, s);
+  launch_gemm<C, true, kWgmma>(up, 2 * inter, max_tiles, s);
+  launch_gemm<C, false, kWgmma>(down, hidden, max_tiles, s);
 }
 
 }  // namespace
@@ -499,6 +678,13 @@ NativeExperts::NativeExperts(const ModelGeometry& g, const ExpertOwnership& own,
   if (own.local_experts > kMaxLocalExperts)
     throw std::invalid_argument("native experts cover at most " +
                                 std::to_string(kMaxLocalExperts) + " local experts");
+#if HARNESS_WGMMA
+  int device = 0, major = 0, minor = 0;
+  CUDA_CHECK(cudaGetDevice(&device));
+  CUDA_CHECK(cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, device));
+  CUDA_CHECK(cudaDeviceGetAttribute(&minor, cudaDevAttrComputeCapabilityMinor, device));
+  wgmma_ = major == 9 && minor == 0 && std::getenv("HARNESS_NATIVE_NO_WGMMA") == nullptr;
+#endif
   const int t = tokens_of(tile_);
   // Tiles of expert e: ceil(c_e / t) <= c_e / t + 1 for each expert with rows.
   max_tiles_ = (lanes_ + t - 1) / t + std::min(own.local_experts, lanes_);
@@ -544,14 +730,28 @@ void NativeExperts::forward(const bf16* x, const int* ids, const float* weights,
       launch_both<NarrowTile>(up, down, inter, h, max_tiles_, s_);
       break;
     case NativeTile::medium:
+#if HARNESS_WGMMA
+      if (wgmma_) {
+        launch_both<WgmmaMedium, true>(up, down, inter, h, max_tiles_, s_);
+        break;
+      }
+#endif
       launch_both<MediumTile>(up, down, inter, h, max_tiles_, s_);
       break;
     case NativeTile::wide:
+#if HARNESS_WGMMA
+      if (wgmma_) {
+        launch_both<WgmmaWide, true>(up, down, inter, h, max_tiles_, s_);
+        break;
+      }
+#endif
       launch_both<WideTile>(up, down, inter, h, max_tiles_, s_);
       break;
   }
   const std::size_t lane_bytes = static_cast<std::size_t>(g_.top_k) * 8;
-  combine_lanes<<<static_cast<unsigned>(rows_), 128, lane_bytes, s_>>>(
+  // One 16-byte chunk per thread where H allows (H/8 threads, a multiple of 32, at most 1024).
+  const int threads = std::clamp((h / 8 + 31) / 32 * 32, 32, 1024);
+  combine_lanes<<<static_cast<unsigned>(rows_), threads, lane_bytes, s_>>>(
       y_.get(), lane_pos_.get(), weights, g_.top_k, h, out);
   CUDA_CHECK(cudaGetLastError());
 }

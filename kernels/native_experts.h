@@ -52,6 +52,7 @@ class NativeExperts {
   cudaStream_t s_;
   int lanes_;
   int max_tiles_;
+  bool wgmma_ = false;  // medium and wide tiles on Hopper tensor-core wgmma (sm_90a builds)
   DeviceBuffer<int> lane_slot_, lane_pos_, token_of_, num_tiles_, total_counts_, expert_offsets_;
   DeviceBuffer<unsigned> ticket_;
   DeviceBuffer<int4> tiles_;
