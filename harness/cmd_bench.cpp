@@ -62,8 +62,7 @@ Floor floor_of(const ModelGeometry& g, Component c, const GridPoint& p, const De
       f.flops = 6.0 * static_cast<double>(p.assignments) * g.hidden * g.intermediate;
       break;
     case Component::gate_routing:
-      f.bytes = rows_bytes +
-                static_cast<double>(g.experts) * g.hidden * bytes_of(g.router_dtype) +
+      f.bytes = rows_bytes + static_cast<double>(g.experts) * g.hidden * bytes_of(g.router_dtype) +
                 static_cast<double>(p.tokens) * g.top_k * 8;
       f.flops = 2.0 * static_cast<double>(p.tokens) * g.experts * g.hidden;
       break;
@@ -94,9 +93,10 @@ std::string short_kernel_name(const std::string& mangled) {
   char* d = abi::__cxa_demangle(mangled.c_str(), nullptr, nullptr, &status);
   std::string name = status == 0 && d ? d : mangled;
   std::free(d);
-  for (const std::string noise : {"moe::cuda::(anonymous namespace)::", "(anonymous namespace)::",
-                                  "moe::", "void "})
-    for (std::size_t at; (at = name.find(noise)) != std::string::npos;) name.erase(at, noise.size());
+  for (const std::string noise :
+       {"moe::cuda::(anonymous namespace)::", "(anonymous namespace)::", "moe::", "void "})
+    for (std::size_t at; (at = name.find(noise)) != std::string::npos;)
+      name.erase(at, noise.size());
   if (auto paren = name.find('('); paren != std::string::npos && paren > 0) name.resize(paren);
   return name;
 }
@@ -119,13 +119,13 @@ Row measure(Backend& backend, ForwardTimer& timer, const WorkloadSpec& spec,
   for (double e : w->verify()) row.max_error = std::max(row.max_error, e);
   if (!(row.max_error <= backend.tolerance()))
     throw std::runtime_error(backend.name() + " " + row.component + " " + row.model +
-                             " N=" + std::to_string(spec.point.tokens) +
-                             ": relative error " + std::to_string(row.max_error) +
-                             " exceeds the tolerance");
+                             " N=" + std::to_string(spec.point.tokens) + ": relative error " +
+                             std::to_string(row.max_error) + " exceeds the tolerance");
   for (int f = 0; f < spec.banks; ++f) w->forward(f % spec.banks);  // warm-up: one rotation
   w->synchronize();
   (void)timer.collect();
-  const int forwards = (std::max(iterations, spec.banks) + spec.banks - 1) / spec.banks * spec.banks;
+  const int forwards =
+      (std::max(iterations, spec.banks) + spec.banks - 1) / spec.banks * spec.banks;
   for (int f = 0; f < forwards; ++f) {
     timer.begin();
     w->forward(f % spec.banks);
@@ -175,14 +175,15 @@ void write_csv(const std::string& path, const std::vector<Row>& rows, const Devi
 void print_table(const std::vector<Row>& rows, std::ostream& os) {
   os << std::left << std::setw(14) << "component" << std::setw(17) << "model" << std::setw(16)
      << "backend" << std::right << std::setw(6) << "N" << std::setw(5) << "A" << std::setw(11)
-     << "us" << std::setw(11) << "floor_us" << std::setw(7) << "bound" << std::setw(8)
-     << "ratio" << std::setw(14) << "native/cublas" << "\n";
+     << "us" << std::setw(11) << "floor_us" << std::setw(7) << "bound" << std::setw(8) << "ratio"
+     << std::setw(14) << "native/cublas"
+     << "\n";
   for (const auto& r : rows) {
     os << std::left << std::setw(14) << r.component << std::setw(17) << r.model << std::setw(16)
        << r.backend << std::right << std::setw(6) << r.point.tokens << std::setw(5)
-       << r.point.activated << std::fixed << std::setprecision(1) << std::setw(11)
-       << r.median_us << std::setw(11) << r.floor.us << std::setw(7) << r.floor.bound
-       << std::setprecision(2) << std::setw(8) << r.median_us / r.floor.us << std::setw(14);
+       << r.point.activated << std::fixed << std::setprecision(1) << std::setw(11) << r.median_us
+       << std::setw(11) << r.floor.us << std::setw(7) << r.floor.bound << std::setprecision(2)
+       << std::setw(8) << r.median_us / r.floor.us << std::setw(14);
     if (r.native_over_cublas)
       os << std::setprecision(3) << *r.native_over_cublas;
     else
@@ -192,14 +193,14 @@ void print_table(const std::vector<Row>& rows, std::ostream& os) {
 }
 
 int bench_experts(const Args& args) {
-  std::string models = "qwen3-30b-a3b,qwen3-235b-a22b,deepseek-v3", tokens = "1,16,64,256,1024,4096",
-              backends = "native,cublas_grouped", components = "experts,gate_routing,finalize_copy",
-              csv = "bench-experts.csv";
+  std::string models = "qwen3-30b-a3b,qwen3-235b-a22b,deepseek-v3",
+              tokens = "1,16,64,256,1024,4096", backends = "native,cublas_grouped",
+              components = "experts,gate_routing,finalize_copy", csv = "bench-experts.csv";
   int iterations = 20, device = 0;
   po::options_description desc("harness bench experts [options]");
   desc.add_options()("models", po::value(&models), "comma-separated model presets")(
-      "tokens", po::value(&tokens), "comma-separated N")(
-      "backends", po::value(&backends), "comma-separated CUDA backends")(
+      "tokens", po::value(&tokens), "comma-separated N")("backends", po::value(&backends),
+                                                         "comma-separated CUDA backends")(
       "components", po::value(&components), "experts, gate_routing, finalize_copy")(
       "iterations", po::value(&iterations), "timed forwards per point (at least one rotation)")(
       "device", po::value(&device), "CUDA device index")("csv", po::value(&csv), "CSV output");
@@ -214,7 +215,12 @@ int bench_experts(const Args& args) {
   std::vector<std::int64_t> ns;
   for (const auto& t : split_list(tokens)) {
     std::size_t used = 0;
-    const long long n = std::stoll(t, &used);
+    long long n = 0;
+    try {
+      n = std::stoll(t, &used);
+    } catch (const std::exception&) {
+      used = 0;
+    }
     if (used != t.size() || n < 1) throw std::invalid_argument("bad token count '" + t + "'");
     ns.push_back(n);
   }
@@ -246,17 +252,16 @@ int bench_experts(const Args& args) {
   for (const auto c : cs)
     for (const auto& g : geometries) {
       const bool experts = c == Component::experts;
-      const int banks =
-          experts ? 2 * weight_bank_count(
-                            static_cast<std::int64_t>(g.experts) * g.expert_weight_bytes(),
-                            bs.front()->cache_bytes())
-                  : 1;
+      const int banks = experts ? 2 * weight_bank_count(static_cast<std::int64_t>(g.experts) *
+                                                            g.expert_weight_bytes(),
+                                                        bs.front()->cache_bytes())
+                                : 1;
       WorkloadSpec round{g, ep1, c, {}, banks, 0x5eedULL};
       const auto weights = bs.front()->make_weights(round);
       for (const auto n : ns) {
         WorkloadSpec spec = round;
-        spec.point = experts ? GridPoint{n, balanced_activated(g, n), n * g.top_k}
-                             : GridPoint{n, 0, 0};
+        spec.point =
+            experts ? GridPoint{n, balanced_activated(g, n), n * g.top_k} : GridPoint{n, 0, 0};
         spec.seed = 0x5eedULL + static_cast<std::uint64_t>(n);
         std::map<std::string, double> by_backend;
         const std::size_t first = rows.size();

@@ -19,8 +19,7 @@ struct DeviceExpertsResult {
 // `via_graph`, one direct forward runs first, then the forward is captured into a CUDA graph and
 // the result is the graph's launch (`native` only: cublas_grouped synchronizes with the host).
 [[nodiscard]] DeviceExpertsResult run_experts_on_device(const std::string& backend, int device,
-                                                        const ModelGeometry& g,
-                                                        const Target& t,
+                                                        const ModelGeometry& g, const Target& t,
                                                         const std::vector<float>& x,
                                                         const Routes& routes, const MlpWeights& w,
                                                         bool via_graph = false);

@@ -13,10 +13,13 @@ std::unique_ptr<Backend> make_cuda_backend(const std::string& name, int) {
                            "HARNESS_WITH_CUDA=OFF; use --backend cpu_reference");
 }
 
-int cuda_device_count() { return 0; }
+int cuda_device_count() {
+  return 0;
+}
 
 DevicePeaks measure_device_peaks(int, int) {
-  throw std::runtime_error("measuring device peaks needs a harness built with HARNESS_WITH_CUDA=ON");
+  throw std::runtime_error(
+      "measuring device peaks needs a harness built with HARNESS_WITH_CUDA=ON");
 }
 
 DeviceExpertsResult run_experts_on_device(const std::string&, int, const ModelGeometry&,

@@ -1,9 +1,8 @@
-#include "kernels/device_peaks.h"
-
 #include <algorithm>
 #include <vector>
 
 #include "kernels/cuda_memory.h"
+#include "kernels/device_peaks.h"
 
 namespace moe {
 

@@ -7,10 +7,10 @@
 namespace moe {
 
 struct DevicePeaks {
-  double copy_bytes_per_s = 0;   // device-to-device copy: (read + write bytes) / time, median
-  double bf16_flops_per_s = 0;   // cuBLAS bf16 GEMM (fp32 accumulate), median
-  std::int64_t copy_bytes = 0;   // bytes copied per repetition (one direction)
-  int gemm_size = 0;             // M = N = K of the GEMM
+  double copy_bytes_per_s = 0;  // device-to-device copy: (read + write bytes) / time, median
+  double bf16_flops_per_s = 0;  // cuBLAS bf16 GEMM (fp32 accumulate), median
+  std::int64_t copy_bytes = 0;  // bytes copied per repetition (one direction)
+  int gemm_size = 0;            // M = N = K of the GEMM
 };
 
 // Runs `repetitions` timed copies and GEMMs (CUDA events) after one warm-up each. Throws

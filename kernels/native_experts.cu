@@ -1,10 +1,10 @@
-#include "kernels/native_experts.h"
-
 #include <algorithm>
 #include <array>
 #include <cstdlib>
 #include <stdexcept>
 #include <string>
+
+#include "kernels/native_experts.h"
 
 namespace moe::cuda {
 
@@ -59,9 +59,9 @@ __device__ __forceinline__ bool lane_is_valid(int id, float w, int experts) {
 
 // ---------------------------------------------------------------- route plan
 
-// One thread per lane, kPlanThreads lanes per block. Positions of local lanes are grouped by
-// expert (ascending local id); inside an expert the order is whatever the atomics gave, which
-// changes no output value: every output element depends only on its own row.
+// One thread per lane, up to kPlanThreads lanes per block (a multiple of 32). Positions of local
+// lanes are grouped by expert (ascending local id); inside an expert the order is whatever the
+// atomics gave, which changes no output value: every output element depends only on its own row.
 // Each block counts its lanes per expert in shared memory and reserves its range of slots with
 // one global atomic per expert; the last block to finish (ticket) scans the totals into offsets
 // and the tile table, then resets the totals and the ticket for the next forward (so a forward
@@ -70,14 +70,15 @@ __device__ __forceinline__ bool lane_is_valid(int id, float w, int experts) {
 __global__ void __launch_bounds__(kPlanThreads)
     plan_routes(const int* __restrict__ ids, const float* __restrict__ weights, int lanes, int k,
                 int experts, int first, int local, int tile_tokens, int* total_counts,
-                int* expert_offsets, unsigned* ticket, int* lane_slot, int* token_of,
-                int* lane_pos, int4* tiles, int* num_tiles, int* flag) {
+                int* expert_offsets, unsigned* ticket, int* lane_slot, int* token_of, int* lane_pos,
+                int4* tiles, int* num_tiles, int* flag) {
   __shared__ int counts[kMaxLocalExperts];
   __shared__ int offsets[kMaxLocalExperts];
   __shared__ bool last;
   const int tid = static_cast<int>(threadIdx.x);
-  const int i = static_cast<int>(blockIdx.x) * kPlanThreads + tid;
-  for (int e = tid; e < local; e += kPlanThreads) counts[e] = 0;
+  const int threads = static_cast<int>(blockDim.x);
+  const int i = static_cast<int>(blockIdx.x) * threads + tid;
+  for (int e = tid; e < local; e += threads) counts[e] = 0;
   __syncthreads();
   int expert = -1, slot = -1;
   if (i < lanes) {
@@ -90,7 +91,7 @@ __global__ void __launch_bounds__(kPlanThreads)
     }
   }
   __syncthreads();
-  for (int e = tid; e < local; e += kPlanThreads)
+  for (int e = tid; e < local; e += threads)
     offsets[e] = counts[e] ? atomicAdd(&total_counts[e], counts[e]) : 0;  // this block's base
   __syncthreads();
   if (expert >= 0) slot += offsets[expert];
@@ -103,10 +104,10 @@ __global__ void __launch_bounds__(kPlanThreads)
     __syncthreads();
     if (!last) return;
     __threadfence();
-    for (int e = tid; e < local; e += kPlanThreads) counts[e] = __ldcg(&total_counts[e]);
+    for (int e = tid; e < local; e += threads) counts[e] = __ldcg(&total_counts[e]);
     __syncthreads();
   }
-  for (int e = tid; e < local; e += kPlanThreads) total_counts[e] = 0;
+  for (int e = tid; e < local; e += threads) total_counts[e] = 0;
   if (tid == 0) *ticket = 0u;
   if (tid < 32) {
     // Each lane of warp 0 scans a contiguous run of experts; a shuffle scan joins the runs.
@@ -286,9 +287,10 @@ struct TileLoader {
 // (row_of gives the feature offset); the output is SiLU(gate) * up with gate and up rounded to
 // bf16 first, as a separate GEMM would store them. Ungated: the expert output row in bf16.
 template <bool kGated, int kMT, int kNT, class RowOf>
-__device__ __forceinline__ void store_accumulators(const GemmArgs& a, const float (&acc)[kMT][kNT][4],
-                                                   RowOf row_of, int feature0, int token0,
-                                                   int first_pos, int tile_rows, int lane) {
+__device__ __forceinline__ void store_accumulators(const GemmArgs& a,
+                                                   const float (&acc)[kMT][kNT][4], RowOf row_of,
+                                                   int feature0, int token0, int first_pos,
+                                                   int tile_rows, int lane) {
   const int group = lane >> 2, pair = (lane & 3) * 2;
 #pragma unroll
   for (int n = 0; n < kNT; ++n)
@@ -411,8 +413,8 @@ __global__ void __launch_bounds__(C::kThreads, C::kMinBlocks) expert_gemm(GemmAr
     }
   }
   store_accumulators<kGated>(
-      a, acc, [&](int j) { return warp_mtile_row<C, kGated>(wf, j); }, feature0,
-      wt * C::kNT * 8, first_pos, tile_rows, lane);
+      a, acc, [&](int j) { return warp_mtile_row<C, kGated>(wf, j); }, feature0, wt * C::kNT * 8,
+      first_pos, tile_rows, lane);
 }
 
 #if HARNESS_WGMMA
@@ -447,25 +449,44 @@ __device__ __forceinline__ void wgmma_bf16(float (&d)[kN / 2], std::uint64_t a, 
                                            int accumulate);
 template <>
 __device__ __forceinline__ void wgmma_bf16<64>(float (&d)[32], std::uint64_t a, std::uint64_t b,
-                                            int accumulate) {
+                                               int accumulate) {
   asm volatile(
       "{\n.reg .pred p;\nsetp.ne.b32 p, %34, 0;\n"
-      "wgmma.mma_async.sync.aligned.m64n64k16.f32.bf16.bf16 {%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15, %16, %17, %18, %19, %20, %21, %22, %23, %24, %25, %26, %27, %28, %29, %30, %31}, %32, %33, p, 1, 1, 0, 0;\n}\n"
-      : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3]), "+f"(d[4]), "+f"(d[5]), "+f"(d[6]), "+f"(d[7]), "+f"(d[8]), "+f"(d[9]), "+f"(d[10]), "+f"(d[11]), "+f"(d[12]), "+f"(d[13]), "+f"(d[14]), "+f"(d[15]), "+f"(d[16]), "+f"(d[17]), "+f"(d[18]), "+f"(d[19]), "+f"(d[20]), "+f"(d[21]), "+f"(d[22]), "+f"(d[23]), "+f"(d[24]), "+f"(d[25]), "+f"(d[26]), "+f"(d[27]), "+f"(d[28]), "+f"(d[29]), "+f"(d[30]), "+f"(d[31])
+      "wgmma.mma_async.sync.aligned.m64n64k16.f32.bf16.bf16 {%0, %1, %2, %3, %4, %5, %6, %7, %8, "
+      "%9, %10, %11, %12, %13, %14, %15, %16, %17, %18, %19, %20, %21, %22, %23, %24, %25, %26, "
+      "%27, %28, %29, %30, %31}, %32, %33, p, 1, 1, 0, 0;\n}\n"
+      : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3]), "+f"(d[4]), "+f"(d[5]), "+f"(d[6]),
+        "+f"(d[7]), "+f"(d[8]), "+f"(d[9]), "+f"(d[10]), "+f"(d[11]), "+f"(d[12]), "+f"(d[13]),
+        "+f"(d[14]), "+f"(d[15]), "+f"(d[16]), "+f"(d[17]), "+f"(d[18]), "+f"(d[19]), "+f"(d[20]),
+        "+f"(d[21]), "+f"(d[22]), "+f"(d[23]), "+f"(d[24]), "+f"(d[25]), "+f"(d[26]), "+f"(d[27]),
+        "+f"(d[28]), "+f"(d[29]), "+f"(d[30]), "+f"(d[31])
       : "l"(a), "l"(b), "r"(accumulate));
 }
 template <>
 __device__ __forceinline__ void wgmma_bf16<128>(float (&d)[64], std::uint64_t a, std::uint64_t b,
-                                            int accumulate) {
+                                                int accumulate) {
   asm volatile(
       "{\n.reg .pred p;\nsetp.ne.b32 p, %66, 0;\n"
-      "wgmma.mma_async.sync.aligned.m64n128k16.f32.bf16.bf16 {%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15, %16, %17, %18, %19, %20, %21, %22, %23, %24, %25, %26, %27, %28, %29, %30, %31, %32, %33, %34, %35, %36, %37, %38, %39, %40, %41, %42, %43, %44, %45, %46, %47, %48, %49, %50, %51, %52, %53, %54, %55, %56, %57, %58, %59, %60, %61, %62, %63}, %64, %65, p, 1, 1, 0, 0;\n}\n"
-      : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3]), "+f"(d[4]), "+f"(d[5]), "+f"(d[6]), "+f"(d[7]), "+f"(d[8]), "+f"(d[9]), "+f"(d[10]), "+f"(d[11]), "+f"(d[12]), "+f"(d[13]), "+f"(d[14]), "+f"(d[15]), "+f"(d[16]), "+f"(d[17]), "+f"(d[18]), "+f"(d[19]), "+f"(d[20]), "+f"(d[21]), "+f"(d[22]), "+f"(d[23]), "+f"(d[24]), "+f"(d[25]), "+f"(d[26]), "+f"(d[27]), "+f"(d[28]), "+f"(d[29]), "+f"(d[30]), "+f"(d[31]), "+f"(d[32]), "+f"(d[33]), "+f"(d[34]), "+f"(d[35]), "+f"(d[36]), "+f"(d[37]), "+f"(d[38]), "+f"(d[39]), "+f"(d[40]), "+f"(d[41]), "+f"(d[42]), "+f"(d[43]), "+f"(d[44]), "+f"(d[45]), "+f"(d[46]), "+f"(d[47]), "+f"(d[48]), "+f"(d[49]), "+f"(d[50]), "+f"(d[51]), "+f"(d[52]), "+f"(d[53]), "+f"(d[54]), "+f"(d[55]), "+f"(d[56]), "+f"(d[57]), "+f"(d[58]), "+f"(d[59]), "+f"(d[60]), "+f"(d[61]), "+f"(d[62]), "+f"(d[63])
+      "wgmma.mma_async.sync.aligned.m64n128k16.f32.bf16.bf16 {%0, %1, %2, %3, %4, %5, %6, %7, %8, "
+      "%9, %10, %11, %12, %13, %14, %15, %16, %17, %18, %19, %20, %21, %22, %23, %24, %25, %26, "
+      "%27, %28, %29, %30, %31, %32, %33, %34, %35, %36, %37, %38, %39, %40, %41, %42, %43, %44, "
+      "%45, %46, %47, %48, %49, %50, %51, %52, %53, %54, %55, %56, %57, %58, %59, %60, %61, %62, "
+      "%63}, %64, %65, p, 1, 1, 0, 0;\n}\n"
+      : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3]), "+f"(d[4]), "+f"(d[5]), "+f"(d[6]),
+        "+f"(d[7]), "+f"(d[8]), "+f"(d[9]), "+f"(d[10]), "+f"(d[11]), "+f"(d[12]), "+f"(d[13]),
+        "+f"(d[14]), "+f"(d[15]), "+f"(d[16]), "+f"(d[17]), "+f"(d[18]), "+f"(d[19]), "+f"(d[20]),
+        "+f"(d[21]), "+f"(d[22]), "+f"(d[23]), "+f"(d[24]), "+f"(d[25]), "+f"(d[26]), "+f"(d[27]),
+        "+f"(d[28]), "+f"(d[29]), "+f"(d[30]), "+f"(d[31]), "+f"(d[32]), "+f"(d[33]), "+f"(d[34]),
+        "+f"(d[35]), "+f"(d[36]), "+f"(d[37]), "+f"(d[38]), "+f"(d[39]), "+f"(d[40]), "+f"(d[41]),
+        "+f"(d[42]), "+f"(d[43]), "+f"(d[44]), "+f"(d[45]), "+f"(d[46]), "+f"(d[47]), "+f"(d[48]),
+        "+f"(d[49]), "+f"(d[50]), "+f"(d[51]), "+f"(d[52]), "+f"(d[53]), "+f"(d[54]), "+f"(d[55]),
+        "+f"(d[56]), "+f"(d[57]), "+f"(d[58]), "+f"(d[59]), "+f"(d[60]), "+f"(d[61]), "+f"(d[62]),
+        "+f"(d[63])
       : "l"(a), "l"(b), "r"(accumulate));
 }
 // Block: 2 warpgroups x (two 64-row m-tiles) = 256 weight rows, kTokens token rows, K in steps
-// of 64 through kStages cp.async stages (at least 3). Gated: warpgroup g takes gate rows [64g, 64g + 64) and
-// the same up rows, so SiLU(gate) * up stays in one thread's registers.
+// of 64 through kStages cp.async stages (at least 3). Gated: warpgroup g takes gate rows [64g, 64g
+// + 64) and the same up rows, so SiLU(gate) * up stays in one thread's registers.
 template <int kTokens_, int kStages_>
 struct WgmmaConfig {
   static constexpr int kThreads = 256, kRows = 256, kTokens = kTokens_, kBK = 64,
@@ -489,8 +510,8 @@ __global__ void __launch_bounds__(C::kThreads, 1) expert_gemm_wgmma(GemmArgs a) 
   const int feature0 = static_cast<int>(blockIdx.y) * (kGated ? C::kRows / 2 : C::kRows);
 
   extern __shared__ __align__(1024) unsigned char wgmma_smem_raw[];
-  bf16* smem = reinterpret_cast<bf16*>(wgmma_smem_raw +
-                                       ((1024 - smem_addr(wgmma_smem_raw) % 1024) % 1024));
+  bf16* smem =
+      reinterpret_cast<bf16*>(wgmma_smem_raw + ((1024 - smem_addr(wgmma_smem_raw) % 1024) % 1024));
   const int tid = static_cast<int>(threadIdx.x), lane = tid % 32, warp = tid / 32;
   const int group = warp / 4, warp_in_group = warp % 4;
   const TileLoader<C, kGated> loader(a, tile.x, first_pos, tile_rows, feature0, tid);
@@ -545,8 +566,7 @@ __global__ void __launch_bounds__(C::kThreads, 1) expert_gemm_wgmma(GemmArgs a) 
       for (int r = 0; r < 4; ++r) asm volatile("" : "+f"(acc[j][n][r])::"memory");
   // Fragment rows: warp w of the warpgroup holds rows 16w + lane/4 (+8) of each m-tile.
   store_accumulators<kGated>(
-      a, acc,
-      [&](int j) { return (kGated ? group * 64 : mtile_row[j]) + 16 * warp_in_group; },
+      a, acc, [&](int j) { return (kGated ? group * 64 : mtile_row[j]) + 16 * warp_in_group; },
       feature0, 0, first_pos, tile_rows, lane);
 }
 #endif  // HARNESS_WGMMA
@@ -576,9 +596,9 @@ __global__ void combine_lanes(const bf16* __restrict__ y, const int* __restrict_
 #pragma unroll
       for (int b = 0; b < kCombineBatch; ++b) {
         const int pos = j0 + b < k ? row_lanes[j0 + b] : -1;
-        v[b] = pos < 0 ? make_uint4(0, 0, 0, 0)
-                       : reinterpret_cast<const uint4*>(y + static_cast<std::int64_t>(pos) *
-                                                                hidden)[c];
+        v[b] = pos < 0
+                   ? make_uint4(0, 0, 0, 0)
+                   : reinterpret_cast<const uint4*>(y + static_cast<std::int64_t>(pos) * hidden)[c];
       }
 #pragma unroll
       for (int b = 0; b < kCombineBatch; ++b) {
@@ -614,7 +634,8 @@ int tokens_of(NativeTile t) {
   return 0;
 }
 #if HARNESS_WGMMA
-static_assert(WgmmaMedium::kTokens == MediumTile::kTokens && WgmmaWide::kTokens == WideTile::kTokens);
+static_assert(WgmmaMedium::kTokens == MediumTile::kTokens &&
+              WgmmaWide::kTokens == WideTile::kTokens);
 #endif
 
 template <class C, bool kGated, bool kWgmma>
@@ -672,12 +693,12 @@ NativeExperts::NativeExperts(const ModelGeometry& g, const ExpertOwnership& own,
                              NativeTile tile, cudaStream_t s)
     : g_(g), own_(own), rows_(rows), tile_(tile), s_(s), lanes_(rows * g.top_k) {
   if (g.hidden % 8 != 0 || g.intermediate % 8 != 0)
-    throw std::invalid_argument("native experts need H and I multiples of 8 (H=" +
-                                std::to_string(g.hidden) +
-                                ", I=" + std::to_string(g.intermediate) + ")");
+    throw std::invalid_argument(
+        "native experts need H and I multiples of 8 (H=" + std::to_string(g.hidden) +
+        ", I=" + std::to_string(g.intermediate) + ")");
   if (own.local_experts > kMaxLocalExperts)
-    throw std::invalid_argument("native experts cover at most " +
-                                std::to_string(kMaxLocalExperts) + " local experts");
+    throw std::invalid_argument("native experts cover at most " + std::to_string(kMaxLocalExperts) +
+                                " local experts");
 #if HARNESS_WGMMA
   int device = 0, major = 0, minor = 0;
   CUDA_CHECK(cudaGetDevice(&device));
@@ -707,24 +728,33 @@ void NativeExperts::forward(const bf16* x, const int* ids, const float* weights,
                             const bf16* w2, bf16* out, int* flag) {
   const int h = g_.hidden, inter = g_.intermediate;
   const unsigned plan_blocks = static_cast<unsigned>((lanes_ + kPlanThreads - 1) / kPlanThreads);
-  plan_routes<<<plan_blocks, kPlanThreads, 0, s_>>>(
+  // A single block needs only as many threads as lanes: a small block starts and drains faster.
+  const int plan_threads = plan_blocks > 1 ? kPlanThreads : (lanes_ + 31) / 32 * 32;
+  plan_routes<<<plan_blocks, plan_threads, 0, s_>>>(
       ids, weights, lanes_, g_.top_k, g_.experts, own_.first_expert, own_.local_experts,
-      tokens_of(tile_), total_counts_.get(), expert_offsets_.get(), ticket_.get(),
-      lane_slot_.get(), token_of_.get(), lane_pos_.get(), tiles_.get(), num_tiles_.get(), flag);
+      tokens_of(tile_), total_counts_.get(), expert_offsets_.get(), ticket_.get(), lane_slot_.get(),
+      token_of_.get(), lane_pos_.get(), tiles_.get(), num_tiles_.get(), flag);
   CUDA_CHECK(cudaGetLastError());
   if (plan_blocks > 1) {
-    scatter_routes<<<plan_blocks, kPlanThreads, 0, s_>>>(ids, lanes_, g_.top_k,
-                                                         own_.first_expert, lane_slot_.get(),
-                                                         expert_offsets_.get(), lane_pos_.get(),
-                                                         token_of_.get());
+    scatter_routes<<<plan_blocks, kPlanThreads, 0, s_>>>(ids, lanes_, g_.top_k, own_.first_expert,
+                                                         lane_slot_.get(), expert_offsets_.get(),
+                                                         lane_pos_.get(), token_of_.get());
     CUDA_CHECK(cudaGetLastError());
   }
-  const GemmArgs up{w13,   static_cast<std::int64_t>(2) * inter * h, h,
-                    inter, x,                                          token_of_.get(),
-                    tiles_.get(), num_tiles_.get(),                    act_.get()};
-  const GemmArgs down{w2,      static_cast<std::int64_t>(h) * inter, inter,
-                      h,       act_.get(),                           token_of_.get(),
-                      tiles_.get(), num_tiles_.get(),                y_.get()};
+  const GemmArgs up{w13,
+                    static_cast<std::int64_t>(2) * inter * h,
+                    h,
+                    inter,
+                    x,
+                    token_of_.get(),
+                    tiles_.get(),
+                    num_tiles_.get(),
+                    act_.get()};
+  const GemmArgs down{w2,           static_cast<std::int64_t>(h) * inter,
+                      inter,        h,
+                      act_.get(),   token_of_.get(),
+                      tiles_.get(), num_tiles_.get(),
+                      y_.get()};
   switch (tile_) {
     case NativeTile::narrow:
       launch_both<NarrowTile>(up, down, inter, h, max_tiles_, s_);

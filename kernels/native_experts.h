@@ -41,8 +41,8 @@ class NativeExperts {
 
   // out[rows][H] = sum over local lanes of weight * expert MLP(x row). `ids`/`weights` are the
   // [rows][k] routes; invalid lanes become padding and set *flag.
-  void forward(const bf16* x, const int* ids, const float* weights, const bf16* w13,
-               const bf16* w2, bf16* out, int* flag);
+  void forward(const bf16* x, const int* ids, const float* weights, const bf16* w13, const bf16* w2,
+               bf16* out, int* flag);
 
  private:
   ModelGeometry g_;

@@ -3,6 +3,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <cstdlib>
 
 #include "kernels/cuda_testing.h"
 #include "kernels/stimulus.h"
@@ -31,8 +32,8 @@ void expect_matches_reference(const std::string& name, const ModelGeometry& g, c
   ASSERT_EQ(errors.size(), static_cast<std::size_t>(c == Component::experts ? banks : 1));
   for (std::size_t b = 0; b < errors.size(); ++b)
     EXPECT_LE(errors[b], backend->tolerance())
-        << name << " " << to_string(c) << " N=" << p.tokens << " A=" << p.activated << " M=" << p.assignments
-        << " bank " << b;
+        << name << " " << to_string(c) << " N=" << p.tokens << " A=" << p.activated
+        << " M=" << p.assignments << " bank " << b;
   EXPECT_FALSE(w->take_route_error());
 }
 
@@ -132,6 +133,18 @@ TEST(NativeBackend, EveryTileMatchesTheReference) {
   odd.intermediate = 40;  // not a multiple of the feature tiles
   for (GridPoint p : {GridPoint{3, 2, 6}, GridPoint{300, 8, 600}, GridPoint{1000, 8, 2000}})
     expect_matches_reference("native", odd, ep1, Component::experts, p, 2);
+}
+
+// Builds without sm_90a (or GPUs other than sm_90) run the medium and wide tiles on mma.sync;
+// HARNESS_NATIVE_NO_WGMMA selects that path here too, so both stay checked.
+TEST(NativeBackend, MmaSyncFallbackTilesMatchTheReference) {
+  REQUIRE_GPU();
+  ASSERT_EQ(setenv("HARNESS_NATIVE_NO_WGMMA", "1", 1), 0);
+  const auto qwen = *find_preset("qwen3-30b-a3b");
+  const Target ep1{1, 1, 1, 0, false};
+  expect_matches_reference("native", qwen, ep1, Component::experts, {700, 128, 5600}, 2);  // medium
+  expect_matches_reference("native", qwen, ep1, Component::experts, {2048, 128, 16384}, 2);  // wide
+  ASSERT_EQ(unsetenv("HARNESS_NATIVE_NO_WGMMA"), 0);
 }
 
 TEST(NativeBackend, ForwardIsCapturableInACudaGraph) {

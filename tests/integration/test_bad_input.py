@@ -23,6 +23,11 @@ expect_error([HARNESS, "plan", qwen, "--tp", "1,2", "--dp", "1,2", "--ep", "3"],
 expect_error([HARNESS, "plan", "/nonexistent.yaml"], "cannot open job file")
 expect_error([HARNESS, "plan", job, "--backend", "cuda"], "unknown backend 'cuda'")
 expect_error([HARNESS, "nonsense"], "unknown command")
+expect_error([HARNESS, "bench", "nope"], "unknown benchmark 'nope'")
+expect_error([HARNESS, "bench", "experts", "--models", "gpt-9"], "unknown model preset 'gpt-9'")
+expect_error([HARNESS, "bench", "experts", "--tokens", "1,x"], "bad token count 'x'")
+expect_error([HARNESS, "bench", "experts", "--components", "wrapper"], "--components takes")
+expect_error([HARNESS, "bench", "experts", "--device", "99"], "no CUDA device 99")
 
 with tempfile.TemporaryDirectory() as tmp:
     bad = os.path.join(tmp, "bad.yaml")
