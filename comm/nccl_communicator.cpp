@@ -69,8 +69,11 @@ class NcclCommunicator final : public Communicator {
     for (std::size_t i = 0; i < host.size(); ++i)
       host[i] = op == CollectiveOp::all_gather ? static_cast<float>(rank_ * 1000 + i % 997)
                                                : static_cast<float>(rank_ + 1);
-    CUDA_RT_CHECK(cudaMemcpy(send_, host.data(), host.size() * 4, cudaMemcpyHostToDevice));
-    CUDA_RT_CHECK(cudaMemset(recv_, 0xff, total * 4));
+    // Upload and poison on the collective's own (non-blocking) stream: legacy-stream copies and
+    // memsets are not ordered before it and may still be landing when the collective runs.
+    CUDA_RT_CHECK(cudaMemcpyAsync(send_, host.data(), host.size() * 4, cudaMemcpyHostToDevice,
+                                  stream_));
+    CUDA_RT_CHECK(cudaMemsetAsync(recv_, 0xff, total * 4, stream_));
     std::size_t out_count = total;
     switch (op) {
       case CollectiveOp::all_gather:
@@ -125,7 +128,7 @@ class NcclCommunicator final : public Communicator {
     if (recv_) CUDA_RT_CHECK(cudaFree(recv_));
     CUDA_RT_CHECK(cudaMalloc(&send_, bytes));
     CUDA_RT_CHECK(cudaMalloc(&recv_, bytes));
-    CUDA_RT_CHECK(cudaMemset(send_, 0, bytes));
+    CUDA_RT_CHECK(cudaMemsetAsync(send_, 0, bytes, stream_));
     capacity_ = bytes;
   }
 
