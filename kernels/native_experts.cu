@@ -59,7 +59,7 @@ __device__ __forceinline__ bool lane_is_valid(int id, float w, int experts) {
 
 // ---------------------------------------------------------------- route plan
 
-// One thread per lane, up to kPlanThreads lanes per block (a multiple of 32). Positions of local
+// One thread per lane, kPlanThreads lanes per block. Positions of local
 // lanes are grouped by expert (ascending local id); inside an expert the order is whatever the
 // atomics gave, which changes no output value: every output element depends only on its own row.
 // Each block counts its lanes per expert in shared memory and reserves its range of slots with
@@ -728,9 +728,7 @@ void NativeExperts::forward(const bf16* x, const int* ids, const float* weights,
                             const bf16* w2, bf16* out, int* flag) {
   const int h = g_.hidden, inter = g_.intermediate;
   const unsigned plan_blocks = static_cast<unsigned>((lanes_ + kPlanThreads - 1) / kPlanThreads);
-  // A single block needs only as many threads as lanes: a small block starts and drains faster.
-  const int plan_threads = plan_blocks > 1 ? kPlanThreads : (lanes_ + 31) / 32 * 32;
-  plan_routes<<<plan_blocks, plan_threads, 0, s_>>>(
+  plan_routes<<<plan_blocks, kPlanThreads, 0, s_>>>(
       ids, weights, lanes_, g_.top_k, g_.experts, own_.first_expert, own_.local_experts,
       tokens_of(tile_), total_counts_.get(), expert_offsets_.get(), ticket_.get(), lane_slot_.get(),
       token_of_.get(), lane_pos_.get(), tiles_.get(), num_tiles_.get(), flag);
