@@ -43,6 +43,8 @@ json plan_json(const Plan& plan) {
   }
   const auto total = plan.estimate();
   return {{"job", plan.job.source},
+          {"variant", plan.job.variant},
+          {"out_root", plan.job.out_root},
           {"planner_version", kPlannerVersion},
           {"geometry", geometry_json(plan.job.geometry)},
           {"backend", plan.job.backend},
