@@ -119,6 +119,16 @@ TEST(FamilyTable, BuiltinTableClassifiesOurKernelsAndHashesTheCommittedFile) {
                                              "/ranks/operator_families.yaml")));
   EXPECT_EQ(t.classify("softmax_topk"), "routing");
   EXPECT_EQ(t.classify("permute_rows"), "permute_combine");
+  // The native backend's kernels, as CUPTI names them (mangled).
+  EXPECT_EQ(
+      t.classify("_ZN3moe4cuda50_GLOBAL__N__4f_native_experts_cu_11plan_routesEPKiPKfiiiiiiPi"),
+      "permute_combine");
+  EXPECT_EQ(t.classify("_ZN3moe4cuda50_GLOBAL__N__4f_native_experts_cu_14scatter_routesEPKiiiiS3_"),
+            "permute_combine");
+  EXPECT_EQ(t.classify("_ZN3moe4cuda50_GLOBAL__N__4f_native_experts_cu_13combine_lanesEPK13__nv"),
+            "permute_combine");
+  EXPECT_EQ(t.classify("_ZN3moe4cuda50_GLOBAL__N__4f_native_experts_cu_17expert_gemm_wgmmaINS1_11"),
+            "gemm");
   EXPECT_EQ(t.classify("silu_and_mul"), "activation");
   EXPECT_EQ(t.classify("nvjet_sm90_tst_128x256"), "gemm");
   EXPECT_EQ(t.classify("ncclDevKernel_AllReduce_Sum_bf16_RING_LL"), "communication");
