@@ -417,6 +417,23 @@ __global__ void __launch_bounds__(C::kThreads, C::kMinBlocks) expert_gemm(GemmAr
       first_pos, tile_rows, lane);
 }
 
+// Block: 2 warpgroups x (two 64-row m-tiles) = 256 weight rows, kTokens token rows, K in steps
+// of 64 through kStages cp.async stages (at least 3). Gated: warpgroup g takes gate rows [64g, 64g
+// + 64) and the same up rows, so SiLU(gate) * up stays in one thread's registers.
+template <int kTokens_, int kStages_>
+struct WgmmaConfig {
+  static constexpr int kThreads = 256, kRows = 256, kTokens = kTokens_, kBK = 64,
+                       kStages = kStages_, kChunks = 8;
+  static constexpr int kStageW = kRows * kBK, kStageX = kTokens * kBK;
+  static constexpr int kWLoads = kRows * kChunks / kThreads, kXLoads = kTokens * kChunks / kThreads;
+  static constexpr int kNT = kTokens / 8;
+  // +1024: the stages are placed on a 1024-byte boundary (the swizzle atom).
+  static constexpr int kSmemBytes = kStages * (kStageW + kStageX) * 2 + 1024;
+  static_assert(kStages >= 3, "a stage is refilled two steps after its wgmma was issued");
+};
+using WgmmaWide = WgmmaConfig<128, 4>;
+using WgmmaMedium = WgmmaConfig<64, 5>;
+
 #if HARNESS_WGMMA
 // ---------------------------------------------------------------- Hopper wgmma GEMM (sm_90a)
 
@@ -484,23 +501,6 @@ __device__ __forceinline__ void wgmma_bf16<128>(float (&d)[64], std::uint64_t a,
         "+f"(d[63])
       : "l"(a), "l"(b), "r"(accumulate));
 }
-// Block: 2 warpgroups x (two 64-row m-tiles) = 256 weight rows, kTokens token rows, K in steps
-// of 64 through kStages cp.async stages (at least 3). Gated: warpgroup g takes gate rows [64g, 64g
-// + 64) and the same up rows, so SiLU(gate) * up stays in one thread's registers.
-template <int kTokens_, int kStages_>
-struct WgmmaConfig {
-  static constexpr int kThreads = 256, kRows = 256, kTokens = kTokens_, kBK = 64,
-                       kStages = kStages_, kChunks = 8;
-  static constexpr int kStageW = kRows * kBK, kStageX = kTokens * kBK;
-  static constexpr int kWLoads = kRows * kChunks / kThreads, kXLoads = kTokens * kChunks / kThreads;
-  static constexpr int kNT = kTokens / 8;
-  // +1024: the stages are placed on a 1024-byte boundary (the swizzle atom).
-  static constexpr int kSmemBytes = kStages * (kStageW + kStageX) * 2 + 1024;
-  static_assert(kStages >= 3, "a stage is refilled two steps after its wgmma was issued");
-};
-using WgmmaWide = WgmmaConfig<128, 4>;
-using WgmmaMedium = WgmmaConfig<64, 5>;
-
 template <class C, bool kGated>
 __global__ void __launch_bounds__(C::kThreads, 1) expert_gemm_wgmma(GemmArgs a) {
   const int tile_index = static_cast<int>(blockIdx.x);
@@ -668,6 +668,20 @@ void launch_both(const GemmArgs& up, const GemmArgs& down, int inter, int hidden
   launch_gemm<C, false, kWgmma>(down, hidden, max_tiles, s);
 }
 
+// The medium and wide tiles: wgmma where the build and the GPU have it, mma.sync otherwise.
+template <class MmaTile, class WgmmaTile>
+void launch_tile(bool wgmma, const GemmArgs& up, const GemmArgs& down, int inter, int hidden,
+                 int max_tiles, cudaStream_t s) {
+#if HARNESS_WGMMA
+  if (wgmma) {
+    launch_both<WgmmaTile, true>(up, down, inter, hidden, max_tiles, s);
+    return;
+  }
+#endif
+  (void)wgmma;
+  launch_both<MmaTile>(up, down, inter, hidden, max_tiles, s);
+}
+
 }  // namespace
 
 const char* to_string(NativeTile t) {
@@ -758,22 +772,10 @@ void NativeExperts::forward(const bf16* x, const int* ids, const float* weights,
       launch_both<NarrowTile>(up, down, inter, h, max_tiles_, s_);
       break;
     case NativeTile::medium:
-#if HARNESS_WGMMA
-      if (wgmma_) {
-        launch_both<WgmmaMedium, true>(up, down, inter, h, max_tiles_, s_);
-        break;
-      }
-#endif
-      launch_both<MediumTile>(up, down, inter, h, max_tiles_, s_);
+      launch_tile<MediumTile, WgmmaMedium>(wgmma_, up, down, inter, h, max_tiles_, s_);
       break;
     case NativeTile::wide:
-#if HARNESS_WGMMA
-      if (wgmma_) {
-        launch_both<WgmmaWide, true>(up, down, inter, h, max_tiles_, s_);
-        break;
-      }
-#endif
-      launch_both<WideTile>(up, down, inter, h, max_tiles_, s_);
+      launch_tile<WideTile, WgmmaWide>(wgmma_, up, down, inter, h, max_tiles_, s_);
       break;
   }
   const std::size_t lane_bytes = static_cast<std::size_t>(g_.top_k) * 8;
