@@ -1,0 +1,35 @@
+"""tools/multi-gpu-run.sh end to end on CPU ranks (tiny job, cpu_reference): every step it runs
+on a GPU node (gate, acquisitions with collective tables, serial run and speedup, inspect and
+report) completes and leaves its outputs; the torch peer step is exercised for its input check."""
+import glob
+import os
+import subprocess
+import tempfile
+
+from harness_test_lib import HARNESS, MPI_ENV, SOURCE_DIR
+
+build = os.path.dirname(os.path.dirname(HARNESS))
+with tempfile.TemporaryDirectory() as tmp:
+    out = os.path.join(tmp, "run")
+    env = dict(MPI_ENV, JOB="jobs/tiny.yaml", BACKEND="cpu_reference", ACQUIRE_ARGS="--rounds 1",
+               STEPS="colocate collectives serial report")
+    p = subprocess.run(["bash", "tools/multi-gpu-run.sh", build, out, "2"], cwd=SOURCE_DIR, env=env,
+                       capture_output=True, text=True)
+    assert p.returncode == 0, p.stdout + p.stderr
+    summary = open(os.path.join(out, "summary.txt")).read()
+    for step in ["colocate: ok", "acquire-tp1-dp2: ok", "acquire-tp2-dp1: ok", "serial-rank0-dp2: ok",
+                 "speedup (2 targets)"]:
+        assert step in summary, f"missing '{step}' in:\n{summary}"
+    assert os.path.exists(os.path.join(out, "colocation.yaml"))
+    # DP2/EP2 gathers and the TP2 AllReduce were measured and published.
+    dp = glob.glob(os.path.join(out, "dp2", "tiny", "tp1", "collectives", "*", "collectives.csv"))
+    tp = glob.glob(os.path.join(out, "tp2", "tiny", "tp2", "collectives", "*", "collectives.csv"))
+    assert len(dp) == 2 and tp, (dp, tp)
+    assert "all_reduce" in open(tp[0]).read()
+    for name in ["report-dp2.html", "report-tp2.html", "inspect-dp2.txt", "inspect-coloc.txt"]:
+        assert os.path.getsize(os.path.join(out, name)) > 0, name
+    # The peer script refuses a directory without collective tables before touching a GPU.
+    p = subprocess.run(["python3", "tools/nccl_peer.py", "--ours", tmp, "--out", os.path.join(tmp, "p.csv")],
+                       cwd=SOURCE_DIR, capture_output=True, text=True)
+    assert p.returncode != 0 and "no tp*/collectives" in p.stderr, p.stderr
+print("multi-gpu run script: ok")
