@@ -16,6 +16,8 @@ void JobOptions::add_to(po::options_description& desc) {
       "iterations", po::value(&iterations), "minimum forwards per round (overrides the job)")(
       "grid-factor", po::value(&grid_factor), "geometric grid factor (overrides the job)")(
       "backend", po::value(&backend), "auto | cpu_reference | cublas_grouped | native")(
+      "components", po::value(&components),
+      "measure only these components, e.g. gate_routing (collectives are measured either way)")(
       "gpu-hours", po::value(&gpu_hours), "device-time budget in GPU-hours (overrides the job)");
 }
 
@@ -30,6 +32,7 @@ JobSpec JobOptions::load() const {
   if (iterations != 0) o.iterations = iterations;
   if (grid_factor != 0) o.grid_factor = grid_factor;
   if (!backend.empty()) o.backend = backend;
+  if (!components.empty()) o.components = parse_component_list(components, "--components");
   if (!out_root.empty()) o.out_root = out_root;
   if (gpu_hours != 0) o.gpu_hours = gpu_hours;
   apply_overrides(job, o);

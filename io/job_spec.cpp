@@ -243,12 +243,19 @@ JobSpec parse_job(const std::string& yaml_text, const std::string& source) {
         job.capture_sizes = list<std::int64_t>(n, "graph.capture_sizes");
     }
     if (auto m = root["measurement"]) {
-      check_keys(m, "measurement", {"grid_factor", "rounds", "iterations", "backend", "seed"});
+      check_keys(m, "measurement",
+                 {"grid_factor", "rounds", "iterations", "backend", "seed", "components"});
       if (auto n = m["grid_factor"]) job.grid_factor = scalar<double>(n, "measurement.grid_factor");
       if (auto n = m["rounds"]) job.rounds = scalar<int>(n, "measurement.rounds");
       if (auto n = m["iterations"]) job.iterations = scalar<int>(n, "measurement.iterations");
       if (auto n = m["backend"]) job.backend = scalar<std::string>(n, "measurement.backend");
       if (auto n = m["seed"]) job.seed = scalar<std::uint64_t>(n, "measurement.seed");
+      if (auto n = m["components"]) {
+        std::string joined;
+        for (const auto& name : list<std::string>(n, "measurement.components"))
+          joined += (joined.empty() ? "" : ",") + name;
+        job.components = parse_component_list(joined, "measurement.components");
+      }
     }
     if (auto o = root["output"]) {
       check_keys(o, "output", {"out_root", "variant"});
@@ -368,7 +375,24 @@ void apply_overrides(JobSpec& job, const JobOverrides& o) {
   if (o.out_root) job.out_root = *o.out_root;
   if (o.grid_factor) job.grid_factor = *o.grid_factor;
   if (o.gpu_hours) job.gpu_hours = *o.gpu_hours;
+  if (o.components) job.components = *o.components;
   validate(job);
+}
+
+std::vector<Component> parse_component_list(const std::string& text, const std::string& option) {
+  static const std::vector<std::string> names = {"gate_routing", "experts", "finalize_copy",
+                                                 "wrapper"};
+  std::vector<Component> out;
+  std::stringstream ss(text);
+  for (std::string item; std::getline(ss, item, ',');) {
+    const auto c = parse_component(item);
+    if (!c)
+      throw JobError(option + ": unknown component '" + item + "'" + did_you_mean(item, names) +
+                     " (gate_routing, experts, finalize_copy, wrapper)");
+    if (std::find(out.begin(), out.end(), *c) == out.end()) out.push_back(*c);
+  }
+  if (out.empty()) throw JobError(option + ": name at least one component");
+  return out;
 }
 
 std::vector<int> parse_int_list(const std::string& text, const std::string& option) {

@@ -7,6 +7,7 @@
 #include <string>
 #include <vector>
 
+#include "kernels/component.h"
 #include "kernels/geometry.h"
 
 namespace moe {
@@ -40,6 +41,9 @@ struct JobSpec {
   int rounds = 3;
   int iterations = 10;
   std::string backend = "auto";  // auto | cpu_reference | cublas_grouped | native
+  // Components to measure; empty = every component of each target. A subset is its own
+  // acquisition (the contract records the grids); collectives are measured either way.
+  std::vector<Component> components;
   std::uint64_t seed = 20261129;
   std::string out_root = "out";
   std::string variant;
@@ -61,6 +65,7 @@ struct JobOverrides {
   std::optional<int> rounds, iterations;
   std::optional<std::string> backend, out_root;
   std::optional<double> grid_factor, gpu_hours;
+  std::optional<std::vector<Component>> components;
 };
 void apply_overrides(JobSpec& job, const JobOverrides& o);
 
@@ -68,6 +73,9 @@ void apply_overrides(JobSpec& job, const JobOverrides& o);
 // targets resolvable). parse_job and apply_overrides call it.
 void validate(const JobSpec& job);
 
+// "gate_routing,experts" -> components; names the option and the unknown name in the error.
+[[nodiscard]] std::vector<Component> parse_component_list(const std::string& text,
+                                                          const std::string& option);
 // "1,2,4" -> {1,2,4}; names the option in the error.
 [[nodiscard]] std::vector<int> parse_int_list(const std::string& text, const std::string& option);
 

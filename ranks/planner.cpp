@@ -160,6 +160,9 @@ Plan make_plan(const JobSpec& job, std::optional<std::int64_t> l2_bytes) {
     tp.weight_banks = weight_bank_count(
         tp.ownership.local_experts * job.geometry.expert_weight_bytes(), plan.device.l2_bytes);
     for (auto c : component_set(job.geometry, t)) {
+      if (!job.components.empty() &&
+          std::find(job.components.begin(), job.components.end(), c) == job.components.end())
+        continue;
       ComponentGrid grid{c, {}};
       if (c == Component::experts) {
         grid.points = expert_grid(job, t);
@@ -170,6 +173,11 @@ Plan make_plan(const JobSpec& job, std::optional<std::int64_t> l2_bytes) {
     }
     plan.targets.push_back(std::move(tp));
   }
+  if (std::all_of(plan.targets.begin(), plan.targets.end(),
+                  [](const TargetPlan& t) { return t.components.empty(); }))
+    throw JobError(
+        "the components filter selects no component of any target (finalize_copy "
+        "exists only for DP > 1, wrapper only with shared experts)");
   return plan;
 }
 

@@ -1,20 +1,21 @@
 #!/usr/bin/env bash
 # The multi-GPU validation run on one node, in one go (results and logs under OUT_DIR):
 #   tools/multi-gpu-run.sh BUILD_DIR OUT_DIR NGPU
-# Environment: JOB (default jobs/qwen3-30b-a3b.yaml), BACKEND (default native), ACQUIRE_ARGS
-# (extra acquire options, e.g. "--rounds 1 --grid-factor 4" for a short run), STEPS (default
-# "colocate collectives serial peer report"; a subset runs only those steps). The peer step needs
-# PyTorch with CUDA.
-#   1. co-location gate: the job's TP1/DP1 target on GPU0, the other GPUs as backgrounds
-#      (their own reference forwards plus NCCL AllReduce among them): solo and NGPU-way (4-way
-#      after a failed 8-way), verdict published into OUT_DIR/coloc/<variant>/colocation.yaml
-#   2. collectives: acquire TP1/DP<g> for every group size g in {2,4,8} up to NGPU (EP = g, one
-#      target per GPU), which also times the DP+EP collectives of each deployment; TP<g>/DP1 for
-#      the TP AllReduce
-#   3. the NGPU-way acquisition is step 2's TP1/DP<NGPU> run; the same cells of rank 0 then run
-#      alone on one GPU: speedup = NGPU x (serial wall of one rank's cells) / (parallel wall)
-#   4. peer timings of every collective row through torch.distributed (tools/nccl_peer.py)
-#   5. harness inspect and harness report on every bundle
+# Environment: JOB (default jobs/qwen3-30b-a3b.yaml), BACKEND (default native), STEPS (default
+# "colocate collectives speedup peer report"; a subset runs only those steps), COLLECTIVE_ARGS
+# (default "--components gate_routing --rounds 1"), ACQUIRE_ARGS (default "--rounds 1
+# --grid-factor 4"). The peer step needs PyTorch with CUDA.
+#   1. colocate     the gate: the job's TP1/DP1 target on GPU0, the other GPUs as backgrounds
+#                   (their own reference forwards plus NCCL AllReduce among them): solo and
+#                   NGPU-way (4-way after a failed 8-way); OUT/coloc/<variant>/colocation.yaml
+#   2. collectives  for every group size g in {2,4,8} up to NGPU: acquisitions of TP1/DP<g>
+#                   (DP+EP gathers) and TP<g>/DP1 (TP AllReduce) measuring only the cheap
+#                   gate_routing grid, so the collective tables at the job's token sizes come
+#                   fast; bundles in OUT/coll-dp<g>, OUT/coll-tp<g>
+#   3. speedup      the NGPU targets TP1/DP<NGPU> acquired at once, then rank 0's cells alone on
+#                   one GPU: speedup = NGPU x serial wall / parallel wall
+#   4. peer         every collective row timed through torch.distributed (tools/nccl_peer.py)
+#   5. report       harness inspect and harness report on every bundle
 # Keep NCCL_NVLS_ENABLE=0 (set here) on machines where NVLink multicast is not available.
 set -euo pipefail
 build=${1:?build directory}
@@ -22,8 +23,9 @@ out=${2:?output directory}
 ngpu=${3:?number of GPUs}
 job=${JOB:-jobs/qwen3-30b-a3b.yaml}
 backend=${BACKEND:-native}
-read -r -a extra <<<"${ACQUIRE_ARGS:-}"
-steps=" ${STEPS:-colocate collectives serial peer report} "
+read -r -a coll_args <<<"${COLLECTIVE_ARGS:---components gate_routing --rounds 1}"
+read -r -a extra <<<"${ACQUIRE_ARGS:---rounds 1 --grid-factor 4}"
+steps=" ${STEPS:-colocate collectives speedup peer report} "
 want() { [[ "$steps" == *" $1 "* ]]; }
 harness="$build/harness/harness"
 export NCCL_NVLS_ENABLE=0 OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1
@@ -54,18 +56,24 @@ command -v nvidia-smi >/dev/null && nvidia-smi --query-gpu=index,name,clocks.sm,
 want colocate && timed colocate "${mpirun[@]}" -np "$ngpu" "$harness" colocate "$job" --tp 1 --dp 1 \
   --backend "$backend" --out "$out/coloc/acq" --out-root "$out/coloc" || true
 
-# 2 + 3. acquisitions with their collective tables
+# 2. collective tables
 groups=()
 for g in 2 4 8; do [ "$g" -le "$ngpu" ] && groups+=("$g"); done
 for g in "${groups[@]}"; do
   want collectives || break
-  timed "acquire-tp1-dp$g" "${mpirun[@]}" -np "$g" "$harness" acquire "$job" --tp 1 --dp "$g" \
-    --backend "$backend" "${extra[@]}" --out "$out/dp$g/acq" --out-root "$out/dp$g" || true
-  timed "acquire-tp$g-dp1" "${mpirun[@]}" -np "$g" "$harness" acquire "$job" --tp "$g" --dp 1 \
-    --backend "$backend" "${extra[@]}" --out "$out/tp$g/acq" --out-root "$out/tp$g" || true
+  for shape in "1 $g dp$g" "$g 1 tp$g"; do
+    read -r tp dp name <<<"$shape"
+    timed "collectives-$name" "${mpirun[@]}" -np "$g" "$harness" acquire "$job" --tp "$tp" \
+      --dp "$dp" --backend "$backend" "${coll_args[@]}" --out "$out/coll-$name/acq" \
+      --out-root "$out/coll-$name" || true
+  done
 done
+
+# 3. speedup of the NGPU-way acquisition over one GPU
 big=${groups[${#groups[@]}-1]}
-if want serial; then
+if want speedup; then
+  timed "acquire-tp1-dp$big" "${mpirun[@]}" -np "$big" "$harness" acquire "$job" --tp 1 \
+    --dp "$big" --backend "$backend" "${extra[@]}" --out "$out/dp$big/acq" --out-root "$out/dp$big" || true
   timed "serial-rank0-dp$big" "${mpirun[@]}" -np 1 "$harness" acquire "$job" --tp 1 --dp "$big" \
     --rank 0 --backend "$backend" "${extra[@]}" --out "$out/serial/acq" --out-root "$out/serial" \
     --no-publish || true
@@ -78,12 +86,13 @@ fi
 
 # 4. peer collective timings
 if want peer; then
-  for d in "${groups[@]/#/dp}" "${groups[@]/#/tp}"; do
-    [ -d "$out/$d/$variant" ] || continue
-    n=${d#??}
-    timed "peer-$d" "${mpirun[@]}" -np "$n" python3 tools/nccl_peer.py --ours "$out/$d/$variant" \
-      --out "$out/$d/peer.csv" || true
-    tail -n 4 "$out/peer-$d.log" >>"$summary" || true
+  for g in "${groups[@]}"; do
+    for name in "dp$g" "tp$g"; do
+      [ -d "$out/coll-$name/$variant" ] || continue
+      timed "peer-$name" "${mpirun[@]}" -np "$g" python3 tools/nccl_peer.py \
+        --ours "$out/coll-$name/$variant" --out "$out/coll-$name/peer.csv" || true
+      tail -n 4 "$out/peer-$name.log" >>"$summary" || true
+    done
   done
 fi
 

@@ -151,6 +151,25 @@ TEST(Plan, ComponentSetsFollowThePath) {
   EXPECT_EQ(component_set(tiny, {1, 2, 2, 0, false}).back(), Component::wrapper);
 }
 
+TEST(Plan, ComponentsFilterKeepsTargetsAndChangesTheGrids) {
+  JobSpec job = parse_job(
+      "model: {preset: tiny}\ndeployment: {tp: [1], dp: [1, 2]}\n"
+      "tokens: {max_num_batched_tokens: 64, max_num_seqs: 8}\noutput: {variant: t}\n",
+      "test");
+  const auto all = make_plan(job);
+  JobOverrides o;
+  o.components = parse_component_list("finalize_copy", "--components");
+  apply_overrides(job, o);
+  const auto filtered = make_plan(job);
+  ASSERT_EQ(filtered.targets.size(), all.targets.size());  // collectives still need every target
+  for (const auto& t : filtered.targets)
+    for (const auto& g : t.components) EXPECT_EQ(g.component, Component::finalize_copy);
+  EXPECT_TRUE(filtered.targets.front().components.empty());  // TP1/DP1 has no finalize_copy
+  EXPECT_EQ(filtered.targets.back().components.size(), 1u);
+  job.dp = {1};
+  EXPECT_THROW((void)make_plan(job), JobError);  // selects nothing anywhere
+}
+
 TEST(Plan, BankRuleAndCompleteCycles) {
   EXPECT_EQ(weight_bank_count(1LL << 30, 60LL << 20), 2);   // far larger than L2
   EXPECT_EQ(weight_bank_count(20LL << 20, 60LL << 20), 6);  // 2*60/20

@@ -23,6 +23,9 @@ expect_error([HARNESS, "plan", qwen, "--tp", "1,2", "--dp", "1,2", "--ep", "3"],
 expect_error([HARNESS, "plan", "/nonexistent.yaml"], "cannot open job file")
 expect_error([HARNESS, "plan", job, "--backend", "cuda"], "unknown backend 'cuda'")
 expect_error([HARNESS, "nonsense"], "unknown command")
+expect_error([HARNESS, "plan", job, "--components", "gate_routng"], "did you mean 'gate_routing'")
+expect_error([HARNESS, "plan", job, "--tp", "1", "--dp", "1", "--components", "finalize_copy"],
+             "selects no component of any target")
 expect_error([HARNESS, "bench", "nope"], "unknown benchmark 'nope'")
 expect_error([HARNESS, "bench", "experts", "--models", "gpt-9"], "unknown model preset 'gpt-9'")
 expect_error([HARNESS, "bench", "experts", "--tokens", "1,x"], "bad token count 'x'")

@@ -12,21 +12,24 @@ build = os.path.dirname(os.path.dirname(HARNESS))
 with tempfile.TemporaryDirectory() as tmp:
     out = os.path.join(tmp, "run")
     env = dict(MPI_ENV, JOB="jobs/tiny.yaml", BACKEND="cpu_reference", ACQUIRE_ARGS="--rounds 1",
-               STEPS="colocate collectives serial report")
+               STEPS="colocate collectives speedup report")
     p = subprocess.run(["bash", "tools/multi-gpu-run.sh", build, out, "2"], cwd=SOURCE_DIR, env=env,
                        capture_output=True, text=True)
     assert p.returncode == 0, p.stdout + p.stderr
     summary = open(os.path.join(out, "summary.txt")).read()
-    for step in ["colocate: ok", "acquire-tp1-dp2: ok", "acquire-tp2-dp1: ok", "serial-rank0-dp2: ok",
-                 "speedup (2 targets)"]:
+    for step in ["colocate: ok", "collectives-dp2: ok", "collectives-tp2: ok", "acquire-tp1-dp2: ok",
+                 "serial-rank0-dp2: ok", "speedup (2 targets)"]:
         assert step in summary, f"missing '{step}' in:\n{summary}"
     assert os.path.exists(os.path.join(out, "colocation.yaml"))
-    # DP2/EP2 gathers and the TP2 AllReduce were measured and published.
-    dp = glob.glob(os.path.join(out, "dp2", "tiny", "tp1", "collectives", "*", "collectives.csv"))
-    tp = glob.glob(os.path.join(out, "tp2", "tiny", "tp2", "collectives", "*", "collectives.csv"))
+    # DP2/EP2 gathers and the TP2 AllReduce were measured and published by the gate-only runs.
+    dp = glob.glob(os.path.join(out, "coll-dp2", "tiny", "tp1", "collectives", "*", "collectives.csv"))
+    tp = glob.glob(os.path.join(out, "coll-tp2", "tiny", "tp2", "collectives", "*", "collectives.csv"))
     assert len(dp) == 2 and tp, (dp, tp)
     assert "all_reduce" in open(tp[0]).read()
-    for name in ["report-dp2.html", "report-tp2.html", "inspect-dp2.txt", "inspect-coloc.txt"]:
+    comps = glob.glob(os.path.join(out, "coll-dp2", "tiny", "tp1", "moe_components", "*", "components.csv"))
+    assert comps and all(line.split(",")[0] in ("component", "gate_routing")
+                         for c in comps for line in open(c).read().splitlines()), comps
+    for name in ["report-dp2.html", "report-coll-tp2.html", "inspect-coll-dp2.txt", "inspect-coloc.txt"]:
         assert os.path.getsize(os.path.join(out, name)) > 0, name
     # The peer script refuses a directory without collective tables before touching a GPU.
     p = subprocess.run(["python3", "tools/nccl_peer.py", "--ours", tmp, "--out", os.path.join(tmp, "p.csv")],
