@@ -22,6 +22,7 @@
 
 #include "harness/commands.h"
 #include "kernels/device_peaks.h"
+#include "kernels/roofline.h"
 #include "kernels/workload.h"
 #include "ranks/forward_timer.h"
 #include "ranks/planner.h"
@@ -38,43 +39,6 @@ std::vector<std::string> split_list(const std::string& s) {
   for (std::string item; std::getline(ss, item, ',');)
     if (!item.empty()) out.push_back(item);
   return out;
-}
-
-// Expected number of distinct experts hit when N tokens each choose k of E uniformly.
-std::int64_t balanced_activated(const ModelGeometry& g, std::int64_t tokens) {
-  const double e = g.experts, k = g.top_k;
-  const auto a = std::llround(e * (1.0 - std::pow(1.0 - k / e, static_cast<double>(tokens))));
-  return std::clamp<std::int64_t>(a, g.top_k, std::min<std::int64_t>(g.experts, tokens * g.top_k));
-}
-
-struct Floor {
-  double bytes = 0, flops = 0, us = 0;
-  std::string bound;  // bytes | flops
-};
-
-Floor floor_of(const ModelGeometry& g, Component c, const GridPoint& p, const DevicePeaks& peaks) {
-  Floor f;
-  const double rows_bytes = static_cast<double>(p.tokens) * g.hidden * 2;
-  switch (c) {
-    case Component::experts:
-      f.bytes = static_cast<double>(p.activated) * static_cast<double>(g.expert_weight_bytes()) +
-                2 * rows_bytes;
-      f.flops = 6.0 * static_cast<double>(p.assignments) * g.hidden * g.intermediate;
-      break;
-    case Component::gate_routing:
-      f.bytes = rows_bytes + static_cast<double>(g.experts) * g.hidden * bytes_of(g.router_dtype) +
-                static_cast<double>(p.tokens) * g.top_k * 8;
-      f.flops = 2.0 * static_cast<double>(p.tokens) * g.experts * g.hidden;
-      break;
-    default:
-      f.bytes = 2 * rows_bytes;
-      break;
-  }
-  const double bytes_us = f.bytes / peaks.copy_bytes_per_s * 1e6;
-  const double flops_us = f.flops / peaks.bf16_flops_per_s * 1e6;
-  f.us = std::max(bytes_us, flops_us);
-  f.bound = flops_us > bytes_us ? "flops" : "bytes";
-  return f;
 }
 
 struct Row {
@@ -267,7 +231,8 @@ int bench_experts(const Args& args) {
         const std::size_t first = rows.size();
         for (auto& b : bs) {
           rows.push_back(measure(*b, *timer, spec, weights, iterations));
-          rows.back().floor = floor_of(g, c, spec.point, peaks);
+          rows.back().floor =
+              floor_of(g, c, spec.point, {peaks.copy_bytes_per_s, peaks.bf16_flops_per_s});
           by_backend[b->name()] = rows.back().median_us;
           std::cerr << "  " << rows.back().component << " " << g.name << " N=" << n << " "
                     << b->name() << ": " << rows.back().median_us << " us\n";
