@@ -21,6 +21,7 @@
 #include <sstream>
 
 #include "harness/commands.h"
+#include "io/statistics.h"
 #include "kernels/device_peaks.h"
 #include "kernels/roofline.h"
 #include "kernels/workload.h"
@@ -46,7 +47,7 @@ struct Row {
   GridPoint point;
   int banks = 1;
   double median_us = 0, min_us = 0, max_us = 0, max_error = 0;
-  std::string kernels;  // "name=us;..." of the median forward, in start order
+  std::string kernels;  // "name=us;..." of the forward closest to the median, in start order
   Floor floor;
   std::optional<double> native_over_cublas;
 };
@@ -63,11 +64,6 @@ std::string short_kernel_name(const std::string& mangled) {
       name.erase(at, noise.size());
   if (auto paren = name.find('('); paren != std::string::npos && paren > 0) name.resize(paren);
   return name;
-}
-
-double median_of(std::vector<double> v) {
-  std::nth_element(v.begin(), v.begin() + v.size() / 2, v.end());
-  return v[v.size() / 2];
 }
 
 Row measure(Backend& backend, ForwardTimer& timer, const WorkloadSpec& spec,
@@ -101,16 +97,16 @@ Row measure(Backend& backend, ForwardTimer& timer, const WorkloadSpec& spec,
   for (const auto& r : records) us.push_back(r.value_us);
   if (w->take_route_error()) throw std::runtime_error("route flag raised on a valid stimulus");
   if (timer.dropped() != 0) throw std::runtime_error("CUPTI dropped activity records");
-  row.median_us = median_of(us);
-  for (const auto& r : records)
-    if (r.value_us == row.median_us) {
-      std::ostringstream k;
-      k << std::fixed << std::setprecision(1);
-      for (const auto& [name, t] : r.activities)
-        k << (k.tellp() > 0 ? ";" : "") << short_kernel_name(name) << "=" << t;
-      row.kernels = k.str();
-      break;
-    }
+  row.median_us = median(us);  // the same median `acquire` publishes
+  // Kernel breakdown of the forward closest to the median.
+  const auto& typical = *std::min_element(records.begin(), records.end(), [&](auto& a, auto& b) {
+    return std::abs(a.value_us - row.median_us) < std::abs(b.value_us - row.median_us);
+  });
+  std::ostringstream k;
+  k << std::fixed << std::setprecision(1);
+  for (const auto& [name, t] : typical.activities)
+    k << (k.tellp() > 0 ? ";" : "") << short_kernel_name(name) << "=" << t;
+  row.kernels = k.str();
   row.min_us = *std::min_element(us.begin(), us.end());
   row.max_us = *std::max_element(us.begin(), us.end());
   return row;
@@ -176,25 +172,12 @@ int bench_experts(const Args& args) {
     if (!g) throw std::invalid_argument("unknown model preset '" + m + "'");
     geometries.push_back(*g);
   }
-  std::vector<std::int64_t> ns;
-  for (const auto& t : split_list(tokens)) {
-    std::size_t used = 0;
-    long long n = 0;
-    try {
-      n = std::stoll(t, &used);
-    } catch (const std::exception&) {
-      used = 0;
-    }
-    if (used != t.size() || n < 1) throw std::invalid_argument("bad token count '" + t + "'");
-    ns.push_back(n);
-  }
-  std::vector<Component> cs;
-  for (const auto& c : split_list(components)) {
-    auto parsed = parse_component(c);
-    if (!parsed || *parsed == Component::wrapper)
-      throw std::invalid_argument("--components takes experts, gate_routing, finalize_copy");
-    cs.push_back(*parsed);
-  }
+  const auto ns = parse_int_list(tokens, "--tokens");
+  for (const int n : ns)
+    if (n < 1) throw std::invalid_argument("--tokens: token counts must be positive");
+  const auto cs = parse_component_list(components, "--components");
+  if (std::find(cs.begin(), cs.end(), Component::wrapper) != cs.end())
+    throw std::invalid_argument("--components takes experts, gate_routing, finalize_copy");
   if (cuda_device_count() <= device)
     throw std::runtime_error("no CUDA device " + std::to_string(device) +
                              ": harness bench measures GPU backends");

@@ -177,6 +177,24 @@ void require_positive(std::int64_t v, const std::string& what) {
   if (v <= 0) throw JobError("job: " + what + " must be positive (got " + std::to_string(v) + ")");
 }
 
+// Component names (from a YAML list or a comma-separated option) -> components, in order,
+// without repeats; names the option and the unknown name in the error.
+std::vector<Component> components_named(const std::vector<std::string>& items,
+                                        const std::string& option) {
+  static const std::vector<std::string> names = {"gate_routing", "experts", "finalize_copy",
+                                                 "wrapper"};
+  std::vector<Component> out;
+  for (const auto& item : items) {
+    const auto c = parse_component(item);
+    if (!c)
+      throw JobError(option + ": unknown component '" + item + "'" + did_you_mean(item, names) +
+                     " (gate_routing, experts, finalize_copy, wrapper)");
+    if (std::find(out.begin(), out.end(), *c) == out.end()) out.push_back(*c);
+  }
+  if (out.empty()) throw JobError(option + ": name at least one component");
+  return out;
+}
+
 }  // namespace
 
 std::string to_string(GraphMode m) {
@@ -250,12 +268,9 @@ JobSpec parse_job(const std::string& yaml_text, const std::string& source) {
       if (auto n = m["iterations"]) job.iterations = scalar<int>(n, "measurement.iterations");
       if (auto n = m["backend"]) job.backend = scalar<std::string>(n, "measurement.backend");
       if (auto n = m["seed"]) job.seed = scalar<std::uint64_t>(n, "measurement.seed");
-      if (auto n = m["components"]) {
-        std::string joined;
-        for (const auto& name : list<std::string>(n, "measurement.components"))
-          joined += (joined.empty() ? "" : ",") + name;
-        job.components = parse_component_list(joined, "measurement.components");
-      }
+      if (auto n = m["components"])
+        job.components = components_named(list<std::string>(n, "measurement.components"),
+                                          "measurement.components");
     }
     if (auto o = root["output"]) {
       check_keys(o, "output", {"out_root", "variant"});
@@ -380,19 +395,10 @@ void apply_overrides(JobSpec& job, const JobOverrides& o) {
 }
 
 std::vector<Component> parse_component_list(const std::string& text, const std::string& option) {
-  static const std::vector<std::string> names = {"gate_routing", "experts", "finalize_copy",
-                                                 "wrapper"};
-  std::vector<Component> out;
+  std::vector<std::string> items;
   std::stringstream ss(text);
-  for (std::string item; std::getline(ss, item, ',');) {
-    const auto c = parse_component(item);
-    if (!c)
-      throw JobError(option + ": unknown component '" + item + "'" + did_you_mean(item, names) +
-                     " (gate_routing, experts, finalize_copy, wrapper)");
-    if (std::find(out.begin(), out.end(), *c) == out.end()) out.push_back(*c);
-  }
-  if (out.empty()) throw JobError(option + ": name at least one component");
-  return out;
+  for (std::string item; std::getline(ss, item, ',');) items.push_back(item);
+  return components_named(items, option);
 }
 
 std::vector<int> parse_int_list(const std::string& text, const std::string& option) {

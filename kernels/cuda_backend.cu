@@ -27,6 +27,11 @@ namespace {
 
 using namespace cuda;
 
+// The experts implementations this file provides (the other components are shared).
+bool known_cuda_backend(const std::string& name) {
+  return name == "cublas_grouped" || name == "native";
+}
+
 // ---------------------------------------------------------------- NVML (loaded at run time)
 
 // The driver's NVML library, opened with dlopen: the toolkit need not ship nvml.h, and every GPU
@@ -737,7 +742,7 @@ class CudaWorkload final : public Workload {
 class CudaBackend final : public Backend {
  public:
   CudaBackend(std::string name, int device) : name_(std::move(name)), device_(device) {
-    if (name_ != "cublas_grouped" && name_ != "native")
+    if (!known_cuda_backend(name_))
       throw std::invalid_argument("unknown CUDA backend '" + name_ +
                                   "' (this build provides cublas_grouped, native)");
     CUDA_CHECK(cudaSetDevice(device_));
@@ -851,7 +856,7 @@ DeviceExpertsResult run_experts_on_device(const std::string& backend, int device
                                           const ModelGeometry& g, const Target& t,
                                           const std::vector<float>& x, const Routes& routes,
                                           const MlpWeights& w, bool via_graph) {
-  if (backend != "cublas_grouped" && backend != "native")
+  if (!known_cuda_backend(backend))
     throw std::invalid_argument("unknown CUDA backend '" + backend + "'");
   CUDA_CHECK(cudaSetDevice(device));
   Stream stream;

@@ -117,6 +117,22 @@ TEST(JobSpec, ExplicitGeometryWithoutPreset) {
   EXPECT_EQ(job.targets().size(), 3u);
 }
 
+TEST(JobSpec, ComponentsFromTheJobOrTheOption) {
+  const auto job = parse_job(
+      kBase + "measurement:\n  components: [experts, gate_routing, experts]\n", "test.yaml");
+  EXPECT_EQ(job.components, (std::vector<Component>{Component::experts, Component::gate_routing}));
+  EXPECT_NE(error_of(kBase + "measurement:\n  components: [gate_routng]\n")
+                .find("measurement.components: unknown component 'gate_routng' (did you mean "
+                      "'gate_routing'?)"),
+            std::string::npos);
+  EXPECT_NE(error_of(kBase + "measurement:\n  components: []\n")
+                .find("measurement.components: name at least one component"),
+            std::string::npos);
+  EXPECT_EQ(parse_component_list("finalize_copy,wrapper", "--components"),
+            (std::vector<Component>{Component::finalize_copy, Component::wrapper}));
+  EXPECT_THROW((void)parse_component_list("experts,,gate_routing", "--components"), JobError);
+}
+
 TEST(JobSpec, IntListOption) {
   EXPECT_EQ(parse_int_list("1,2,4", "--tp"), (std::vector<int>{1, 2, 4}));
   EXPECT_THROW((void)parse_int_list("1,x", "--tp"), JobError);

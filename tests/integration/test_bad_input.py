@@ -28,7 +28,9 @@ expect_error([HARNESS, "plan", job, "--tp", "1", "--dp", "1", "--components", "f
              "selects no component of any target")
 expect_error([HARNESS, "bench", "nope"], "unknown benchmark 'nope'")
 expect_error([HARNESS, "bench", "experts", "--models", "gpt-9"], "unknown model preset 'gpt-9'")
-expect_error([HARNESS, "bench", "experts", "--tokens", "1,x"], "bad token count 'x'")
+expect_error([HARNESS, "bench", "experts", "--tokens", "1,x"], "option --tokens: 'x' is not an integer")
+expect_error([HARNESS, "bench", "experts", "--tokens", "16,0"], "--tokens: token counts must be positive")
+expect_error([HARNESS, "bench", "experts", "--components", "experts,gate"], "unknown component 'gate'")
 expect_error([HARNESS, "bench", "experts", "--components", "wrapper"], "--components takes")
 expect_error([HARNESS, "bench", "experts", "--device", "99"], "no CUDA device 99")
 
