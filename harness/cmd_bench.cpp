@@ -178,12 +178,13 @@ int bench_experts(const Args& args) {
   const auto cs = parse_component_list(components, "--components");
   if (std::find(cs.begin(), cs.end(), Component::wrapper) != cs.end())
     throw std::invalid_argument("--components takes experts, gate_routing, finalize_copy");
+  const auto backend_names = split_list(backends);
+  if (backend_names.empty()) throw std::invalid_argument("--backends is empty");
   if (cuda_device_count() <= device)
     throw std::runtime_error("no CUDA device " + std::to_string(device) +
                              ": harness bench measures GPU backends");
   std::vector<std::unique_ptr<Backend>> bs;
-  for (const auto& b : split_list(backends)) bs.push_back(make_cuda_backend(b, device));
-  if (bs.empty()) throw std::invalid_argument("--backends is empty");
+  for (const auto& b : backend_names) bs.push_back(make_cuda_backend(b, device));
 
   const auto peaks = measure_device_peaks(device);
   const auto props = bs.front()->device_properties();

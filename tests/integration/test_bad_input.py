@@ -32,6 +32,8 @@ expect_error([HARNESS, "bench", "experts", "--tokens", "1,x"], "option --tokens:
 expect_error([HARNESS, "bench", "experts", "--tokens", "16,0"], "--tokens: token counts must be positive")
 expect_error([HARNESS, "bench", "experts", "--components", "experts,gate"], "unknown component 'gate'")
 expect_error([HARNESS, "bench", "experts", "--components", "wrapper"], "--components takes")
+expect_error([HARNESS, "bench", "experts", "--iterations", "0"], "--iterations must be at least 1")
+expect_error([HARNESS, "bench", "experts", "--backends", ","], "--backends is empty")
 expect_error([HARNESS, "bench", "experts", "--device", "99"], "no CUDA device 99")
 
 with tempfile.TemporaryDirectory() as tmp:
