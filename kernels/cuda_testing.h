@@ -24,4 +24,20 @@ struct DeviceExpertsResult {
                                                         const Routes& routes, const MlpWeights& w,
                                                         bool via_graph = false);
 
+struct DeviceGateResult {
+  Routes routes;  // [rows][k]
+  bool route_error = false;
+  bool fused = false;  // the fused native gate ran (not the cuBLAS GEMM + top-k kernel)
+};
+
+// Runs the `gate_routing` component of CUDA backend `backend` once on device `device` with
+// x [rows][H] (rounded to bf16) and router [E][H] (rounded to g.router_dtype). Outputs are
+// poisoned first. With `via_graph`, a direct forward runs first, then the forward is captured
+// into a CUDA graph and the result is the graph's launch.
+[[nodiscard]] DeviceGateResult run_gate_on_device(const std::string& backend, int device,
+                                                  const ModelGeometry& g,
+                                                  const std::vector<float>& x,
+                                                  const std::vector<float>& router,
+                                                  bool via_graph = false);
+
 }  // namespace moe

@@ -28,4 +28,9 @@ DeviceExpertsResult run_experts_on_device(const std::string&, int, const ModelGe
   throw std::runtime_error("run_experts_on_device needs a harness built with HARNESS_WITH_CUDA=ON");
 }
 
+DeviceGateResult run_gate_on_device(const std::string&, int, const ModelGeometry&,
+                                    const std::vector<float>&, const std::vector<float>&, bool) {
+  throw std::runtime_error("run_gate_on_device needs a harness built with HARNESS_WITH_CUDA=ON");
+}
+
 }  // namespace moe

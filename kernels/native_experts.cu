@@ -4,6 +4,7 @@
 #include <stdexcept>
 #include <string>
 
+#include "kernels/device_helpers.h"
 #include "kernels/native_experts.h"
 
 namespace moe::cuda {
@@ -13,48 +14,8 @@ namespace {
 constexpr int kMaxLocalExperts = 1024;
 constexpr int kPlanThreads = 1024;
 
-// ---------------------------------------------------------------- PTX wrappers
-
-__device__ __forceinline__ unsigned smem_addr(const void* p) {
-  return static_cast<unsigned>(__cvta_generic_to_shared(p));
-}
-
-// 16-byte global->shared copy; with `pred` false the destination is zero-filled and nothing is
-// read (src-size 0), which pads partial tiles.
-__device__ __forceinline__ void cp_async16(void* dst, const void* src, bool pred) {
-  asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;\n" ::"r"(smem_addr(dst)), "l"(src),
-               "r"(pred ? 16 : 0));
-}
-__device__ __forceinline__ void cp_async_commit() {
-  asm volatile("cp.async.commit_group;\n" ::);
-}
-template <int kPending>
-__device__ __forceinline__ void cp_async_wait() {
-  asm volatile("cp.async.wait_group %0;\n" ::"n"(kPending));
-}
-
-__device__ __forceinline__ void ldmatrix_x4(unsigned (&r)[4], const void* p) {
-  asm volatile("ldmatrix.sync.aligned.m8n8.x4.shared.b16 {%0,%1,%2,%3}, [%4];\n"
-               : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3])
-               : "r"(smem_addr(p)));
-}
-
-// D += A (16x16, row-major) * B (16x8, column-major), bf16 inputs, fp32 accumulators.
-__device__ __forceinline__ void mma_bf16(float (&d)[4], const unsigned (&a)[4], unsigned b0,
-                                         unsigned b1) {
-  asm volatile(
-      "mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, "
-      "{%8,%9}, {%0,%1,%2,%3};\n"
-      : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3])
-      : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
-}
-
 __device__ __forceinline__ float round_bf16(float v) {
   return __bfloat162float(__float2bfloat16_rn(v));
-}
-
-__device__ __forceinline__ bool lane_is_valid(int id, float w, int experts) {
-  return (id == -1 || (id >= 0 && id < experts)) && isfinite(w) && w >= 0.0f;
 }
 
 // ---------------------------------------------------------------- route plan
@@ -249,7 +210,7 @@ struct TileLoader {
       w_ok[i] = feature < a.out_features;
       w_src[i] = w_base + static_cast<std::int64_t>(w_ok[i] ? weight_row : 0) * a.k;
       w_chunk[i] = chunk;
-      w_dst[i] = row * C::kBK + ((chunk ^ (row & 7)) * 8);
+      w_dst[i] = swizzled<C::kBK>(row, chunk);
     }
 #pragma unroll
     for (int i = 0; i < C::kXLoads; ++i) {
@@ -259,7 +220,7 @@ struct TileLoader {
       const std::int64_t src_row = kGated ? a.token_of[pos] : pos;
       x_src[i] = a.src + src_row * a.k;
       x_chunk[i] = chunk;
-      x_dst[i] = row * C::kBK + ((chunk ^ (row & 7)) * 8);
+      x_dst[i] = swizzled<C::kBK>(row, chunk);
     }
   }
 
@@ -338,51 +299,30 @@ __global__ void __launch_bounds__(C::kThreads, C::kMinBlocks) expert_gemm(GemmAr
 #pragma unroll
       for (int r = 0; r < 4; ++r) acc[j][n][r] = 0.0f;
 
+  cp_async_pipeline<C::kStages>(
+      k_steps,
+      [&](int stage, int step) { loader.load(stage_w(stage), stage_w(stage) + C::kStageW, step); },
+      [&](int stage) {
+        const bf16* sw = stage_w(stage);
+        const bf16* sx = sw + C::kStageW;
 #pragma unroll
-  for (int s = 0; s < C::kStages - 1; ++s) {
-    if (s < k_steps) loader.load(stage_w(s), stage_w(s) + C::kStageW, s);
-    cp_async_commit();
-  }
-  for (int step = 0; step < k_steps; ++step) {
-    cp_async_wait<C::kStages - 2>();
-    __syncthreads();  // stage `step` visible to all; stage `step - 1` free for refill
-    const int next = step + C::kStages - 1;
-    if (next < k_steps) {
-      bf16* sw = stage_w(next % C::kStages);
-      loader.load(sw, sw + C::kStageW, next);
-    }
-    cp_async_commit();
-
-    const bf16* sw = stage_w(step % C::kStages);
-    const bf16* sx = sw + C::kStageW;
+        for (int ks = 0; ks < C::kKPerWarp / 16; ++ks) {
+          const int chunk0 = (wk * C::kKPerWarp + ks * 16) / 8;
+          unsigned af[C::kMT][4];
 #pragma unroll
-    for (int ks = 0; ks < C::kKPerWarp / 16; ++ks) {
-      const int chunk0 = (wk * C::kKPerWarp + ks * 16) / 8;
-      unsigned af[C::kMT][4];
+          for (int j = 0; j < C::kMT; ++j)
+            load_a_fragment<C::kBK>(af[j], sw, warp_mtile_row<C, kGated>(wf, j), chunk0, lane);
+          unsigned bfr[C::kNT][2];
 #pragma unroll
-      for (int j = 0; j < C::kMT; ++j) {
-        const int row = warp_mtile_row<C, kGated>(wf, j) + (lane & 15);
-        const int chunk = chunk0 + (lane >> 4);
-        ldmatrix_x4(af[j], sw + row * C::kBK + ((chunk ^ (row & 7)) * 8));
-      }
-      unsigned bfr[C::kNT][2];
+          for (int p = 0; p < C::kNT / 2; ++p)
+            load_b_fragments<C::kBK>(bfr[2 * p], bfr[2 * p + 1], sx, wt * C::kNT * 8 + p * 16,
+                                     chunk0, lane);
 #pragma unroll
-      for (int p = 0; p < C::kNT / 2; ++p) {
-        const int row = wt * C::kNT * 8 + p * 16 + (lane & 7) + ((lane >> 4) << 3);
-        const int chunk = chunk0 + ((lane >> 3) & 1);
-        unsigned r[4];
-        ldmatrix_x4(r, sx + row * C::kBK + ((chunk ^ (row & 7)) * 8));
-        bfr[2 * p][0] = r[0];
-        bfr[2 * p][1] = r[1];
-        bfr[2 * p + 1][0] = r[2];
-        bfr[2 * p + 1][1] = r[3];
-      }
+          for (int j = 0; j < C::kMT; ++j)
 #pragma unroll
-      for (int j = 0; j < C::kMT; ++j)
-#pragma unroll
-        for (int n = 0; n < C::kNT; ++n) mma_bf16(acc[j][n], af[j], bfr[n][0], bfr[n][1]);
-    }
-  }
+            for (int n = 0; n < C::kNT; ++n) mma_bf16(acc[j][n], af[j], bfr[n][0], bfr[n][1]);
+        }
+      });
 
   if constexpr (C::kWK > 1) {
     // Split-K: warps wk > 0 park their partial sums in shared memory; wk == 0 adds them.
@@ -454,10 +394,6 @@ template <int kPending>
 __device__ __forceinline__ void wgmma_wait() {
   asm volatile("wgmma.wait_group.sync.aligned %0;\n" ::"n"(kPending) : "memory");
 }
-// cp.async wrote the tiles through the generic proxy; wgmma reads them through the async proxy.
-__device__ __forceinline__ void fence_proxy_async() {
-  asm volatile("fence.proxy.async.shared::cta;\n" ::: "memory");
-}
 
 // D (64 x kN, fp32, the warpgroup's fragments) (+)= A (64 x 16) * B (16 x kN), both K-major in
 // shared memory.
@@ -526,36 +462,27 @@ __global__ void __launch_bounds__(C::kThreads, 1) expert_gemm_wgmma(GemmArgs a) 
   // which wait_group<1> at the end of step s - 1 has retired (and the barrier made that so for
   // both warpgroups).
   float acc[2][C::kNT][4];
+  int accumulate = 0;  // the first wgmma of the tile overwrites the accumulators
+  cp_async_pipeline<C::kStages, C::kStages - 2, true>(
+      k_steps,
+      [&](int stage, int step) { loader.load(stage_w(stage), stage_w(stage) + C::kStageW, step); },
+      [&](int stage) {
+        const bf16* sw = stage_w(stage);
+        const bf16* sx = sw + C::kStageW;
+        wgmma_fence();
 #pragma unroll
-  for (int s = 0; s < C::kStages - 2; ++s) {
-    if (s < k_steps) loader.load(stage_w(s), stage_w(s) + C::kStageW, s);
-    cp_async_commit();
-  }
-  for (int step = 0; step < k_steps; ++step) {
-    cp_async_wait<C::kStages - 3>();
-    fence_proxy_async();
-    __syncthreads();  // stage `step` landed for all; the wgmma of step - 2 retired everywhere
-    const int next = step + C::kStages - 2;
-    if (next < k_steps) {
-      bf16* sw = stage_w(next % C::kStages);
-      loader.load(sw, sw + C::kStageW, next);
-    }
-    cp_async_commit();
-    const bf16* sw = stage_w(step % C::kStages);
-    const bf16* sx = sw + C::kStageW;
-    wgmma_fence();
+        for (int ks = 0; ks < C::kBK / 16; ++ks) {
+          const std::uint64_t b = wgmma_desc(sx + ks * 16);
 #pragma unroll
-    for (int ks = 0; ks < C::kBK / 16; ++ks) {
-      const std::uint64_t b = wgmma_desc(sx + ks * 16);
-#pragma unroll
-      for (int j = 0; j < 2; ++j)
-        wgmma_bf16<C::kTokens>(reinterpret_cast<float(&)[C::kTokens / 2]>(acc[j]),
-                               wgmma_desc(sw + mtile_row[j] * C::kBK + ks * 16), b,
-                               step > 0 || ks > 0);
-    }
-    wgmma_commit();
-    wgmma_wait<1>();
-  }
+          for (int j = 0; j < 2; ++j)
+            wgmma_bf16<C::kTokens>(reinterpret_cast<float(&)[C::kTokens / 2]>(acc[j]),
+                                   wgmma_desc(sw + mtile_row[j] * C::kBK + ks * 16), b,
+                                   accumulate || ks > 0);
+        }
+        accumulate = 1;
+        wgmma_commit();
+        wgmma_wait<1>();
+      });
   wgmma_wait<0>();
   // The accumulators were written by asynchronous wgmma: order every later read after the wait.
 #pragma unroll

@@ -112,7 +112,129 @@ TEST_P(GpuBackend, InvalidRoutesEqualThePaddingOracleAndRaiseTheFlag) {
   EXPECT_FALSE(run_experts_on_device(0, g, t, x, dup, w).route_error);
 }
 
+// Rows whose routes differ from the reference: the weight of some expert (0 if not chosen)
+// differs by more than 1e-2 of the row's largest weight. Summation order may flip a near-tie
+// between the k-th and (k+1)-th expert, hence the count rather than a bitwise comparison.
+int rows_unlike_reference(const Routes& got, const Routes& want, int experts) {
+  int unlike = 0;
+  for (int r = 0; r < want.rows; ++r) {
+    std::vector<float> g(static_cast<std::size_t>(experts)), w(g.size());
+    float top = 0.0f;
+    for (int j = 0; j < want.k; ++j) {
+      const std::size_t i = static_cast<std::size_t>(r) * want.k + j;
+      const int gid = got.ids[i], wid = want.ids[i];
+      if (gid < -1 || gid >= experts) return want.rows + 1;  // out of range: never acceptable
+      if (gid >= 0) g[static_cast<std::size_t>(gid)] += got.weights[i];
+      if (wid >= 0) w[static_cast<std::size_t>(wid)] += want.weights[i];
+      top = std::max(top, want.weights[i]);
+    }
+    for (int e = 0; e < experts; ++e)
+      if (std::abs(g[static_cast<std::size_t>(e)] - w[static_cast<std::size_t>(e)]) >
+          1e-2f * std::max(top, 1e-6f)) {
+        ++unlike;
+        break;
+      }
+  }
+  return unlike;
+}
+
+struct GateCase {
+  ModelGeometry g;
+  int rows;
+};
+
+// Models and row counts that cover every gate tile (32/64 rows, 128/256 experts), cluster sizes
+// 1..8, partial tiles in rows, experts and K, fp32 routers (bf16 planes) and an E the fused
+// kernel does not take (cuBLAS GEMM + top-k kernel).
+std::vector<GateCase> gate_cases() {
+  const auto qwen = *find_preset("qwen3-30b-a3b");
+  auto odd = *find_preset("tiny");
+  odd.experts = 60, odd.top_k = 6, odd.hidden = 72;
+  auto wide_bf16 = *find_preset("tiny");
+  wide_bf16.experts = 200, wide_bf16.top_k = 8, wide_bf16.hidden = 128;
+  auto many = wide_bf16;
+  many.experts = 300;
+  auto odd_fp32 = odd;
+  odd_fp32.router_dtype = Dtype::fp32, odd_fp32.hidden = 128;
+  return {{qwen, 1},
+          {qwen, 33},
+          {qwen, 300},
+          {qwen, 1000},
+          {qwen, 1500},
+          {qwen, 4096},
+          {*find_preset("qwen3-235b-a22b"), 700},
+          {*find_preset("deepseek-v3"), 5},
+          {*find_preset("deepseek-v3"), 1100},
+          {*find_preset("tiny"), 50},
+          {odd, 130},
+          {odd_fp32, 97},
+          {wide_bf16, 77},
+          {many, 40}};
+}
+
+TEST_P(GpuBackend, GateRoutesEveryRowLikeTheReference) {
+  REQUIRE_GPU();
+  for (const auto& [g, rows] : gate_cases()) {
+    Rng rng(1000 + static_cast<std::uint64_t>(rows) + static_cast<std::uint64_t>(g.experts));
+    const auto x = random_values(static_cast<std::size_t>(rows) * g.hidden, 1.0f, Dtype::bf16, rng);
+    const auto router =
+        random_values(static_cast<std::size_t>(g.experts) * g.hidden,
+                      1.0f / std::sqrt(static_cast<float>(g.hidden)), g.router_dtype, rng);
+    Routes want;
+    gate_routing_ref(x, rows, router, g, want);
+    const auto got = run_gate_on_device(GetParam(), 0, g, x, router);
+    const std::string what = g.name + " E=" + std::to_string(g.experts) +
+                             " H=" + std::to_string(g.hidden) + " N=" + std::to_string(rows);
+    EXPECT_EQ(got.fused, GetParam() == "native" && g.experts <= 256) << what;
+    EXPECT_FALSE(got.route_error) << what;
+    ASSERT_EQ(got.routes.ids.size(), want.ids.size()) << what;
+    EXPECT_LE(rows_unlike_reference(got.routes, want, g.experts), 1) << what;
+  }
+}
+
+// A NaN in a token's hidden state makes its routes invalid: padding and the flag, the other
+// rows untouched (SPEC §6).
+TEST_P(GpuBackend, GateTurnsNanRowsIntoPaddingAndRaisesTheFlag) {
+  REQUIRE_GPU();
+  for (const auto& g : {*find_preset("qwen3-30b-a3b"), *find_preset("deepseek-v3")}) {
+    const int rows = 70;
+    Rng rng(5);
+    auto x = random_values(static_cast<std::size_t>(rows) * g.hidden, 1.0f, Dtype::bf16, rng);
+    const auto router =
+        random_values(static_cast<std::size_t>(g.experts) * g.hidden,
+                      1.0f / std::sqrt(static_cast<float>(g.hidden)), g.router_dtype, rng);
+    x[static_cast<std::size_t>(3) * g.hidden + 17] = NAN;
+    Routes want;
+    gate_routing_ref(x, rows, router, g, want);
+    const auto got = run_gate_on_device(GetParam(), 0, g, x, router);
+    EXPECT_TRUE(got.route_error) << g.name;
+    for (int j = 0; j < g.top_k; ++j) {
+      EXPECT_EQ(got.routes.ids[static_cast<std::size_t>(3) * g.top_k + j], -1) << g.name;
+      EXPECT_EQ(got.routes.weights[static_cast<std::size_t>(3) * g.top_k + j], 0.0f) << g.name;
+    }
+    EXPECT_LE(rows_unlike_reference(got.routes, want, g.experts), 1) << g.name;
+  }
+}
+
 INSTANTIATE_TEST_SUITE_P(Backends, GpuBackend, ::testing::Values("cublas_grouped", "native"));
+
+TEST(NativeGate, ForwardIsCapturableInACudaGraphAndDeterministic) {
+  REQUIRE_GPU();
+  for (const auto& [g, rows] : {GateCase{*find_preset("qwen3-30b-a3b"), 300},
+                                GateCase{*find_preset("deepseek-v3"), 1100}}) {
+    Rng rng(11);
+    const auto x = random_values(static_cast<std::size_t>(rows) * g.hidden, 1.0f, Dtype::bf16, rng);
+    const auto router =
+        random_values(static_cast<std::size_t>(g.experts) * g.hidden,
+                      1.0f / std::sqrt(static_cast<float>(g.hidden)), g.router_dtype, rng);
+    const auto direct = run_gate_on_device("native", 0, g, x, router);
+    const auto graphed = run_gate_on_device("native", 0, g, x, router, true);
+    ASSERT_TRUE(direct.fused) << g.name;
+    EXPECT_EQ(direct.routes.ids, graphed.routes.ids) << g.name;
+    EXPECT_EQ(direct.routes.weights, graphed.routes.weights) << g.name;
+    EXPECT_FALSE(graphed.route_error) << g.name;
+  }
+}
 
 // The native kernels pick a tile by expected rows per expert; cover each tile, odd shapes
 // (partial tiles in rows, features and K) and models with wider H and I.
