@@ -104,7 +104,7 @@ __global__ void bf16_to_float(const bf16* in, float* out, std::size_t n) {
     out[i] = __bfloat162float(in[i]);
 }
 
-// One warp per row of fp32 logits [rows][E]: softmax, top-k and route validation (route_token).
+// One warp per row of fp32 logits [rows][E]: softmax, top-k and route validation.
 template <int kPerLane>
 __global__ void softmax_topk(const float* logits, int rows, int experts, int k, bool renormalize,
                              int* ids, float* weights, int* flag) {
@@ -112,11 +112,11 @@ __global__ void softmax_topk(const float* logits, int rows, int experts, int k, 
   const int row = static_cast<int>(blockIdx.x * (blockDim.x / 32) + threadIdx.x / 32);
   if (row >= rows) return;
   const float* l = logits + static_cast<std::size_t>(row) * experts;
-  float v[kPerLane];
+  float v[1][kPerLane];
 #pragma unroll
-  for (int q = 0; q < kPerLane; ++q) v[q] = lane + 32 * q < experts ? l[lane + 32 * q] : 0.0f;
-  const std::size_t lanes0 = static_cast<std::size_t>(row) * k;
-  route_token<kPerLane>(v, experts, k, renormalize, lane, ids + lanes0, weights + lanes0, flag);
+  for (int q = 0; q < kPerLane; ++q) v[0][q] = lane + 32 * q < experts ? l[lane + 32 * q] : 0.0f;
+  const int rows_of_warp[1] = {row};
+  route_tokens_of_warp(v, rows_of_warp, experts, k, renormalize, lane, ids, weights, flag);
 }
 
 // Validates every lane and counts local assignments per local expert. Invalid lanes become

@@ -11,7 +11,8 @@ namespace moe::cuda {
 
 namespace {
 
-constexpr int kMaxSplits = 8;  // the portable cluster size
+constexpr int kMaxSplits = 16;  // the largest (non-portable) cluster size of sm_90
+constexpr int kTokensPerPass = 4;  // tokens a warp routes at once
 
 struct GateArgs {
   const bf16* x;  // [rows][hidden]
@@ -35,7 +36,8 @@ struct GateConfig {
   static constexpr int kXLoads = kRows * kChunks / kThreads, kWLoads = kE * kChunks / kThreads;
   static constexpr int kLogitStride = kE + 4;  // fp32 partial logits, padded
   static constexpr int kPipeBytes = kStages * (kStageX + kStageW) * 2;
-  static constexpr int kLogitBytes = kRows * kLogitStride * 4;
+  // A CTA owns ceil(kRows / S) rows x S partials of kE logits: at most kRows + S rows.
+  static constexpr int kLogitBytes = (kRows + kMaxSplits) * kLogitStride * 4;
   static constexpr int kSmemBytes = kPipeBytes > kLogitBytes ? kPipeBytes : kLogitBytes;
   static constexpr int kPerLane = kE / 32;
   static_assert(kNT % 2 == 0, "B fragments come in pairs of n8 tiles");
@@ -119,32 +121,44 @@ __global__ void __launch_bounds__(C::kThreads, 1) route_tokens(GateArgs a) {
     }
   });
   cp_async_wait<0>();
-  __syncthreads();  // every warp is done with the stages before they hold the logits
+  cluster.sync();  // every CTA of the cluster is done with its stages: they can take partials
 
-  float* logits = reinterpret_cast<float*>(gate_smem);
+  // Row r of the tile belongs to CTA r % S, which keeps the S partial logit rows of its rows
+  // ([r / S][split][expert]); each CTA pushes its partials there (remote stores do not wait).
+  float* partials = reinterpret_cast<float*>(gate_smem);
   const int group = lane >> 2, pair = (lane & 3) * 2;
 #pragma unroll
-  for (int n = 0; n < C::kNT; ++n)
+  for (int h = 0; h < 2; ++h) {
+    const int r = wr * 16 + group + 8 * h;
+    float* dst = cluster.map_shared_rank(partials, r % splits) +
+                 ((r / splits) * splits + split) * C::kLogitStride + we * C::kWarpExperts + pair;
 #pragma unroll
-    for (int r = 0; r < 4; ++r)
-      logits[(wr * 16 + group + 8 * (r >> 1)) * C::kLogitStride + we * C::kWarpExperts + 8 * n +
-             pair + (r & 1)] = acc[n][r];
-  cluster.sync();  // every CTA's partial logits are visible to the cluster
-
-  // Rows r = split (mod splits) of the tile are routed here, one warp per row, the partials
-  // summed in rank order.
-  for (int r = split + warp * splits; r < C::kRows && row0 + r < a.rows; r += C::kWarps * splits) {
-    float v[C::kPerLane] = {};
-    for (int s = 0; s < splits; ++s) {
-      const float* part = cluster.map_shared_rank(logits, s) + r * C::kLogitStride;
-#pragma unroll
-      for (int q = 0; q < C::kPerLane; ++q) v[q] += part[lane + 32 * q];
-    }
-    const std::int64_t lanes0 = static_cast<std::int64_t>(row0 + r) * a.top_k;
-    route_token<C::kPerLane>(v, a.experts, a.top_k, a.renormalize, lane, a.ids + lanes0,
-                             a.weights + lanes0, a.flag);
+    for (int n = 0; n < C::kNT; ++n)
+      *reinterpret_cast<float2*>(dst + 8 * n) = make_float2(acc[n][2 * h], acc[n][2 * h + 1]);
   }
-  cluster.sync();  // no CTA leaves while another may still read its shared memory
+  cluster.sync();  // every partial has landed
+
+  // This CTA's rows, kTokensPerPass per warp at a time; partials summed in split order.
+  const int owned = (C::kRows - split + splits - 1) / splits;
+  for (int base = warp * kTokensPerPass; base < owned; base += C::kWarps * kTokensPerPass) {
+    float v[kTokensPerPass][C::kPerLane];
+    int row[kTokensPerPass];
+#pragma unroll
+    for (int i = 0; i < kTokensPerPass; ++i) {
+      const int j = base + i, r = split + j * splits;
+      row[i] = j < owned && row0 + r < a.rows ? row0 + r : -1;
+#pragma unroll
+      for (int q = 0; q < C::kPerLane; ++q) v[i][q] = 0.0f;
+      if (row[i] < 0) continue;
+      for (int s = 0; s < splits; ++s) {
+        const float* part = partials + (j * splits + s) * C::kLogitStride;
+#pragma unroll
+        for (int q = 0; q < C::kPerLane; ++q) v[i][q] += part[lane + 32 * q];
+      }
+    }
+    route_tokens_of_warp(v, row, a.experts, a.top_k, a.renormalize, lane, a.ids, a.weights,
+                         a.flag);
+  }
 #else
   (void)a;  // NativeGate::covers() keeps other architectures off this kernel
 #endif
@@ -201,6 +215,8 @@ template <class C>
 int prepare(int tiles, int splits) {
   CUDA_CHECK(cudaFuncSetAttribute(route_tokens<C>, cudaFuncAttributeMaxDynamicSharedMemorySize,
                                   C::kSmemBytes));
+  CUDA_CHECK(
+      cudaFuncSetAttribute(route_tokens<C>, cudaFuncAttributeNonPortableClusterSizeAllowed, 1));
   for (; splits > 1; splits /= 2) {
     const ClusterLaunch<C> l(tiles, splits, nullptr);
     int clusters = 0;
