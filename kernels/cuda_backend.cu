@@ -1,7 +1,8 @@
-// CUDA backends: `cublas_grouped` (cuBLAS router GEMM, fused softmax/top-k/validation kernel,
-// align/permute kernels, cublasGemmGroupedBatchedEx for both expert GEMMs, SiLU-and-mul, weighted
-// combine). Stimuli are generated on the device from a counter-based hash; verification downloads
-// the inputs of a few sampled rows and compares them with the CPU reference.
+// CUDA backends: `cublas_grouped` (cuBLAS router GEMM, fp32 routers as three exact bf16 planes;
+// softmax/top-k/validation kernel; align/permute kernels, cublasGemmGroupedBatchedEx for both
+// expert GEMMs, SiLU-and-mul, weighted combine). Stimuli are generated on the device from a
+// counter-based hash; verification downloads the inputs of a few sampled rows and compares them
+// with the CPU reference.
 #include <cuda_bf16.h>
 #include <dlfcn.h>
 
@@ -18,7 +19,6 @@
 #include "kernels/cuda_testing.h"
 #include "kernels/device_helpers.h"
 #include "kernels/native_experts.h"
-#include "kernels/native_gate.h"
 #include "kernels/reference.h"
 #include "kernels/stimulus.h"
 #include "kernels/workload.h"
@@ -98,25 +98,40 @@ __global__ void fill_random(T* out, std::size_t n, std::uint64_t seed, float sca
   }
 }
 
-__global__ void bf16_to_float(const bf16* in, float* out, std::size_t n) {
-  for (std::size_t i = blockIdx.x * std::size_t{blockDim.x} + threadIdx.x; i < n;
-       i += std::size_t{gridDim.x} * blockDim.x)
-    out[i] = __bfloat162float(in[i]);
-}
-
-// One warp per row of fp32 logits [rows][E]: softmax, top-k and route validation.
+// One warp per row of fp32 logits [rows][planes][E] (the planes of a row are added): softmax,
+// top-k and route validation.
 template <int kPerLane>
-__global__ void softmax_topk(const float* logits, int rows, int experts, int k, bool renormalize,
-                             int* ids, float* weights, int* flag) {
+__global__ void softmax_topk(const float* logits, int rows, int experts, int planes, int k,
+                             bool renormalize, int* ids, float* weights, int* flag) {
   const int lane = static_cast<int>(threadIdx.x) % 32;
   const int row = static_cast<int>(blockIdx.x * (blockDim.x / 32) + threadIdx.x / 32);
   if (row >= rows) return;
-  const float* l = logits + static_cast<std::size_t>(row) * experts;
+  const float* l = logits + static_cast<std::size_t>(row) * planes * experts;
   float v[1][kPerLane];
 #pragma unroll
-  for (int q = 0; q < kPerLane; ++q) v[0][q] = lane + 32 * q < experts ? l[lane + 32 * q] : 0.0f;
+  for (int q = 0; q < kPerLane; ++q) {
+    const int e = lane + 32 * q;
+    v[0][q] = 0.0f;
+    if (e < experts)
+      for (int p = 0; p < planes; ++p) v[0][q] += l[p * experts + e];
+  }
   const int rows_of_warp[1] = {row};
   route_tokens_of_warp(v, rows_of_warp, experts, k, renormalize, lane, ids, weights, flag);
+}
+
+// fp32 router [E][H] -> three bf16 planes [3][E][H] with hi + mid + lo == w exactly: each plane
+// holds the next 8 significant bits of the remainder (24 in all, fp32's precision).
+__global__ void split_router_planes(const float* w, std::size_t n, bf16* planes) {
+  for (std::size_t i = blockIdx.x * std::size_t{blockDim.x} + threadIdx.x; i < n;
+       i += std::size_t{gridDim.x} * blockDim.x) {
+    const float v = w[i];
+    const bf16 hi = __float2bfloat16_rn(v);
+    const float r1 = v - __bfloat162float(hi);
+    const bf16 mid = __float2bfloat16_rn(r1);
+    planes[i] = hi;
+    planes[n + i] = mid;
+    planes[2 * n + i] = __float2bfloat16_rn(r1 - __bfloat162float(mid));
+  }
 }
 
 // Validates every lane and counts local assignments per local expert. Invalid lanes become
@@ -440,52 +455,47 @@ class ExpertsEngine {
 
 // ---------------------------------------------------------------- gate engine
 
-// The gate_routing launch sequence: the fused NativeGate for `native` where it covers the model,
-// otherwise a cuBLAS router GEMM (SGEMM on an fp32 copy of x for fp32 routers) into fp32 logits
-// and the softmax/top-k kernel.
+// The gate_routing launch sequence (both backends): one cuBLAS bf16 GEMM of the router planes
+// and x into fp32 logits, then softmax_topk. A bf16 router is one plane. An fp32 router is split
+// once, at construction, into three bf16 planes whose sum is the fp32 weight exactly, stacked
+// along the GEMM's M: every product is exact and accumulates in fp32, so the logits keep fp32
+// semantics (softmax_topk adds the three plane logits) at the bf16 tensor-core rate, instead of
+// an SGEMM on CUDA cores over an fp32 copy of x.
 class GateEngine {
  public:
-  // `router` is the device [E][H] router of g.router_dtype; it must outlive the engine.
+  // `router` is the device [E][H] router of g.router_dtype; a bf16 one must outlive the engine.
   GateEngine(const ModelGeometry& g, int rows, const void* router, cudaStream_t s,
-             cublasHandle_t blas, bool native)
-      : g_(g), rows_(rows), router_(router), s_(s), blas_(blas) {
+             cublasHandle_t blas)
+      : g_(g), rows_(rows), s_(s), blas_(blas) {
     if (g.experts > kMaxRouterExperts || g.top_k > 32 || g.top_k > g.experts)
       throw std::invalid_argument("the CUDA gate covers E <= " + std::to_string(kMaxRouterExperts) +
                                   " and k <= min(32, E); " + g.name + " has E=" +
                                   std::to_string(g.experts) + ", k=" + std::to_string(g.top_k));
-    if (native && NativeGate::covers(g)) {
-      fused_ = std::make_unique<NativeGate>(g, rows, router, s);
-      return;
+    const std::size_t eh = static_cast<std::size_t>(g.experts) * g.hidden;
+    if (g.router_dtype == Dtype::fp32) {
+      planes_ = 3;
+      plane_buffer_ = DeviceBuffer<bf16>(3 * eh);
+      split_router_planes<<<blocks_for(eh), 256, 0, s_>>>(static_cast<const float*>(router), eh,
+                                                          plane_buffer_.get());
+      LAUNCH_CHECK();
+      planes_ptr_ = plane_buffer_.get();
+    } else {
+      planes_ptr_ = static_cast<const bf16*>(router);
     }
-    logits_ = DeviceBuffer<float>(static_cast<std::size_t>(rows) * g.experts);
-    if (g.router_dtype == Dtype::fp32)
-      x_f32_ = DeviceBuffer<float>(static_cast<std::size_t>(rows) * g.hidden);
+    logits_ = DeviceBuffer<float>(static_cast<std::size_t>(rows) * planes_ * g.experts);
   }
 
-  [[nodiscard]] bool fused() const { return fused_ != nullptr; }
-
   void forward(const bf16* x, int* ids, float* weights, int* flag) {
-    if (fused_) {
-      fused_->forward(x, ids, weights, flag);
-      return;
-    }
     const float one = 1.0f, zero = 0.0f;
-    if (g_.router_dtype == Dtype::fp32) {
-      bf16_to_float<<<blocks_for(x_f32_.size()), 256, 0, s_>>>(x, x_f32_.get(), x_f32_.size());
-      LAUNCH_CHECK();
-      CUBLAS_CHECK(cublasSgemm(blas_, CUBLAS_OP_T, CUBLAS_OP_N, g_.experts, rows_, g_.hidden, &one,
-                               static_cast<const float*>(router_), g_.hidden, x_f32_.get(),
-                               g_.hidden, &zero, logits_.get(), g_.experts));
-    } else {
-      CUBLAS_CHECK(cublasGemmEx(blas_, CUBLAS_OP_T, CUBLAS_OP_N, g_.experts, rows_, g_.hidden, &one,
-                                router_, CUDA_R_16BF, g_.hidden, x, CUDA_R_16BF, g_.hidden, &zero,
-                                logits_.get(), CUDA_R_32F, g_.experts, CUBLAS_COMPUTE_32F,
-                                CUBLAS_GEMM_DEFAULT));
-    }
+    const int m = planes_ * g_.experts;
+    CUBLAS_CHECK(cublasGemmEx(blas_, CUBLAS_OP_T, CUBLAS_OP_N, m, rows_, g_.hidden, &one,
+                              planes_ptr_, CUDA_R_16BF, g_.hidden, x, CUDA_R_16BF, g_.hidden, &zero,
+                              logits_.get(), CUDA_R_32F, m, CUBLAS_COMPUTE_32F,
+                              CUBLAS_GEMM_DEFAULT));
     const int warps = 4;
     const unsigned blocks = static_cast<unsigned>((rows_ + warps - 1) / warps);
     const auto launch = [&](auto kernel) {
-      kernel<<<blocks, warps * 32, 0, s_>>>(logits_.get(), rows_, g_.experts, g_.top_k,
+      kernel<<<blocks, warps * 32, 0, s_>>>(logits_.get(), rows_, g_.experts, planes_, g_.top_k,
                                             g_.renormalize, ids, weights, flag);
     };
     if (g_.experts <= 128)
@@ -500,11 +510,12 @@ class GateEngine {
  private:
   ModelGeometry g_;
   int rows_;
-  const void* router_;
   cudaStream_t s_;
   cublasHandle_t blas_;
-  std::unique_ptr<NativeGate> fused_;
-  DeviceBuffer<float> logits_, x_f32_;
+  int planes_ = 1;
+  const bf16* planes_ptr_ = nullptr;  // [planes][E][H]
+  DeviceBuffer<bf16> plane_buffer_;   // fp32 routers only
+  DeviceBuffer<float> logits_;        // [rows][planes][E]
 };
 
 // ---------------------------------------------------------------- workloads
@@ -542,7 +553,7 @@ class CudaWorkload final : public Workload {
                                              g.router_dtype == Dtype::fp32
                                                  ? static_cast<const void*>(router_f32_.get())
                                                  : static_cast<const void*>(router_.get()),
-                                             s_, blas_, native);
+                                             s_, blas_);
         ids_ = DeviceBuffer<int>(static_cast<std::size_t>(rows_) * g.top_k);
         route_weights_ = DeviceBuffer<float>(static_cast<std::size_t>(rows_) * g.top_k);
         break;
@@ -964,7 +975,7 @@ DeviceGateResult run_gate_on_device(const std::string& backend, int device, cons
   DeviceBuffer<float> weights(lanes);
   // The uploads above ran on the legacy stream, which the engine's stream does not wait for.
   CUDA_CHECK(cudaDeviceSynchronize());
-  GateEngine engine(g, rows, router_ptr, stream.get(), blas.get(), backend == "native");
+  GateEngine engine(g, rows, router_ptr, stream.get(), blas.get());
   const auto poison = [&] {
     CUDA_CHECK(cudaMemsetAsync(ids.get(), 0x7f, lanes * 4, stream.get()));
     CUDA_CHECK(cudaMemsetAsync(weights.get(), 0xff, lanes * 4, stream.get()));
@@ -987,7 +998,6 @@ DeviceGateResult run_gate_on_device(const std::string& backend, int device, cons
   int raised = 0;
   CUDA_CHECK(cudaMemcpy(&raised, flag.get(), sizeof(int), cudaMemcpyDeviceToHost));
   r.route_error = raised != 0;
-  r.fused = engine.fused();
   return r;
 }
 

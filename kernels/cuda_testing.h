@@ -27,7 +27,6 @@ struct DeviceExpertsResult {
 struct DeviceGateResult {
   Routes routes;  // [rows][k]
   bool route_error = false;
-  bool fused = false;  // the fused native gate ran (not the cuBLAS GEMM + top-k kernel)
 };
 
 // Runs the `gate_routing` component of CUDA backend `backend` once on device `device` with

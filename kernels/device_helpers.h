@@ -164,6 +164,8 @@ __device__ __forceinline__ void route_tokens_of_warp(const float (&logits)[kToke
 #pragma unroll
     for (int i = 0; i < kTokens; ++i) sum[i] += __shfl_xor_sync(kAll, sum[i], o);
 #pragma unroll
+  for (int i = 0; i < kTokens; ++i) sum[i] = 1.0f / sum[i];  // from here on: 1 / sum
+#pragma unroll
   for (int i = 0; i < kTokens; ++i) top_sum[i] = 0.0f, my_p[i] = 0.0f, my_id[i] = -1;
   for (int t = 0; t < k; ++t) {
 #pragma unroll
@@ -180,7 +182,7 @@ __device__ __forceinline__ void route_tokens_of_warp(const float (&logits)[kToke
       for (int q = 0; q < kPerLane; ++q)
         if (mine == id && q == best_q) key[i][q] = 0;  // taken
       // Nothing left to choose (every probability NaN): an out-of-range id, caught below.
-      const float p = m == 0 ? -1.0f : __uint_as_float(m - 1u) / sum[i];
+      const float p = m == 0 ? -1.0f : __uint_as_float(m - 1u) * sum[i];
       if (lane == t) my_id[i] = m == 0 ? experts : static_cast<int>(id), my_p[i] = p;
       top_sum[i] += p;
     }
