@@ -98,22 +98,23 @@ __global__ void fill_random(T* out, std::size_t n, std::uint64_t seed, float sca
   }
 }
 
-// One warp per row of fp32 logits [rows][planes][E] (the planes of a row are added): softmax,
-// top-k and route validation.
-template <int kPerLane>
-__global__ void softmax_topk(const float* logits, int rows, int experts, int planes, int k,
-                             bool renormalize, int* ids, float* weights, int* flag) {
+// One warp per row of fp32 logits [rows][kPlanes][E] (the planes of a row are added): softmax,
+// top-k and route validation. Compile-time sizes let every load of the row issue at once.
+template <int kPerLane, int kPlanes>
+__global__ void softmax_topk(const float* logits, int rows, int experts, int k, bool renormalize,
+                             int* ids, float* weights, int* flag) {
   const int lane = static_cast<int>(threadIdx.x) % 32;
   const int row = static_cast<int>(blockIdx.x * (blockDim.x / 32) + threadIdx.x / 32);
   if (row >= rows) return;
-  const float* l = logits + static_cast<std::size_t>(row) * planes * experts;
+  const float* l = logits + static_cast<std::size_t>(row) * kPlanes * experts;
   float v[1][kPerLane];
 #pragma unroll
   for (int q = 0; q < kPerLane; ++q) {
     const int e = lane + 32 * q;
     v[0][q] = 0.0f;
-    if (e < experts)
-      for (int p = 0; p < planes; ++p) v[0][q] += l[p * experts + e];
+#pragma unroll
+    for (int p = 0; p < kPlanes; ++p)
+      if (e < experts) v[0][q] += l[p * experts + e];
   }
   const int rows_of_warp[1] = {row};
   route_tokens_of_warp(v, rows_of_warp, experts, k, renormalize, lane, ids, weights, flag);
@@ -331,10 +332,32 @@ struct CudaWeights final : WeightSet {
 // ---------------------------------------------------------------- experts engine
 
 // Per-workload scratch and the launch sequence of the cublas_grouped `experts` component.
+// Scratch of the cublas_grouped sequence: permuted rows, intermediates, grouped-GEMM pointer
+// arrays and the host copy of the group sizes.
+struct CublasScratch {
+  CublasScratch(const ModelGeometry& g, const ExpertOwnership& own, std::size_t lanes)
+      : clean_weights(lanes),
+        lane_expert(lanes),
+        lane_slot(lanes),
+        lane_pos(lanes),
+        counts(static_cast<std::size_t>(own.local_experts)),
+        offsets(static_cast<std::size_t>(own.local_experts)),
+        xp(lanes * g.hidden),
+        y1(lanes * 2 * g.intermediate),
+        act(lanes * g.intermediate),
+        y2(lanes * g.hidden),
+        ptrs(6 * static_cast<std::size_t>(own.local_experts)),
+        host_counts(static_cast<std::size_t>(own.local_experts)) {}
+  DeviceBuffer<float> clean_weights;
+  DeviceBuffer<int> lane_expert, lane_slot, lane_pos, counts, offsets;
+  DeviceBuffer<bf16> xp, y1, act, y2;
+  DeviceBuffer<void*> ptrs;
+  PinnedBuffer<int> host_counts;
+};
+
 class ExpertsEngine {
  public:
-  // `native` runs NativeExperts; `cublas_grouped` the cuBLAS sequence below (whose scratch is
-  // allocated only for it).
+  // `native` runs NativeExperts; `cublas_grouped` the cuBLAS sequence below.
   ExpertsEngine(const ModelGeometry& g, const ExpertOwnership& own, int rows, cudaStream_t s,
                 cublasHandle_t blas, bool native)
       : g_(g),
@@ -343,24 +366,13 @@ class ExpertsEngine {
         s_(s),
         blas_(blas),
         lanes_(static_cast<std::size_t>(rows) * g.top_k),
-        cublas_lanes_(native ? 0 : lanes_),
         ids_(lanes_),
         weights_(lanes_),
-        clean_weights_(cublas_lanes_),
-        lane_expert_(cublas_lanes_),
-        lane_slot_(cublas_lanes_),
-        lane_pos_(cublas_lanes_),
-        counts_(native ? 0 : own.local_experts),
-        offsets_(native ? 0 : own.local_experts),
-        xp_(cublas_lanes_ * g.hidden),
-        y1_(cublas_lanes_ * 2 * g.intermediate),
-        act_(cublas_lanes_ * g.intermediate),
-        y2_(cublas_lanes_ * g.hidden),
-        ptrs_(native ? 0 : 6 * static_cast<std::size_t>(own.local_experts)),
-        host_counts_(native ? 0 : own.local_experts),
         flag_(1) {
     if (native)
       native_ = std::make_unique<NativeExperts>(g, own, rows, native_tile_for(g, rows), s);
+    else
+      scratch_ = std::make_unique<CublasScratch>(g, own, lanes_);
     CUDA_CHECK(cudaMemsetAsync(flag_.get(), 0, sizeof(int), s_));
   }
 
@@ -376,33 +388,37 @@ class ExpertsEngine {
       native_->forward(x, ids_.get(), weights_.get(), w.w13.get(), w.w2.get(), out, flag_.get());
       return;
     }
+    CublasScratch& c = *scratch_;
     const int local = own_.local_experts, h = g_.hidden, inter = g_.intermediate, k = g_.top_k;
-    CUDA_CHECK(cudaMemsetAsync(counts_.get(), 0, local * sizeof(int), s_));
+    CUDA_CHECK(cudaMemsetAsync(c.counts.get(), 0, local * sizeof(int), s_));
     count_local<<<blocks_for(lanes_), 256, 0, s_>>>(
         ids_.get(), weights_.get(), static_cast<int>(lanes_), g_.experts, own_.first_expert, local,
-        counts_.get(), lane_expert_.get(), lane_slot_.get(), clean_weights_.get(), flag_.get());
+        c.counts.get(), c.lane_expert.get(), c.lane_slot.get(), c.clean_weights.get(), flag_.get());
     LAUNCH_CHECK();
-    auto** base = reinterpret_cast<void**>(ptrs_.get());
+    auto** base = reinterpret_cast<void**>(c.ptrs.get());
     GroupPointers gp{const_cast<const void**>(base),
                      const_cast<const void**>(base + local),
                      base + 2 * local,
                      const_cast<const void**>(base + 3 * local),
                      const_cast<const void**>(base + 4 * local),
                      base + 5 * local};
-    expert_offsets<<<1, 32, 0, s_>>>(counts_.get(), local, offsets_.get(), w.w13.get(), w.w2.get(),
-                                     xp_.get(), y1_.get(), act_.get(), y2_.get(), h, inter, gp);
+    expert_offsets<<<1, 32, 0, s_>>>(c.counts.get(), local, c.offsets.get(), w.w13.get(),
+                                     w.w2.get(), c.xp.get(), c.y1.get(), c.act.get(), c.y2.get(), h,
+                                     inter, gp);
     LAUNCH_CHECK();
     // cuBLAS grouped GEMM takes group sizes on the host: this copy is part of the component.
-    CUDA_CHECK(cudaMemcpyAsync(host_counts_.get(), counts_.get(), local * sizeof(int),
+    CUDA_CHECK(cudaMemcpyAsync(c.host_counts.get(), c.counts.get(), local * sizeof(int),
                                cudaMemcpyDeviceToHost, s_));
-    permute_rows<<<static_cast<unsigned>(lanes_), 128, 0, s_>>>(
-        x, lane_expert_.get(), lane_slot_.get(), offsets_.get(), k, h, xp_.get(), lane_pos_.get());
+    permute_rows<<<static_cast<unsigned>(lanes_), 128, 0, s_>>>(x, c.lane_expert.get(),
+                                                                c.lane_slot.get(), c.offsets.get(),
+                                                                k, h, c.xp.get(), c.lane_pos.get());
     LAUNCH_CHECK();
     CUDA_CHECK(cudaStreamSynchronize(s_));
     std::vector<int> n_arr;
     std::size_t total = 0;
     for (int e = 0; e < local; ++e)
-      if (host_counts_.get()[e] > 0) n_arr.push_back(host_counts_.get()[e]), total += n_arr.back();
+      if (c.host_counts.get()[e] > 0)
+        n_arr.push_back(c.host_counts.get()[e]), total += n_arr.back();
     const int groups = static_cast<int>(n_arr.size());
     if (groups > 0) {
       const std::vector<cublasOperation_t> ta(groups, CUBLAS_OP_T), tb(groups, CUBLAS_OP_N);
@@ -414,7 +430,8 @@ class ExpertsEngine {
           blas_, ta.data(), tb.data(), m1.data(), n_arr.data(), k1.data(), one.data(), gp.a1,
           CUDA_R_16BF, ld_h.data(), gp.b1, CUDA_R_16BF, ld_h.data(), zero.data(), gp.c1,
           CUDA_R_16BF, ld_2i.data(), groups, sizes.data(), CUBLAS_COMPUTE_32F));
-      silu_and_mul<<<blocks_for(total * inter), 256, 0, s_>>>(y1_.get(), total, inter, act_.get());
+      silu_and_mul<<<blocks_for(total * inter), 256, 0, s_>>>(c.y1.get(), total, inter,
+                                                              c.act.get());
       LAUNCH_CHECK();
       const std::vector<int> m2(groups, h), k2(groups, inter), ld_i(groups, inter);
       CUBLAS_CHECK(cublasGemmGroupedBatchedEx(
@@ -422,8 +439,8 @@ class ExpertsEngine {
           CUDA_R_16BF, ld_i.data(), gp.b2, CUDA_R_16BF, ld_i.data(), zero.data(), gp.c2,
           CUDA_R_16BF, ld_h.data(), groups, sizes.data(), CUBLAS_COMPUTE_32F));
     }
-    combine_rows<<<static_cast<unsigned>(rows_), 128, 0, s_>>>(y2_.get(), lane_pos_.get(),
-                                                               clean_weights_.get(), k, h, out);
+    combine_rows<<<static_cast<unsigned>(rows_), 128, 0, s_>>>(c.y2.get(), c.lane_pos.get(),
+                                                               c.clean_weights.get(), k, h, out);
     LAUNCH_CHECK();
   }
 
@@ -442,15 +459,11 @@ class ExpertsEngine {
   cudaStream_t s_;
   cublasHandle_t blas_;
   std::size_t lanes_;
-  std::size_t cublas_lanes_;
   DeviceBuffer<int> ids_;
-  DeviceBuffer<float> weights_, clean_weights_;
-  DeviceBuffer<int> lane_expert_, lane_slot_, lane_pos_, counts_, offsets_;
-  DeviceBuffer<bf16> xp_, y1_, act_, y2_;
-  DeviceBuffer<void*> ptrs_;
-  PinnedBuffer<int> host_counts_;
+  DeviceBuffer<float> weights_;
   DeviceBuffer<int> flag_;
   std::unique_ptr<NativeExperts> native_;
+  std::unique_ptr<CublasScratch> scratch_;  // cublas_grouped only
 };
 
 // ---------------------------------------------------------------- gate engine
@@ -495,15 +508,16 @@ class GateEngine {
     const int warps = 4;
     const unsigned blocks = static_cast<unsigned>((rows_ + warps - 1) / warps);
     const auto launch = [&](auto kernel) {
-      kernel<<<blocks, warps * 32, 0, s_>>>(logits_.get(), rows_, g_.experts, planes_, g_.top_k,
+      kernel<<<blocks, warps * 32, 0, s_>>>(logits_.get(), rows_, g_.experts, g_.top_k,
                                             g_.renormalize, ids, weights, flag);
     };
+    const bool split = planes_ == 3;
     if (g_.experts <= 128)
-      launch(softmax_topk<4>);
+      split ? launch(softmax_topk<4, 3>) : launch(softmax_topk<4, 1>);
     else if (g_.experts <= 256)
-      launch(softmax_topk<8>);
-    else
-      launch(softmax_topk<32>);  // up to kMaxRouterExperts
+      split ? launch(softmax_topk<8, 3>) : launch(softmax_topk<8, 1>);
+    else  // up to kMaxRouterExperts
+      split ? launch(softmax_topk<32, 3>) : launch(softmax_topk<32, 1>);
     LAUNCH_CHECK();
   }
 

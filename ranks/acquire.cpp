@@ -33,7 +33,7 @@ using nlohmann::json;
 
 std::string resolve_backend(const std::string& requested) {
   if (requested != "auto") return requested;
-  return cuda_device_count() > 0 ? "cublas_grouped" : "cpu_reference";
+  return cuda_device_count() > 0 ? "native" : "cpu_reference";
 }
 
 namespace {
