@@ -9,6 +9,7 @@
 #include <algorithm>
 #include <cmath>
 #include <cstring>
+#include <list>
 #include <map>
 #include <numeric>
 #include <random>
@@ -285,29 +286,41 @@ struct DeviceMlp {
     fill(w13, seed, 1.0f / std::sqrt(static_cast<float>(h)), s);
     fill(w2, seed ^ 0x5bd1e995ULL, 1.0f / std::sqrt(static_cast<float>(i)), s);
   }
-  // Host views of the listed experts, in list order. Each expert is downloaded once per round
-  // (through a pinned staging buffer) and kept while the cache stays under its cap, so the
-  // verification of every point reuses the experts earlier points fetched.
+  // Host views of the listed experts, in list order. Each expert is downloaded (through a pinned
+  // staging buffer) and converted once, then kept in a least-recently-used cache of at most
+  // kCacheBytes, so the verification of later points reuses what earlier points fetched. (A
+  // count cap that emptied the cache when full made a 128-expert bank miss on most requests.)
   [[nodiscard]] MlpView download(const std::vector<int>& which) const {
     MlpView v{hidden, inter, {}};
     const std::size_t s13 = static_cast<std::size_t>(2) * inter * hidden,
                       s2 = static_cast<std::size_t>(hidden) * inter;
-    if (host_cache_.size() + which.size() > kMaxCachedExperts) host_cache_.clear();
     for (int e : which) {
       auto it = host_cache_.find(e);
       if (it == host_cache_.end()) {
-        HostExpert h{fetch(w13.get() + e * s13, s13), fetch(w2.get() + e * s2, s2)};
+        HostExpert h{fetch(w13.get() + e * s13, s13), fetch(w2.get() + e * s2, s2), {}};
         it = host_cache_.emplace(e, std::move(h)).first;
+        cached_bytes_ += (s13 + s2) * sizeof(float);
+      } else {
+        recency_.erase(it->second.recency);
       }
+      recency_.push_front(e);
+      it->second.recency = recency_.begin();
       v.experts.push_back({it->second.w13.data(), it->second.w2.data()});
+    }
+    // Evict the least recently used, never an expert of this request (the view points into it).
+    while (cached_bytes_ > kCacheBytes && recency_.size() > which.size()) {
+      host_cache_.erase(recency_.back());
+      recency_.pop_back();
+      cached_bytes_ -= (s13 + s2) * sizeof(float);
     }
     return v;
   }
 
  private:
-  static constexpr std::size_t kMaxCachedExperts = 64;
+  static constexpr std::size_t kCacheBytes = std::size_t{2} << 30;  // per bank
   struct HostExpert {
     std::vector<float> w13, w2;
+    std::list<int>::iterator recency;
   };
   std::vector<float> fetch(const bf16* p, std::size_t n) const {
     if (staging_size_ < n) {
@@ -321,6 +334,8 @@ struct DeviceMlp {
     return out;
   }
   mutable std::map<int, HostExpert> host_cache_;
+  mutable std::list<int> recency_;  // most recent first
+  mutable std::size_t cached_bytes_ = 0;
   mutable std::unique_ptr<PinnedBuffer<std::uint16_t>> staging_;
   mutable std::size_t staging_size_ = 0;
 };
