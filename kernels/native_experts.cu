@@ -23,11 +23,11 @@ __device__ __forceinline__ float round_bf16(float v) {
 // One thread per lane, kPlanThreads lanes per block. Positions of local
 // lanes are grouped by expert (ascending local id); inside an expert the order is whatever the
 // atomics gave, which changes no output value: every output element depends only on its own row.
-// Each block counts its lanes per expert in shared memory and reserves its range of slots with
-// one global atomic per expert; the last block to finish (ticket) scans the totals into offsets
-// and the tile table, then resets the totals and the ticket for the next forward (so a forward
-// needs no memset). With a single block the same kernel also writes the positions; with more,
-// scatter_routes does.
+// Each block counts its lanes per expert in shared memory and (if there are several blocks)
+// reserves its range of slots with one global atomic per expert; the last block to finish (ticket)
+// scans the totals into offsets and the tile table, then resets the totals and the ticket for the
+// next forward (so a forward needs no memset). With a single block the same kernel also writes the
+// positions; with more, scatter_routes does.
 __global__ void __launch_bounds__(kPlanThreads)
     plan_routes(const int* __restrict__ ids, const float* __restrict__ weights, int lanes, int k,
                 int experts, int first, int local, int tile_tokens, int* total_counts,
@@ -52,8 +52,9 @@ __global__ void __launch_bounds__(kPlanThreads)
     }
   }
   __syncthreads();
+  // This block's base slot per expert (with a single block: 0, no global atomics).
   for (int e = tid; e < local; e += threads)
-    offsets[e] = counts[e] ? atomicAdd(&total_counts[e], counts[e]) : 0;  // this block's base
+    offsets[e] = gridDim.x > 1 && counts[e] ? atomicAdd(&total_counts[e], counts[e]) : 0;
   __syncthreads();
   if (expert >= 0) slot += offsets[expert];
   __syncthreads();  // every base read before the scan below rewrites `offsets`
@@ -65,11 +66,13 @@ __global__ void __launch_bounds__(kPlanThreads)
     __syncthreads();
     if (!last) return;
     __threadfence();
-    for (int e = tid; e < local; e += threads) counts[e] = __ldcg(&total_counts[e]);
+    for (int e = tid; e < local; e += threads) {
+      counts[e] = __ldcg(&total_counts[e]);
+      total_counts[e] = 0;  // ready for the next forward
+    }
+    if (tid == 0) *ticket = 0u;
     __syncthreads();
   }
-  for (int e = tid; e < local; e += threads) total_counts[e] = 0;
-  if (tid == 0) *ticket = 0u;
   if (tid < 32) {
     // Each lane of warp 0 scans a contiguous run of experts; a shuffle scan joins the runs.
     const int per = (local + 31) / 32;
