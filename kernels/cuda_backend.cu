@@ -108,17 +108,16 @@ __global__ void softmax_topk(const float* logits, int rows, int experts, int k, 
   const int row = static_cast<int>(blockIdx.x * (blockDim.x / 32) + threadIdx.x / 32);
   if (row >= rows) return;
   const float* l = logits + static_cast<std::size_t>(row) * kPlanes * experts;
-  float v[1][kPerLane];
+  float v[kPerLane];
 #pragma unroll
   for (int q = 0; q < kPerLane; ++q) {
     const int e = lane + 32 * q;
-    v[0][q] = 0.0f;
+    v[q] = 0.0f;
 #pragma unroll
     for (int p = 0; p < kPlanes; ++p)
-      if (e < experts) v[0][q] += l[p * experts + e];
+      if (e < experts) v[q] += l[p * experts + e];
   }
-  const int rows_of_warp[1] = {row};
-  route_tokens_of_warp(v, rows_of_warp, experts, k, renormalize, lane, ids, weights, flag);
+  route_token(v, row, experts, k, renormalize, lane, ids, weights, flag);
 }
 
 // fp32 router [E][H] -> three bf16 planes [3][E][H] with hi + mid + lo == w exactly: each plane

@@ -124,82 +124,64 @@ __device__ __forceinline__ float key_float(unsigned k) {
   return __uint_as_float((k & 0x80000000u) ? (k & 0x7fffffffu) : ~k);
 }
 
-// One warp routes kTokens tokens at once (their dependency chains interleave). logits[i] holds
-// token i's logits spread over lanes (expert lane + 32 q in logits[i][q]; experts >= `experts`
-// are ignored); token i is row[i] of ids/weights [rows][k], or skipped if row[i] < 0. Softmax over
+// One warp routes one token: logits[q] holds the logit of expert lane + 32 q (experts >=
+// `experts` are ignored), and the routes go to row `row` of ids/weights [rows][k]. Softmax over
 // the experts, top-k by probability (ties to the lower id), optional renormalization over the
 // chosen k, then route validation: an invalid lane (e.g. from NaN inputs, which make every
 // probability NaN) becomes padding and sets *flag. The arg-max of each of the k rounds is two
 // warp reductions (redux.sync) on exact keys instead of a shuffle tree. Needs k <= 32.
-template <int kTokens, int kPerLane>
-__device__ __forceinline__ void route_tokens_of_warp(const float (&logits)[kTokens][kPerLane],
-                                                     const int (&row)[kTokens], int experts, int k,
-                                                     bool renormalize, int lane, int* ids,
-                                                     float* weights, int* flag) {
+template <int kPerLane>
+__device__ __forceinline__ void route_token(const float (&logits)[kPerLane], int row, int experts,
+                                            int k, bool renormalize, int lane, int* ids,
+                                            float* weights, int* flag) {
   constexpr unsigned kAll = 0xffffffffu;
+  unsigned mk = 0;
+#pragma unroll
+  for (int q = 0; q < kPerLane; ++q)
+    if (lane + 32 * q < experts) mk = max(mk, float_key(logits[q]));
+  const unsigned m = __reduce_max_sync(kAll, mk);
+  const float mx = m == 0 ? -INFINITY : key_float(m);
   // Probability keys: bits(p) + 1 for an expert's probability (p >= 0, so bits are ordered),
   // 0 for NaN, experts that do not exist, and experts already taken.
-  unsigned key[kTokens][kPerLane];
-  float sum[kTokens], top_sum[kTokens], my_p[kTokens];
-  int my_id[kTokens];
+  unsigned key[kPerLane];
+  float sum = 0.0f;
 #pragma unroll
-  for (int i = 0; i < kTokens; ++i) {
-    unsigned mk = 0;
+  for (int q = 0; q < kPerLane; ++q) {
+    const bool exists = lane + 32 * q < experts;
+    const float p = exists ? __expf(logits[q] - mx) : 0.0f;
+    if (exists) sum += p;
+    key[q] = exists && !isnan(p) ? __float_as_uint(p) + 1u : 0u;
+  }
+  for (int o = 16; o; o /= 2) sum += __shfl_xor_sync(kAll, sum, o);
+  const float inv_sum = 1.0f / sum;
+  int my_id = -1;
+  float my_p = 0.0f, top_sum = 0.0f;
+  for (int t = 0; t < k; ++t) {
+    unsigned best = 0;
+    int best_q = 0;
 #pragma unroll
     for (int q = 0; q < kPerLane; ++q)
-      if (lane + 32 * q < experts) mk = max(mk, float_key(logits[i][q]));
-    const unsigned m = __reduce_max_sync(kAll, mk);
-    const float mx = m == 0 ? -INFINITY : key_float(m);
-    sum[i] = 0.0f;
+      if (key[q] > best) best = key[q], best_q = q;  // ties: the lower q, the lower id
+    const unsigned top = __reduce_max_sync(kAll, best);
+    const unsigned mine = top != 0 && best == top ? static_cast<unsigned>(lane + 32 * best_q) : ~0u;
+    const unsigned id = __reduce_min_sync(kAll, mine);
 #pragma unroll
-    for (int q = 0; q < kPerLane; ++q) {
-      const bool exists = lane + 32 * q < experts;
-      const float p = exists ? __expf(logits[i][q] - mx) : 0.0f;
-      if (exists) sum[i] += p;
-      key[i][q] = exists && !isnan(p) ? __float_as_uint(p) + 1u : 0u;
-    }
+    for (int q = 0; q < kPerLane; ++q)
+      if (mine == id && q == best_q) key[q] = 0;  // taken
+    // Nothing left to choose (every probability NaN): an out-of-range id, caught below.
+    const float p = top == 0 ? -1.0f : __uint_as_float(top - 1u) * inv_sum;
+    if (lane == t) my_id = top == 0 ? experts : static_cast<int>(id), my_p = p;
+    top_sum += p;
   }
-#pragma unroll
-  for (int o = 16; o; o /= 2)
-#pragma unroll
-    for (int i = 0; i < kTokens; ++i) sum[i] += __shfl_xor_sync(kAll, sum[i], o);
-#pragma unroll
-  for (int i = 0; i < kTokens; ++i) sum[i] = 1.0f / sum[i];  // from here on: 1 / sum
-#pragma unroll
-  for (int i = 0; i < kTokens; ++i) top_sum[i] = 0.0f, my_p[i] = 0.0f, my_id[i] = -1;
-  for (int t = 0; t < k; ++t) {
-#pragma unroll
-    for (int i = 0; i < kTokens; ++i) {
-      unsigned best = 0;
-      int best_q = 0;
-#pragma unroll
-      for (int q = 0; q < kPerLane; ++q)
-        if (key[i][q] > best) best = key[i][q], best_q = q;  // ties: the lower q, the lower id
-      const unsigned m = __reduce_max_sync(kAll, best);
-      const unsigned mine = m != 0 && best == m ? static_cast<unsigned>(lane + 32 * best_q) : ~0u;
-      const unsigned id = __reduce_min_sync(kAll, mine);
-#pragma unroll
-      for (int q = 0; q < kPerLane; ++q)
-        if (mine == id && q == best_q) key[i][q] = 0;  // taken
-      // Nothing left to choose (every probability NaN): an out-of-range id, caught below.
-      const float p = m == 0 ? -1.0f : __uint_as_float(m - 1u) * sum[i];
-      if (lane == t) my_id[i] = m == 0 ? experts : static_cast<int>(id), my_p[i] = p;
-      top_sum[i] += p;
-    }
+  if (lane >= k) return;
+  float w = renormalize ? my_p / top_sum : my_p;
+  if (!lane_is_valid(my_id, w, experts)) {
+    my_id = -1, w = 0.0f;
+    atomicOr(flag, 1);
   }
-#pragma unroll
-  for (int i = 0; i < kTokens; ++i) {
-    if (lane >= k || row[i] < 0) continue;
-    float w = renormalize ? my_p[i] / top_sum[i] : my_p[i];
-    int id = my_id[i];
-    if (!lane_is_valid(id, w, experts)) {
-      id = -1, w = 0.0f;
-      atomicOr(flag, 1);
-    }
-    const std::int64_t at = static_cast<std::int64_t>(row[i]) * k + lane;
-    ids[at] = id;
-    weights[at] = w;
-  }
+  const std::int64_t at = static_cast<std::int64_t>(row) * k + lane;
+  ids[at] = my_id;
+  weights[at] = w;
 }
 
 }  // namespace moe::cuda
