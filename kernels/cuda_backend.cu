@@ -1,8 +1,9 @@
-// CUDA backends: `cublas_grouped` (cuBLAS router GEMM, fp32 routers as three exact bf16 planes;
-// softmax/top-k/validation kernel; align/permute kernels, cublasGemmGroupedBatchedEx for both
-// expert GEMMs, SiLU-and-mul, weighted combine). Stimuli are generated on the device from a
-// counter-based hash; verification downloads the inputs of a few sampled rows and compares them
-// with the CPU reference.
+// CUDA backends. Shared by both: the gate (a cuBLAS router GEMM, fp32 routers as three exact
+// bf16 planes, then a softmax/top-k/validation kernel), finalize_copy and wrapper. `experts`:
+// `cublas_grouped` runs align/permute kernels, cublasGemmGroupedBatchedEx for both expert GEMMs,
+// SiLU-and-mul and a weighted combine; `native` runs NativeExperts (native_experts.cu). Stimuli
+// are generated on the device from a counter-based hash; verification downloads the inputs of a
+// few sampled rows and compares them with the CPU reference.
 #include <cuda_bf16.h>
 #include <dlfcn.h>
 
@@ -298,7 +299,6 @@ struct DeviceMlp {
       if (it == host_cache_.end()) {
         HostExpert h{fetch(w13.get() + e * s13, s13), fetch(w2.get() + e * s2, s2), {}};
         it = host_cache_.emplace(e, std::move(h)).first;
-        cached_bytes_ += (s13 + s2) * sizeof(float);
       } else {
         recency_.erase(it->second.recency);
       }
@@ -307,10 +307,10 @@ struct DeviceMlp {
       v.experts.push_back({it->second.w13.data(), it->second.w2.data()});
     }
     // Evict the least recently used, never an expert of this request (the view points into it).
-    while (cached_bytes_ > kCacheBytes && recency_.size() > which.size()) {
+    const std::size_t expert_bytes = (s13 + s2) * sizeof(float);
+    while (recency_.size() * expert_bytes > kCacheBytes && recency_.size() > which.size()) {
       host_cache_.erase(recency_.back());
       recency_.pop_back();
-      cached_bytes_ -= (s13 + s2) * sizeof(float);
     }
     return v;
   }
@@ -333,8 +333,7 @@ struct DeviceMlp {
     return out;
   }
   mutable std::map<int, HostExpert> host_cache_;
-  mutable std::list<int> recency_;  // most recent first
-  mutable std::size_t cached_bytes_ = 0;
+  mutable std::list<int> recency_;  // the cached experts, most recent first
   mutable std::unique_ptr<PinnedBuffer<std::uint16_t>> staging_;
   mutable std::size_t staging_size_ = 0;
 };
@@ -345,7 +344,6 @@ struct CudaWeights final : WeightSet {
 
 // ---------------------------------------------------------------- experts engine
 
-// Per-workload scratch and the launch sequence of the cublas_grouped `experts` component.
 // Scratch of the cublas_grouped sequence: permuted rows, intermediates, grouped-GEMM pointer
 // arrays and the host copy of the group sizes.
 struct CublasScratch {
@@ -369,6 +367,7 @@ struct CublasScratch {
   PinnedBuffer<int> host_counts;
 };
 
+// The launch sequence of the `experts` component, with the routes it runs on.
 class ExpertsEngine {
  public:
   // `native` runs NativeExperts; `cublas_grouped` the cuBLAS sequence below.

@@ -214,6 +214,33 @@ TEST_P(GpuBackend, GateTurnsNanRowsIntoPaddingAndRaisesTheFlag) {
   }
 }
 
+// The top-k kernel holds at most 32 logits per lane and one route per lane: larger E or k is
+// refused with the limits named.
+TEST_P(GpuBackend, GateRejectsRoutersItDoesNotCover) {
+  REQUIRE_GPU();
+  auto g = *find_preset("tiny");
+  const auto expect_refused = [&](const ModelGeometry& bad, const std::string& what) {
+    Rng rng(3);
+    const auto x = random_values(static_cast<std::size_t>(2) * bad.hidden, 1.0f, Dtype::bf16, rng);
+    const auto router = random_values(static_cast<std::size_t>(bad.experts) * bad.hidden, 0.1f,
+                                      bad.router_dtype, rng);
+    try {
+      (void)run_gate_on_device(GetParam(), 0, bad, x, router);
+      ADD_FAILURE() << what << " was accepted";
+    } catch (const std::invalid_argument& e) {
+      EXPECT_NE(std::string(e.what()).find("E <= 1024 and k <= min(32, E)"), std::string::npos)
+          << e.what();
+      EXPECT_NE(std::string(e.what()).find(what), std::string::npos) << e.what();
+    }
+  };
+  auto many = g;
+  many.experts = 1025;
+  expect_refused(many, "E=1025");
+  auto wide_k = g;
+  wide_k.experts = 64, wide_k.top_k = 33;
+  expect_refused(wide_k, "k=33");
+}
+
 TEST_P(GpuBackend, GateForwardIsCapturableInACudaGraphAndDeterministic) {
   REQUIRE_GPU();
   for (const auto& [g, rows] : {GateCase{*find_preset("qwen3-30b-a3b"), 300},
