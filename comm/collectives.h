@@ -12,7 +12,7 @@
 #include <string_view>
 #include <vector>
 
-#include "kernels/geometry.h"
+#include "core/geometry.h"
 
 namespace moe {
 

@@ -8,11 +8,11 @@
 #include <filesystem>
 #include <random>
 
-#include "io/bundle_meta.h"
-#include "io/files.h"
-#include "io/lookup.h"
-#include "io/publisher.h"
-#include "ranks/planner.h"
+#include "bundle/bundle_meta.h"
+#include "bundle/format.h"
+#include "core/files.h"
+#include "lookup/lookup.h"
+#include "core/planner.h"
 
 using namespace moe;
 namespace fs = std::filesystem;
@@ -24,7 +24,7 @@ int main(int argc, char** argv) {
   job.ranks = {0};
   const auto plan = make_plan(job);
   const auto& t = plan.targets.front();
-  std::string csv = std::string(kComponentsHeader) + "\n";
+  std::string csv = std::string(bundle_format::kComponentsHeader) + "\n";
   std::vector<GridPoint> expert_points;
   for (const auto& g : t.components)
     for (const auto& p : g.points) {
@@ -39,12 +39,12 @@ int main(int argc, char** argv) {
     }
   const auto variant = root / "bench";
   fs::remove_all(variant);
-  const auto rel = "moe_components/" + t.target.dir_name() + "/components.csv";
+  const auto rel = bundle_format::components_path(t.target);
   fs::create_directories(variant / "tp1" / fs::path(rel).parent_path());
   write_file_atomic(variant / "tp1" / rel, csv);
   BundleMeta meta;
   meta.variant = "bench";
-  const nlohmann::json target = {{"tp", 1}, {"dp", 2}, {"ep", 2}, {"rank", 0}, {"sp", false}};
+  const Target target{1, 2, 2, 0, false};
   meta.add({target,
             rel,
             {{"components", {"gate_routing", "experts", "finalize_copy"}}},

@@ -7,7 +7,7 @@
 
 #include "harness/commands.h"
 #include "harness/mpi_session.h"
-#include "io/summary.h"
+#include "bundle/summary.h"
 #include "ranks/acquire.h"
 
 namespace po = boost::program_options;

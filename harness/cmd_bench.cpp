@@ -21,12 +21,12 @@
 #include <sstream>
 
 #include "harness/commands.h"
-#include "io/statistics.h"
+#include "core/statistics.h"
 #include "kernels/device_peaks.h"
-#include "kernels/roofline.h"
+#include "core/roofline.h"
 #include "kernels/workload.h"
 #include "ranks/forward_timer.h"
-#include "ranks/planner.h"
+#include "core/planner.h"
 
 namespace po = boost::program_options;
 

@@ -3,8 +3,9 @@
 #include <iostream>
 
 #include "harness/commands.h"
+#include "bundle/format.h"
 #include "harness/mpi_session.h"
-#include "io/bundle_meta.h"
+#include "bundle/bundle_meta.h"
 #include "ranks/colocate.h"
 
 namespace po = boost::program_options;
@@ -64,7 +65,7 @@ int colocate(const Args& args) {
       std::cout << "\n";
     }
     std::cout << "  written: " << (std::filesystem::path(o.out_dir) / "colocation.h5").string()
-              << ", " << (variant_dir / "colocation.yaml").string() << "\n";
+              << ", " << (variant_dir / bundle_format::kColocationFile).string() << "\n";
   });
 }
 

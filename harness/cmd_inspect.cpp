@@ -7,11 +7,12 @@
 #include <sstream>
 
 #include "harness/commands.h"
-#include "io/acquisition_file.h"
-#include "io/bundle_meta.h"
-#include "io/files.h"
-#include "io/sanity.h"
-#include "io/summary.h"
+#include "bundle/format.h"
+#include "store/acquisition_file.h"
+#include "bundle/bundle_meta.h"
+#include "core/files.h"
+#include "bundle/sanity.h"
+#include "bundle/summary.h"
 
 namespace po = boost::program_options;
 namespace fs = std::filesystem;
@@ -57,7 +58,7 @@ json inspect_file(const std::string& path) {
       {"collective_tables", acq.collectives.size()},
       {"dropped_records", 0},
       {"dropped_records_note", "zero by construction: a run aborts on any dropped activity record"},
-      {"colocation", colocation_of(variant / "colocation.yaml")},
+      {"colocation", colocation_of(variant / bundle_format::kColocationFile)},
       {"sanity", sanity.to_json()}};
 }
 
@@ -69,7 +70,7 @@ json inspect_bundle(const fs::path& dir) {
   for (const auto section : {Section::moe_components, Section::collectives})
     for (const auto& [tp, list] : meta.per_tp(section))
       for (const auto& e : list) {
-        const auto csv_path = dir / ("tp" + std::to_string(tp)) / e.path;
+        const auto csv_path = dir / tp_dir_name(tp) / e.path;
         const auto csv = read_file(csv_path);
         const bool checksum_ok = sha256_hex(csv) == e.coverage.value("table_sha256", "");
         std::istringstream in(csv);
@@ -91,8 +92,8 @@ json inspect_bundle(const fs::path& dir) {
           sanity.add("completion", e.coverage["completion"].get<double>(),
                      SanityBlock::Kind::ratio);
         json item = {
-            {"section", section == Section::moe_components ? "moe_components" : "collectives"},
-            {"target", e.target},
+            {"section", section == Section::moe_components ? bundle_format::kComponentsDir : bundle_format::kCollectivesDir},
+            {"target", e.target.to_json()},
             {"path", e.path},
             {"rows", rows},
             {"checksum_ok", checksum_ok},
@@ -107,7 +108,7 @@ json inspect_bundle(const fs::path& dir) {
   return {{"kind", "bundle"},
           {"variant", dir.string()},
           {"entries", entries},
-          {"colocation", colocation_of(dir / "colocation.yaml")},
+          {"colocation", colocation_of(dir / bundle_format::kColocationFile)},
           {"sanity", sanity.to_json()}};
 }
 

@@ -5,7 +5,7 @@
 #include <nlohmann/json.hpp>
 
 #include "harness/commands.h"
-#include "io/lookup.h"
+#include "lookup/lookup.h"
 
 namespace po = boost::program_options;
 

@@ -5,8 +5,8 @@
 #include <nlohmann/json.hpp>
 
 #include "harness/commands.h"
-#include "io/describe.h"
-#include "ranks/planner.h"
+#include "core/describe.h"
+#include "core/planner.h"
 
 namespace po = boost::program_options;
 using nlohmann::json;

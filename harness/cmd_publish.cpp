@@ -3,7 +3,7 @@
 #include <iostream>
 
 #include "harness/commands.h"
-#include "io/publisher.h"
+#include "bundle/publisher.h"
 
 namespace po = boost::program_options;
 

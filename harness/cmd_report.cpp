@@ -10,9 +10,10 @@
 #include <sstream>
 
 #include "harness/commands.h"
-#include "io/bundle_meta.h"
-#include "io/files.h"
-#include "io/sanity.h"
+#include "bundle/format.h"
+#include "bundle/bundle_meta.h"
+#include "core/files.h"
+#include "bundle/sanity.h"
 
 namespace po = boost::program_options;
 namespace fs = std::filesystem;
@@ -155,7 +156,7 @@ int report(const Args& args) {
   int tables = 0;
   for (const auto& [tp, entries] : meta.per_tp(Section::moe_components))
     for (const auto& e : entries) {
-      const auto rows = read_csv(dir / ("tp" + std::to_string(tp)) / e.path);
+      const auto rows = read_csv(dir / tp_dir_name(tp) / e.path);
       // One line per local component and per activated-experts value; where several M were
       // measured at one (N, A) the line follows the largest M.
       std::map<std::string, std::map<double, std::pair<double, double>>>
@@ -174,7 +175,7 @@ int report(const Args& args) {
         for (const auto& [n, mt] : by_n) series[label].push_back({n, mt.second});
       sanity.add_table(e.path, times);
       const std::string title =
-          "tp" + std::to_string(tp) + "/" + fs::path(e.path).parent_path().filename().string();
+          tp_dir_name(tp) + "/" + fs::path(e.path).parent_path().filename().string();
       body << "<h3>" << esc(title) << "</h3>"
            << line_plot(title, e.path, "tokens (rows)", "time (us)", series);
       ++tables;
@@ -182,7 +183,7 @@ int report(const Args& args) {
   for (const auto& [tp, entries] : meta.per_tp(Section::collectives))
     for (const auto& e : entries) {
       Series series;
-      for (const auto& f : read_csv(dir / ("tp" + std::to_string(tp)) / e.path)) {
+      for (const auto& f : read_csv(dir / tp_dir_name(tp) / e.path)) {
         series[f.at(0)].push_back({std::stod(f.at(4)), std::max(1e-6, std::stod(f.at(7)))});
         sanity.add("collective_busbw_gbps", std::stod(f.at(7)));
       }
@@ -192,8 +193,8 @@ int report(const Args& args) {
            << line_plot(title, e.path, "bytes", "bus bandwidth (GB/s)", series);
       ++tables;
     }
-  if (fs::exists(dir / "colocation.yaml")) {
-    const auto v = yaml_to_json(read_file(dir / "colocation.yaml"));
+  if (fs::exists(dir / bundle_format::kColocationFile)) {
+    const auto v = yaml_to_json(read_file(dir / bundle_format::kColocationFile));
     body << "<h2>Co-location gate</h2><p>" << esc(v.value("label", "")) << "; allowed regime "
          << esc(v["allowed_regime"].dump()) << "</p>";
     for (const auto& n : v["nodes"]) {

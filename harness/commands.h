@@ -7,8 +7,8 @@
 #include <string>
 #include <vector>
 
-#include "io/job_spec.h"
-#include "io/publisher.h"
+#include "core/job_spec.h"
+#include "bundle/publisher.h"
 
 namespace moe::cli {
 

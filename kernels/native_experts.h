@@ -21,7 +21,7 @@
 #include <cstdint>
 
 #include "kernels/cuda_memory.h"
-#include "kernels/geometry.h"
+#include "core/geometry.h"
 
 namespace moe::cuda {
 

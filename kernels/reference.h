@@ -8,7 +8,7 @@
 #include <span>
 #include <vector>
 
-#include "kernels/geometry.h"
+#include "core/geometry.h"
 
 namespace moe {
 

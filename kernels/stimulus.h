@@ -5,7 +5,7 @@
 #include <random>
 #include <vector>
 
-#include "kernels/geometry.h"
+#include "core/geometry.h"
 #include "kernels/reference.h"
 
 namespace moe {

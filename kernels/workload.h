@@ -9,8 +9,8 @@
 #include <string>
 #include <vector>
 
-#include "kernels/component.h"
-#include "kernels/geometry.h"
+#include "core/component.h"
+#include "core/geometry.h"
 
 namespace moe {
 

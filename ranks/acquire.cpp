@@ -1,4 +1,5 @@
 #include "ranks/acquire.h"
+#include "bundle/format.h"
 
 #include <sys/utsname.h>
 #include <unistd.h>
@@ -11,15 +12,15 @@
 #include <nlohmann/json.hpp>
 
 #include "comm/collectives.h"
-#include "io/acquisition_file.h"
-#include "io/bundle_meta.h"
-#include "io/describe.h"
-#include "io/files.h"
+#include "store/acquisition_file.h"
+#include "bundle/bundle_meta.h"
+#include "core/describe.h"
+#include "core/files.h"
 #include "kernels/workload.h"
 #include "ranks/campaign.h"
 #include "ranks/collectives_phase.h"
 #include "ranks/colocate.h"
-#include "ranks/planner.h"
+#include "core/planner.h"
 #include "ranks/protocol.h"
 #include "ranks/rank_context.h"
 
@@ -39,7 +40,7 @@ std::string resolve_backend(const std::string& requested) {
 namespace {
 
 std::string cell_id(const Target& t, Component c) {
-  return target_id(t) + "." + std::string(to_string(c));
+  return t.cell_id() + "." + std::string(to_string(c));
 }
 
 std::string load_average() {
@@ -66,7 +67,7 @@ std::string contract_json(const JobSpec& job, const std::string& backend, const 
       grids[std::string(to_string(g.component))] = {{"points", g.points.size()},
                                                     {"sha256", sha256_hex(pts)}};
     }
-    targets.push_back({{"target", target_json(t.target)},
+    targets.push_back({{"target", t.target.to_json()},
                        {"expert_ownership",
                         {{"first_expert", t.ownership.first_expert},
                          {"local_experts", t.ownership.local_experts},
@@ -128,7 +129,7 @@ AcquireSummary acquire(MPI_Comm comm, const JobSpec& job, const AcquireOptions& 
   if (rank == 0) {
     try {
       std::filesystem::create_directories(options.out_dir);
-      writer = std::make_unique<FileLock>(std::filesystem::path(options.out_dir) / "writer.lock",
+      writer = std::make_unique<FileLock>(std::filesystem::path(options.out_dir) / bundle_format::kWriterLock,
                                           FileLock::Mode::try_once);
     } catch (const std::exception&) {
       locked = 0;
@@ -162,7 +163,7 @@ AcquireSummary acquire(MPI_Comm comm, const JobSpec& job, const AcquireOptions& 
       cells.push_back({&t, &g});
       infos.push_back(
           {cell_id(t.target, g.component),
-           json{{"target", target_json(t.target)},
+           json{{"target", t.target.to_json()},
                 {"component", to_string(g.component)},
                 {"rounds", job.rounds},
                 {"weight_banks", g.component == Component::experts ? t.weight_banks : 0}}
@@ -212,7 +213,7 @@ AcquireSummary acquire(MPI_Comm comm, const JobSpec& job, const AcquireOptions& 
   // measure at once; without one, every rank measures (recorded as unverified).
   int regime = ctx->node_size;
   summary.colocation = "unverified (no colocation.yaml for this backend)";
-  const auto verdict_path = std::filesystem::path(job.out_root) / job.variant / "colocation.yaml";
+  const auto verdict_path = std::filesystem::path(job.out_root) / job.variant / bundle_format::kColocationFile;
   if (std::filesystem::exists(verdict_path)) {
     const auto verdict = yaml_to_json(read_file(verdict_path));
     if (verdict.value("backend", "") == backend->name()) {

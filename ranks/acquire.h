@@ -8,7 +8,7 @@
 #include <string>
 #include <vector>
 
-#include "io/job_spec.h"
+#include "core/job_spec.h"
 
 namespace moe {
 

@@ -4,8 +4,8 @@
 
 #include <ctime>
 
-#include "io/describe.h"
-#include "io/files.h"
+#include "core/describe.h"
+#include "core/files.h"
 #include "ranks/families.h"
 
 namespace moe {

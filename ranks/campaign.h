@@ -8,7 +8,7 @@
 #include <stdexcept>
 #include <string>
 
-#include "io/records.h"
+#include "store/records.h"
 
 namespace moe {
 

@@ -8,13 +8,9 @@
 #include <stdexcept>
 
 #include "comm/collectives.h"
-#include "io/statistics.h"
+#include "core/statistics.h"
 
 namespace moe {
-
-std::string target_id(const Target& t) {
-  return "tp" + std::to_string(t.tp) + "_" + t.dir_name();
-}
 
 namespace {
 
@@ -49,7 +45,7 @@ CollectivesReport measure_collectives(MPI_Comm comm, const Plan& plan, int nccl_
   std::vector<Target> deployments;
   std::set<std::string> wanted;
   for (const auto& t : plan.targets) {
-    wanted.insert(target_id(t.target));
+    wanted.insert(t.target.cell_id());
     Target d = t.target;
     d.rank = 0;
     if (std::find(deployments.begin(), deployments.end(), d) == deployments.end())
@@ -69,7 +65,7 @@ CollectivesReport measure_collectives(MPI_Comm comm, const Plan& plan, int nccl_
     for (int r = 0; r < d.ep; ++r) {
       Target t = d;
       t.rank = r;
-      if (wanted.count(target_id(t)) && !file.has_collectives(target_id(t))) done = false;
+      if (wanted.count(t.cell_id()) && !file.has_collectives(t.cell_id())) done = false;
     }
     if (done) continue;
     MPI_Comm dep_raw = MPI_COMM_NULL;
@@ -135,8 +131,8 @@ CollectivesReport measure_collectives(MPI_Comm comm, const Plan& plan, int nccl_
         const auto [alpha, beta] = fit.at(row.name);
         row.model_time_us = ring_envelope_us(op, chunks, alpha, beta);
       }
-      if (wanted.count(target_id(t)) && !file.has_collectives(target_id(t)))
-        mine.emplace_back(target_id(t), std::move(rows));
+      if (wanted.count(t.cell_id()) && !file.has_collectives(t.cell_id()))
+        mine.emplace_back(t.cell_id(), std::move(rows));
     }
     MPI_Barrier(comm);
   }

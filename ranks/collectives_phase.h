@@ -8,8 +8,8 @@
 #include <string>
 #include <vector>
 
-#include "io/acquisition_file.h"
-#include "ranks/planner.h"
+#include "store/acquisition_file.h"
+#include "core/planner.h"
 
 namespace moe {
 
@@ -21,8 +21,5 @@ struct CollectivesReport {
 // Collective over `comm`. `nccl_device` >= 0 selects NCCL on that device, else mpi_host.
 CollectivesReport measure_collectives(MPI_Comm comm, const Plan& plan, int nccl_device,
                                       AcquisitionFile& file);
-
-// "tp1_dp2_ep2_rank0_sp0": the id of a target's tables in the HDF5 file.
-[[nodiscard]] std::string target_id(const Target& t);
 
 }  // namespace moe

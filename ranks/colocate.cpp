@@ -14,9 +14,9 @@
 #include <thread>
 
 #include "comm/collectives.h"
-#include "io/describe.h"
-#include "io/files.h"
-#include "ranks/planner.h"
+#include "core/describe.h"
+#include "core/files.h"
+#include "core/planner.h"
 #include "ranks/protocol.h"
 #include "ranks/rank_context.h"
 

@@ -11,7 +11,7 @@
 #include <string>
 #include <vector>
 
-#include "io/job_spec.h"
+#include "core/job_spec.h"
 #include "ranks/families.h"
 
 namespace moe {

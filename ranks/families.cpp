@@ -4,7 +4,7 @@
 
 #include <stdexcept>
 
-#include "io/files.h"
+#include "core/files.h"
 #include "ranks/operator_families_data.h"
 
 namespace moe {

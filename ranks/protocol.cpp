@@ -7,7 +7,7 @@
 #include <random>
 #include <string>
 
-#include "ranks/planner.h"
+#include "core/planner.h"
 
 namespace moe {
 

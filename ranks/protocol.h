@@ -9,8 +9,8 @@
 #include <stdexcept>
 #include <vector>
 
-#include "io/records.h"
-#include "io/statistics.h"
+#include "store/records.h"
+#include "core/statistics.h"
 #include "kernels/workload.h"
 #include "ranks/forward_timer.h"
 

@@ -5,7 +5,7 @@
 #include <fstream>
 #include <sstream>
 
-#include "io/files.h"
+#include "core/files.h"
 #include "ranks/families.h"
 
 namespace moe {

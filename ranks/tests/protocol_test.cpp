@@ -5,7 +5,7 @@
 #include <cmath>
 
 #include "kernels/workload.h"
-#include "ranks/planner.h"
+#include "core/planner.h"
 
 namespace moe {
 namespace {

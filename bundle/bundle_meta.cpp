@@ -1,0 +1,246 @@
+#include "bundle/bundle_meta.h"
+#include "bundle/format.h"
+
+#include <yaml-cpp/yaml.h>
+
+#include <algorithm>
+#include <set>
+
+#include "core/files.h"
+
+namespace moe {
+
+using nlohmann::json;
+
+namespace {
+
+void emit(YAML::Emitter& out, const json& j) {
+  if (j.is_object()) {
+    out << YAML::BeginMap;
+    for (const auto& [k, v] : j.items()) {
+      out << YAML::Key << k << YAML::Value;
+      emit(out, v);
+    }
+    out << YAML::EndMap;
+  } else if (j.is_array()) {
+    // Lists of scalars on one line, lists of mappings (entries) one item per line.
+    const bool scalars =
+        std::none_of(j.begin(), j.end(), [](const json& v) { return v.is_structured(); });
+    if (scalars) out << YAML::Flow;
+    out << YAML::BeginSeq;
+    for (const auto& v : j) emit(out, v);
+    out << YAML::EndSeq;
+  } else if (j.is_string()) {
+    out << YAML::DoubleQuoted << j.get<std::string>();  // quoted: stays a string when read back
+  } else if (j.is_boolean()) {
+    out << j.get<bool>();
+  } else if (j.is_number_integer()) {
+    out << j.get<std::int64_t>();
+  } else if (j.is_number()) {
+    out << j.get<double>();
+  } else {
+    out << YAML::Null;
+  }
+}
+
+json to_json(const YAML::Node& n) {
+  switch (n.Type()) {
+    case YAML::NodeType::Map: {
+      json j = json::object();
+      for (const auto& kv : n) j[kv.first.as<std::string>()] = to_json(kv.second);
+      return j;
+    }
+    case YAML::NodeType::Sequence: {
+      json j = json::array();
+      for (const auto& v : n) j.push_back(to_json(v));
+      return j;
+    }
+    case YAML::NodeType::Scalar: {
+      if (n.Tag() == "!") return n.Scalar();  // quoted
+      const auto& s = n.Scalar();
+      if (s == "true") return true;
+      if (s == "false") return false;
+      try {
+        std::size_t used = 0;
+        const auto i = std::stoll(s, &used);
+        if (used == s.size()) return i;
+        const auto d = std::stod(s, &used);
+        if (used == s.size()) return d;
+      } catch (const std::exception&) {
+      }
+      return s;
+    }
+    default:
+      return nullptr;
+  }
+}
+
+json round_trip(const json& j) {
+  YAML::Emitter out;
+  out.SetDoublePrecision(15);
+  emit(out, j);
+  return to_json(YAML::Load(out.c_str()));
+}
+
+}  // namespace
+
+std::string json_to_yaml(const json& j) {
+  YAML::Emitter out;
+  out.SetDoublePrecision(15);
+  emit(out, j);
+  return std::string(out.c_str()) + "\n";
+}
+
+json yaml_to_json(const std::string& yaml_text) {
+  return to_json(YAML::Load(yaml_text));
+}
+
+void publish_colocation(const std::filesystem::path& variant_dir, const json& verdict) {
+  std::filesystem::create_directories(variant_dir);
+  FileLock lock(variant_dir / bundle_format::kMetaLock, FileLock::Mode::wait);
+  write_file_atomic(variant_dir / bundle_format::kColocationFile, json_to_yaml(verdict));
+}
+
+std::string contract_sha256(const json& contract) {
+  return sha256_hex(round_trip(contract).dump());
+}
+
+std::string json_difference(const json& a, const json& b) {
+  std::string out;
+  std::set<std::string> keys;
+  if (a.is_object())
+    for (auto& [k, v] : a.items()) keys.insert(k);
+  if (b.is_object())
+    for (auto& [k, v] : b.items()) keys.insert(k);
+  for (const auto& k : keys)
+    if (!a.contains(k) || !b.contains(k) || a[k] != b[k]) out += (out.empty() ? "" : ", ") + k;
+  return out.empty() ? "contract" : out;
+}
+
+namespace {
+const char* key_of(Section s) {
+  return s == Section::moe_components ? bundle_format::kComponentsDir : bundle_format::kCollectivesDir;
+}
+const char* schema_of(Section s) {
+  return s == Section::moe_components ? kMoeComponentsSchema : kCollectivesSchema;
+}
+}  // namespace
+
+const std::map<int, std::vector<BundleEntry>>& BundleMeta::per_tp(Section s) const {
+  static const std::map<int, std::vector<BundleEntry>> none;
+  auto it = sections.find(s);
+  return it == sections.end() ? none : it->second;
+}
+
+bool BundleMeta::empty() const {
+  for (const auto& [s, m] : sections)
+    if (!m.empty()) return false;
+  return true;
+}
+
+const BundleEntry* BundleMeta::find(const Target& target, Section section) const {
+  const auto& tables = per_tp(section);
+  auto it = tables.find(target.tp);
+  if (it == tables.end()) return nullptr;
+  for (const auto& e : it->second)
+    if (e.target == target) return &e;
+  return nullptr;
+}
+
+void BundleMeta::add(BundleEntry e, Section section) {
+  const int tp = e.target.tp;
+  e.contract = round_trip(e.contract);
+  e.contract_sha256 = contract_sha256(e.contract);
+  sections[section][tp].push_back(std::move(e));
+}
+
+std::string BundleMeta::to_yaml() const {
+  json per = json::object();
+  for (const auto& [section, tables] : sections)
+    for (const auto& [tp, entries] : tables) {
+      json list = json::array();
+      for (const auto& e : entries)
+        list.push_back({{"target", e.target.to_json()},
+                        {"path", e.path},
+                        {"contract", e.contract},
+                        {"contract_sha256", e.contract_sha256},
+                        {"coverage", e.coverage},
+                        {"provenance", e.provenance}});
+      per[std::to_string(tp)][key_of(section)] = {{"schema", schema_of(section)},
+                                                  {"entries", list}};
+    }
+  YAML::Emitter out;
+  out.SetDoublePrecision(15);
+  out << YAML::BeginMap << YAML::Key << "schema_version" << YAML::Value << 1 << YAML::Key
+      << "variant" << YAML::Value << YAML::DoubleQuoted << variant << YAML::Key << "per_tp"
+      << YAML::Value;
+  emit(out, per);
+  out << YAML::EndMap;
+  return std::string(out.c_str()) + "\n";
+}
+
+BundleMeta load_bundle_meta(const std::filesystem::path& variant_dir) {
+  BundleMeta meta;
+  meta.variant = variant_dir.filename().string();
+  const auto path = variant_dir / bundle_format::kMetaFile;
+  if (!std::filesystem::exists(path)) return meta;
+  YAML::Node root;
+  try {
+    root = YAML::Load(read_file(path));
+  } catch (const YAML::ParserException& e) {
+    throw BundleError(path.string() + ": corrupt meta.yaml (malformed YAML at line " +
+                      std::to_string(e.mark.line + 1) + "): " + e.msg);
+  }
+  const auto fail = [&](const std::string& why) {
+    throw BundleError(path.string() + ": corrupt meta.yaml: " + why);
+  };
+  const auto target_of = [&](const YAML::Node& n) {
+    try {
+      return Target::from_json(to_json(n));
+    } catch (const std::invalid_argument& e) {
+      fail(e.what());
+    }
+    return Target{};
+  };
+  if (!root.IsMap() || !root["per_tp"] || !root["per_tp"].IsMap()) fail("no per_tp mapping");
+  if (!root["schema_version"] || root["schema_version"].as<std::string>() != "1")
+    fail("unsupported schema_version");
+  for (const auto& tp_node : root["per_tp"]) {
+    int tp = 0;
+    try {
+      tp = std::stoi(tp_node.first.as<std::string>());
+    } catch (const std::exception&) {
+      fail("per_tp key '" + tp_node.first.as<std::string>() + "' is not a TP degree");
+    }
+    if (!tp_node.second[bundle_format::kComponentsDir])
+      fail("per_tp[" + std::to_string(tp) + "] has no moe_components");
+    for (const auto section : {Section::moe_components, Section::collectives}) {
+      const auto mc = tp_node.second[key_of(section)];
+      if (!mc) continue;
+      const std::string where = "per_tp[" + std::to_string(tp) + "]." + key_of(section);
+      if (!mc.IsMap()) fail(where + " is not a mapping");
+      if (!mc["schema"] || mc["schema"].as<std::string>() != schema_of(section))
+        fail(where + ".schema is not '" + schema_of(section) + "'");
+      if (!mc["entries"] || !mc["entries"].IsSequence()) fail(where + " has no entries list");
+      for (const auto& en : mc["entries"]) {
+        for (const char* k : {"target", "path", "contract", "contract_sha256", "coverage"})
+          if (!en[k]) fail("an entry of per_tp[" + std::to_string(tp) + "] lacks '" + k + "'");
+        BundleEntry e{
+            target_of(en["target"]), en["path"].as<std::string>(),
+            to_json(en["contract"]), en["contract_sha256"].as<std::string>(),
+            to_json(en["coverage"]), en["provenance"] ? to_json(en["provenance"]) : json::object()};
+        if (contract_sha256(e.contract) != e.contract_sha256)
+          fail("the contract of target " + e.target.label() +
+               " does not match its SHA-256 (tampered?)");
+        meta.sections[section][tp].push_back(std::move(e));
+      }
+    }
+  }
+  return meta;
+}
+
+void save_bundle_meta(const std::filesystem::path& variant_dir, const BundleMeta& meta) {
+  write_file_atomic(variant_dir / bundle_format::kMetaFile, meta.to_yaml());
+}
+
+}  // namespace moe

@@ -1,0 +1,71 @@
+// meta.yaml of a bundle variant: per_tp[<tp>].moe_components {schema, entries}. Loaded and saved
+// as a whole; callers hold <variant>/.meta.lock around load-modify-save.
+#pragma once
+
+#include <filesystem>
+#include <map>
+#include <nlohmann/json.hpp>
+#include <optional>
+#include <stdexcept>
+#include <string>
+#include <vector>
+
+#include "core/target.h"
+
+namespace moe {
+
+inline constexpr const char* kMoeComponentsSchema = "moe-components";
+inline constexpr const char* kCollectivesSchema = "collectives";
+
+// The tables listed under per_tp[<tp>]: MoE component tables and collective tables.
+enum class Section { moe_components, collectives };
+
+class BundleError : public std::runtime_error {
+ public:
+  using std::runtime_error::runtime_error;
+};
+
+struct BundleEntry {
+  Target target;
+  std::string path;       // relative to tp<N>/
+  nlohmann::json contract;
+  std::string contract_sha256;
+  nlohmann::json coverage;
+  nlohmann::json provenance;
+};
+
+class BundleMeta {
+ public:
+  std::string variant;
+  std::map<Section, std::map<int, std::vector<BundleEntry>>> sections;
+
+  [[nodiscard]] const std::map<int, std::vector<BundleEntry>>& per_tp(
+      Section s = Section::moe_components) const;
+  [[nodiscard]] const BundleEntry* find(const Target& target,
+                                        Section s = Section::moe_components) const;
+  void add(BundleEntry e, Section s = Section::moe_components);
+  [[nodiscard]] bool empty() const;
+  [[nodiscard]] std::string to_yaml() const;
+};
+
+// Loads <variant_dir>/meta.yaml (empty meta when absent). Throws BundleError naming the problem
+// for malformed YAML, a wrong schema, or a contract whose SHA-256 does not match.
+[[nodiscard]] BundleMeta load_bundle_meta(const std::filesystem::path& variant_dir);
+// Writes meta.yaml atomically (temporary file, fsync, rename, directory fsync).
+void save_bundle_meta(const std::filesystem::path& variant_dir, const BundleMeta& meta);
+
+// SHA-256 identity of a contract, computed on its YAML round-trip form so that a loaded
+// contract hashes like the one that was saved.
+[[nodiscard]] std::string contract_sha256(const nlohmann::json& contract);
+
+// A JSON document as YAML (strings quoted) and back; used for meta.yaml and colocation.yaml.
+[[nodiscard]] std::string json_to_yaml(const nlohmann::json& j);
+[[nodiscard]] nlohmann::json yaml_to_json(const std::string& yaml_text);
+
+// Writes <variant_dir>/colocation.yaml (the co-location verdict) under <variant_dir>/.meta.lock.
+void publish_colocation(const std::filesystem::path& variant_dir, const nlohmann::json& verdict);
+
+// Names the top-level keys whose values differ ("contract" when none does).
+[[nodiscard]] std::string json_difference(const nlohmann::json& a, const nlohmann::json& b);
+
+}  // namespace moe

@@ -1,0 +1,48 @@
+// The bundle's file layout (docs/bundle-format.md): every file name, directory name and CSV header
+// a writer or reader of a bundle uses. The lookup library depends on this header and on
+// bundle_meta only, never on the publisher.
+//
+//   <out_root>/<variant>/meta.yaml                (updated under <variant>/.meta.lock)
+//   <out_root>/<variant>/colocation.yaml          (the co-location verdict)
+//   <out_root>/<variant>/tp<N>/moe_components/dp<D>_ep<E>_rank<r>_sp<0|1>/components.csv
+//                                                                        /samples.jsonl (optional)
+//   <out_root>/<variant>/tp<N>/collectives/dp<D>_ep<E>_rank<r>_sp<0|1>/collectives.csv
+#pragma once
+
+#include <filesystem>
+#include <string>
+
+#include "core/target.h"
+
+namespace moe::bundle_format {
+
+inline constexpr const char* kMetaFile = "meta.yaml";
+inline constexpr const char* kMetaLock = ".meta.lock";
+inline constexpr const char* kWriterLock = "writer.lock";
+inline constexpr const char* kColocationFile = "colocation.yaml";
+inline constexpr const char* kSamplesFile = "samples.jsonl";
+
+inline constexpr const char* kComponentsDir = "moe_components";
+inline constexpr const char* kComponentsFile = "components.csv";
+inline constexpr const char* kComponentsHeader =
+    "component,mode,tokens,activated_experts,local_assignments,time_us";
+
+inline constexpr const char* kCollectivesDir = "collectives";
+inline constexpr const char* kCollectivesFile = "collectives.csv";
+inline constexpr const char* kCollectivesHeader =
+    "collective,op,group_size,tokens,bytes,time_us,algbw_gbps,busbw_gbps,model_time_us";
+
+// A target's component table relative to tp<N>/ (the `path` of its meta.yaml entry).
+[[nodiscard]] inline std::string components_path(const Target& t) {
+  return std::string(kComponentsDir) + "/" + t.dir_name() + "/" + kComponentsFile;
+}
+[[nodiscard]] inline std::string collectives_path(const Target& t) {
+  return std::string(kCollectivesDir) + "/" + t.dir_name() + "/" + kCollectivesFile;
+}
+// A target's directory in the variant for `section_dir` (kComponentsDir or kCollectivesDir).
+[[nodiscard]] inline std::filesystem::path target_dir(const std::filesystem::path& variant_dir,
+                                                      const Target& t, const char* section_dir) {
+  return variant_dir / t.tp_dir() / section_dir / t.dir_name();
+}
+
+}  // namespace moe::bundle_format

@@ -1,0 +1,318 @@
+#include "bundle/publisher.h"
+
+#include <yaml-cpp/yaml.h>
+
+#include <algorithm>
+#include <cstdio>
+#include <ctime>
+#include <filesystem>
+#include <map>
+#include <memory>
+#include <nlohmann/json.hpp>
+#include <sstream>
+
+#include "store/acquisition_file.h"
+#include "bundle/bundle_meta.h"
+#include "bundle/format.h"
+#include "core/describe.h"
+#include "core/files.h"
+#include "bundle/sanity.h"
+#include "bundle/summary.h"
+
+namespace moe {
+
+namespace fs = std::filesystem;
+using nlohmann::json;
+
+namespace {
+
+const std::vector<std::string> kComponentOrder = {"gate_routing", "experts", "finalize_copy",
+                                                  "wrapper"};
+
+std::string format_time(double us) {
+  char buf[64];
+  std::snprintf(buf, sizeof(buf), "%.4f", us);
+  return buf;
+}
+
+struct TargetWork {
+  Section section = Section::moe_components;
+  Target target;
+  json contract;         // per-target contract
+  std::string label;     // tp1/dp2_ep2_rank0_sp0
+  fs::path dir;          // bundle directory of the target
+  std::string rel_path;  // relative to tp<N>/
+  std::string csv;
+  std::string samples;  // samples.jsonl content (optional)
+  json coverage;
+};
+
+}  // namespace
+
+PublishReport publish(const std::string& h5_path, const PublishOptions& options) {
+  return publish(read_acquisition(h5_path), h5_path, options);
+}
+
+PublishReport publish(const StoredAcquisition& acq, const std::string& h5_path,
+                      const PublishOptions& options) {
+  const auto summaries = summarize(acq);
+  std::map<std::string, const CellSummary*> by_cell;
+  std::map<std::string, const StoredCell*> stored;
+  for (const auto& s : summaries) by_cell[s.id] = &s;
+  for (const auto& c : acq.cells) stored[c.info.id] = &c;
+
+  // The campaign's record counters (campaign.json beside the file) must balance with the rows in
+  // complete rounds, with nothing dropped.
+  if (const auto state = fs::path(h5_path).parent_path() / "campaign.json"; fs::exists(state)) {
+    const auto doc = json::parse(read_file(state));
+    if (doc.contains("records")) {
+      const auto& w = doc["records"]["written"];
+      const auto rows = acq.complete_rows();
+      if (w.value("samples", std::int64_t{-1}) != rows.samples ||
+          w.value("medians", std::int64_t{-1}) != rows.medians ||
+          w.value("checks", std::int64_t{-1}) != rows.checks ||
+          doc["records"].value("dropped", 0) != 0)
+        throw PublishError("nothing published from '" + h5_path + "': record counters in " +
+                           state.string() + " do not balance with the file (written " + w.dump() +
+                           ", file samples " + std::to_string(rows.samples) + ", medians " +
+                           std::to_string(rows.medians) + ", checks " +
+                           std::to_string(rows.checks) + ", dropped " +
+                           doc["records"]["dropped"].dump() + ")");
+    }
+  }
+  const json contract = json::parse(acq.contract_json);
+  const auto attr = [&](const char* k) {
+    auto it = acq.attributes.find(k);
+    return it == acq.attributes.end() ? std::string() : it->second;
+  };
+  const std::string out_root = options.out_root.empty() ? attr("out_root") : options.out_root;
+  const std::string variant = options.variant.empty() ? attr("variant") : options.variant;
+  if (out_root.empty() || variant.empty())
+    throw PublishError("'" + h5_path +
+                       "' records no out_root/variant; pass --out-root and --variant");
+  const fs::path variant_dir = fs::path(out_root) / variant;
+
+  std::vector<TargetWork> work;
+  std::vector<std::string> problems;
+  for (const auto& t : contract.at("targets")) {
+    TargetWork w;
+    w.target = Target::from_json(t.at("target"));
+    w.label = w.target.label();
+    w.rel_path = bundle_format::components_path(w.target);
+    w.dir = bundle_format::target_dir(variant_dir, w.target, bundle_format::kComponentsDir);
+    json components = json::array();
+    std::ostringstream csv, samples;
+    csv << bundle_format::kComponentsHeader << "\n";
+    int checked = 0, failed = 0, rows = 0, rounds = 0, planned = 0;
+    double max_change = 0;
+    bool ok = true;
+    for (const auto& name : kComponentOrder) {
+      if (!t.at("grids").contains(name)) continue;
+      components.push_back(name);
+      const auto id = w.target.cell_id() + "." + name;
+      auto it = by_cell.find(id);
+      if (it == by_cell.end()) {
+        problems.push_back(w.label + ": component " + name + " is missing from the file");
+        ok = false;
+        continue;
+      }
+      const auto& cs = *it->second;
+      planned = cs.rounds_planned;
+      rounds = rounds == 0 ? cs.rounds_complete : std::min(rounds, cs.rounds_complete);
+      if (!cs.complete()) {
+        problems.push_back(
+            w.label + ": " + name + " is incomplete (" + std::to_string(cs.rounds_complete) + "/" +
+            std::to_string(cs.rounds_planned) + " rounds); run acquire again to resume");
+        ok = false;
+        continue;
+      }
+      for (const auto& r : stored.at(id)->rounds)
+        for (const auto& c : r.checks)
+          if (!c.pass) {
+            problems.push_back(w.label + ": " + name + " failed its correctness check (round " +
+                               std::to_string(r.round) + ")");
+            ok = false;
+          }
+      checked += cs.checked_points;
+      failed += cs.failed_points;
+      max_change = std::max(max_change, cs.max_relative_change);
+      int published_points = 0;
+      for (const auto& p : cs.points) {
+        if (!p.time_us || !p.bank_check_passed) continue;  // failed B/2B points are not published
+        csv << name << ",eager," << p.point.tokens << "," << p.point.activated << ","
+            << p.point.assignments << "," << format_time(*p.time_us) << "\n";
+        ++published_points;
+      }
+      rows += published_points;
+      if (published_points == 0) {
+        problems.push_back(w.label + ": " + name +
+                           " has no point that passed the weight-bank control");
+        ok = false;
+      }
+      if (options.samples) {
+        const auto& pts = stored.at(id)->info.points;
+        for (const auto& r : stored.at(id)->rounds)
+          for (const auto& s : r.samples) {
+            const auto& p = pts.at(static_cast<std::size_t>(s.point));
+            samples << json{{"component", name},
+                            {"tokens", p.tokens},
+                            {"activated_experts", p.activated},
+                            {"local_assignments", p.assignments},
+                            {"round", s.round},
+                            {"arm", s.arm},
+                            {"bank", s.bank},
+                            {"forward", s.forward},
+                            {"time_us", s.value_us},
+                            {"activity_count", s.activity_count}}
+                           .dump()
+                    << "\n";
+          }
+      }
+    }
+    if (!ok) continue;
+    w.csv = csv.str();
+    w.samples = samples.str();
+    w.contract = {{"geometry", contract.at("geometry")},
+                  {"target", w.target.to_json()},
+                  {"expert_ownership", t.at("expert_ownership")},
+                  {"dtypes",
+                   {{"weights", contract.at("geometry").at("weight_dtype")},
+                    {"router", contract.at("geometry").at("router_dtype")},
+                    {"activations", "bf16"}}},
+                  {"backend", contract.at("backend")},
+                  {"timing", contract.at("timing")},
+                  {"modes", json::array({contract.at("mode")})},
+                  {"components", components},
+                  {"planner_version", contract.at("planner_version")},
+                  {"conditioning",
+                   {{"rounds", contract.at("conditioning").at("rounds")},
+                    {"iterations", contract.at("conditioning").at("iterations")},
+                    {"weight_banks", t.at("weight_banks")},
+                    {"bank_arms", json::array({"B", "2B"})},
+                    {"bank_tolerance", contract.at("conditioning").at("bank_tolerance")},
+                    {"cache_bytes", contract.at("conditioning").at("cache_bytes")},
+                    {"seed", contract.at("conditioning").at("seed")}}},
+                  {"expert_sampling",
+                   {{"axes", json::array({"tokens", "activated_experts", "local_assignments"})},
+                    {"grid_factor", contract.at("grid").at("factor")},
+                    {"graph_mode", contract.at("grid").at("graph_mode")},
+                    {"capture_tokens", contract.at("grid").at("capture_sizes")},
+                    {"capture_tokens_derived", contract.at("grid").at("capture_sizes_derived")},
+                    {"max_num_batched_tokens", contract.at("grid").at("max_num_batched_tokens")}}},
+                  {"grids", t.at("grids")}};
+    SanityBlock table_sanity;
+    {
+      std::istringstream rows_in(w.csv);
+      std::string row;
+      std::getline(rows_in, row);
+      while (std::getline(rows_in, row))
+        table_sanity.add("time_us", std::stod(row.substr(row.rfind(',') + 1)));
+    }
+    w.coverage = {{"sanity", table_sanity.to_json()},
+                  {"completion", planned > 0 ? static_cast<double>(rounds) / planned : 0.0},
+                  {"completed_rounds", rounds},
+                  {"planned_rounds", planned},
+                  {"rows", rows},
+                  {"table_sha256", sha256_hex(w.csv)},
+                  {"conditioning_summary",
+                   {{"checked_points", checked},
+                    {"failed_points", failed},
+                    {"max_relative_change", max_change}}}};
+    work.push_back(std::move(w));
+  }
+  // Collective tables beside the MoE tables.
+  for (const auto& c : acq.collectives) {
+    const auto* mine = [&]() -> const TargetWork* {
+      for (const auto& w : work)
+        if (w.target.cell_id() == c.target_id) return &w;
+      return nullptr;
+    }();
+    if (!mine) continue;  // its MoE table is not publishable; the error above says why
+    TargetWork w;
+    w.section = Section::collectives;
+    w.target = mine->target;
+    w.label = mine->label + " collectives";
+    w.rel_path = bundle_format::collectives_path(w.target);
+    w.dir = bundle_format::target_dir(variant_dir, w.target, bundle_format::kCollectivesDir);
+    std::ostringstream csv;
+    csv << bundle_format::kCollectivesHeader << "\n";
+    for (const auto& r : c.rows)
+      csv << r.name << "," << r.op << "," << r.group_size << "," << r.tokens << "," << r.bytes
+          << "," << format_time(r.time_us) << "," << format_time(r.algbw_gbps) << ","
+          << format_time(r.busbw_gbps) << "," << format_time(r.model_time_us) << "\n";
+    w.csv = csv.str();
+    w.contract = {{"geometry", contract.at("geometry")},
+                  {"target", w.target.to_json()},
+                  {"backend", c.backend},
+                  {"timing", c.backend == "nccl" ? "cuda_events" : "host_clock"},
+                  {"conditioning",
+                   {{"rounds", contract.at("conditioning").at("rounds")},
+                    {"iterations", contract.at("conditioning").at("iterations")}}},
+                  {"bandwidth",
+                   {{"convention", "nccl-tests"},
+                    {"bus_factor",
+                     {{"all_reduce", "2(n-1)/n"},
+                      {"all_gather", "(n-1)/n"},
+                      {"reduce_scatter", "(n-1)/n"}}}}},
+                  {"model", "worst-rank ring envelope: steps * (alpha + max_chunk / beta)"},
+                  {"tokens", mine->contract.at("grids").at("gate_routing")}};
+    w.coverage = {{"rows", c.rows.size()}, {"table_sha256", sha256_hex(w.csv)}};
+    work.push_back(std::move(w));
+  }
+  if (!problems.empty()) {
+    std::string msg = "nothing published from '" + h5_path + "':";
+    for (const auto& p : problems) msg += "\n  " + p;
+    throw PublishError(msg);
+  }
+
+  // Writer locks of every target first (fail fast on a second writer), then the variant lock.
+  fs::create_directories(variant_dir);
+  std::vector<std::unique_ptr<FileLock>> writer_locks;
+  for (const auto& w : work) {
+    fs::create_directories(w.dir);
+    writer_locks.push_back(
+        std::make_unique<FileLock>(w.dir / bundle_format::kWriterLock, FileLock::Mode::try_once));
+  }
+  FileLock meta_lock(variant_dir / bundle_format::kMetaLock, FileLock::Mode::wait);
+  auto meta = load_bundle_meta(variant_dir);  // throws on a corrupt meta.yaml: nothing changed
+  PublishReport report{variant_dir.string(), {}, {}};
+  std::vector<const TargetWork*> fresh;
+  for (const auto& w : work) {
+    const auto contract_sha = contract_sha256(w.contract);
+    const auto* existing = meta.find(w.target, w.section);
+    if (!existing) {
+      fresh.push_back(&w);
+      continue;
+    }
+    if (existing->contract_sha256 != contract_sha)
+      problems.push_back(
+          w.label + " is already published under a different contract (differs in: " +
+          json_difference(existing->contract, w.contract) +
+          "); a changed condition is a new contract: publish into another --out-root or variant");
+    else if (existing->coverage.value("table_sha256", "") != w.coverage.at("table_sha256"))
+      problems.push_back(w.label +
+                         " is already published from another acquisition of the same contract; "
+                         "published tables are never replaced: publish into another --out-root");
+    else
+      report.unchanged.push_back(w.label);
+  }
+  if (!problems.empty()) {
+    std::string msg = "nothing published into '" + variant_dir.string() + "':";
+    for (const auto& p : problems) msg += "\n  " + p;
+    throw PublishError(msg);
+  }
+  for (const auto* w : fresh) {
+    write_file_atomic(w->dir / fs::path(w->rel_path).filename(), w->csv);
+    if (options.samples && w->section == Section::moe_components)
+      write_file_atomic(w->dir / bundle_format::kSamplesFile, w->samples);
+    json provenance = {{"acquisition_file", fs::absolute(h5_path).string()},
+                       {"harness_revision", attr("harness_revision")},
+                       {"published_utc", utc_now()}};
+    meta.add({w->target, w->rel_path, w->contract, "", w->coverage, provenance}, w->section);
+    report.published.push_back(w->label);
+  }
+  if (!fresh.empty()) save_bundle_meta(variant_dir, meta);
+  return report;
+}
+
+}  // namespace moe

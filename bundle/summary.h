@@ -1,0 +1,40 @@
+// Quality summary of an acquisition file: completion per cell and the B/2B weight-bank control
+// per expert point, pooled over complete rounds (SPEC §4).
+#pragma once
+
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "store/acquisition_file.h"
+#include "bundle/sanity.h"
+
+namespace moe {
+
+struct PointResult {
+  GridPoint point;
+  std::optional<double> time_us;  // median of per-round medians; nullopt if no complete round
+  std::optional<double> relative_change;  // experts only: pooled |2B - B| / B
+  bool bank_check_passed = true;
+};
+
+struct CellSummary {
+  std::string id;
+  std::string component;
+  int rounds_planned = 0;
+  int rounds_complete = 0;
+  std::vector<PointResult> points;
+  int checked_points = 0;
+  int failed_points = 0;
+  double max_relative_change = 0;
+  [[nodiscard]] bool complete() const { return rounds_complete == rounds_planned; }
+};
+
+[[nodiscard]] std::vector<CellSummary> summarize(const StoredAcquisition& acq);
+
+// The sanity block of an acquisition: completion ratios, per-point times, raw samples, activity
+// counters, collective bandwidths, and identical tables across cells.
+[[nodiscard]] SanityBlock sanity_of(const StoredAcquisition& acq,
+                                    const std::vector<CellSummary>& cells);
+
+}  // namespace moe

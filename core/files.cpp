@@ -1,0 +1,108 @@
+#include "core/files.h"
+
+#include <fcntl.h>
+#include <openssl/evp.h>
+#include <sys/file.h>
+#include <unistd.h>
+
+#include <cerrno>
+#include <cstring>
+#include <fstream>
+#include <sstream>
+
+namespace moe {
+
+namespace {
+
+void fsync_path(const std::filesystem::path& p, int flags) {
+  const int fd = ::open(p.c_str(), flags);
+  if (fd < 0)
+    throw std::runtime_error("cannot open " + p.string() + " for fsync: " + std::strerror(errno));
+  const int rc = ::fsync(fd);
+  ::close(fd);
+  if (rc != 0) throw std::runtime_error("fsync " + p.string() + ": " + std::strerror(errno));
+}
+
+}  // namespace
+
+FileLock::FileLock(const std::filesystem::path& path, Mode mode) {
+  fd_ = ::open(path.c_str(), O_RDWR | O_CREAT | O_CLOEXEC, 0644);
+  if (fd_ < 0)
+    throw LockError("cannot open lock file " + path.string() + ": " + std::strerror(errno));
+  const int op = LOCK_EX | (mode == Mode::try_once ? LOCK_NB : 0);
+  while (::flock(fd_, op) != 0) {
+    if (errno == EINTR) continue;
+    const int err = errno;
+    ::close(fd_);
+    fd_ = -1;
+    if (err == EWOULDBLOCK)
+      throw LockError("another writer holds " + path.string() + "; wait for it to finish");
+    throw LockError("cannot lock " + path.string() + ": " + std::strerror(err));
+  }
+}
+
+FileLock::~FileLock() {
+  if (fd_ >= 0) ::close(fd_);  // closing releases the flock
+}
+
+void write_file_atomic(const std::filesystem::path& path, const std::string& bytes) {
+  const auto dir = path.parent_path().empty() ? std::filesystem::path(".") : path.parent_path();
+  auto tmp = path;
+  tmp += ".tmp." + std::to_string(::getpid());
+  {
+    const int fd = ::open(tmp.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
+    if (fd < 0)
+      throw std::runtime_error("cannot create " + tmp.string() + ": " + std::strerror(errno));
+    std::size_t done = 0;
+    while (done < bytes.size()) {
+      const auto n = ::write(fd, bytes.data() + done, bytes.size() - done);
+      if (n < 0 && errno == EINTR) continue;
+      if (n < 0) {
+        const int err = errno;
+        ::close(fd);
+        std::filesystem::remove(tmp);
+        throw std::runtime_error("write " + tmp.string() + ": " + std::strerror(err));
+      }
+      done += static_cast<std::size_t>(n);
+    }
+    if (::fsync(fd) != 0 || ::close(fd) != 0) {
+      std::filesystem::remove(tmp);
+      throw std::runtime_error("fsync " + tmp.string() + ": " + std::strerror(errno));
+    }
+  }
+  std::filesystem::rename(tmp, path);
+  fsync_path(dir, O_RDONLY | O_DIRECTORY);
+}
+
+std::string read_file(const std::filesystem::path& path) {
+  std::ifstream in(path, std::ios::binary);
+  if (!in) throw std::runtime_error("cannot read " + path.string());
+  std::stringstream ss;
+  ss << in.rdbuf();
+  return ss.str();
+}
+
+std::vector<std::string> split_csv_line(const std::string& line) {
+  std::vector<std::string> out;
+  std::stringstream ss(line);
+  std::string f;
+  while (std::getline(ss, f, ',')) out.push_back(f);
+  if (!line.empty() && line.back() == ',') out.emplace_back();
+  return out;
+}
+
+std::string sha256_hex(const std::string& bytes) {
+  unsigned char md[EVP_MAX_MD_SIZE];
+  unsigned int len = 0;
+  if (EVP_Digest(bytes.data(), bytes.size(), md, &len, EVP_sha256(), nullptr) != 1)
+    throw std::runtime_error("SHA-256 computation failed");
+  static const char* hex = "0123456789abcdef";
+  std::string out;
+  for (unsigned int i = 0; i < len; ++i) {
+    out.push_back(hex[md[i] >> 4]);
+    out.push_back(hex[md[i] & 15]);
+  }
+  return out;
+}
+
+}  // namespace moe

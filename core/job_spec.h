@@ -1,0 +1,82 @@
+// Job specs: YAML files under jobs/ (or the embedded default) describing what to measure.
+#pragma once
+
+#include <cstdint>
+#include <optional>
+#include <stdexcept>
+#include <string>
+#include <vector>
+
+#include "core/component.h"
+#include "core/geometry.h"
+
+namespace moe {
+
+// Every problem with a job (file, YAML, values, command-line overrides) is one JobError whose
+// message names the problem. Raised before any measurement starts.
+class JobError : public std::runtime_error {
+ public:
+  using std::runtime_error::runtime_error;
+};
+
+enum class GraphMode { none, piecewise, full, full_and_piecewise, full_decode_only };
+[[nodiscard]] std::string to_string(GraphMode m);
+// True for modes whose capture sizes replace interior geometric token points.
+[[nodiscard]] bool capture_sizes_replace_tokens(GraphMode m);
+
+struct JobSpec {
+  std::string source;  // file path, or "<embedded default>"
+  ModelGeometry geometry;
+  std::vector<int> tp{1};
+  std::vector<int> dp{1};
+  std::vector<int> ep;     // filter over TP*DP; empty = no filter
+  std::vector<int> ranks;  // filter over ranks of each deployment; empty = all
+  bool sp = false;
+  std::int64_t max_num_batched_tokens = 0;
+  std::int64_t max_num_seqs = 0;
+  GraphMode graph_mode = GraphMode::none;
+  std::vector<std::int64_t> capture_sizes;
+  bool capture_sizes_derived = false;
+  double grid_factor = 2.0;
+  int rounds = 3;
+  int iterations = 10;
+  std::string backend = "auto";  // auto | cpu_reference | cublas_grouped | native
+  // Components to measure; empty = every component of each target. A subset is its own
+  // acquisition (the contract records the grids); collectives are measured either way.
+  std::vector<Component> components;
+  std::uint64_t seed = 20261129;
+  std::string out_root = "out";
+  std::string variant;
+  double gpu_hours = 1.0;
+
+  // Deployment cells selected by tp x dp (EP = TP*DP), the ep filter and the rank filter.
+  // Throws JobError naming an unmatched explicit EP or an EP that does not divide E.
+  [[nodiscard]] std::vector<Target> targets() const;
+};
+
+[[nodiscard]] JobSpec parse_job(const std::string& yaml_text, const std::string& source);
+[[nodiscard]] JobSpec load_job_file(const std::string& path);
+[[nodiscard]] JobSpec default_job();
+[[nodiscard]] const std::string& default_job_yaml();
+
+// Command-line overrides; unset fields keep the job's values. Validates the result.
+struct JobOverrides {
+  std::optional<std::vector<int>> tp, dp, ep, ranks;
+  std::optional<int> rounds, iterations;
+  std::optional<std::string> backend, out_root;
+  std::optional<double> grid_factor, gpu_hours;
+  std::optional<std::vector<Component>> components;
+};
+void apply_overrides(JobSpec& job, const JobOverrides& o);
+
+// Checks every value-level rule (positive sizes, k <= E, capture sizes within the budget,
+// targets resolvable). parse_job and apply_overrides call it.
+void validate(const JobSpec& job);
+
+// "gate_routing,experts" -> components; names the option and the unknown name in the error.
+[[nodiscard]] std::vector<Component> parse_component_list(const std::string& text,
+                                                          const std::string& option);
+// "1,2,4" -> {1,2,4}; names the option in the error.
+[[nodiscard]] std::vector<int> parse_int_list(const std::string& text, const std::string& option);
+
+}  // namespace moe

@@ -1,0 +1,221 @@
+#include "core/planner.h"
+
+#include <algorithm>
+#include <cmath>
+#include <set>
+
+namespace moe {
+
+std::vector<std::int64_t> geometric_axis(std::int64_t lo, std::int64_t hi, double factor) {
+  std::set<std::int64_t> pts;
+  if (hi < lo) return {};
+  pts.insert(lo);
+  pts.insert(hi);
+  for (double v = static_cast<double>(lo); v < static_cast<double>(hi); v *= factor) {
+    const auto r = static_cast<std::int64_t>(std::llround(v));
+    if (r >= lo && r <= hi) pts.insert(r);
+  }
+  return {pts.begin(), pts.end()};
+}
+
+std::optional<MRange> feasible_assignments(std::int64_t n, std::int64_t a, int l, int e, int k) {
+  if (n < 1 || a < 1 || a > l) return std::nullopt;
+  const std::int64_t must_be_local = std::max(0, k - (e - l));
+  const std::int64_t lo = std::max(a, n * must_be_local);
+  const std::int64_t hi = n * std::min<std::int64_t>(k, a);
+  if (lo > hi) return std::nullopt;
+  return MRange{lo, hi};
+}
+
+namespace {
+
+// Applies the capture-size rule to a geometric axis over [lo, hi]; `map` takes a per-DP-rank
+// token count G to this axis' rows. Capture points replace interior geometric points in the
+// covered range; beyond the capture cap the geometric points and the transition endpoint stay.
+template <class Map>
+std::vector<std::int64_t> token_axis(const JobSpec& job, std::int64_t lo, std::int64_t hi,
+                                     std::int64_t multiple, Map map) {
+  auto geo = geometric_axis(lo, hi, job.grid_factor);
+  std::set<std::int64_t> pts;
+  for (auto v : geo) pts.insert(std::min(hi, (v + multiple - 1) / multiple * multiple));
+  if (capture_sizes_replace_tokens(job.graph_mode) && !job.capture_sizes.empty()) {
+    const auto [gmin, gmax] =
+        std::minmax_element(job.capture_sizes.begin(), job.capture_sizes.end());
+    const auto cover_lo = map(*gmin), cover_hi = map(*gmax);
+    std::erase_if(pts, [&](std::int64_t v) { return v > cover_lo && v < cover_hi; });
+    for (auto g : job.capture_sizes) pts.insert(map(g));
+    pts.insert(lo);
+    pts.insert(hi);
+  }
+  return {pts.begin(), pts.end()};
+}
+
+}  // namespace
+
+std::vector<std::int64_t> local_token_axis(const JobSpec& job, const Target& t) {
+  const TokenDomains dom(t.tp, t.dp, t.sp);
+  return token_axis(job, 1, dom.local_rows(job.max_num_batched_tokens), 1,
+                    [&](std::int64_t g) { return dom.local_rows(g); });
+}
+
+std::vector<std::int64_t> expert_token_axis(const JobSpec& job, const Target& t) {
+  const TokenDomains dom(t.tp, t.dp, t.sp);
+  // Under SP every gathered row count is a multiple of TP.
+  const std::int64_t multiple = dom.sequence_parallel() ? t.tp : 1;
+  const std::int64_t one = dom.expert_rows(std::vector<std::int64_t>{1});
+  return token_axis(job, one, dom.uniform_expert_rows(job.max_num_batched_tokens), multiple,
+                    [&](std::int64_t g) { return dom.uniform_expert_rows(g); });
+}
+
+std::vector<GridPoint> expert_grid(const JobSpec& job, const Target& t) {
+  const auto& g = job.geometry;
+  const auto own = ExpertOwnership::of(g, t);
+  const int l = own.local_experts, e = g.experts, k = g.top_k;
+  const std::int64_t must_be_local = std::max(0, k - (e - l));
+  std::set<GridPoint> pts;
+  for (const auto n : expert_token_axis(job, t)) {
+    if (e - l >= k) pts.insert({n, 0, 0});  // all-remote
+    const std::int64_t a_lo = std::max<std::int64_t>(1, must_be_local);
+    const std::int64_t a_hi = std::min<std::int64_t>(l, n * k);
+    if (a_lo > a_hi) continue;
+    std::set<std::int64_t> a_axis;
+    for (auto a : geometric_axis(1, l, job.grid_factor))
+      if (a >= a_lo && a <= a_hi) a_axis.insert(a);
+    // Endpoints and the slope changes of M's bounds (A = k on the upper, A = N*r on the lower).
+    for (auto a : {a_lo, a_hi, std::int64_t{k}, n * must_be_local})
+      if (a >= a_lo && a <= a_hi) a_axis.insert(a);
+    const std::int64_t balanced =
+        std::llround(static_cast<double>(n) * k * l / static_cast<double>(e));
+    for (auto a : a_axis) {
+      const auto range = feasible_assignments(n, a, l, e, k);
+      if (!range) continue;
+      std::set<std::int64_t> m_axis{range->lo, range->hi};
+      for (auto m : geometric_axis(1, range->hi, job.grid_factor))
+        if (m > range->lo && m < range->hi) m_axis.insert(m);
+      if (balanced >= range->lo && balanced <= range->hi) m_axis.insert(balanced);
+      for (auto m : m_axis) pts.insert({n, a, m});
+    }
+  }
+  return {pts.begin(), pts.end()};
+}
+
+std::vector<Component> component_set(const ModelGeometry& g, const Target& t) {
+  std::vector<Component> c{Component::gate_routing, Component::experts};
+  if (t.dp > 1) c.push_back(Component::finalize_copy);
+  if (g.has_shared_experts()) c.push_back(Component::wrapper);
+  return c;
+}
+
+int weight_bank_count(std::int64_t local_expert_weight_bytes, std::int64_t l2_bytes) {
+  if (local_expert_weight_bytes <= 0) return 2;
+  const auto need = (2 * l2_bytes + local_expert_weight_bytes - 1) / local_expert_weight_bytes;
+  return static_cast<int>(std::clamp<std::int64_t>(need, 2, kMaxWeightBanks));
+}
+
+int forwards_per_arm(int iterations, int banks) {
+  const int cycle = 2 * banks;
+  return (iterations + cycle - 1) / cycle * cycle;
+}
+
+DeviceModel nominal_device(std::string_view backend) {
+  if (backend == "cpu_reference")
+    return {"nominal host CPU", 10e9, 2e9, 0.0, 0, 2e-4, 2e-3};  // no cache conditioning
+  // Host overheads per point-round measured on an H200 node: the Qwen3-30B-A3B TP1/DP1 native
+  // acquisition spends about 36 s per round verifying 265 expert points (docs/measurement.md).
+  return {"nominal H200", 4.3e12, 790e12, 4e-6, 60LL << 20, 0.02, 0.15};
+}
+
+double estimate_forward_seconds(const ModelGeometry& g, Component c, const GridPoint& p,
+                                const DeviceModel& d, int local_experts) {
+  const double h = g.hidden, i = g.intermediate, wb = bytes_of(g.weight_dtype);
+  double bytes = 0, flops = 0;
+  int kernels = 1;
+  switch (c) {
+    case Component::gate_routing:
+      bytes = p.tokens * h * wb + h * g.experts * wb;
+      flops = 2.0 * p.tokens * h * g.experts;
+      kernels = 2;
+      break;
+    case Component::experts:
+      bytes = p.activated * 3.0 * h * i * wb + (p.tokens + 2.0 * p.assignments) * h * wb;
+      flops = 2.0 * p.assignments * 3.0 * h * i;
+      kernels = p.assignments > 0 ? 6 : 1;
+      break;
+    case Component::finalize_copy:
+      bytes = 2.0 * p.tokens * h * wb;
+      break;
+    case Component::wrapper:
+      bytes = g.shared.count * 3.0 * h * g.shared.intermediate * wb + 3.0 * p.tokens * h * wb;
+      flops = 2.0 * p.tokens * 3.0 * h * g.shared.intermediate * g.shared.count;
+      kernels = 4;
+      break;
+  }
+  (void)local_experts;
+  return std::max(bytes / d.bytes_per_s, flops / d.flops_per_s) + kernels * d.launch_overhead_s;
+}
+
+Plan make_plan(const JobSpec& job, std::optional<std::int64_t> l2_bytes) {
+  Plan plan{job, nominal_device(job.backend), {}};
+  if (l2_bytes) plan.device.l2_bytes = *l2_bytes;
+  for (const auto& t : job.targets()) {
+    TargetPlan tp{t, ExpertOwnership::of(job.geometry, t), 2, {}};
+    tp.weight_banks = weight_bank_count(
+        tp.ownership.local_experts * job.geometry.expert_weight_bytes(), plan.device.l2_bytes);
+    for (auto c : component_set(job.geometry, t)) {
+      if (!job.components.empty() &&
+          std::find(job.components.begin(), job.components.end(), c) == job.components.end())
+        continue;
+      ComponentGrid grid{c, {}};
+      if (c == Component::experts) {
+        grid.points = expert_grid(job, t);
+      } else {
+        for (auto n : local_token_axis(job, t)) grid.points.push_back({n, 0, 0});
+      }
+      tp.components.push_back(std::move(grid));
+    }
+    plan.targets.push_back(std::move(tp));
+  }
+  if (std::all_of(plan.targets.begin(), plan.targets.end(),
+                  [](const TargetPlan& t) { return t.components.empty(); }))
+    throw JobError(
+        "the components filter selects no component of any target (finalize_copy "
+        "exists only for DP > 1, wrapper only with shared experts)");
+  return plan;
+}
+
+PlanEstimate Plan::estimate(const TargetPlan& t, Component c) const {
+  PlanEstimate e;
+  for (const auto& grid : t.components) {
+    if (grid.component != c) continue;
+    const std::int64_t per_round = c == Component::experts
+                                       ? 2LL * forwards_per_arm(job.iterations, t.weight_banks)
+                                       : job.iterations;
+    const double overhead =
+        c == Component::experts ? device.expert_point_overhead_s : device.local_point_overhead_s;
+    for (const auto& p : grid.points) {
+      e.points += 1;
+      e.forwards += per_round * job.rounds;
+      const double forwards_s =
+          static_cast<double>(per_round * job.rounds) *
+          estimate_forward_seconds(job.geometry, c, p, device, t.ownership.local_experts);
+      e.device_seconds += forwards_s;
+      e.held_seconds += forwards_s + overhead * job.rounds;
+    }
+  }
+  return e;
+}
+
+PlanEstimate Plan::estimate() const {
+  PlanEstimate total;
+  for (const auto& t : targets)
+    for (const auto& grid : t.components) {
+      const auto e = estimate(t, grid.component);
+      total.points += e.points;
+      total.forwards += e.forwards;
+      total.device_seconds += e.device_seconds;
+      total.held_seconds += e.held_seconds;
+    }
+  return total;
+}
+
+}  // namespace moe

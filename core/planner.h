@@ -1,0 +1,95 @@
+// The grid planner: turns a job into per-target, per-component grids (SPEC §3), derived from the
+// geometry and configuration only, never from measurements. Pure and deterministic.
+#pragma once
+
+#include <cstdint>
+#include <optional>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "core/job_spec.h"
+#include "core/component.h"
+#include "core/geometry.h"
+
+namespace moe {
+
+inline constexpr int kPlannerVersion = 1;
+
+struct ComponentGrid {
+  Component component;
+  std::vector<GridPoint> points;
+};
+
+// Geometric sequence lo, lo*f, lo*f^2, ... (rounded, deduplicated) with both endpoints.
+[[nodiscard]] std::vector<std::int64_t> geometric_axis(std::int64_t lo, std::int64_t hi,
+                                                       double factor);
+
+// Feasible M range at (N, A) for L local of E global experts with top-k; nullopt if infeasible.
+struct MRange {
+  std::int64_t lo, hi;
+};
+[[nodiscard]] std::optional<MRange> feasible_assignments(std::int64_t n, std::int64_t a, int l,
+                                                         int e, int k);
+
+// Token axes after the capture-size rule (SPEC §3).
+[[nodiscard]] std::vector<std::int64_t> local_token_axis(const JobSpec& job, const Target& t);
+[[nodiscard]] std::vector<std::int64_t> expert_token_axis(const JobSpec& job, const Target& t);
+
+// Positive-work expert points (+ the all-remote A=M=0 point per N when E-L >= k).
+[[nodiscard]] std::vector<GridPoint> expert_grid(const JobSpec& job, const Target& t);
+
+// Components measured for a target: DP1 path or DP+EP path, plus `wrapper` with shared experts.
+[[nodiscard]] std::vector<Component> component_set(const ModelGeometry& g, const Target& t);
+
+// Weight banks for `experts`: enough banks that a full rotation is at least twice the L2
+// (so no bank stays resident), at least 2, at most kMaxWeightBanks.
+inline constexpr int kMaxWeightBanks = 16;
+[[nodiscard]] int weight_bank_count(std::int64_t local_expert_weight_bytes, std::int64_t l2_bytes);
+// Forwards per arm: at least `iterations`, rounded up to complete cycles of the 2B arm.
+[[nodiscard]] int forwards_per_arm(int iterations, int banks);
+
+struct TargetPlan {
+  Target target;
+  ExpertOwnership ownership;
+  int weight_banks = 2;
+  std::vector<ComponentGrid> components;
+};
+
+struct DeviceModel {
+  std::string name;
+  double bytes_per_s;
+  double flops_per_s;
+  double launch_overhead_s;
+  std::int64_t l2_bytes;
+  // Host time per point and round outside timed forwards (allocation, stimuli, verification
+  // against the CPU reference); calibrated on an H200 run of Qwen3-30B-A3B (docs/measurement.md).
+  double local_point_overhead_s;
+  double expert_point_overhead_s;
+};
+[[nodiscard]] DeviceModel nominal_device(std::string_view backend);
+
+struct PlanEstimate {
+  std::int64_t points = 0;
+  std::int64_t forwards = 0;
+  double device_seconds = 0;  // timed forwards only
+  double held_seconds = 0;    // wall time the device is held: forwards + per-point overheads
+};
+
+struct Plan {
+  JobSpec job;
+  DeviceModel device;
+  std::vector<TargetPlan> targets;
+  [[nodiscard]] PlanEstimate estimate() const;
+  [[nodiscard]] PlanEstimate estimate(const TargetPlan& t, Component c) const;
+};
+
+[[nodiscard]] Plan make_plan(const JobSpec& job,
+                             std::optional<std::int64_t> l2_bytes = std::nullopt);
+
+// Nominal per-forward cost (roofline of bytes and flops plus launch overhead).
+[[nodiscard]] double estimate_forward_seconds(const ModelGeometry& g, Component c,
+                                              const GridPoint& p, const DeviceModel& d,
+                                              int local_experts);
+
+}  // namespace moe

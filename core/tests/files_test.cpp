@@ -1,0 +1,32 @@
+#include "core/files.h"
+
+#include <gtest/gtest.h>
+#include <unistd.h>
+
+#include <filesystem>
+
+namespace moe {
+namespace {
+
+TEST(Files, SecondWriterIsRefusedWhileTheFirstHoldsTheLock) {
+  const auto path =
+      std::filesystem::temp_directory_path() / ("writer_" + std::to_string(::getpid()) + ".lock");
+  {
+    FileLock first(path, FileLock::Mode::try_once);
+    try {
+      FileLock second(path, FileLock::Mode::try_once);
+      FAIL() << "second writer got the lock";
+    } catch (const LockError& e) {
+      EXPECT_NE(std::string(e.what()).find("another writer holds"), std::string::npos);
+    }
+  }
+  FileLock again(path, FileLock::Mode::try_once);  // released with the first
+  std::filesystem::remove(path);
+}
+
+TEST(Files, Sha256MatchesKnownVector) {
+  EXPECT_EQ(sha256_hex("abc"), "ba7816bf8f01cfea414140de5dae2223b00361a396177a9cb410ff61f20015ad");
+}
+
+}  // namespace
+}  // namespace moe

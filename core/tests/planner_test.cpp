@@ -1,0 +1,199 @@
+#include "core/planner.h"
+
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <map>
+#include <set>
+
+namespace moe {
+namespace {
+
+JobSpec job_for(const std::string& preset, int tp, int dp, std::int64_t budget,
+                const std::string& graph = "NONE") {
+  return parse_job(
+      "model:\n  preset: " + preset + "\ndeployment:\n  tp: " + std::to_string(tp) +
+          "\n  dp: " + std::to_string(dp) + "\n  ranks: [0]\ntokens:\n  max_num_batched_tokens: " +
+          std::to_string(budget) + "\n  max_num_seqs: 64\ngraph:\n  mode: " + graph + "\n",
+      "test");
+}
+
+TEST(Grid, GeometricAxisIncludesBothEndpoints) {
+  EXPECT_EQ(geometric_axis(1, 10, 2.0), (std::vector<std::int64_t>{1, 2, 4, 8, 10}));
+  EXPECT_EQ(geometric_axis(3, 3, 2.0), (std::vector<std::int64_t>{3}));
+  EXPECT_EQ(geometric_axis(1, 5, 1.5), (std::vector<std::int64_t>{1, 2, 3, 5}));
+}
+
+TEST(Grid, FeasibleAssignmentsFollowThePolytope) {
+  // E=128, L=64, k=8: no forced local routes.
+  auto r = feasible_assignments(4, 3, 64, 128, 8);
+  ASSERT_TRUE(r);
+  EXPECT_EQ(r->lo, 3);
+  EXPECT_EQ(r->hi, 12);
+  // E=8, L=4, k=6: at least k-(E-L)=2 routes per row are local.
+  r = feasible_assignments(3, 4, 4, 8, 6);
+  ASSERT_TRUE(r);
+  EXPECT_EQ(r->lo, 6);
+  EXPECT_EQ(r->hi, 12);
+  EXPECT_FALSE(
+      feasible_assignments(3, 1, 4, 8, 6));  // 1 active cannot host 2 routes/row... M<=3 < 6
+  EXPECT_FALSE(feasible_assignments(1, 9, 64, 128, 8));  // A > N*k
+}
+
+void check_expert_grid(const JobSpec& job) {
+  const auto t = job.targets().front();
+  const auto& g = job.geometry;
+  const int l = ExpertOwnership::of(g, t).local_experts, e = g.experts, k = g.top_k;
+  const auto pts = expert_grid(job, t);
+  ASSERT_FALSE(pts.empty());
+  std::set<GridPoint> seen;
+  std::map<std::int64_t, std::set<std::pair<std::int64_t, std::int64_t>>> by_n;
+  for (const auto& p : pts) {
+    EXPECT_TRUE(seen.insert(p).second) << "duplicate point";
+    by_n[p.tokens].insert({p.activated, p.assignments});
+    if (p.activated == 0) {
+      EXPECT_EQ(p.assignments, 0);
+      EXPECT_GE(e - l, k) << "all-remote point without enough remote experts";
+      continue;
+    }
+    const std::int64_t lo =
+        std::max<std::int64_t>(p.activated, p.tokens * std::max(0, k - (e - l)));
+    const std::int64_t hi = p.tokens * std::min<std::int64_t>(k, p.activated);
+    EXPECT_LE(lo, p.assignments);
+    EXPECT_LE(p.assignments, hi);
+    EXPECT_GE(p.activated, 1);
+    EXPECT_LE(p.activated, l);
+  }
+  const std::int64_t r = std::max(0, k - (e - l));
+  for (const auto& [n, am] : by_n) {
+    if (e - l >= k) {
+      EXPECT_TRUE(am.count({0, 0})) << "all-remote missing at N=" << n;
+    }
+    const std::int64_t a_lo = std::max<std::int64_t>(1, r), a_hi = std::min<std::int64_t>(l, n * k);
+    std::set<std::int64_t> a_axis;
+    for (const auto& [a, m] : am)
+      if (a > 0) a_axis.insert(a);
+    // Polygon corners: A endpoints and slope changes, each with both M bounds.
+    for (auto a : {a_lo, a_hi, std::int64_t{k}, n * r})
+      if (a >= a_lo && a <= a_hi) {
+        EXPECT_TRUE(a_axis.count(a)) << "corner A=" << a << " N=" << n;
+      }
+    const std::int64_t bal = std::llround(static_cast<double>(n) * k * l / e);
+    for (auto a : a_axis) {
+      const auto range = feasible_assignments(n, a, l, e, k);
+      ASSERT_TRUE(range);
+      EXPECT_TRUE(am.count({a, range->lo})) << "N=" << n << " A=" << a;
+      EXPECT_TRUE(am.count({a, range->hi})) << "N=" << n << " A=" << a;
+      if (bal >= range->lo && bal <= range->hi) {
+        EXPECT_TRUE(am.count({a, bal})) << "balanced missing N=" << n << " A=" << a;
+      }
+    }
+  }
+}
+
+TEST(Grid, ExpertPointsSatisfyTheInequalityAndCoverCorners) {
+  check_expert_grid(job_for("qwen3-30b-a3b", 1, 2, 512));
+  check_expert_grid(job_for("qwen3-30b-a3b", 2, 4, 256));
+  check_expert_grid(job_for("deepseek-v3", 1, 8, 128));
+  check_expert_grid(job_for("tiny", 1, 2, 64, "FULL"));
+  // Few remote experts force local routes (k - (E - L) > 0).
+  check_expert_grid(parse_job(
+      "model:\n  hidden_size: 16\n  moe_intermediate_size: 8\n  num_experts: 8\n  top_k: 6\n"
+      "deployment:\n  tp: 1\n  dp: 2\n  ranks: [0]\ntokens:\n  max_num_batched_tokens: 16\n",
+      "forced-local"));
+}
+
+TEST(Grid, Ep1CollapsesAssignmentsToNTimesK) {
+  const auto job = job_for("qwen3-30b-a3b", 1, 1, 1024);
+  const auto pts = expert_grid(job, job.targets().front());
+  std::set<std::pair<std::int64_t, std::int64_t>> na;
+  for (const auto& p : pts) {
+    EXPECT_EQ(p.assignments, p.tokens * 8);
+    EXPECT_GE(p.activated, 8);  // every route is local: A >= k
+    EXPECT_TRUE(na.insert({p.tokens, p.activated}).second) << "redundant M point";
+  }
+}
+
+TEST(Grid, CaptureSizesReplaceInteriorTokenPoints) {
+  auto job = job_for("tiny", 1, 2, 64, "FULL_AND_PIECEWISE");
+  job.capture_sizes = {1, 3, 6, 12};
+  const auto t = job.targets().front();
+  // Local: capture points cover [1,12]; geometric 2,4,8 removed; 16,32 and the budget kept.
+  EXPECT_EQ(local_token_axis(job, t), (std::vector<std::int64_t>{1, 3, 6, 12, 16, 32, 64}));
+  // Expert rows map G -> DP*G = 2,6,12,24; geometric points beyond 24 stay, 1 stays.
+  EXPECT_EQ(expert_token_axis(job, t), (std::vector<std::int64_t>{1, 2, 6, 12, 24, 32, 64, 128}));
+  job.graph_mode = GraphMode::full_decode_only;
+  EXPECT_EQ(local_token_axis(job, t), (std::vector<std::int64_t>{1, 2, 4, 8, 16, 32, 64}));
+  job.graph_mode = GraphMode::none;
+  EXPECT_EQ(local_token_axis(job, t), (std::vector<std::int64_t>{1, 2, 4, 8, 16, 32, 64}));
+}
+
+TEST(Grid, SequenceParallelTokenAxes) {
+  auto job = parse_job(
+      "model:\n  preset: tiny\ndeployment:\n  tp: 2\n  dp: 2\n  sp: true\n  ranks: [0]\n"
+      "tokens:\n  max_num_batched_tokens: 9\n",
+      "sp");
+  const auto t = job.targets().front();
+  ASSERT_TRUE(t.sp);
+  EXPECT_EQ(local_token_axis(job, t), (std::vector<std::int64_t>{1, 2, 4, 5}));  // ceil(9/2)=5
+  for (auto n : expert_token_axis(job, t)) EXPECT_EQ(n % 2, 0) << n;
+  EXPECT_EQ(expert_token_axis(job, t).back(), 2 * 2 * 5);
+}
+
+TEST(Plan, ComponentSetsFollowThePath) {
+  const auto tiny = *find_preset("tiny");
+  const auto qwen = *find_preset("qwen3-30b-a3b");
+  EXPECT_EQ(component_set(qwen, {1, 1, 1, 0, false}),
+            (std::vector<Component>{Component::gate_routing, Component::experts}));
+  EXPECT_EQ(component_set(qwen, {1, 2, 2, 0, false}),
+            (std::vector<Component>{Component::gate_routing, Component::experts,
+                                    Component::finalize_copy}));
+  EXPECT_EQ(component_set(tiny, {1, 2, 2, 0, false}).back(), Component::wrapper);
+}
+
+TEST(Plan, ComponentsFilterKeepsTargetsAndChangesTheGrids) {
+  JobSpec job = parse_job(
+      "model: {preset: tiny}\ndeployment: {tp: [1], dp: [1, 2]}\n"
+      "tokens: {max_num_batched_tokens: 64, max_num_seqs: 8}\noutput: {variant: t}\n",
+      "test");
+  const auto all = make_plan(job);
+  JobOverrides o;
+  o.components = parse_component_list("finalize_copy", "--components");
+  apply_overrides(job, o);
+  const auto filtered = make_plan(job);
+  ASSERT_EQ(filtered.targets.size(), all.targets.size());  // collectives still need every target
+  for (const auto& t : filtered.targets)
+    for (const auto& g : t.components) EXPECT_EQ(g.component, Component::finalize_copy);
+  EXPECT_TRUE(filtered.targets.front().components.empty());  // TP1/DP1 has no finalize_copy
+  EXPECT_EQ(filtered.targets.back().components.size(), 1u);
+  job.dp = {1};
+  EXPECT_THROW((void)make_plan(job), JobError);  // selects nothing anywhere
+}
+
+TEST(Plan, BankRuleAndCompleteCycles) {
+  EXPECT_EQ(weight_bank_count(1LL << 30, 60LL << 20), 2);   // far larger than L2
+  EXPECT_EQ(weight_bank_count(20LL << 20, 60LL << 20), 6);  // 2*60/20
+  EXPECT_EQ(weight_bank_count(1024, 60LL << 20), kMaxWeightBanks);
+  EXPECT_EQ(forwards_per_arm(10, 2), 12);
+  EXPECT_EQ(forwards_per_arm(4, 2), 4);
+  EXPECT_EQ(forwards_per_arm(1, 3), 6);
+}
+
+TEST(Plan, DeterministicAndCountsForwards) {
+  const auto job = job_for("qwen3-30b-a3b", 1, 2, 512);
+  const auto a = make_plan(job), b = make_plan(job);
+  ASSERT_EQ(a.targets.size(), b.targets.size());
+  for (std::size_t i = 0; i < a.targets.size(); ++i)
+    for (std::size_t c = 0; c < a.targets[i].components.size(); ++c)
+      EXPECT_EQ(a.targets[i].components[c].points, b.targets[i].components[c].points);
+  const auto& t = a.targets.front();
+  const auto gate = a.estimate(t, Component::gate_routing);
+  EXPECT_EQ(gate.forwards, gate.points * job.rounds * job.iterations);
+  const auto ex = a.estimate(t, Component::experts);
+  EXPECT_EQ(ex.forwards,
+            ex.points * job.rounds * 2 * forwards_per_arm(job.iterations, t.weight_banks));
+  EXPECT_GT(a.estimate().device_seconds, 0);
+}
+
+}  // namespace
+}  // namespace moe

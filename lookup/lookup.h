@@ -1,0 +1,67 @@
+// The lookup library (SPEC §10): loads a bundle variant once per deployment (TP, DP, rank, SP),
+// validates it, and answers component-time queries by interpolation inside measured support.
+// Out-of-support queries, corrupt contracts and checksum mismatches are errors.
+#pragma once
+
+#include <cstdint>
+#include <filesystem>
+#include <list>
+#include <map>
+#include <memory>
+#include <nlohmann/json.hpp>
+#include <optional>
+#include <stdexcept>
+#include <string>
+#include <unordered_map>
+#include <vector>
+
+#include "core/component.h"
+
+namespace moe {
+
+class LookupError : public std::runtime_error {
+ public:
+  using std::runtime_error::runtime_error;
+};
+
+struct LookupVertex {
+  GridPoint point;
+  double time_us;
+  double weight;
+};
+
+struct LookupResult {
+  double time_us = 0;
+  bool exact = false;                  // the query is a measured row
+  std::vector<LookupVertex> vertices;  // at most four, weights >= 0 summing to 1
+};
+
+struct DeploymentKey {
+  int tp = 1, dp = 1, rank = 0;
+  std::optional<bool> sp;  // unset: the only entry of (tp, dp, rank)
+};
+
+class Deployment {
+ public:
+  // Loads <variant_dir>/meta.yaml and the deployment's table. Throws LookupError naming the
+  // problem (missing entry, corrupt YAML, wrong schema, checksum mismatch, bad CSV).
+  static Deployment load(const std::filesystem::path& variant_dir, const DeploymentKey& key,
+                         std::size_t cache_capacity = 4096);
+  ~Deployment();
+  Deployment(Deployment&&) noexcept;
+  Deployment& operator=(Deployment&&) noexcept;
+
+  // Component time in microseconds. Local components use `tokens` only.
+  [[nodiscard]] LookupResult query(Component c, std::int64_t tokens, std::int64_t activated = 0,
+                                   std::int64_t assignments = 0);
+  [[nodiscard]] const nlohmann::json& contract() const;
+  [[nodiscard]] std::vector<Component> components() const;
+  [[nodiscard]] std::size_t cache_hits() const;
+
+ private:
+  struct Impl;
+  explicit Deployment(std::unique_ptr<Impl> impl);
+  std::unique_ptr<Impl> impl_;
+};
+
+}  // namespace moe

@@ -1,0 +1,109 @@
+// The shared acquisition file: one HDF5 file opened by every rank with the MPI-IO driver
+// (SPEC §8). Metadata (groups, datasets, attributes) is created collectively; each rank writes
+// its own cells' rows. A round becomes complete only when its `rounds_done` flag is set after the
+// round's data was flushed, so a crash leaves at most a partial round, which resume discards.
+//
+// Layout (schema 1):
+//   /                          attrs schema_version, contract_sha256, contract (JSON), units, ...
+//   /provenance                attr  ranks (JSON list, one object per rank)
+//   /cells/<cell>              attrs cell (JSON: target, component, planned rounds)
+//   /cells/<cell>/points       [P] {tokens, activated, assignments}
+//   /cells/<cell>/rounds_done  [R] int8, 1 once round r is complete
+//   /cells/<cell>/round_<r>/{samples, medians, checks}   attr point_order_seed
+//   /collectives/<target>      [*] CollectiveRow, attr backend
+#pragma once
+
+#include <mpi.h>
+
+#include <cstdint>
+#include <map>
+#include <memory>
+#include <stdexcept>
+#include <string>
+#include <vector>
+
+#include "store/records.h"
+#include "core/component.h"
+
+namespace moe {
+
+class FileError : public std::runtime_error {
+ public:
+  using std::runtime_error::runtime_error;
+};
+
+inline constexpr int kSchemaVersion = 1;
+
+struct FileIdentity {
+  std::string contract_json;                      // canonical JSON of every semantic condition
+  std::map<std::string, std::string> attributes;  // provenance-free descriptive attributes
+};
+
+struct CellInfo {
+  std::string id;    // group name, e.g. tp1_dp2_ep2_rank0_sp0.experts
+  std::string json;  // self-description (target, component, rounds)
+  std::vector<GridPoint> points;
+  int rounds = 0;
+};
+
+class AcquisitionFile {
+ public:
+  // Collective. Creates `path` when absent. An existing file must carry the same schema and
+  // contract, else FileError names what differs; an unreadable file is a FileError, never
+  // overwritten.
+  AcquisitionFile(MPI_Comm comm, const std::string& path, const FileIdentity& identity);
+  ~AcquisitionFile();
+  AcquisitionFile(const AcquisitionFile&) = delete;
+  AcquisitionFile& operator=(const AcquisitionFile&) = delete;
+
+  [[nodiscard]] bool resumed() const { return resumed_; }
+
+  // Collective, same cells in the same order on every rank.
+  void declare_cells(const std::vector<CellInfo>& cells);
+  [[nodiscard]] std::vector<std::int8_t> rounds_done(int cell) const;
+  // Rows in complete rounds of every declared cell (same answer on every rank).
+  [[nodiscard]] RecordCounts complete_rows() const;
+
+  // Collective. `mine` holds the rounds this rank completed for its own cells since the last
+  // commit; data first, flush, then the completion flags, flush.
+  void commit(const std::vector<std::pair<int, const CellRound*>>& mine);
+
+  // Collective: stores collective tables (/collectives/<target id>, attr backend). Each rank
+  // passes the tables of its own targets. Existing tables are kept (resume).
+  void write_collectives(
+      const std::vector<std::pair<std::string, std::vector<CollectiveRow>>>& mine,
+      const std::string& backend);
+  // True when /collectives/<target id> exists (same answer on every rank).
+  [[nodiscard]] bool has_collectives(const std::string& target_id) const;
+
+  // Collective: stores every rank's provenance JSON (gathered) as /provenance attribute.
+  void write_provenance(const std::string& mine);
+
+ private:
+  struct Impl;
+  std::unique_ptr<Impl> impl_;
+  bool resumed_ = false;
+};
+
+// Reads a finished or partial acquisition file without MPI collectives (serial, read-only).
+struct StoredCell {
+  CellInfo info;
+  std::vector<std::int8_t> rounds_done;
+  std::vector<CellRound> rounds;  // complete rounds only
+};
+struct StoredCollectives {
+  std::string target_id;
+  std::string backend;
+  std::vector<CollectiveRow> rows;
+};
+struct StoredAcquisition {
+  std::string contract_json;
+  std::string contract_sha256;
+  std::map<std::string, std::string> attributes;
+  std::vector<StoredCell> cells;
+  std::vector<StoredCollectives> collectives;
+  [[nodiscard]] RecordCounts complete_rows() const;
+};
+[[nodiscard]] StoredAcquisition read_acquisition(const std::string& path);
+
+}  // namespace moe
