@@ -95,6 +95,16 @@ json yaml_to_json(const std::string& yaml_text) {
   return to_json(YAML::Load(yaml_text));
 }
 
+std::optional<json> load_colocation(const std::filesystem::path& variant_dir) {
+  const auto path = variant_dir / bundle_format::kColocationFile;
+  if (!std::filesystem::exists(path)) return std::nullopt;
+  try {
+    return yaml_to_json(read_file(path));
+  } catch (const YAML::Exception& e) {
+    throw BundleError(path.string() + ": corrupt co-location verdict: " + e.what());
+  }
+}
+
 void publish_colocation(const std::filesystem::path& variant_dir, const json& verdict) {
   std::filesystem::create_directories(variant_dir);
   FileLock lock(variant_dir / bundle_format::kMetaLock, FileLock::Mode::wait);
@@ -103,18 +113,6 @@ void publish_colocation(const std::filesystem::path& variant_dir, const json& ve
 
 std::string contract_sha256(const json& contract) {
   return sha256_hex(round_trip(contract).dump());
-}
-
-std::string json_difference(const json& a, const json& b) {
-  std::string out;
-  std::set<std::string> keys;
-  if (a.is_object())
-    for (auto& [k, v] : a.items()) keys.insert(k);
-  if (b.is_object())
-    for (auto& [k, v] : b.items()) keys.insert(k);
-  for (const auto& k : keys)
-    if (!a.contains(k) || !b.contains(k) || a[k] != b[k]) out += (out.empty() ? "" : ", ") + k;
-  return out.empty() ? "contract" : out;
 }
 
 namespace {

@@ -62,10 +62,10 @@ void save_bundle_meta(const std::filesystem::path& variant_dir, const BundleMeta
 [[nodiscard]] std::string json_to_yaml(const nlohmann::json& j);
 [[nodiscard]] nlohmann::json yaml_to_json(const std::string& yaml_text);
 
+// The co-location verdict of a variant (<variant_dir>/colocation.yaml), or nullopt when there is
+// none. Throws BundleError when the file is not valid YAML.
+[[nodiscard]] std::optional<nlohmann::json> load_colocation(const std::filesystem::path& variant_dir);
 // Writes <variant_dir>/colocation.yaml (the co-location verdict) under <variant_dir>/.meta.lock.
 void publish_colocation(const std::filesystem::path& variant_dir, const nlohmann::json& verdict);
-
-// Names the top-level keys whose values differ ("contract" when none does).
-[[nodiscard]] std::string json_difference(const nlohmann::json& a, const nlohmann::json& b);
 
 }  // namespace moe

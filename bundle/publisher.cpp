@@ -12,11 +12,13 @@
 #include <sstream>
 
 #include "store/acquisition_file.h"
+#include "store/campaign.h"
 #include "bundle/bundle_meta.h"
 #include "bundle/format.h"
-#include "core/describe.h"
+#include "core/timestamp.h"
 #include "core/files.h"
 #include "bundle/sanity.h"
+#include "core/contract.h"
 #include "bundle/summary.h"
 
 namespace moe {
@@ -25,9 +27,6 @@ namespace fs = std::filesystem;
 using nlohmann::json;
 
 namespace {
-
-const std::vector<std::string> kComponentOrder = {"gate_routing", "experts", "finalize_copy",
-                                                  "wrapper"};
 
 std::string format_time(double us) {
   char buf[64];
@@ -38,7 +37,8 @@ std::string format_time(double us) {
 struct TargetWork {
   Section section = Section::moe_components;
   Target target;
-  json contract;         // per-target contract
+  const TargetContract* target_contract = nullptr;
+  json contract;  // the published contract of this table
   std::string label;     // tp1/dp2_ep2_rank0_sp0
   fs::path dir;          // bundle directory of the target
   std::string rel_path;  // relative to tp<N>/
@@ -63,24 +63,17 @@ PublishReport publish(const StoredAcquisition& acq, const std::string& h5_path,
 
   // The campaign's record counters (campaign.json beside the file) must balance with the rows in
   // complete rounds, with nothing dropped.
-  if (const auto state = fs::path(h5_path).parent_path() / "campaign.json"; fs::exists(state)) {
-    const auto doc = json::parse(read_file(state));
-    if (doc.contains("records")) {
-      const auto& w = doc["records"]["written"];
-      const auto rows = acq.complete_rows();
-      if (w.value("samples", std::int64_t{-1}) != rows.samples ||
-          w.value("medians", std::int64_t{-1}) != rows.medians ||
-          w.value("checks", std::int64_t{-1}) != rows.checks ||
-          doc["records"].value("dropped", 0) != 0)
-        throw PublishError("nothing published from '" + h5_path + "': record counters in " +
-                           state.string() + " do not balance with the file (written " + w.dump() +
-                           ", file samples " + std::to_string(rows.samples) + ", medians " +
-                           std::to_string(rows.medians) + ", checks " +
-                           std::to_string(rows.checks) + ", dropped " +
-                           doc["records"]["dropped"].dump() + ")");
-    }
+  try {
+    check_record_balance(fs::path(h5_path).parent_path(), acq.complete_rows());
+  } catch (const std::runtime_error& e) {
+    throw PublishError("nothing published from '" + h5_path + "': " + e.what());
   }
-  const json contract = json::parse(acq.contract_json);
+  Contract contract;
+  try {
+    contract = Contract::parse(acq.contract_json);
+  } catch (const ContractError& e) {
+    throw PublishError("nothing published from '" + h5_path + "': " + e.what());
+  }
   const auto attr = [&](const char* k) {
     auto it = acq.attributes.find(k);
     return it == acq.attributes.end() ? std::string() : it->second;
@@ -94,21 +87,20 @@ PublishReport publish(const StoredAcquisition& acq, const std::string& h5_path,
 
   std::vector<TargetWork> work;
   std::vector<std::string> problems;
-  for (const auto& t : contract.at("targets")) {
+  for (const auto& t : contract.targets) {
     TargetWork w;
-    w.target = Target::from_json(t.at("target"));
+    w.target = t.target;
+    w.target_contract = &t;
     w.label = w.target.label();
     w.rel_path = bundle_format::components_path(w.target);
     w.dir = bundle_format::target_dir(variant_dir, w.target, bundle_format::kComponentsDir);
-    json components = json::array();
     std::ostringstream csv, samples;
     csv << bundle_format::kComponentsHeader << "\n";
     int checked = 0, failed = 0, rows = 0, rounds = 0, planned = 0;
     double max_change = 0;
     bool ok = true;
-    for (const auto& name : kComponentOrder) {
-      if (!t.at("grids").contains(name)) continue;
-      components.push_back(name);
+    for (const auto component : t.components()) {
+      const std::string name(to_string(component));
       const auto id = w.target.cell_id() + "." + name;
       auto it = by_cell.find(id);
       if (it == by_cell.end()) {
@@ -172,34 +164,7 @@ PublishReport publish(const StoredAcquisition& acq, const std::string& h5_path,
     if (!ok) continue;
     w.csv = csv.str();
     w.samples = samples.str();
-    w.contract = {{"geometry", contract.at("geometry")},
-                  {"target", w.target.to_json()},
-                  {"expert_ownership", t.at("expert_ownership")},
-                  {"dtypes",
-                   {{"weights", contract.at("geometry").at("weight_dtype")},
-                    {"router", contract.at("geometry").at("router_dtype")},
-                    {"activations", "bf16"}}},
-                  {"backend", contract.at("backend")},
-                  {"timing", contract.at("timing")},
-                  {"modes", json::array({contract.at("mode")})},
-                  {"components", components},
-                  {"planner_version", contract.at("planner_version")},
-                  {"conditioning",
-                   {{"rounds", contract.at("conditioning").at("rounds")},
-                    {"iterations", contract.at("conditioning").at("iterations")},
-                    {"weight_banks", t.at("weight_banks")},
-                    {"bank_arms", json::array({"B", "2B"})},
-                    {"bank_tolerance", contract.at("conditioning").at("bank_tolerance")},
-                    {"cache_bytes", contract.at("conditioning").at("cache_bytes")},
-                    {"seed", contract.at("conditioning").at("seed")}}},
-                  {"expert_sampling",
-                   {{"axes", json::array({"tokens", "activated_experts", "local_assignments"})},
-                    {"grid_factor", contract.at("grid").at("factor")},
-                    {"graph_mode", contract.at("grid").at("graph_mode")},
-                    {"capture_tokens", contract.at("grid").at("capture_sizes")},
-                    {"capture_tokens_derived", contract.at("grid").at("capture_sizes_derived")},
-                    {"max_num_batched_tokens", contract.at("grid").at("max_num_batched_tokens")}}},
-                  {"grids", t.at("grids")}};
+    w.contract = contract.component_table(t);
     SanityBlock table_sanity;
     {
       std::istringstream rows_in(w.csv);
@@ -241,21 +206,7 @@ PublishReport publish(const StoredAcquisition& acq, const std::string& h5_path,
           << "," << format_time(r.time_us) << "," << format_time(r.algbw_gbps) << ","
           << format_time(r.busbw_gbps) << "," << format_time(r.model_time_us) << "\n";
     w.csv = csv.str();
-    w.contract = {{"geometry", contract.at("geometry")},
-                  {"target", w.target.to_json()},
-                  {"backend", c.backend},
-                  {"timing", c.backend == "nccl" ? "cuda_events" : "host_clock"},
-                  {"conditioning",
-                   {{"rounds", contract.at("conditioning").at("rounds")},
-                    {"iterations", contract.at("conditioning").at("iterations")}}},
-                  {"bandwidth",
-                   {{"convention", "nccl-tests"},
-                    {"bus_factor",
-                     {{"all_reduce", "2(n-1)/n"},
-                      {"all_gather", "(n-1)/n"},
-                      {"reduce_scatter", "(n-1)/n"}}}}},
-                  {"model", "worst-rank ring envelope: steps * (alpha + max_chunk / beta)"},
-                  {"tokens", mine->contract.at("grids").at("gate_routing")}};
+    w.contract = contract.collective_table(*mine->target_contract, c.backend);
     w.coverage = {{"rows", c.rows.size()}, {"table_sha256", sha256_hex(w.csv)}};
     work.push_back(std::move(w));
   }

@@ -22,10 +22,11 @@ namespace moe::cli {
 
 namespace {
 
-json colocation_of(const fs::path& yaml) {
-  if (!fs::exists(yaml)) return nullptr;
-  const auto v = yaml_to_json(read_file(yaml));
-  return {{"file", yaml.string()},
+json colocation_of(const fs::path& variant_dir) {
+  const auto verdict = load_colocation(variant_dir);
+  if (!verdict) return nullptr;
+  const auto& v = *verdict;
+  return {{"file", (variant_dir / bundle_format::kColocationFile).string()},
           {"passed", v.value("passed", false)},
           {"allowed_regime", v["allowed_regime"]},
           {"label", v.value("label", "")}};
@@ -58,7 +59,7 @@ json inspect_file(const std::string& path) {
       {"collective_tables", acq.collectives.size()},
       {"dropped_records", 0},
       {"dropped_records_note", "zero by construction: a run aborts on any dropped activity record"},
-      {"colocation", colocation_of(variant / bundle_format::kColocationFile)},
+      {"colocation", colocation_of(variant)},
       {"sanity", sanity.to_json()}};
 }
 
@@ -108,7 +109,7 @@ json inspect_bundle(const fs::path& dir) {
   return {{"kind", "bundle"},
           {"variant", dir.string()},
           {"entries", entries},
-          {"colocation", colocation_of(dir / bundle_format::kColocationFile)},
+          {"colocation", colocation_of(dir)},
           {"sanity", sanity.to_json()}};
 }
 

@@ -5,7 +5,7 @@
 #include <nlohmann/json.hpp>
 
 #include "harness/commands.h"
-#include "core/describe.h"
+#include "core/contract.h"
 #include "core/planner.h"
 
 namespace po = boost::program_options;

@@ -193,8 +193,8 @@ int report(const Args& args) {
            << line_plot(title, e.path, "bytes", "bus bandwidth (GB/s)", series);
       ++tables;
     }
-  if (fs::exists(dir / bundle_format::kColocationFile)) {
-    const auto v = yaml_to_json(read_file(dir / bundle_format::kColocationFile));
+  if (const auto verdict = load_colocation(dir)) {
+    const auto& v = *verdict;
     body << "<h2>Co-location gate</h2><p>" << esc(v.value("label", "")) << "; allowed regime "
          << esc(v["allowed_regime"].dump()) << "</p>";
     for (const auto& n : v["nodes"]) {

@@ -37,12 +37,4 @@ struct AcquireSummary {
 // thrown on the rank that saw them (the caller aborts the job).
 AcquireSummary acquire(MPI_Comm comm, const JobSpec& job, const AcquireOptions& options);
 
-// The backend a job resolves to on this machine ("auto" -> native with a GPU, the faster CUDA
-// backend at every size `harness bench experts` measures; else cpu_reference).
-[[nodiscard]] std::string resolve_backend(const std::string& requested);
-
-// Canonical JSON of every semantic condition of the acquisition (identity of the contract).
-[[nodiscard]] std::string contract_json(const JobSpec& job, const std::string& backend,
-                                        const std::string& timing, std::int64_t cache_bytes);
-
 }  // namespace moe

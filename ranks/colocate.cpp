@@ -14,7 +14,7 @@
 #include <thread>
 
 #include "comm/collectives.h"
-#include "core/describe.h"
+#include "core/timestamp.h"
 #include "core/files.h"
 #include "core/planner.h"
 #include "ranks/protocol.h"

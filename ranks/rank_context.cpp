@@ -2,9 +2,13 @@
 
 #include <stdexcept>
 
-#include "ranks/acquire.h"
 
 namespace moe {
+
+std::string resolve_backend(const std::string& requested) {
+  if (requested != "auto") return requested;
+  return cuda_device_count() > 0 ? "native" : "cpu_reference";
+}
 
 RankContext::~RankContext() {
   if (node != MPI_COMM_NULL) MPI_Comm_free(&node);

@@ -30,6 +30,10 @@ struct RankContext {
   ~RankContext();
 };
 
+// The backend a job resolves to on this machine ("auto" -> native with a GPU, the faster CUDA
+// backend at every size `harness bench experts` measures; else cpu_reference).
+[[nodiscard]] std::string resolve_backend(const std::string& requested);
+
 // Collective over `comm`. `requested_backend` as in the job ("auto" resolves per machine).
 // Throws when a node runs more ranks than it has GPUs in GPU mode.
 [[nodiscard]] std::unique_ptr<RankContext> make_rank_context(MPI_Comm comm,

@@ -7,7 +7,7 @@
 #include <filesystem>
 #include <nlohmann/json.hpp>
 
-#include "bundle/bundle_meta.h"
+#include "core/contract.h"
 #include "core/files.h"
 
 namespace moe {

@@ -17,13 +17,15 @@ class BudgetError : public std::runtime_error {
   using std::runtime_error::runtime_error;
 };
 
+inline constexpr const char* kCampaignFile = "campaign.json";
+
 class CampaignState {
  public:
-  // Loads `dir`/campaign.json or starts a new state. A state whose operator-family table differs
-  // (a semantic condition of the gate and of the recorded shares) refuses to resume, naming it;
-  // a different binary or host is recorded in the history but does not block.
+  // Loads `dir`/campaign.json or starts a new state. A state whose operator-family table SHA-256
+  // (`families`) differs (a semantic condition of the gate and of the recorded shares) refuses to
+  // resume, naming it; a different binary or host is recorded in the history but does not block.
   CampaignState(const std::filesystem::path& dir, const std::string& command,
-                const std::string& job_text, double budget_seconds);
+                const std::string& job_text, const std::string& families, double budget_seconds);
 
   // Refuses (BudgetError) to start a wave whose conservative estimate would exceed the budget.
   void reserve(const std::string& wave, double estimate_seconds);
@@ -50,6 +52,10 @@ class CampaignState {
   double budget_;
   nlohmann::json doc_;
 };
+
+// Throws std::runtime_error when `dir`/campaign.json exists and its written-record counters do not
+// balance with the rows in complete rounds of the acquisition file (or records dropped rows).
+void check_record_balance(const std::filesystem::path& dir, const RecordCounts& rows_in_file);
 
 // SHA-256 of the running executable (/proc/self/exe).
 [[nodiscard]] std::string executable_sha256();

@@ -1,12 +1,11 @@
-#include "ranks/campaign.h"
+#include "store/campaign.h"
 
 #include <unistd.h>
 
 #include <ctime>
 
-#include "core/describe.h"
+#include "core/timestamp.h"
 #include "core/files.h"
-#include "ranks/families.h"
 
 namespace moe {
 
@@ -23,6 +22,24 @@ RecordCounts counts_of(const nlohmann::json& j) {
 
 }  // namespace
 
+void check_record_balance(const std::filesystem::path& dir, const RecordCounts& rows_in_file) {
+  const auto state = dir / kCampaignFile;
+  if (!std::filesystem::exists(state)) return;
+  const auto doc = nlohmann::json::parse(read_file(state));
+  if (!doc.contains("records")) return;
+  const auto& w = doc["records"]["written"];
+  if (w.value("samples", std::int64_t{-1}) != rows_in_file.samples ||
+      w.value("medians", std::int64_t{-1}) != rows_in_file.medians ||
+      w.value("checks", std::int64_t{-1}) != rows_in_file.checks ||
+      doc["records"].value("dropped", 0) != 0)
+    throw std::runtime_error("record counters in " + state.string() +
+                             " do not balance with the file (written " + w.dump() +
+                             ", file samples " + std::to_string(rows_in_file.samples) +
+                             ", medians " + std::to_string(rows_in_file.medians) + ", checks " +
+                             std::to_string(rows_in_file.checks) + ", dropped " +
+                             doc["records"]["dropped"].dump() + ")");
+}
+
 std::string executable_sha256() {
   try {
     return sha256_hex(read_file("/proc/self/exe"));
@@ -32,15 +49,15 @@ std::string executable_sha256() {
 }
 
 CampaignState::CampaignState(const std::filesystem::path& dir, const std::string& command,
-                             const std::string& job_text, double budget_seconds)
-    : path_(dir / "campaign.json"), budget_(budget_seconds) {
+                             const std::string& job_text, const std::string& families,
+                             double budget_seconds)
+    : path_(dir / kCampaignFile), budget_(budget_seconds) {
   char host[256] = {};
   gethostname(host, sizeof(host) - 1);
   const nlohmann::json run = {{"command", command},
                               {"started_utc", utc_now()},
                               {"host", host},
                               {"harness_sha256", executable_sha256()}};
-  const auto families = FamilyTable::builtin().sha256();
   if (std::filesystem::exists(path_)) {
     try {
       doc_ = nlohmann::json::parse(read_file(path_));

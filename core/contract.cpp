@@ -1,0 +1,271 @@
+#include "core/contract.h"
+
+#include <set>
+
+#include "core/files.h"
+#include "core/job_spec.h"
+#include "core/planner.h"
+#include "core/statistics.h"
+
+namespace moe {
+
+using nlohmann::json;
+
+namespace {
+
+// Reads `j[key]` as T, or throws ContractError naming the key path.
+template <class T>
+T field(const json& j, const char* key, const std::string& where) {
+  try {
+    return j.at(key).get<T>();
+  } catch (const json::exception&) {
+    throw ContractError("contract: '" + where + key + "' is missing or malformed");
+  }
+}
+
+const json& object(const json& j, const char* key, const std::string& where) {
+  if (!j.contains(key) || !j.at(key).is_object())
+    throw ContractError("contract: '" + where + key + "' is missing or not a mapping");
+  return j.at(key);
+}
+
+Dtype dtype_field(const json& j, const char* key, const std::string& where) {
+  const auto d = parse_dtype(field<std::string>(j, key, where));
+  if (!d) throw ContractError("contract: '" + where + key + "' is not a dtype");
+  return *d;
+}
+
+}  // namespace
+
+std::vector<Component> TargetContract::components() const {
+  std::vector<Component> out;
+  for (const auto& [c, g] : grids) out.push_back(c);
+  return out;  // std::map orders by the enum: measurement order
+}
+
+json geometry_json(const ModelGeometry& g) {
+  return {
+      {"name", g.name},
+      {"hidden_size", g.hidden},
+      {"moe_intermediate_size", g.intermediate},
+      {"num_experts", g.experts},
+      {"top_k", g.top_k},
+      {"renormalize", g.renormalize},
+      {"activation", "silu_gated"},
+      {"weight_dtype", to_string(g.weight_dtype)},
+      {"router_dtype", to_string(g.router_dtype)},
+      {"shared_experts", {{"count", g.shared.count}, {"intermediate_size", g.shared.intermediate}}},
+      {"num_layers", g.layers}};
+}
+
+ModelGeometry geometry_from_json(const json& j) {
+  const std::string w = "geometry.";
+  ModelGeometry g;
+  g.name = field<std::string>(j, "name", w);
+  g.hidden = field<int>(j, "hidden_size", w);
+  g.intermediate = field<int>(j, "moe_intermediate_size", w);
+  g.experts = field<int>(j, "num_experts", w);
+  g.top_k = field<int>(j, "top_k", w);
+  g.renormalize = field<bool>(j, "renormalize", w);
+  g.weight_dtype = dtype_field(j, "weight_dtype", w);
+  g.router_dtype = dtype_field(j, "router_dtype", w);
+  const auto& shared = object(j, "shared_experts", w);
+  g.shared.count = field<int>(shared, "count", w + "shared_experts.");
+  g.shared.intermediate = field<int>(shared, "intermediate_size", w + "shared_experts.");
+  g.layers = field<int>(j, "num_layers", w);
+  return g;
+}
+
+Contract Contract::of(const Plan& plan, const std::string& backend, const std::string& timing,
+                      std::int64_t cache_bytes) {
+  const auto& job = plan.job;
+  Contract c;
+  c.geometry = job.geometry;
+  c.backend = backend;
+  c.timing = timing;
+  c.planner_version = kPlannerVersion;
+  c.grid = {job.grid_factor,        job.max_num_batched_tokens, job.max_num_seqs,
+            to_string(job.graph_mode), job.capture_sizes,       job.capture_sizes_derived};
+  c.conditioning = {job.rounds, job.iterations, kBankTolerance, cache_bytes, job.seed};
+  for (const auto& t : plan.targets) {
+    TargetContract tc{t.target, t.ownership, t.weight_banks, {}};
+    for (const auto& g : t.components) {
+      std::string pts;
+      for (const auto& p : g.points)
+        pts += std::to_string(p.tokens) + "," + std::to_string(p.activated) + "," +
+               std::to_string(p.assignments) + ";";
+      tc.grids[g.component] = {static_cast<std::int64_t>(g.points.size()), sha256_hex(pts)};
+    }
+    c.targets.push_back(std::move(tc));
+  }
+  return c;
+}
+
+namespace {
+
+json grids_json(const TargetContract& t) {
+  json grids = json::object();
+  for (const auto& [c, g] : t.grids)
+    grids[std::string(to_string(c))] = {{"points", g.points}, {"sha256", g.sha256}};
+  return grids;
+}
+
+json ownership_json(const ExpertOwnership& o) {
+  return {{"first_expert", o.first_expert},
+          {"local_experts", o.local_experts},
+          {"placement", "linear"}};
+}
+
+}  // namespace
+
+json Contract::to_json() const {
+  json targets_json = json::array();
+  for (const auto& t : targets)
+    targets_json.push_back({{"target", t.target.to_json()},
+                            {"expert_ownership", ownership_json(t.ownership)},
+                            {"weight_banks", t.weight_banks},
+                            {"grids", grids_json(t)}});
+  return {{"geometry", geometry_json(geometry)},
+          {"backend", backend},
+          {"timing", timing},
+          {"mode", mode},
+          {"planner_version", planner_version},
+          {"grid",
+           {{"factor", grid.factor},
+            {"max_num_batched_tokens", grid.max_num_batched_tokens},
+            {"max_num_seqs", grid.max_num_seqs},
+            {"graph_mode", grid.graph_mode},
+            {"capture_sizes", grid.capture_sizes},
+            {"capture_sizes_derived", grid.capture_sizes_derived}}},
+          {"conditioning",
+           {{"rounds", conditioning.rounds},
+            {"iterations", conditioning.iterations},
+            {"bank_tolerance", conditioning.bank_tolerance},
+            {"cache_bytes", conditioning.cache_bytes},
+            {"seed", conditioning.seed}}},
+          {"targets", targets_json}};
+}
+
+Contract Contract::from_json(const json& j) {
+  if (!j.is_object()) throw ContractError("contract: not a JSON object");
+  Contract c;
+  c.geometry = geometry_from_json(object(j, "geometry", ""));
+  c.backend = field<std::string>(j, "backend", "");
+  c.timing = field<std::string>(j, "timing", "");
+  c.mode = field<std::string>(j, "mode", "");
+  c.planner_version = field<int>(j, "planner_version", "");
+  const auto& g = object(j, "grid", "");
+  c.grid = {field<double>(g, "factor", "grid."),
+            field<std::int64_t>(g, "max_num_batched_tokens", "grid."),
+            field<std::int64_t>(g, "max_num_seqs", "grid."),
+            field<std::string>(g, "graph_mode", "grid."),
+            field<std::vector<std::int64_t>>(g, "capture_sizes", "grid."),
+            field<bool>(g, "capture_sizes_derived", "grid.")};
+  const auto& k = object(j, "conditioning", "");
+  c.conditioning = {field<int>(k, "rounds", "conditioning."),
+                    field<int>(k, "iterations", "conditioning."),
+                    field<double>(k, "bank_tolerance", "conditioning."),
+                    field<std::int64_t>(k, "cache_bytes", "conditioning."),
+                    field<std::uint64_t>(k, "seed", "conditioning.")};
+  if (!j.contains("targets") || !j.at("targets").is_array())
+    throw ContractError("contract: 'targets' is missing or not a list");
+  for (const auto& t : j.at("targets")) {
+    TargetContract tc;
+    try {
+      tc.target = Target::from_json(t.at("target"));
+    } catch (const std::exception& e) {
+      throw ContractError(std::string("contract: targets[].target: ") + e.what());
+    }
+    const auto where = "targets[" + tc.target.label() + "].";
+    const auto& o = object(t, "expert_ownership", where);
+    tc.ownership = {field<int>(o, "local_experts", where + "expert_ownership."),
+                    field<int>(o, "first_expert", where + "expert_ownership.")};
+    tc.weight_banks = field<int>(t, "weight_banks", where);
+    for (const auto& [name, digest] : object(t, "grids", where).items()) {
+      const auto component = parse_component(name);
+      if (!component) throw ContractError("contract: " + where + "grids names '" + name + "'");
+      tc.grids[*component] = {field<std::int64_t>(digest, "points", where + name + "."),
+                              field<std::string>(digest, "sha256", where + name + ".")};
+    }
+    c.targets.push_back(std::move(tc));
+  }
+  return c;
+}
+
+Contract Contract::parse(const std::string& text) {
+  json j;
+  try {
+    j = json::parse(text);
+  } catch (const json::exception& e) {
+    throw ContractError(std::string("contract: not valid JSON: ") + e.what());
+  }
+  return from_json(j);
+}
+
+json Contract::component_table(const TargetContract& t) const {
+  json components = json::array();
+  for (const auto c : t.components()) components.push_back(std::string(to_string(c)));
+  return {{"geometry", geometry_json(geometry)},
+          {"target", t.target.to_json()},
+          {"expert_ownership", ownership_json(t.ownership)},
+          {"dtypes",
+           {{"weights", to_string(geometry.weight_dtype)},
+            {"router", to_string(geometry.router_dtype)},
+            {"activations", "bf16"}}},
+          {"backend", backend},
+          {"timing", timing},
+          {"modes", json::array({mode})},
+          {"components", components},
+          {"planner_version", planner_version},
+          {"conditioning",
+           {{"rounds", conditioning.rounds},
+            {"iterations", conditioning.iterations},
+            {"weight_banks", t.weight_banks},
+            {"bank_arms", json::array({"B", "2B"})},
+            {"bank_tolerance", conditioning.bank_tolerance},
+            {"cache_bytes", conditioning.cache_bytes},
+            {"seed", conditioning.seed}}},
+          {"expert_sampling",
+           {{"axes", json::array({"tokens", "activated_experts", "local_assignments"})},
+            {"grid_factor", grid.factor},
+            {"graph_mode", grid.graph_mode},
+            {"capture_tokens", grid.capture_sizes},
+            {"capture_tokens_derived", grid.capture_sizes_derived},
+            {"max_num_batched_tokens", grid.max_num_batched_tokens}}},
+          {"grids", grids_json(t)}};
+}
+
+json Contract::collective_table(const TargetContract& t,
+                                const std::string& collective_backend) const {
+  const auto tokens = t.grids.find(Component::gate_routing);
+  return {{"geometry", geometry_json(geometry)},
+          {"target", t.target.to_json()},
+          {"backend", collective_backend},
+          {"timing", collective_backend == "nccl" ? "cuda_events" : "host_clock"},
+          {"conditioning",
+           {{"rounds", conditioning.rounds}, {"iterations", conditioning.iterations}}},
+          {"bandwidth",
+           {{"convention", "nccl-tests"},
+            {"bus_factor",
+             {{"all_reduce", "2(n-1)/n"},
+              {"all_gather", "(n-1)/n"},
+              {"reduce_scatter", "(n-1)/n"}}}}},
+          {"model", "worst-rank ring envelope: steps * (alpha + max_chunk / beta)"},
+          {"tokens", tokens == t.grids.end()
+                         ? json(nullptr)
+                         : json{{"points", tokens->second.points}, {"sha256", tokens->second.sha256}}}};
+}
+
+std::string json_difference(const json& a, const json& b) {
+  std::string out;
+  std::set<std::string> keys;
+  if (a.is_object())
+    for (auto& [k, v] : a.items()) keys.insert(k);
+  if (b.is_object())
+    for (auto& [k, v] : b.items()) keys.insert(k);
+  for (const auto& k : keys)
+    if (!a.contains(k) || !b.contains(k) || a[k] != b[k]) out += (out.empty() ? "" : ", ") + k;
+  return out.empty() ? "contract" : out;
+}
+
+}  // namespace moe

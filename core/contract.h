@@ -1,0 +1,96 @@
+// The contract: every semantic condition of an acquisition (geometry, backend, timing, grid,
+// conditioning, targets). It is what acquire agrees on across ranks, what the HDF5 file stores
+// and resumes against, and what the publisher turns into each meta.yaml entry. All of its JSON
+// forms are written and read here (docs/design.md, docs/bundle-format.md).
+#pragma once
+
+#include <cstdint>
+#include <map>
+#include <stdexcept>
+#include <nlohmann/json.hpp>
+#include <string>
+#include <vector>
+
+#include "core/component.h"
+#include "core/geometry.h"
+#include "core/target.h"
+
+namespace moe {
+
+struct JobSpec;
+struct Plan;
+
+class ContractError : public std::runtime_error {
+ public:
+  using std::runtime_error::runtime_error;
+};
+
+// A component grid's identity: its point count and the SHA-256 of its coordinates.
+struct GridDigest {
+  std::int64_t points = 0;
+  std::string sha256;
+  bool operator==(const GridDigest&) const = default;
+};
+
+struct TargetContract {
+  Target target;
+  ExpertOwnership ownership;
+  int weight_banks = 0;
+  std::map<Component, GridDigest> grids;
+  // The components of the grid in measurement order (gate_routing, experts, ...).
+  [[nodiscard]] std::vector<Component> components() const;
+};
+
+struct GridConditions {
+  double factor = 2.0;
+  std::int64_t max_num_batched_tokens = 0;
+  std::int64_t max_num_seqs = 0;
+  std::string graph_mode;
+  std::vector<std::int64_t> capture_sizes;
+  bool capture_sizes_derived = false;
+};
+
+struct Conditioning {
+  int rounds = 0;
+  int iterations = 0;
+  double bank_tolerance = 0;
+  std::int64_t cache_bytes = 0;
+  std::uint64_t seed = 0;
+};
+
+struct Contract {
+  ModelGeometry geometry;
+  std::string backend;  // cpu_reference | cublas_grouped | native
+  std::string timing;   // host_clock | cupti_activity
+  std::string mode = "eager";
+  int planner_version = 0;
+  GridConditions grid;
+  Conditioning conditioning;
+  std::vector<TargetContract> targets;
+
+  // The acquisition's contract for a plan made on a device with `cache_bytes` of L2.
+  [[nodiscard]] static Contract of(const Plan& plan, const std::string& backend,
+                                   const std::string& timing, std::int64_t cache_bytes);
+
+  // The stored form (HDF5 attribute); its dump is hashed for the file's identity.
+  [[nodiscard]] nlohmann::json to_json() const;
+  [[nodiscard]] std::string dump() const { return to_json().dump(); }
+  // Throws ContractError naming the key that is missing or malformed.
+  [[nodiscard]] static Contract from_json(const nlohmann::json& j);
+  [[nodiscard]] static Contract parse(const std::string& text);
+
+  // The contract of one target's component table as published in meta.yaml.
+  [[nodiscard]] nlohmann::json component_table(const TargetContract& t) const;
+  // The contract of one target's collective table; `collective_backend` is nccl or mpi_host.
+  [[nodiscard]] nlohmann::json collective_table(const TargetContract& t,
+                                                const std::string& collective_backend) const;
+};
+
+// The geometry as stored in contracts and HDF5 attributes, and back.
+[[nodiscard]] nlohmann::json geometry_json(const ModelGeometry& g);
+[[nodiscard]] ModelGeometry geometry_from_json(const nlohmann::json& j);
+
+// Names the top-level keys whose values differ ("contract" when none does).
+[[nodiscard]] std::string json_difference(const nlohmann::json& a, const nlohmann::json& b);
+
+}  // namespace moe
