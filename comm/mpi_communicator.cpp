@@ -4,24 +4,18 @@
 #include <string>
 
 #include "comm/collectives.h"
+#include "core/checked_call.h"
 
 namespace moe {
 
 namespace {
 
-#define MPI_CHECK(expr)                                                                           \
-  do {                                                                                            \
-    const int moe_rc_ = (expr);                                                                   \
-    if (moe_rc_ != MPI_SUCCESS)                                                                   \
-      throw std::runtime_error(std::string(#expr) + " failed (" + std::to_string(moe_rc_) + ")"); \
-  } while (false)
-
 class MpiCommunicator final : public Communicator {
  public:
   explicit MpiCommunicator(MPI_Comm group) {
-    MPI_CHECK(MPI_Comm_dup(group, &comm_));
-    MPI_CHECK(MPI_Comm_rank(comm_, &rank_));
-    MPI_CHECK(MPI_Comm_size(comm_, &size_));
+    HARNESS_CHECK_MPI(MPI_Comm_dup(group, &comm_));
+    HARNESS_CHECK_MPI(MPI_Comm_rank(comm_, &rank_));
+    HARNESS_CHECK_MPI(MPI_Comm_size(comm_, &size_));
   }
   MpiCommunicator(const MpiCommunicator&) = delete;
   MpiCommunicator& operator=(const MpiCommunicator&) = delete;
@@ -41,7 +35,7 @@ class MpiCommunicator final : public Communicator {
         for (std::int64_t i = 0; i < per_rank; ++i)
           send[i] = static_cast<float>(rank_ * 1000 + i % 997);
         recv.assign(per_rank * size_, NAN);
-        MPI_CHECK(MPI_Allgather(send.data(), static_cast<int>(per_rank), MPI_FLOAT, recv.data(),
+        HARNESS_CHECK_MPI(MPI_Allgather(send.data(), static_cast<int>(per_rank), MPI_FLOAT, recv.data(),
                                 static_cast<int>(per_rank), MPI_FLOAT, comm_));
         for (int r = 0; r < size_; ++r)
           for (std::int64_t i = 0; i < per_rank; ++i)
@@ -50,7 +44,7 @@ class MpiCommunicator final : public Communicator {
       case CollectiveOp::reduce_scatter:
         send.assign(per_rank * size_, static_cast<float>(rank_ + 1));
         recv.assign(per_rank, NAN);
-        MPI_CHECK(MPI_Reduce_scatter_block(send.data(), recv.data(), static_cast<int>(per_rank),
+        HARNESS_CHECK_MPI(MPI_Reduce_scatter_block(send.data(), recv.data(), static_cast<int>(per_rank),
                                            MPI_FLOAT, MPI_SUM, comm_));
         for (float v : recv)
           if (v != static_cast<float>(size_ * (size_ + 1) / 2)) return false;
@@ -58,7 +52,7 @@ class MpiCommunicator final : public Communicator {
       case CollectiveOp::all_reduce:
         send.assign(per_rank * size_, static_cast<float>(rank_ + 1));
         recv.assign(send.size(), NAN);
-        MPI_CHECK(MPI_Allreduce(send.data(), recv.data(), static_cast<int>(send.size()), MPI_FLOAT,
+        HARNESS_CHECK_MPI(MPI_Allreduce(send.data(), recv.data(), static_cast<int>(send.size()), MPI_FLOAT,
                                 MPI_SUM, comm_));
         for (float v : recv)
           if (v != static_cast<float>(size_ * (size_ + 1) / 2)) return false;
@@ -72,7 +66,7 @@ class MpiCommunicator final : public Communicator {
     for (int i = 0; i < warmup; ++i) run(op, total_bytes);
     std::vector<double> out;
     for (int i = 0; i < iterations; ++i) {
-      MPI_CHECK(MPI_Barrier(comm_));
+      HARNESS_CHECK_MPI(MPI_Barrier(comm_));
       const double t0 = MPI_Wtime();
       run(op, total_bytes);
       out.push_back((MPI_Wtime() - t0) * 1e6);
@@ -89,13 +83,13 @@ class MpiCommunicator final : public Communicator {
     const int n = static_cast<int>(per_rank);
     switch (op) {
       case CollectiveOp::all_gather:
-        MPI_CHECK(MPI_Allgather(buf_.data(), n, MPI_FLOAT, out_.data(), n, MPI_FLOAT, comm_));
+        HARNESS_CHECK_MPI(MPI_Allgather(buf_.data(), n, MPI_FLOAT, out_.data(), n, MPI_FLOAT, comm_));
         break;
       case CollectiveOp::reduce_scatter:
-        MPI_CHECK(MPI_Reduce_scatter_block(buf_.data(), out_.data(), n, MPI_FLOAT, MPI_SUM, comm_));
+        HARNESS_CHECK_MPI(MPI_Reduce_scatter_block(buf_.data(), out_.data(), n, MPI_FLOAT, MPI_SUM, comm_));
         break;
       case CollectiveOp::all_reduce:
-        MPI_CHECK(MPI_Allreduce(buf_.data(), out_.data(), n * size_, MPI_FLOAT, MPI_SUM, comm_));
+        HARNESS_CHECK_MPI(MPI_Allreduce(buf_.data(), out_.data(), n * size_, MPI_FLOAT, MPI_SUM, comm_));
         break;
     }
   }

@@ -10,50 +10,34 @@
 #include <vector>
 
 #include "comm/collectives.h"
+#include "core/checked_call.h"
+#include "core/unique_handle.h"
 
 namespace moe {
 
 namespace {
-
-#define NCCL_CHECK(expr)                                                                 \
-  do {                                                                                   \
-    const ncclResult_t moe_rc_ = (expr);                                                 \
-    if (moe_rc_ != ncclSuccess)                                                          \
-      throw std::runtime_error(std::string(#expr) + ": " + ncclGetErrorString(moe_rc_)); \
-  } while (false)
-
-#define CUDA_RT_CHECK(expr)                                                              \
-  do {                                                                                   \
-    const cudaError_t moe_rc_ = (expr);                                                  \
-    if (moe_rc_ != cudaSuccess)                                                          \
-      throw std::runtime_error(std::string(#expr) + ": " + cudaGetErrorString(moe_rc_)); \
-  } while (false)
 
 class NcclCommunicator final : public Communicator {
  public:
   NcclCommunicator(MPI_Comm group, int device) : device_(device) {
     MPI_Comm_rank(group, &rank_);
     MPI_Comm_size(group, &size_);
-    CUDA_RT_CHECK(cudaSetDevice(device_));
+    HARNESS_CHECK(cudaSetDevice(device_));
     ncclUniqueId id{};
-    if (rank_ == 0) NCCL_CHECK(ncclGetUniqueId(&id));
+    if (rank_ == 0) HARNESS_CHECK(ncclGetUniqueId(&id));
     if (MPI_Bcast(&id, sizeof(id), MPI_BYTE, 0, group) != MPI_SUCCESS)
       throw std::runtime_error("MPI_Bcast of the NCCL id failed");
-    NCCL_CHECK(ncclCommInitRank(&comm_, size_, id, rank_));
-    CUDA_RT_CHECK(cudaStreamCreateWithFlags(&stream_, cudaStreamNonBlocking));
-    CUDA_RT_CHECK(cudaEventCreate(&start_));
-    CUDA_RT_CHECK(cudaEventCreate(&stop_));
+    HARNESS_CHECK(ncclCommInitRank(comm_.replace(), size_, id, rank_));
+    HARNESS_CHECK(cudaStreamCreateWithFlags(stream_.replace(), cudaStreamNonBlocking));
+    HARNESS_CHECK(cudaEventCreate(start_.replace()));
+    HARNESS_CHECK(cudaEventCreate(stop_.replace()));
   }
   NcclCommunicator(const NcclCommunicator&) = delete;
   NcclCommunicator& operator=(const NcclCommunicator&) = delete;
+  // The members release themselves (buffers, events, stream, then the communicator) once the
+  // stream's work is done.
   ~NcclCommunicator() override {
-    cudaStreamSynchronize(stream_);
-    ncclCommDestroy(comm_);
-    cudaEventDestroy(start_);
-    cudaEventDestroy(stop_);
-    cudaStreamDestroy(stream_);
-    if (send_) cudaFree(send_);
-    if (recv_) cudaFree(recv_);
+    if (stream_) HARNESS_CHECK_NOTHROW(cudaStreamSynchronize(stream_.get()));
   }
 
   std::string backend() const override { return "nccl"; }
@@ -71,25 +55,25 @@ class NcclCommunicator final : public Communicator {
                                                : static_cast<float>(rank_ + 1);
     // Upload and poison on the collective's own (non-blocking) stream: legacy-stream copies and
     // memsets are not ordered before it and may still be landing when the collective runs.
-    CUDA_RT_CHECK(cudaMemcpyAsync(send_, host.data(), host.size() * 4, cudaMemcpyHostToDevice,
-                                  stream_));
-    CUDA_RT_CHECK(cudaMemsetAsync(recv_, 0xff, total * 4, stream_));
+    HARNESS_CHECK(cudaMemcpyAsync(send_.get(), host.data(), host.size() * 4, cudaMemcpyHostToDevice,
+                                  stream_.get()));
+    HARNESS_CHECK(cudaMemsetAsync(recv_.get(), 0xff, total * 4, stream_.get()));
     std::size_t out_count = total;
     switch (op) {
       case CollectiveOp::all_gather:
-        NCCL_CHECK(ncclAllGather(send_, recv_, per_rank, ncclFloat, comm_, stream_));
+        HARNESS_CHECK(ncclAllGather(send_.get(), recv_.get(), per_rank, ncclFloat, comm_.get(), stream_.get()));
         break;
       case CollectiveOp::reduce_scatter:
-        NCCL_CHECK(ncclReduceScatter(send_, recv_, per_rank, ncclFloat, ncclSum, comm_, stream_));
+        HARNESS_CHECK(ncclReduceScatter(send_.get(), recv_.get(), per_rank, ncclFloat, ncclSum, comm_.get(), stream_.get()));
         out_count = per_rank;
         break;
       case CollectiveOp::all_reduce:
-        NCCL_CHECK(ncclAllReduce(send_, recv_, total, ncclFloat, ncclSum, comm_, stream_));
+        HARNESS_CHECK(ncclAllReduce(send_.get(), recv_.get(), total, ncclFloat, ncclSum, comm_.get(), stream_.get()));
         break;
     }
-    CUDA_RT_CHECK(cudaStreamSynchronize(stream_));
+    HARNESS_CHECK(cudaStreamSynchronize(stream_.get()));
     std::vector<float> out(out_count);
-    CUDA_RT_CHECK(cudaMemcpy(out.data(), recv_, out_count * 4, cudaMemcpyDeviceToHost));
+    HARNESS_CHECK(cudaMemcpy(out.data(), recv_.get(), out_count * 4, cudaMemcpyDeviceToHost));
     const float sum = static_cast<float>(size_ * (size_ + 1) / 2);
     for (std::size_t i = 0; i < out_count; ++i) {
       const float want = op == CollectiveOp::all_gather
@@ -105,12 +89,12 @@ class NcclCommunicator final : public Communicator {
     for (int i = 0; i < warmup; ++i) run(op, total_bytes);
     std::vector<double> out;
     for (int i = 0; i < iterations; ++i) {
-      CUDA_RT_CHECK(cudaEventRecord(start_, stream_));
+      HARNESS_CHECK(cudaEventRecord(start_.get(), stream_.get()));
       launch(op, total_bytes);
-      CUDA_RT_CHECK(cudaEventRecord(stop_, stream_));
-      CUDA_RT_CHECK(cudaEventSynchronize(stop_));
+      HARNESS_CHECK(cudaEventRecord(stop_.get(), stream_.get()));
+      HARNESS_CHECK(cudaEventSynchronize(stop_.get()));
       float ms = 0;
-      CUDA_RT_CHECK(cudaEventElapsedTime(&ms, start_, stop_));
+      HARNESS_CHECK(cudaEventElapsedTime(&ms, start_.get(), stop_.get()));
       out.push_back(ms * 1000.0);
     }
     return out;
@@ -118,17 +102,15 @@ class NcclCommunicator final : public Communicator {
 
   void run(CollectiveOp op, std::int64_t total_bytes) override {
     launch(op, total_bytes);
-    CUDA_RT_CHECK(cudaStreamSynchronize(stream_));
+    HARNESS_CHECK(cudaStreamSynchronize(stream_.get()));
   }
 
  private:
   void reserve(std::size_t bytes) {
     if (bytes <= capacity_) return;
-    if (send_) CUDA_RT_CHECK(cudaFree(send_));
-    if (recv_) CUDA_RT_CHECK(cudaFree(recv_));
-    CUDA_RT_CHECK(cudaMalloc(&send_, bytes));
-    CUDA_RT_CHECK(cudaMalloc(&recv_, bytes));
-    CUDA_RT_CHECK(cudaMemsetAsync(send_, 0, bytes, stream_));
+    HARNESS_CHECK(cudaMalloc(send_.replace(), bytes));
+    HARNESS_CHECK(cudaMalloc(recv_.replace(), bytes));
+    HARNESS_CHECK(cudaMemsetAsync(send_.get(), 0, bytes, stream_.get()));
     capacity_ = bytes;
   }
 
@@ -139,25 +121,25 @@ class NcclCommunicator final : public Communicator {
     reserve(per_rank * size_ * 2);
     switch (op) {
       case CollectiveOp::all_gather:
-        NCCL_CHECK(ncclAllGather(send_, recv_, per_rank, ncclBfloat16, comm_, stream_));
+        HARNESS_CHECK(ncclAllGather(send_.get(), recv_.get(), per_rank, ncclBfloat16, comm_.get(), stream_.get()));
         break;
       case CollectiveOp::reduce_scatter:
-        NCCL_CHECK(
-            ncclReduceScatter(send_, recv_, per_rank, ncclBfloat16, ncclSum, comm_, stream_));
+        HARNESS_CHECK(
+            ncclReduceScatter(send_.get(), recv_.get(), per_rank, ncclBfloat16, ncclSum, comm_.get(), stream_.get()));
         break;
       case CollectiveOp::all_reduce:
-        NCCL_CHECK(
-            ncclAllReduce(send_, recv_, per_rank * size_, ncclBfloat16, ncclSum, comm_, stream_));
+        HARNESS_CHECK(
+            ncclAllReduce(send_.get(), recv_.get(), per_rank * size_, ncclBfloat16, ncclSum, comm_.get(), stream_.get()));
         break;
     }
   }
 
   int device_ = 0, rank_ = 0, size_ = 1;
-  ncclComm_t comm_{};
-  cudaStream_t stream_{};
-  cudaEvent_t start_{}, stop_{};
-  void* send_ = nullptr;
-  void* recv_ = nullptr;
+  // Declared in creation order: destroyed in reverse.
+  UniqueHandle<ncclComm_t, ncclCommDestroy> comm_;
+  UniqueHandle<cudaStream_t, cudaStreamDestroy> stream_;
+  UniqueHandle<cudaEvent_t, cudaEventDestroy> start_, stop_;
+  UniqueHandle<void*, cudaFree> send_, recv_;
   std::size_t capacity_ = 0;
 };
 

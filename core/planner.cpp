@@ -158,7 +158,7 @@ Plan make_plan(const JobSpec& job, std::optional<std::int64_t> l2_bytes) {
   Plan plan{job, nominal_device(job.backend), {}};
   if (l2_bytes) plan.device.l2_bytes = *l2_bytes;
   for (const auto& t : job.targets()) {
-    TargetPlan tp{t, ExpertOwnership::of(job.geometry, t), 2, {}};
+    TargetPlan tp{t, ExpertOwnership::of(job.geometry, t), 2, local_token_axis(job, t), {}};
     tp.weight_banks = weight_bank_count(
         tp.ownership.local_experts * job.geometry.expert_weight_bytes(), plan.device.l2_bytes);
     for (auto c : component_set(job.geometry, t)) {
@@ -169,7 +169,7 @@ Plan make_plan(const JobSpec& job, std::optional<std::int64_t> l2_bytes) {
       if (c == Component::experts) {
         grid.points = expert_grid(job, t);
       } else {
-        for (auto n : local_token_axis(job, t)) grid.points.push_back({n, 0, 0});
+        for (auto n : tp.local_tokens) grid.points.push_back({n, 0, 0});
       }
       tp.components.push_back(std::move(grid));
     }

@@ -53,6 +53,7 @@ struct TargetPlan {
   Target target;
   ExpertOwnership ownership;
   int weight_banks = 2;
+  std::vector<std::int64_t> local_tokens;  // the local token axis (local components, collectives)
   std::vector<ComponentGrid> components;
 };
 

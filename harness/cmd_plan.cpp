@@ -30,12 +30,7 @@ json plan_json(const Plan& plan) {
                        {"forwards", e.forwards},
                        {"estimated_device_s", e.device_seconds}});
     }
-    targets.push_back({{"target",
-                        {{"tp", t.target.tp},
-                         {"dp", t.target.dp},
-                         {"ep", t.target.ep},
-                         {"rank", t.target.rank},
-                         {"sp", t.target.sp}}},
+    targets.push_back({{"target", t.target.to_json()},
                        {"local_experts", t.ownership.local_experts},
                        {"first_expert", t.ownership.first_expert},
                        {"weight_banks", t.weight_banks},

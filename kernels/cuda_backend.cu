@@ -16,7 +16,10 @@
 #include <random>
 
 #include "kernels/bf16.h"
-#include "kernels/cuda_check.h"
+#include <cublas_v2.h>
+#include <cuda_runtime.h>
+
+#include "core/checked_call.h"
 #include "kernels/cuda_memory.h"
 #include "kernels/cuda_testing.h"
 #include "kernels/device_helpers.h"
@@ -239,17 +242,15 @@ int blocks_for(std::size_t n, int threads = 256) {
   return static_cast<int>(std::min<std::size_t>((n + threads - 1) / threads, 65535));
 }
 
-#define LAUNCH_CHECK() CUDA_CHECK(cudaGetLastError())
-
 template <class T>
 void fill(DeviceBuffer<T>& b, std::uint64_t seed, float scale, cudaStream_t s) {
   fill_random<<<blocks_for(b.size()), 256, 0, s>>>(b.get(), b.size(), seed, scale);
-  LAUNCH_CHECK();
+  HARNESS_CHECK(cudaGetLastError());
 }
 
 std::vector<float> download_bf16(const bf16* p, std::size_t n) {
   std::vector<std::uint16_t> raw(n);
-  if (n) CUDA_CHECK(cudaMemcpy(raw.data(), p, n * 2, cudaMemcpyDeviceToHost));
+  if (n) HARNESS_CHECK(cudaMemcpy(raw.data(), p, n * 2, cudaMemcpyDeviceToHost));
   std::vector<float> out(n);
   for (std::size_t i = 0; i < n; ++i) out[i] = bf16_bits_to_float(raw[i]);
   return out;
@@ -257,7 +258,7 @@ std::vector<float> download_bf16(const bf16* p, std::size_t n) {
 
 std::vector<float> download_f32(const float* p, std::size_t n) {
   std::vector<float> out(n);
-  if (n) CUDA_CHECK(cudaMemcpy(out.data(), p, n * 4, cudaMemcpyDeviceToHost));
+  if (n) HARNESS_CHECK(cudaMemcpy(out.data(), p, n * 4, cudaMemcpyDeviceToHost));
   return out;
 }
 
@@ -326,7 +327,7 @@ struct DeviceMlp {
       staging_ = std::make_unique<PinnedBuffer<std::uint16_t>>(n);
       staging_size_ = n;
     }
-    CUDA_CHECK(cudaMemcpy(staging_->get(), p, n * 2, cudaMemcpyDeviceToHost));
+    HARNESS_CHECK(cudaMemcpy(staging_->get(), p, n * 2, cudaMemcpyDeviceToHost));
     std::vector<float> out(n);
     const std::uint16_t* raw = staging_->get();
     for (std::size_t i = 0; i < n; ++i) out[i] = bf16_bits_to_float(raw[i]);
@@ -386,14 +387,14 @@ class ExpertsEngine {
       native_ = std::make_unique<NativeExperts>(g, own, rows, native_tile_for(g, rows), s);
     else
       scratch_ = std::make_unique<CublasScratch>(g, own, lanes_);
-    CUDA_CHECK(cudaMemsetAsync(flag_.get(), 0, sizeof(int), s_));
+    HARNESS_CHECK(cudaMemsetAsync(flag_.get(), 0, sizeof(int), s_));
   }
 
   void upload_routes(const Routes& r) {
-    CUDA_CHECK(cudaMemcpyAsync(ids_.get(), r.ids.data(), lanes_ * 4, cudaMemcpyHostToDevice, s_));
-    CUDA_CHECK(
+    HARNESS_CHECK(cudaMemcpyAsync(ids_.get(), r.ids.data(), lanes_ * 4, cudaMemcpyHostToDevice, s_));
+    HARNESS_CHECK(
         cudaMemcpyAsync(weights_.get(), r.weights.data(), lanes_ * 4, cudaMemcpyHostToDevice, s_));
-    CUDA_CHECK(cudaStreamSynchronize(s_));
+    HARNESS_CHECK(cudaStreamSynchronize(s_));
   }
 
   void forward(const bf16* x, const DeviceMlp& w, bf16* out) {
@@ -403,11 +404,11 @@ class ExpertsEngine {
     }
     CublasScratch& c = *scratch_;
     const int local = own_.local_experts, h = g_.hidden, inter = g_.intermediate, k = g_.top_k;
-    CUDA_CHECK(cudaMemsetAsync(c.counts.get(), 0, local * sizeof(int), s_));
+    HARNESS_CHECK(cudaMemsetAsync(c.counts.get(), 0, local * sizeof(int), s_));
     count_local<<<blocks_for(lanes_), 256, 0, s_>>>(
         ids_.get(), weights_.get(), static_cast<int>(lanes_), g_.experts, own_.first_expert, local,
         c.counts.get(), c.lane_expert.get(), c.lane_slot.get(), c.clean_weights.get(), flag_.get());
-    LAUNCH_CHECK();
+    HARNESS_CHECK(cudaGetLastError());
     auto** base = reinterpret_cast<void**>(c.ptrs.get());
     GroupPointers gp{const_cast<const void**>(base),
                      const_cast<const void**>(base + local),
@@ -418,15 +419,15 @@ class ExpertsEngine {
     expert_offsets<<<1, 32, 0, s_>>>(c.counts.get(), local, c.offsets.get(), w.w13.get(),
                                      w.w2.get(), c.xp.get(), c.y1.get(), c.act.get(), c.y2.get(), h,
                                      inter, gp);
-    LAUNCH_CHECK();
+    HARNESS_CHECK(cudaGetLastError());
     // cuBLAS grouped GEMM takes group sizes on the host: this copy is part of the component.
-    CUDA_CHECK(cudaMemcpyAsync(c.host_counts.get(), c.counts.get(), local * sizeof(int),
+    HARNESS_CHECK(cudaMemcpyAsync(c.host_counts.get(), c.counts.get(), local * sizeof(int),
                                cudaMemcpyDeviceToHost, s_));
     permute_rows<<<static_cast<unsigned>(lanes_), 128, 0, s_>>>(x, c.lane_expert.get(),
                                                                 c.lane_slot.get(), c.offsets.get(),
                                                                 k, h, c.xp.get(), c.lane_pos.get());
-    LAUNCH_CHECK();
-    CUDA_CHECK(cudaStreamSynchronize(s_));
+    HARNESS_CHECK(cudaGetLastError());
+    HARNESS_CHECK(cudaStreamSynchronize(s_));
     std::vector<int> n_arr;
     std::size_t total = 0;
     for (int e = 0; e < local; ++e)
@@ -439,29 +440,29 @@ class ExpertsEngine {
       const std::vector<int> sizes(groups, 1);
       const std::vector<int> m1(groups, 2 * inter), k1(groups, h), ld_h(groups, h),
           ld_2i(groups, 2 * inter);
-      CUBLAS_CHECK(cublasGemmGroupedBatchedEx(
+      HARNESS_CHECK(cublasGemmGroupedBatchedEx(
           blas_, ta.data(), tb.data(), m1.data(), n_arr.data(), k1.data(), one.data(), gp.a1,
           CUDA_R_16BF, ld_h.data(), gp.b1, CUDA_R_16BF, ld_h.data(), zero.data(), gp.c1,
           CUDA_R_16BF, ld_2i.data(), groups, sizes.data(), CUBLAS_COMPUTE_32F));
       silu_and_mul<<<blocks_for(total * inter), 256, 0, s_>>>(c.y1.get(), total, inter,
                                                               c.act.get());
-      LAUNCH_CHECK();
+      HARNESS_CHECK(cudaGetLastError());
       const std::vector<int> m2(groups, h), k2(groups, inter), ld_i(groups, inter);
-      CUBLAS_CHECK(cublasGemmGroupedBatchedEx(
+      HARNESS_CHECK(cublasGemmGroupedBatchedEx(
           blas_, ta.data(), tb.data(), m2.data(), n_arr.data(), k2.data(), one.data(), gp.a2,
           CUDA_R_16BF, ld_i.data(), gp.b2, CUDA_R_16BF, ld_i.data(), zero.data(), gp.c2,
           CUDA_R_16BF, ld_h.data(), groups, sizes.data(), CUBLAS_COMPUTE_32F));
     }
     combine_rows<<<static_cast<unsigned>(rows_), 128, 0, s_>>>(c.y2.get(), c.lane_pos.get(),
                                                                c.clean_weights.get(), k, h, out);
-    LAUNCH_CHECK();
+    HARNESS_CHECK(cudaGetLastError());
   }
 
   [[nodiscard]] bool take_flag() {
     int v = 0;
-    CUDA_CHECK(cudaMemcpyAsync(&v, flag_.get(), sizeof(int), cudaMemcpyDeviceToHost, s_));
-    CUDA_CHECK(cudaMemsetAsync(flag_.get(), 0, sizeof(int), s_));
-    CUDA_CHECK(cudaStreamSynchronize(s_));
+    HARNESS_CHECK(cudaMemcpyAsync(&v, flag_.get(), sizeof(int), cudaMemcpyDeviceToHost, s_));
+    HARNESS_CHECK(cudaMemsetAsync(flag_.get(), 0, sizeof(int), s_));
+    HARNESS_CHECK(cudaStreamSynchronize(s_));
     return v != 0;
   }
 
@@ -503,7 +504,7 @@ class GateEngine {
       plane_buffer_ = DeviceBuffer<bf16>(3 * eh);
       split_router_planes<<<blocks_for(eh), 256, 0, s_>>>(static_cast<const float*>(router), eh,
                                                           plane_buffer_.get());
-      LAUNCH_CHECK();
+      HARNESS_CHECK(cudaGetLastError());
       planes_ptr_ = plane_buffer_.get();
     } else {
       planes_ptr_ = static_cast<const bf16*>(router);
@@ -514,7 +515,7 @@ class GateEngine {
   void forward(const bf16* x, int* ids, float* weights, int* flag) {
     const float one = 1.0f, zero = 0.0f;
     const int m = planes_ * g_.experts;
-    CUBLAS_CHECK(cublasGemmEx(blas_, CUBLAS_OP_T, CUBLAS_OP_N, m, rows_, g_.hidden, &one,
+    HARNESS_CHECK(cublasGemmEx(blas_, CUBLAS_OP_T, CUBLAS_OP_N, m, rows_, g_.hidden, &one,
                               planes_ptr_, CUDA_R_16BF, g_.hidden, x, CUDA_R_16BF, g_.hidden, &zero,
                               logits_.get(), CUDA_R_32F, m, CUBLAS_COMPUTE_32F,
                               CUBLAS_GEMM_DEFAULT));
@@ -531,7 +532,7 @@ class GateEngine {
       split ? launch(softmax_topk<8, 3>) : launch(softmax_topk<8, 1>);
     else  // up to kMaxRouterExperts
       split ? launch(softmax_topk<32, 3>) : launch(softmax_topk<32, 1>);
-    LAUNCH_CHECK();
+    HARNESS_CHECK(cudaGetLastError());
   }
 
  private:
@@ -564,7 +565,7 @@ class CudaWorkload final : public Workload {
     x_ = DeviceBuffer<bf16>(rh);
     fill(x_, spec.seed * 3 + 1, 1.0f, s_);
     flag_ = DeviceBuffer<int>(1);
-    CUDA_CHECK(cudaMemsetAsync(flag_.get(), 0, sizeof(int), s_));
+    HARNESS_CHECK(cudaMemsetAsync(flag_.get(), 0, sizeof(int), s_));
     switch (spec.component) {
       case Component::gate_routing: {
         const std::size_t eh = static_cast<std::size_t>(g.experts) * g.hidden;
@@ -605,7 +606,7 @@ class CudaWorkload final : public Workload {
         out_ = DeviceBuffer<bf16>(rh);
         break;
     }
-    CUDA_CHECK(cudaStreamSynchronize(s_));
+    HARNESS_CHECK(cudaStreamSynchronize(s_));
   }
 
   void forward(int bank) override {
@@ -618,7 +619,7 @@ class CudaWorkload final : public Workload {
         engine_->forward(x_.get(), bank_(bank), out_.get());
         break;
       case Component::finalize_copy:
-        CUDA_CHECK(cudaMemcpyAsync(out_.get(), x_.get(), x_.size() * sizeof(bf16),
+        HARNESS_CHECK(cudaMemcpyAsync(out_.get(), x_.get(), x_.size() * sizeof(bf16),
                                    cudaMemcpyDeviceToDevice, s_));
         break;
       case Component::wrapper:
@@ -627,16 +628,16 @@ class CudaWorkload final : public Workload {
     }
   }
 
-  void synchronize() override { CUDA_CHECK(cudaStreamSynchronize(s_)); }
+  void synchronize() override { HARNESS_CHECK(cudaStreamSynchronize(s_)); }
 
   bool take_route_error() override {
     bool raised = false;
     if (engine_) raised = engine_->take_flag();
     if (spec_.component == Component::gate_routing) {
       int v = 0;
-      CUDA_CHECK(cudaMemcpyAsync(&v, flag_.get(), sizeof(int), cudaMemcpyDeviceToHost, s_));
-      CUDA_CHECK(cudaMemsetAsync(flag_.get(), 0, sizeof(int), s_));
-      CUDA_CHECK(cudaStreamSynchronize(s_));
+      HARNESS_CHECK(cudaMemcpyAsync(&v, flag_.get(), sizeof(int), cudaMemcpyDeviceToHost, s_));
+      HARNESS_CHECK(cudaMemsetAsync(flag_.get(), 0, sizeof(int), s_));
+      HARNESS_CHECK(cudaStreamSynchronize(s_));
       raised = raised || v != 0;
     }
     return raised;
@@ -657,30 +658,30 @@ class CudaWorkload final : public Workload {
 
  private:
   void poison() {
-    if (out_.size()) CUDA_CHECK(cudaMemsetAsync(out_.get(), 0xff, out_.size() * sizeof(bf16), s_));
+    if (out_.size()) HARNESS_CHECK(cudaMemsetAsync(out_.get(), 0xff, out_.size() * sizeof(bf16), s_));
     if (route_weights_.size())
-      CUDA_CHECK(cudaMemsetAsync(route_weights_.get(), 0xff, route_weights_.size() * 4, s_));
-    if (ids_.size()) CUDA_CHECK(cudaMemsetAsync(ids_.get(), 0xff, ids_.size() * 4, s_));
+      HARNESS_CHECK(cudaMemsetAsync(route_weights_.get(), 0xff, route_weights_.size() * 4, s_));
+    if (ids_.size()) HARNESS_CHECK(cudaMemsetAsync(ids_.get(), 0xff, ids_.size() * 4, s_));
   }
 
   void wrapper_forward(const ModelGeometry& g) {
     const auto& w = bank_(0);
     const int si = g.shared.intermediate;
     const float one = 1.0f, zero = 0.0f;
-    CUDA_CHECK(cudaMemcpyAsync(out_.get(), routed_.get(), out_.size() * sizeof(bf16),
+    HARNESS_CHECK(cudaMemcpyAsync(out_.get(), routed_.get(), out_.size() * sizeof(bf16),
                                cudaMemcpyDeviceToDevice, s_));
     for (int e = 0; e < g.shared.count; ++e) {
       const bf16* w13 = w.w13.get() + static_cast<std::size_t>(e) * 2 * si * g.hidden;
       const bf16* w2 = w.w2.get() + static_cast<std::size_t>(e) * g.hidden * si;
-      CUBLAS_CHECK(cublasGemmEx(blas_, CUBLAS_OP_T, CUBLAS_OP_N, 2 * si, rows_, g.hidden, &one, w13,
+      HARNESS_CHECK(cublasGemmEx(blas_, CUBLAS_OP_T, CUBLAS_OP_N, 2 * si, rows_, g.hidden, &one, w13,
                                 CUDA_R_16BF, g.hidden, x_.get(), CUDA_R_16BF, g.hidden, &zero,
                                 y1_.get(), CUDA_R_16BF, 2 * si, CUBLAS_COMPUTE_32F,
                                 CUBLAS_GEMM_DEFAULT));
       silu_and_mul<<<blocks_for(static_cast<std::size_t>(rows_) * si), 256, 0, s_>>>(
           y1_.get(), rows_, si, act_.get());
-      LAUNCH_CHECK();
+      HARNESS_CHECK(cudaGetLastError());
       // out = act * W2^T + out: the combine with the routed output rides on beta = 1.
-      CUBLAS_CHECK(cublasGemmEx(blas_, CUBLAS_OP_T, CUBLAS_OP_N, g.hidden, rows_, si, &one, w2,
+      HARNESS_CHECK(cublasGemmEx(blas_, CUBLAS_OP_T, CUBLAS_OP_N, g.hidden, rows_, si, &one, w2,
                                 CUDA_R_16BF, si, act_.get(), CUDA_R_16BF, si, &one, out_.get(),
                                 CUDA_R_16BF, g.hidden, CUBLAS_COMPUTE_32F, CUBLAS_GEMM_DEFAULT));
     }
@@ -709,7 +710,7 @@ class CudaWorkload final : public Workload {
         gate_routing_ref(x, static_cast<int>(rows.size()), router, g, want);
         const auto ids = [&] {
           std::vector<int> all(ids_.size());
-          CUDA_CHECK(cudaMemcpy(all.data(), ids_.get(), all.size() * 4, cudaMemcpyDeviceToHost));
+          HARNESS_CHECK(cudaMemcpy(all.data(), ids_.get(), all.size() * 4, cudaMemcpyDeviceToHost));
           return all;
         }();
         const auto weights = download_f32(route_weights_.get(), route_weights_.size());
@@ -801,8 +802,8 @@ class CudaBackend final : public Backend {
     if (!known_cuda_backend(name_))
       throw std::invalid_argument("unknown CUDA backend '" + name_ +
                                   "' (this build provides cublas_grouped, native)");
-    CUDA_CHECK(cudaSetDevice(device_));
-    CUDA_CHECK(cudaGetDeviceProperties(&props_, device_));
+    HARNESS_CHECK(cudaSetDevice(device_));
+    HARNESS_CHECK(cudaGetDeviceProperties(&props_, device_));
     stream_ = std::make_unique<Stream>();
     blas_ = std::make_unique<Cublas>(stream_->get());
   }
@@ -811,7 +812,7 @@ class CudaBackend final : public Backend {
   std::int64_t cache_bytes() const override { return props_.l2CacheSize; }
   double tolerance() const override { return 1e-2; }
   std::shared_ptr<const WeightSet> make_weights(const WorkloadSpec& spec) override {
-    CUDA_CHECK(cudaSetDevice(device_));
+    HARNESS_CHECK(cudaSetDevice(device_));
     const auto& g = spec.geometry;
     auto w = std::make_shared<CudaWeights>();
     if (spec.component == Component::experts) {
@@ -824,13 +825,13 @@ class CudaBackend final : public Backend {
       w->banks.push_back(std::make_unique<DeviceMlp>(
           g.shared.count, g.hidden, g.shared.intermediate, spec.seed * 3 + 6, stream_->get()));
     }
-    CUDA_CHECK(cudaStreamSynchronize(stream_->get()));
+    HARNESS_CHECK(cudaStreamSynchronize(stream_->get()));
     return w;
   }
 
   std::unique_ptr<Workload> make(const WorkloadSpec& spec,
                                  std::shared_ptr<const WeightSet> weights) override {
-    CUDA_CHECK(cudaSetDevice(device_));
+    HARNESS_CHECK(cudaSetDevice(device_));
     auto w = std::dynamic_pointer_cast<const CudaWeights>(weights);
     if (!w) throw std::invalid_argument("CUDA workload given weights of another backend");
     return std::make_unique<CudaWorkload>(spec, std::move(w), stream_->get(), blas_->get(),
@@ -896,7 +897,7 @@ class CudaBackend final : public Backend {
 // Captures what `enqueue` queues on `s` into a CUDA graph, launches it once and waits for it.
 template <class Enqueue>
 void run_as_graph(cudaStream_t s, const Enqueue& enqueue) {
-  CUDA_CHECK(cudaStreamBeginCapture(s, cudaStreamCaptureModeThreadLocal));
+  HARNESS_CHECK(cudaStreamBeginCapture(s, cudaStreamCaptureModeThreadLocal));
   cudaGraph_t graph = nullptr;
   try {
     enqueue();
@@ -905,16 +906,16 @@ void run_as_graph(cudaStream_t s, const Enqueue& enqueue) {
     if (graph) cudaGraphDestroy(graph);
     throw;
   }
-  CUDA_CHECK(cudaStreamEndCapture(s, &graph));
+  HARNESS_CHECK(cudaStreamEndCapture(s, &graph));
   cudaGraphExec_t exec = nullptr;
   const cudaError_t made = cudaGraphInstantiate(&exec, graph, 0);
   cudaGraphDestroy(graph);
-  CUDA_CHECK(made);
+  HARNESS_CHECK(made);
   const cudaError_t launched = cudaGraphLaunch(exec, s);
   const cudaError_t synced = cudaStreamSynchronize(s);
   cudaGraphExecDestroy(exec);
-  CUDA_CHECK(launched);
-  CUDA_CHECK(synced);
+  HARNESS_CHECK(launched);
+  HARNESS_CHECK(synced);
 }
 
 DeviceBuffer<bf16> upload_bf16(const std::vector<float>& v) {
@@ -922,7 +923,7 @@ DeviceBuffer<bf16> upload_bf16(const std::vector<float>& v) {
   std::vector<std::uint16_t> raw(v.size());
   for (std::size_t i = 0; i < v.size(); ++i) raw[i] = float_to_bf16_bits(v[i]);
   if (!v.empty())
-    CUDA_CHECK(cudaMemcpy(d.get(), raw.data(), raw.size() * 2, cudaMemcpyHostToDevice));
+    HARNESS_CHECK(cudaMemcpy(d.get(), raw.data(), raw.size() * 2, cudaMemcpyHostToDevice));
   return d;
 }
 
@@ -947,26 +948,26 @@ DeviceExpertsResult run_experts_on_device(const std::string& backend, int device
                                           const MlpWeights& w, bool via_graph) {
   if (!known_cuda_backend(backend))
     throw std::invalid_argument("unknown CUDA backend '" + backend + "'");
-  CUDA_CHECK(cudaSetDevice(device));
+  HARNESS_CHECK(cudaSetDevice(device));
   Stream stream;
   Cublas blas(stream.get());
   const auto own = ExpertOwnership::of(g, t);
   DeviceMlp mlp(own.local_experts, g.hidden, g.intermediate, 1, stream.get());
-  CUDA_CHECK(cudaStreamSynchronize(stream.get()));
+  HARNESS_CHECK(cudaStreamSynchronize(stream.get()));
   mlp.w13 = upload_bf16(w.w13);
   mlp.w2 = upload_bf16(w.w2);
   auto dx = upload_bf16(x);
   DeviceBuffer<bf16> out(x.size());
-  CUDA_CHECK(cudaMemset(out.get(), 0xff, out.size() * 2));
+  HARNESS_CHECK(cudaMemset(out.get(), 0xff, out.size() * 2));
   // Copies from pageable memory on the legacy stream may still be landing, and the engine's
   // stream does not wait for that stream.
-  CUDA_CHECK(cudaDeviceSynchronize());
+  HARNESS_CHECK(cudaDeviceSynchronize());
   ExpertsEngine engine(g, own, routes.rows, stream.get(), blas.get(), backend == "native");
   engine.upload_routes(routes);
   engine.forward(dx.get(), mlp, out.get());
-  CUDA_CHECK(cudaStreamSynchronize(stream.get()));
+  HARNESS_CHECK(cudaStreamSynchronize(stream.get()));
   if (via_graph) {
-    CUDA_CHECK(cudaMemsetAsync(out.get(), 0xff, out.size() * 2, stream.get()));
+    HARNESS_CHECK(cudaMemsetAsync(out.get(), 0xff, out.size() * 2, stream.get()));
     run_as_graph(stream.get(), [&] { engine.forward(dx.get(), mlp, out.get()); });
   }
   DeviceExpertsResult r;
@@ -980,7 +981,7 @@ DeviceGateResult run_gate_on_device(const std::string& backend, int device, cons
                                     bool via_graph) {
   if (!known_cuda_backend(backend))
     throw std::invalid_argument("unknown CUDA backend '" + backend + "'");
-  CUDA_CHECK(cudaSetDevice(device));
+  HARNESS_CHECK(cudaSetDevice(device));
   Stream stream;
   Cublas blas(stream.get());
   const int rows = static_cast<int>(x.size() / g.hidden);
@@ -990,7 +991,7 @@ DeviceGateResult run_gate_on_device(const std::string& backend, int device, cons
   const void* router_ptr = nullptr;
   if (g.router_dtype == Dtype::fp32) {
     router_f32 = DeviceBuffer<float>(router.size());
-    CUDA_CHECK(
+    HARNESS_CHECK(
         cudaMemcpy(router_f32.get(), router.data(), router.size() * 4, cudaMemcpyHostToDevice));
     router_ptr = router_f32.get();
   } else {
@@ -1001,12 +1002,12 @@ DeviceGateResult run_gate_on_device(const std::string& backend, int device, cons
   DeviceBuffer<int> ids(lanes), flag(1);
   DeviceBuffer<float> weights(lanes);
   // The uploads above ran on the legacy stream, which the engine's stream does not wait for.
-  CUDA_CHECK(cudaDeviceSynchronize());
+  HARNESS_CHECK(cudaDeviceSynchronize());
   GateEngine engine(g, rows, router_ptr, stream.get(), blas.get());
   const auto poison = [&] {
-    CUDA_CHECK(cudaMemsetAsync(ids.get(), 0x7f, lanes * 4, stream.get()));
-    CUDA_CHECK(cudaMemsetAsync(weights.get(), 0xff, lanes * 4, stream.get()));
-    CUDA_CHECK(cudaMemsetAsync(flag.get(), 0, sizeof(int), stream.get()));
+    HARNESS_CHECK(cudaMemsetAsync(ids.get(), 0x7f, lanes * 4, stream.get()));
+    HARNESS_CHECK(cudaMemsetAsync(weights.get(), 0xff, lanes * 4, stream.get()));
+    HARNESS_CHECK(cudaMemsetAsync(flag.get(), 0, sizeof(int), stream.get()));
   };
   const auto enqueue = [&] { engine.forward(dx.get(), ids.get(), weights.get(), flag.get()); };
   poison();
@@ -1017,13 +1018,13 @@ DeviceGateResult run_gate_on_device(const std::string& backend, int device, cons
   } else {
     enqueue();
   }
-  CUDA_CHECK(cudaStreamSynchronize(stream.get()));
+  HARNESS_CHECK(cudaStreamSynchronize(stream.get()));
   DeviceGateResult r;
   r.routes = Routes{rows, g.top_k, std::vector<int>(lanes), download_f32(weights.get(), lanes)};
   if (lanes)
-    CUDA_CHECK(cudaMemcpy(r.routes.ids.data(), ids.get(), lanes * 4, cudaMemcpyDeviceToHost));
+    HARNESS_CHECK(cudaMemcpy(r.routes.ids.data(), ids.get(), lanes * 4, cudaMemcpyDeviceToHost));
   int raised = 0;
-  CUDA_CHECK(cudaMemcpy(&raised, flag.get(), sizeof(int), cudaMemcpyDeviceToHost));
+  HARNESS_CHECK(cudaMemcpy(&raised, flag.get(), sizeof(int), cudaMemcpyDeviceToHost));
   r.route_error = raised != 0;
   return r;
 }

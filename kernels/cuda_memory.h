@@ -7,7 +7,10 @@
 #include <cstddef>
 #include <utility>
 
-#include "kernels/cuda_check.h"
+#include <cublas_v2.h>
+#include <cuda_runtime.h>
+
+#include "core/checked_call.h"
 
 namespace moe::cuda {
 
@@ -18,7 +21,7 @@ class DeviceBuffer {
  public:
   DeviceBuffer() = default;
   explicit DeviceBuffer(std::size_t n) : n_(n) {
-    if (n) CUDA_CHECK(cudaMalloc(&p_, n * sizeof(T)));
+    if (n) HARNESS_CHECK(cudaMalloc(&p_, n * sizeof(T)));
   }
   DeviceBuffer(DeviceBuffer&& o) noexcept
       : p_(std::exchange(o.p_, nullptr)), n_(std::exchange(o.n_, 0)) {}
@@ -36,7 +39,7 @@ class DeviceBuffer {
 
  private:
   void release() {
-    if (p_) cudaFree(p_);  // no throw from a destructor; errors surface on the next checked call
+    if (p_) HARNESS_CHECK_NOTHROW(cudaFree(p_));
     p_ = nullptr;
   }
   T* p_ = nullptr;
@@ -47,12 +50,12 @@ template <class T>
 class PinnedBuffer {
  public:
   explicit PinnedBuffer(std::size_t n) {
-    if (n) CUDA_CHECK(cudaMallocHost(&p_, n * sizeof(T)));
+    if (n) HARNESS_CHECK(cudaMallocHost(&p_, n * sizeof(T)));
   }
   PinnedBuffer(const PinnedBuffer&) = delete;
   PinnedBuffer& operator=(const PinnedBuffer&) = delete;
   ~PinnedBuffer() {
-    if (p_) cudaFreeHost(p_);
+    if (p_) HARNESS_CHECK_NOTHROW(cudaFreeHost(p_));
   }
   [[nodiscard]] T* get() const { return p_; }
 
@@ -62,10 +65,10 @@ class PinnedBuffer {
 
 class Stream {
  public:
-  Stream() { CUDA_CHECK(cudaStreamCreateWithFlags(&s_, cudaStreamNonBlocking)); }
+  Stream() { HARNESS_CHECK(cudaStreamCreateWithFlags(&s_, cudaStreamNonBlocking)); }
   Stream(const Stream&) = delete;
   Stream& operator=(const Stream&) = delete;
-  ~Stream() { cudaStreamDestroy(s_); }
+  ~Stream() { HARNESS_CHECK_NOTHROW(cudaStreamDestroy(s_)); }
   [[nodiscard]] cudaStream_t get() const { return s_; }
 
  private:
@@ -75,13 +78,13 @@ class Stream {
 class Cublas {
  public:
   explicit Cublas(cudaStream_t s) {
-    CUBLAS_CHECK(cublasCreate(&h_));
-    CUBLAS_CHECK(cublasSetStream(h_, s));
-    CUBLAS_CHECK(cublasSetPointerMode(h_, CUBLAS_POINTER_MODE_HOST));
+    HARNESS_CHECK(cublasCreate(&h_));
+    HARNESS_CHECK(cublasSetStream(h_, s));
+    HARNESS_CHECK(cublasSetPointerMode(h_, CUBLAS_POINTER_MODE_HOST));
   }
   Cublas(const Cublas&) = delete;
   Cublas& operator=(const Cublas&) = delete;
-  ~Cublas() { cublasDestroy(h_); }
+  ~Cublas() { HARNESS_CHECK_NOTHROW(cublasDestroy(h_)); }
   [[nodiscard]] cublasHandle_t get() const { return h_; }
 
  private:

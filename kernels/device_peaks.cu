@@ -1,6 +1,10 @@
+#include <cuda_runtime.h>
+
 #include <algorithm>
 #include <vector>
 
+#include "core/statistics.h"
+#include "core/unique_handle.h"
 #include "kernels/cuda_memory.h"
 #include "kernels/device_peaks.h"
 
@@ -10,17 +14,7 @@ namespace {
 
 using namespace cuda;
 
-class Event {
- public:
-  Event() { CUDA_CHECK(cudaEventCreate(&e_)); }
-  Event(const Event&) = delete;
-  Event& operator=(const Event&) = delete;
-  ~Event() { cudaEventDestroy(e_); }
-  [[nodiscard]] cudaEvent_t get() const { return e_; }
-
- private:
-  cudaEvent_t e_{};
-};
+using Event = UniqueHandle<cudaEvent_t, cudaEventDestroy>;
 
 // Median seconds of `reps` runs of `body` on stream `s`, after one untimed run.
 template <class Body>
@@ -28,23 +22,24 @@ double median_seconds(cudaStream_t s, int reps, Body&& body) {
   body();
   std::vector<double> seconds;
   Event start, stop;
+  HARNESS_CHECK(cudaEventCreate(start.replace()));
+  HARNESS_CHECK(cudaEventCreate(stop.replace()));
   for (int r = 0; r < reps; ++r) {
-    CUDA_CHECK(cudaEventRecord(start.get(), s));
+    HARNESS_CHECK(cudaEventRecord(start.get(), s));
     body();
-    CUDA_CHECK(cudaEventRecord(stop.get(), s));
-    CUDA_CHECK(cudaEventSynchronize(stop.get()));
+    HARNESS_CHECK(cudaEventRecord(stop.get(), s));
+    HARNESS_CHECK(cudaEventSynchronize(stop.get()));
     float ms = 0;
-    CUDA_CHECK(cudaEventElapsedTime(&ms, start.get(), stop.get()));
+    HARNESS_CHECK(cudaEventElapsedTime(&ms, start.get(), stop.get()));
     seconds.push_back(ms * 1e-3);
   }
-  std::nth_element(seconds.begin(), seconds.begin() + seconds.size() / 2, seconds.end());
-  return seconds[seconds.size() / 2];
+  return median(seconds);
 }
 
 }  // namespace
 
 DevicePeaks measure_device_peaks(int device, int repetitions) {
-  CUDA_CHECK(cudaSetDevice(device));
+  HARNESS_CHECK(cudaSetDevice(device));
   Stream stream;
   DevicePeaks p;
   // 1 GiB each way: far beyond any L2, long enough that launch costs vanish.
@@ -52,9 +47,9 @@ DevicePeaks measure_device_peaks(int device, int repetitions) {
   {
     DeviceBuffer<unsigned char> src(static_cast<std::size_t>(p.copy_bytes)),
         dst(static_cast<std::size_t>(p.copy_bytes));
-    CUDA_CHECK(cudaMemsetAsync(src.get(), 0x5a, src.size(), stream.get()));
+    HARNESS_CHECK(cudaMemsetAsync(src.get(), 0x5a, src.size(), stream.get()));
     const double s = median_seconds(stream.get(), repetitions, [&] {
-      CUDA_CHECK(cudaMemcpyAsync(dst.get(), src.get(), src.size(), cudaMemcpyDeviceToDevice,
+      HARNESS_CHECK(cudaMemcpyAsync(dst.get(), src.get(), src.size(), cudaMemcpyDeviceToDevice,
                                  stream.get()));
     });
     p.copy_bytes_per_s = 2.0 * static_cast<double>(p.copy_bytes) / s;
@@ -64,13 +59,13 @@ DevicePeaks measure_device_peaks(int device, int repetitions) {
     const auto n = static_cast<std::size_t>(p.gemm_size);
     DeviceBuffer<bf16> a(n * n), b(n * n), c(n * n);
     // Non-zero operands: a GEMM of zeros can run faster than one of real data.
-    CUDA_CHECK(cudaMemsetAsync(a.get(), 0x3c, a.size() * 2, stream.get()));
-    CUDA_CHECK(cudaMemsetAsync(b.get(), 0x3b, b.size() * 2, stream.get()));
+    HARNESS_CHECK(cudaMemsetAsync(a.get(), 0x3c, a.size() * 2, stream.get()));
+    HARNESS_CHECK(cudaMemsetAsync(b.get(), 0x3b, b.size() * 2, stream.get()));
     Cublas blas(stream.get());
     const float one = 1.0f, zero = 0.0f;
     const int m = p.gemm_size;
     const double s = median_seconds(stream.get(), repetitions, [&] {
-      CUBLAS_CHECK(cublasGemmEx(blas.get(), CUBLAS_OP_T, CUBLAS_OP_N, m, m, m, &one, a.get(),
+      HARNESS_CHECK(cublasGemmEx(blas.get(), CUBLAS_OP_T, CUBLAS_OP_N, m, m, m, &one, a.get(),
                                 CUDA_R_16BF, m, b.get(), CUDA_R_16BF, m, &zero, c.get(),
                                 CUDA_R_16BF, m, CUBLAS_COMPUTE_32F, CUBLAS_GEMM_DEFAULT));
     });

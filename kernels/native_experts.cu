@@ -579,16 +579,16 @@ void launch_gemm(const GemmArgs& a, int weight_rows, int max_tiles, cudaStream_t
   // The shared-memory opt-in is a per-device attribute: set it once for each device used.
   static std::array<bool, 256> configured{};
   int device = 0;
-  CUDA_CHECK(cudaGetDevice(&device));
+  HARNESS_CHECK(cudaGetDevice(&device));
   if (!configured.at(static_cast<std::size_t>(device))) {
-    CUDA_CHECK(
+    HARNESS_CHECK(
         cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, C::kSmemBytes));
     configured.at(static_cast<std::size_t>(device)) = true;
   }
   const dim3 grid(static_cast<unsigned>(max_tiles),
                   static_cast<unsigned>((weight_rows + C::kRows - 1) / C::kRows));
   kernel<<<grid, C::kThreads, C::kSmemBytes, s>>>(a);
-  CUDA_CHECK(cudaGetLastError());
+  HARNESS_CHECK(cudaGetLastError());
 }
 
 template <class C, bool kWgmma = false>
@@ -645,9 +645,9 @@ NativeExperts::NativeExperts(const ModelGeometry& g, const ExpertOwnership& own,
                                 " local experts");
 #if HARNESS_WGMMA
   int device = 0, major = 0, minor = 0;
-  CUDA_CHECK(cudaGetDevice(&device));
-  CUDA_CHECK(cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, device));
-  CUDA_CHECK(cudaDeviceGetAttribute(&minor, cudaDevAttrComputeCapabilityMinor, device));
+  HARNESS_CHECK(cudaGetDevice(&device));
+  HARNESS_CHECK(cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, device));
+  HARNESS_CHECK(cudaDeviceGetAttribute(&minor, cudaDevAttrComputeCapabilityMinor, device));
   wgmma_ = major == 9 && minor == 0 && std::getenv("HARNESS_NATIVE_NO_WGMMA") == nullptr;
 #endif
   const int t = tokens_of(tile_);
@@ -659,8 +659,8 @@ NativeExperts::NativeExperts(const ModelGeometry& g, const ExpertOwnership& own,
   expert_offsets_ = DeviceBuffer<int>(static_cast<std::size_t>(own.local_experts));
   ticket_ = DeviceBuffer<unsigned>(1);
   // plan_routes leaves these zero after every forward; they start zero.
-  CUDA_CHECK(cudaMemsetAsync(total_counts_.get(), 0, total_counts_.size() * sizeof(int), s_));
-  CUDA_CHECK(cudaMemsetAsync(ticket_.get(), 0, sizeof(unsigned), s_));
+  HARNESS_CHECK(cudaMemsetAsync(total_counts_.get(), 0, total_counts_.size() * sizeof(int), s_));
+  HARNESS_CHECK(cudaMemsetAsync(ticket_.get(), 0, sizeof(unsigned), s_));
   token_of_ = DeviceBuffer<int>(static_cast<std::size_t>(lanes_));
   num_tiles_ = DeviceBuffer<int>(1);
   tiles_ = DeviceBuffer<int4>(static_cast<std::size_t>(std::max(1, max_tiles_)));
@@ -676,12 +676,12 @@ void NativeExperts::forward(const bf16* x, const int* ids, const float* weights,
       ids, weights, lanes_, g_.top_k, g_.experts, own_.first_expert, own_.local_experts,
       tokens_of(tile_), total_counts_.get(), expert_offsets_.get(), ticket_.get(), lane_slot_.get(),
       token_of_.get(), lane_pos_.get(), tiles_.get(), num_tiles_.get(), flag);
-  CUDA_CHECK(cudaGetLastError());
+  HARNESS_CHECK(cudaGetLastError());
   if (plan_blocks > 1) {
     scatter_routes<<<plan_blocks, kPlanThreads, 0, s_>>>(ids, lanes_, g_.top_k, own_.first_expert,
                                                          lane_slot_.get(), expert_offsets_.get(),
                                                          lane_pos_.get(), token_of_.get());
-    CUDA_CHECK(cudaGetLastError());
+    HARNESS_CHECK(cudaGetLastError());
   }
   const GemmArgs up{w13,
                     static_cast<std::int64_t>(2) * inter * h,
@@ -713,7 +713,7 @@ void NativeExperts::forward(const bf16* x, const int* ids, const float* weights,
   const int threads = std::clamp((h / 8 + 31) / 32 * 32, 32, 1024);
   combine_lanes<<<static_cast<unsigned>(rows_), threads, lane_bytes, s_>>>(
       y_.get(), lane_pos_.get(), weights, g_.top_k, h, out);
-  CUDA_CHECK(cudaGetLastError());
+  HARNESS_CHECK(cudaGetLastError());
 }
 
 }  // namespace moe::cuda

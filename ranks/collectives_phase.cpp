@@ -42,18 +42,20 @@ CollectivesReport measure_collectives(MPI_Comm comm, const Plan& plan, int nccl_
   CollectivesReport report;
   const auto& job = plan.job;
   // Deployments in plan order, and the targets whose tables the plan wants.
-  std::vector<Target> deployments;
+  // Every rank of a deployment has the same local token axis; it comes from the plan.
+  std::vector<std::pair<Target, const std::vector<std::int64_t>*>> deployments;
   std::set<std::string> wanted;
   for (const auto& t : plan.targets) {
     wanted.insert(t.target.cell_id());
     Target d = t.target;
     d.rank = 0;
-    if (std::find(deployments.begin(), deployments.end(), d) == deployments.end())
-      deployments.push_back(d);
+    if (std::none_of(deployments.begin(), deployments.end(),
+                     [&](const auto& known) { return known.first == d; }))
+      deployments.emplace_back(d, &t.local_tokens);
   }
   std::vector<std::pair<std::string, std::vector<CollectiveRow>>> mine;
   const std::string backend = nccl_device >= 0 ? "nccl" : "mpi_host";
-  for (const auto& d : deployments) {
+  for (const auto& [d, tokens] : deployments) {
     if (d.ep < 2) continue;  // a single rank has no collectives
     if (d.ep > size) {
       report.skipped.push_back("TP" + std::to_string(d.tp) + " DP" + std::to_string(d.dp) +
@@ -86,9 +88,8 @@ CollectivesReport measure_collectives(MPI_Comm comm, const Plan& plan, int nccl_
       std::map<std::string, std::unique_ptr<Communicator>> comms;
       comms["tp"] = communicator(tp_comm.get(), nccl_device);
       comms["gather"] = communicator(gather_comm.get(), nccl_device);
-      const auto tokens = local_token_axis(job, t);
       std::vector<CollectiveRow> rows;
-      for (const auto& c : collective_cases(job.geometry, t, tokens)) {
+      for (const auto& c : collective_cases(job.geometry, t, *tokens)) {
         auto& cm = *comms.at(c.group);
         if (!cm.check(c.op, c.total_bytes))
           throw std::runtime_error(c.name + " over " + std::to_string(c.group_size) +

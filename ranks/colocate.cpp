@@ -1,6 +1,5 @@
 #include "ranks/colocate.h"
 
-#include <hdf5.h>
 #include <unistd.h>
 
 #include <algorithm>
@@ -19,6 +18,8 @@
 #include "core/planner.h"
 #include "ranks/protocol.h"
 #include "ranks/rank_context.h"
+#include "store/colocation_file.h"
+#include "store/mpi_gather.h"
 
 namespace moe {
 
@@ -254,31 +255,6 @@ json regime_json(const RegimeVerdict& v, const json& solo, const json& coloc) {
           {"colocated", coloc}};
 }
 
-void write_verdict_file(const std::string& dir, const json& verdict, const FamilyTable& table) {
-  std::filesystem::create_directories(dir);
-  const auto path = (std::filesystem::path(dir) / "colocation.h5").string();
-  const auto tmp = path + ".tmp";
-  const hid_t f = H5Fcreate(tmp.c_str(), H5F_ACC_TRUNC, H5P_DEFAULT, H5P_DEFAULT);
-  if (f < 0) throw std::runtime_error("cannot create " + tmp);
-  const auto attr = [&](const char* name, const std::string& value) {
-    const hid_t type = H5Tcopy(H5T_C_S1);
-    H5Tset_size(type, std::max<std::size_t>(1, value.size()));
-    const hid_t space = H5Screate(H5S_SCALAR);
-    const hid_t a = H5Acreate2(f, name, type, space, H5P_DEFAULT, H5P_DEFAULT);
-    const herr_t rc = a < 0 ? -1 : H5Awrite(a, type, value.data());
-    if (a >= 0) H5Aclose(a);
-    H5Sclose(space);
-    H5Tclose(type);
-    if (rc < 0)
-      throw std::runtime_error(std::string("cannot write attribute ") + name + " to " + tmp);
-  };
-  attr("schema", "colocation/1");
-  attr("verdict", verdict.dump());
-  attr("family_table_sha256", table.sha256());
-  attr("units", "throughput: reference forwards per second; shares: fraction of kernel time");
-  if (H5Fclose(f) < 0) throw std::runtime_error("cannot close " + tmp);
-  std::filesystem::rename(tmp, path);
-}
 
 }  // namespace
 
@@ -383,25 +359,14 @@ json colocate(MPI_Comm comm, const JobSpec& job, const ColocateOptions& o) {
   node_result["cpu_binding"] = ctx->binding.describe();
 
   // Node leaders report to rank 0.
-  std::string mine = ctx->node_rank == 0 ? node_result.dump() : "";
-  int len = static_cast<int>(mine.size());
-  std::vector<int> lens(static_cast<std::size_t>(ctx->size)),
-      displs(static_cast<std::size_t>(ctx->size));
-  MPI_Gather(&len, 1, MPI_INT, lens.data(), 1, MPI_INT, 0, comm);
-  int total = 0;
-  for (int i = 0; i < ctx->size; ++i)
-    displs[static_cast<std::size_t>(i)] = total, total += lens[static_cast<std::size_t>(i)];
-  std::string all(static_cast<std::size_t>(std::max(total, 0)), '\0');
-  MPI_Gatherv(mine.data(), len, MPI_CHAR, all.data(), lens.data(), displs.data(), MPI_CHAR, 0,
-              comm);
+  const auto reports = gather_strings(comm, ctx->node_rank == 0 ? node_result.dump() : "", 0);
   if (ctx->rank != 0) return nullptr;
   json nodes = json::array();
   std::optional<int> allowed;
   bool stopped = false;
-  for (int i = 0; i < ctx->size; ++i)
-    if (lens[static_cast<std::size_t>(i)] > 0) {
-      auto n = json::parse(all.substr(static_cast<std::size_t>(displs[static_cast<std::size_t>(i)]),
-                                      static_cast<std::size_t>(lens[static_cast<std::size_t>(i)])));
+  for (const auto& report : reports)
+    if (!report.empty()) {
+      auto n = json::parse(report);
       if (n["allowed_regime"].is_null())
         stopped = true;
       else
@@ -426,7 +391,7 @@ json colocate(MPI_Comm comm, const JobSpec& job, const ColocateOptions& o) {
                   {"geometry", job.geometry.name},
                   {"created_utc", utc_now()},
                   {"nodes", nodes}};
-  write_verdict_file(o.out_dir, verdict, table);
+  write_colocation_file(o.out_dir, verdict, table.sha256());
   return verdict;
 }
 

@@ -13,21 +13,12 @@
 #include <string>
 #include <tuple>
 
+#include "core/checked_call.h"
 #include "ranks/forward_timer.h"
 
 namespace moe {
 
 namespace {
-
-#define CUPTI_CHECK(expr)                                                                \
-  do {                                                                                   \
-    const CUptiResult moe_status_ = (expr);                                              \
-    if (moe_status_ != CUPTI_SUCCESS) {                                                  \
-      const char* moe_msg_ = nullptr;                                                    \
-      cuptiGetResultString(moe_status_, &moe_msg_);                                      \
-      throw std::runtime_error(std::string(#expr) + ": " + (moe_msg_ ? moe_msg_ : "?")); \
-    }                                                                                    \
-  } while (false)
 
 // The record-struct versions, chosen in one place.
 using KernelRecord = CUpti_ActivityKernel10;
@@ -108,11 +99,11 @@ void CUPTIAPI buffer_completed(CUcontext ctx, uint32_t stream, uint8_t* buffer, 
 class CuptiTimer final : public ForwardTimer {
  public:
   CuptiTimer() {
-    CUPTI_CHECK(cuptiActivityRegisterCallbacks(buffer_requested, buffer_completed));
+    HARNESS_CHECK(cuptiActivityRegisterCallbacks(buffer_requested, buffer_completed));
     for (auto kind : {CUPTI_ACTIVITY_KIND_CONCURRENT_KERNEL, CUPTI_ACTIVITY_KIND_MEMCPY,
                       CUPTI_ACTIVITY_KIND_MEMSET, CUPTI_ACTIVITY_KIND_EXTERNAL_CORRELATION,
                       CUPTI_ACTIVITY_KIND_RUNTIME, CUPTI_ACTIVITY_KIND_DRIVER})
-      CUPTI_CHECK(cuptiActivityEnable(kind));
+      HARNESS_CHECK(cuptiActivityEnable(kind));
   }
   CuptiTimer(const CuptiTimer&) = delete;
   CuptiTimer& operator=(const CuptiTimer&) = delete;
@@ -127,18 +118,18 @@ class CuptiTimer final : public ForwardTimer {
   std::string method() const override { return "cupti_activity"; }
 
   void begin(std::string_view) override {
-    CUPTI_CHECK(cuptiActivityPushExternalCorrelationId(kCorrelationKind, ++next_id_));
+    HARNESS_CHECK(cuptiActivityPushExternalCorrelationId(kCorrelationKind, ++next_id_));
     pending_.push_back(next_id_);
   }
 
   void end() override {
     std::uint64_t id = 0;
-    CUPTI_CHECK(cuptiActivityPopExternalCorrelationId(kCorrelationKind, &id));
+    HARNESS_CHECK(cuptiActivityPopExternalCorrelationId(kCorrelationKind, &id));
     if (id != pending_.back()) throw std::runtime_error("CUPTI correlation bracket mismatch");
   }
 
   std::vector<ForwardRecord> collect() override {
-    CUPTI_CHECK(cuptiActivityFlushAll(1));
+    HARNESS_CHECK(cuptiActivityFlushAll(1));
     auto& c = collected();
     std::lock_guard lock(c.mu);
     // Unique activities per forward, ordered by start time.

@@ -1,6 +1,8 @@
 #include "store/acquisition_file.h"
 
-#include <hdf5.h>
+#include "store/hdf5_handle.h"
+#include "store/mpi_gather.h"
+
 
 #include <cstring>
 #include <exception>
@@ -12,124 +14,87 @@
 
 namespace moe {
 
+void write_string_attr(hid_t obj, const std::string& name, const std::string& value) {
+  auto type = H5_OPEN(H5Tcopy(H5T_C_S1), H5Tclose);
+  HARNESS_CHECK_H5(H5Tset_size(type, std::max<std::size_t>(1, value.size())));
+  HARNESS_CHECK_H5(H5Tset_strpad(type, H5T_STR_NULLPAD));
+  auto space = H5_OPEN(H5Screate(H5S_SCALAR), H5Sclose);
+  if (H5Aexists(obj, name.c_str()) > 0) HARNESS_CHECK_H5(H5Adelete(obj, name.c_str()));
+  auto attr =
+      H5_OPEN(H5Acreate2(obj, name.c_str(), type, space, H5P_DEFAULT, H5P_DEFAULT), H5Aclose);
+  std::string padded = value.empty() ? std::string(1, '\0') : value;
+  HARNESS_CHECK_H5(H5Awrite(attr, type, padded.data()));
+}
+
 namespace {
 
-// One checked-call macro per API: every HDF5 return code is checked.
-#define H5_CALL(expr)                                                           \
-  do {                                                                          \
-    if ((expr) < 0) throw FileError(std::string("HDF5 call failed: ") + #expr); \
-  } while (false)
-
-// Owner of one hid_t; copy deleted.
-class H5Id {
- public:
-  H5Id() = default;
-  H5Id(hid_t id, herr_t (*close)(hid_t), const char* what) : id_(id), close_(close) {
-    if (id < 0) throw FileError(std::string("HDF5 call failed: ") + what);
-  }
-  H5Id(H5Id&& o) noexcept : id_(std::exchange(o.id_, -1)), close_(o.close_) {}
-  H5Id& operator=(H5Id&& o) noexcept {
-    reset();
-    id_ = std::exchange(o.id_, -1);
-    close_ = o.close_;
-    return *this;
-  }
-  H5Id(const H5Id&) = delete;
-  H5Id& operator=(const H5Id&) = delete;
-  ~H5Id() { reset(); }
-  void reset() {
-    if (id_ >= 0 && close_) close_(id_);
-    id_ = -1;
-  }
-  [[nodiscard]] hid_t get() const { return id_; }
-  // Forgets the handle without closing it (closing a parallel file is collective).
-  void abandon() { id_ = -1; }
-  operator hid_t() const { return id_; }  // NOLINT: handle passes straight to the C API
-
- private:
-  hid_t id_ = -1;
-  herr_t (*close_)(hid_t) = nullptr;
-};
-
-#define H5_OPEN(expr, close) H5Id((expr), (close), #expr)
 
 H5Id point_type() {
   auto t = H5_OPEN(H5Tcreate(H5T_COMPOUND, sizeof(GridPoint)), H5Tclose);
-  H5_CALL(H5Tinsert(t, "tokens", HOFFSET(GridPoint, tokens), H5T_NATIVE_INT64));
-  H5_CALL(H5Tinsert(t, "activated", HOFFSET(GridPoint, activated), H5T_NATIVE_INT64));
-  H5_CALL(H5Tinsert(t, "assignments", HOFFSET(GridPoint, assignments), H5T_NATIVE_INT64));
+  HARNESS_CHECK_H5(H5Tinsert(t, "tokens", HOFFSET(GridPoint, tokens), H5T_NATIVE_INT64));
+  HARNESS_CHECK_H5(H5Tinsert(t, "activated", HOFFSET(GridPoint, activated), H5T_NATIVE_INT64));
+  HARNESS_CHECK_H5(H5Tinsert(t, "assignments", HOFFSET(GridPoint, assignments), H5T_NATIVE_INT64));
   return t;
 }
 
 H5Id sample_type() {
   auto t = H5_OPEN(H5Tcreate(H5T_COMPOUND, sizeof(Sample)), H5Tclose);
-  H5_CALL(H5Tinsert(t, "point", HOFFSET(Sample, point), H5T_NATIVE_INT32));
-  H5_CALL(H5Tinsert(t, "round", HOFFSET(Sample, round), H5T_NATIVE_INT32));
-  H5_CALL(H5Tinsert(t, "arm", HOFFSET(Sample, arm), H5T_NATIVE_INT8));
-  H5_CALL(H5Tinsert(t, "bank", HOFFSET(Sample, bank), H5T_NATIVE_INT32));
-  H5_CALL(H5Tinsert(t, "forward", HOFFSET(Sample, forward), H5T_NATIVE_INT32));
-  H5_CALL(H5Tinsert(t, "value_us", HOFFSET(Sample, value_us), H5T_NATIVE_DOUBLE));
-  H5_CALL(H5Tinsert(t, "activity_count", HOFFSET(Sample, activity_count), H5T_NATIVE_INT32));
-  H5_CALL(H5Tinsert(t, "name_hash", HOFFSET(Sample, name_hash), H5T_NATIVE_UINT64));
+  HARNESS_CHECK_H5(H5Tinsert(t, "point", HOFFSET(Sample, point), H5T_NATIVE_INT32));
+  HARNESS_CHECK_H5(H5Tinsert(t, "round", HOFFSET(Sample, round), H5T_NATIVE_INT32));
+  HARNESS_CHECK_H5(H5Tinsert(t, "arm", HOFFSET(Sample, arm), H5T_NATIVE_INT8));
+  HARNESS_CHECK_H5(H5Tinsert(t, "bank", HOFFSET(Sample, bank), H5T_NATIVE_INT32));
+  HARNESS_CHECK_H5(H5Tinsert(t, "forward", HOFFSET(Sample, forward), H5T_NATIVE_INT32));
+  HARNESS_CHECK_H5(H5Tinsert(t, "value_us", HOFFSET(Sample, value_us), H5T_NATIVE_DOUBLE));
+  HARNESS_CHECK_H5(H5Tinsert(t, "activity_count", HOFFSET(Sample, activity_count), H5T_NATIVE_INT32));
+  HARNESS_CHECK_H5(H5Tinsert(t, "name_hash", HOFFSET(Sample, name_hash), H5T_NATIVE_UINT64));
   return t;
 }
 
 H5Id check_type() {
   auto t = H5_OPEN(H5Tcreate(H5T_COMPOUND, sizeof(CorrectnessCheck)), H5Tclose);
-  H5_CALL(H5Tinsert(t, "point", HOFFSET(CorrectnessCheck, point), H5T_NATIVE_INT32));
-  H5_CALL(H5Tinsert(t, "round", HOFFSET(CorrectnessCheck, round), H5T_NATIVE_INT32));
-  H5_CALL(H5Tinsert(t, "bank", HOFFSET(CorrectnessCheck, bank), H5T_NATIVE_INT32));
-  H5_CALL(
+  HARNESS_CHECK_H5(H5Tinsert(t, "point", HOFFSET(CorrectnessCheck, point), H5T_NATIVE_INT32));
+  HARNESS_CHECK_H5(H5Tinsert(t, "round", HOFFSET(CorrectnessCheck, round), H5T_NATIVE_INT32));
+  HARNESS_CHECK_H5(H5Tinsert(t, "bank", HOFFSET(CorrectnessCheck, bank), H5T_NATIVE_INT32));
+  HARNESS_CHECK_H5(
       H5Tinsert(t, "relative_error", HOFFSET(CorrectnessCheck, relative_error), H5T_NATIVE_DOUBLE));
-  H5_CALL(H5Tinsert(t, "pass", HOFFSET(CorrectnessCheck, pass), H5T_NATIVE_INT8));
+  HARNESS_CHECK_H5(H5Tinsert(t, "pass", HOFFSET(CorrectnessCheck, pass), H5T_NATIVE_INT8));
   return t;
 }
 
 H5Id median_type() {
   auto t = H5_OPEN(H5Tcreate(H5T_COMPOUND, sizeof(PointMedian)), H5Tclose);
-  H5_CALL(H5Tinsert(t, "point", HOFFSET(PointMedian, point), H5T_NATIVE_INT32));
-  H5_CALL(H5Tinsert(t, "round", HOFFSET(PointMedian, round), H5T_NATIVE_INT32));
-  H5_CALL(H5Tinsert(t, "median_us", HOFFSET(PointMedian, median_us), H5T_NATIVE_DOUBLE));
-  H5_CALL(H5Tinsert(t, "median_b_us", HOFFSET(PointMedian, median_b_us), H5T_NATIVE_DOUBLE));
-  H5_CALL(H5Tinsert(t, "median_2b_us", HOFFSET(PointMedian, median_2b_us), H5T_NATIVE_DOUBLE));
+  HARNESS_CHECK_H5(H5Tinsert(t, "point", HOFFSET(PointMedian, point), H5T_NATIVE_INT32));
+  HARNESS_CHECK_H5(H5Tinsert(t, "round", HOFFSET(PointMedian, round), H5T_NATIVE_INT32));
+  HARNESS_CHECK_H5(H5Tinsert(t, "median_us", HOFFSET(PointMedian, median_us), H5T_NATIVE_DOUBLE));
+  HARNESS_CHECK_H5(H5Tinsert(t, "median_b_us", HOFFSET(PointMedian, median_b_us), H5T_NATIVE_DOUBLE));
+  HARNESS_CHECK_H5(H5Tinsert(t, "median_2b_us", HOFFSET(PointMedian, median_2b_us), H5T_NATIVE_DOUBLE));
   return t;
 }
 
 H5Id collective_type() {
   auto t = H5_OPEN(H5Tcreate(H5T_COMPOUND, sizeof(CollectiveRow)), H5Tclose);
   auto name = H5_OPEN(H5Tcopy(H5T_C_S1), H5Tclose);
-  H5_CALL(H5Tset_size(name, sizeof(CollectiveRow::name)));
+  HARNESS_CHECK_H5(H5Tset_size(name, sizeof(CollectiveRow::name)));
   auto op = H5_OPEN(H5Tcopy(H5T_C_S1), H5Tclose);
-  H5_CALL(H5Tset_size(op, sizeof(CollectiveRow::op)));
-  H5_CALL(H5Tinsert(t, "name", HOFFSET(CollectiveRow, name), name));
-  H5_CALL(H5Tinsert(t, "op", HOFFSET(CollectiveRow, op), op));
-  H5_CALL(H5Tinsert(t, "group_size", HOFFSET(CollectiveRow, group_size), H5T_NATIVE_INT32));
-  H5_CALL(H5Tinsert(t, "tokens", HOFFSET(CollectiveRow, tokens), H5T_NATIVE_INT64));
-  H5_CALL(H5Tinsert(t, "bytes", HOFFSET(CollectiveRow, bytes), H5T_NATIVE_INT64));
-  H5_CALL(H5Tinsert(t, "time_us", HOFFSET(CollectiveRow, time_us), H5T_NATIVE_DOUBLE));
-  H5_CALL(H5Tinsert(t, "algbw_gbps", HOFFSET(CollectiveRow, algbw_gbps), H5T_NATIVE_DOUBLE));
-  H5_CALL(H5Tinsert(t, "busbw_gbps", HOFFSET(CollectiveRow, busbw_gbps), H5T_NATIVE_DOUBLE));
-  H5_CALL(H5Tinsert(t, "model_time_us", HOFFSET(CollectiveRow, model_time_us), H5T_NATIVE_DOUBLE));
+  HARNESS_CHECK_H5(H5Tset_size(op, sizeof(CollectiveRow::op)));
+  HARNESS_CHECK_H5(H5Tinsert(t, "name", HOFFSET(CollectiveRow, name), name));
+  HARNESS_CHECK_H5(H5Tinsert(t, "op", HOFFSET(CollectiveRow, op), op));
+  HARNESS_CHECK_H5(H5Tinsert(t, "group_size", HOFFSET(CollectiveRow, group_size), H5T_NATIVE_INT32));
+  HARNESS_CHECK_H5(H5Tinsert(t, "tokens", HOFFSET(CollectiveRow, tokens), H5T_NATIVE_INT64));
+  HARNESS_CHECK_H5(H5Tinsert(t, "bytes", HOFFSET(CollectiveRow, bytes), H5T_NATIVE_INT64));
+  HARNESS_CHECK_H5(H5Tinsert(t, "time_us", HOFFSET(CollectiveRow, time_us), H5T_NATIVE_DOUBLE));
+  HARNESS_CHECK_H5(H5Tinsert(t, "algbw_gbps", HOFFSET(CollectiveRow, algbw_gbps), H5T_NATIVE_DOUBLE));
+  HARNESS_CHECK_H5(H5Tinsert(t, "busbw_gbps", HOFFSET(CollectiveRow, busbw_gbps), H5T_NATIVE_DOUBLE));
+  HARNESS_CHECK_H5(H5Tinsert(t, "model_time_us", HOFFSET(CollectiveRow, model_time_us), H5T_NATIVE_DOUBLE));
   return t;
 }
 
-void write_string_attr(hid_t obj, const std::string& name, const std::string& value) {
-  auto type = H5_OPEN(H5Tcopy(H5T_C_S1), H5Tclose);
-  H5_CALL(H5Tset_size(type, std::max<std::size_t>(1, value.size())));
-  H5_CALL(H5Tset_strpad(type, H5T_STR_NULLPAD));
-  auto space = H5_OPEN(H5Screate(H5S_SCALAR), H5Sclose);
-  if (H5Aexists(obj, name.c_str()) > 0) H5_CALL(H5Adelete(obj, name.c_str()));
-  auto attr =
-      H5_OPEN(H5Acreate2(obj, name.c_str(), type, space, H5P_DEFAULT, H5P_DEFAULT), H5Aclose);
-  std::string padded = value.empty() ? std::string(1, '\0') : value;
-  H5_CALL(H5Awrite(attr, type, padded.data()));
-}
 
 void write_int_attr(hid_t obj, const std::string& name, long long value) {
   auto space = H5_OPEN(H5Screate(H5S_SCALAR), H5Sclose);
   auto attr = H5_OPEN(
       H5Acreate2(obj, name.c_str(), H5T_NATIVE_LLONG, space, H5P_DEFAULT, H5P_DEFAULT), H5Aclose);
-  H5_CALL(H5Awrite(attr, H5T_NATIVE_LLONG, &value));
+  HARNESS_CHECK_H5(H5Awrite(attr, H5T_NATIVE_LLONG, &value));
 }
 
 std::string read_string_attr(hid_t obj, const std::string& name) {
@@ -141,10 +106,10 @@ std::string read_string_attr(hid_t obj, const std::string& name) {
   if (H5Tis_variable_str(ftype) > 0) throw FileError("attribute '" + name + "' is variable-length");
   const auto size = H5Tget_size(ftype);
   auto mtype = H5_OPEN(H5Tcopy(H5T_C_S1), H5Tclose);
-  H5_CALL(H5Tset_size(mtype, size));
-  H5_CALL(H5Tset_strpad(mtype, H5T_STR_NULLPAD));
+  HARNESS_CHECK_H5(H5Tset_size(mtype, size));
+  HARNESS_CHECK_H5(H5Tset_strpad(mtype, H5T_STR_NULLPAD));
   std::string s(size, '\0');
-  H5_CALL(H5Aread(attr, mtype, s.data()));
+  HARNESS_CHECK_H5(H5Aread(attr, mtype, s.data()));
   s.resize(std::strlen(s.c_str()));
   return s;
 }
@@ -153,7 +118,7 @@ long long read_int_attr(hid_t obj, const std::string& name) {
   if (H5Aexists(obj, name.c_str()) <= 0) throw FileError("missing attribute '" + name + "'");
   auto attr = H5_OPEN(H5Aopen(obj, name.c_str(), H5P_DEFAULT), H5Aclose);
   long long v = 0;
-  H5_CALL(H5Aread(attr, H5T_NATIVE_LLONG, &v));
+  HARNESS_CHECK_H5(H5Aread(attr, H5T_NATIVE_LLONG, &v));
   return v;
 }
 
@@ -168,7 +133,7 @@ H5Id create_dataset(hid_t parent, const std::string& name, hid_t type, std::size
 template <class T>
 void write_all(hid_t dset, hid_t type, const std::vector<T>& rows) {
   if (rows.empty()) return;
-  H5_CALL(H5Dwrite(dset, type, H5S_ALL, H5S_ALL, H5P_DEFAULT, rows.data()));
+  HARNESS_CHECK_H5(H5Dwrite(dset, type, H5S_ALL, H5S_ALL, H5P_DEFAULT, rows.data()));
 }
 
 template <class T>
@@ -177,9 +142,9 @@ std::vector<T> read_all(hid_t parent, const std::string& name, hid_t type) {
   auto space = H5_OPEN(H5Dget_space(d), H5Sclose);
   hsize_t n = 0;
   if (H5Sget_simple_extent_ndims(space) != 1) throw FileError("dataset '" + name + "' is not 1-D");
-  H5_CALL(H5Sget_simple_extent_dims(space, &n, nullptr));
+  HARNESS_CHECK_H5(H5Sget_simple_extent_dims(space, &n, nullptr));
   std::vector<T> rows(n);
-  if (n) H5_CALL(H5Dread(d, type, H5S_ALL, H5S_ALL, H5P_DEFAULT, rows.data()));
+  if (n) HARNESS_CHECK_H5(H5Dread(d, type, H5S_ALL, H5S_ALL, H5P_DEFAULT, rows.data()));
   return rows;
 }
 
@@ -216,11 +181,12 @@ AcquisitionFile::AcquisitionFile(MPI_Comm comm, const std::string& path,
   int exists = impl_->rank == 0 ? static_cast<int>(std::filesystem::exists(path)) : 0;
   MPI_Bcast(&exists, 1, MPI_INT, 0, comm);
   auto fapl = H5_OPEN(H5Pcreate(H5P_FILE_ACCESS), H5Pclose);
-  H5_CALL(H5Pset_fapl_mpio(fapl, comm, MPI_INFO_NULL));
+  HARNESS_CHECK_H5(H5Pset_fapl_mpio(fapl, comm, MPI_INFO_NULL));
   const auto sha = sha256_hex(identity.contract_json);
   if (!exists) {
-    impl_->file = H5Id(H5Fcreate(path.c_str(), H5F_ACC_EXCL, H5P_DEFAULT, fapl), H5Fclose,
-                       ("create " + path).c_str());
+    const hid_t created = H5Fcreate(path.c_str(), H5F_ACC_EXCL, H5P_DEFAULT, fapl);
+    if (created < 0) throw FileError("cannot create acquisition file '" + path + "'");
+    impl_->file = H5Id(created, H5Fclose);
     hid_t root = impl_->file;
     write_int_attr(root, "schema_version", kSchemaVersion);
     write_string_attr(root, "contract_sha256", sha);
@@ -228,7 +194,7 @@ AcquisitionFile::AcquisitionFile(MPI_Comm comm, const std::string& path,
     write_string_attr(root, "units", "time: microseconds (us); sizes: bytes");
     for (const auto& [k, v] : identity.attributes) write_string_attr(root, k, v);
     auto g = H5_OPEN(H5Gcreate2(root, "cells", H5P_DEFAULT, H5P_DEFAULT, H5P_DEFAULT), H5Gclose);
-    H5_CALL(H5Fflush(root, H5F_SCOPE_GLOBAL));
+    HARNESS_CHECK_H5(H5Fflush(root, H5F_SCOPE_GLOBAL));
     return;
   }
   const hid_t f = H5Fopen(path.c_str(), H5F_ACC_RDWR, fapl);
@@ -236,7 +202,7 @@ AcquisitionFile::AcquisitionFile(MPI_Comm comm, const std::string& path,
     throw FileError("cannot open existing acquisition file '" + path +
                     "' (corrupt, truncated or not HDF5); it was left untouched: move it aside or "
                     "choose another --out");
-  impl_->file = H5Id(f, H5Fclose, "H5Fopen");
+  impl_->file = H5Id(f, H5Fclose);
   resumed_ = true;
   long long schema = 0;
   std::string stored_sha, stored_contract;
@@ -244,7 +210,7 @@ AcquisitionFile::AcquisitionFile(MPI_Comm comm, const std::string& path,
     schema = read_int_attr(f, "schema_version");
     stored_sha = read_string_attr(f, "contract_sha256");
     stored_contract = read_string_attr(f, "contract");
-  } catch (const FileError& e) {
+  } catch (const std::runtime_error& e) {
     throw FileError("'" + path + "' is not a harness acquisition file: " + e.what());
   }
   if (schema != kSchemaVersion)
@@ -286,14 +252,14 @@ void AcquisitionFile::declare_cells(const std::vector<CellInfo>& cells) {
     auto space = H5_OPEN(H5Screate_simple(1, dims, nullptr), H5Sclose);
     auto dcpl = H5_OPEN(H5Pcreate(H5P_DATASET_CREATE), H5Pclose);
     const std::int8_t zero = 0;
-    H5_CALL(H5Pset_fill_value(dcpl, H5T_NATIVE_INT8, &zero));
-    H5_CALL(H5Pset_alloc_time(dcpl, H5D_ALLOC_TIME_EARLY));
-    H5_CALL(H5Pset_fill_time(dcpl, H5D_FILL_TIME_ALLOC));
+    HARNESS_CHECK_H5(H5Pset_fill_value(dcpl, H5T_NATIVE_INT8, &zero));
+    HARNESS_CHECK_H5(H5Pset_alloc_time(dcpl, H5D_ALLOC_TIME_EARLY));
+    HARNESS_CHECK_H5(H5Pset_fill_time(dcpl, H5D_FILL_TIME_ALLOC));
     auto done = H5_OPEN(
         H5Dcreate2(g, "rounds_done", H5T_NATIVE_INT8, space, H5P_DEFAULT, dcpl, H5P_DEFAULT),
         H5Dclose);
   }
-  H5_CALL(H5Fflush(impl_->file, H5F_SCOPE_GLOBAL));
+  HARNESS_CHECK_H5(H5Fflush(impl_->file, H5F_SCOPE_GLOBAL));
 }
 
 std::vector<std::int8_t> AcquisitionFile::rounds_done(int cell) const {
@@ -313,7 +279,7 @@ RecordCounts AcquisitionFile::complete_rows() const {
         auto d = H5_OPEN(H5Dopen2(impl_->file, (base + name).c_str(), H5P_DEFAULT), H5Dclose);
         auto space = H5_OPEN(H5Dget_space(d), H5Sclose);
         hsize_t extent = 0;
-        H5_CALL(H5Sget_simple_extent_dims(space, &extent, nullptr));
+        HARNESS_CHECK_H5(H5Sget_simple_extent_dims(space, &extent, nullptr));
         return static_cast<std::int64_t>(extent);
       };
       n += {rows("samples"), rows("medians"), rows("checks")};
@@ -340,14 +306,8 @@ void AcquisitionFile::commit(const std::vector<std::pair<int, const CellRound*>>
                                static_cast<long long>(r->checks.size()),
                                static_cast<long long>(r->medians.size()),
                                static_cast<long long>(r->point_order_seed), impl_->rank});
-  int count = static_cast<int>(local.size());
-  std::vector<int> counts(impl_->size), displs(impl_->size);
-  MPI_Allgather(&count, 1, MPI_INT, counts.data(), 1, MPI_INT, impl_->comm);
-  int total = 0;
-  for (int i = 0; i < impl_->size; ++i) displs[i] = total, total += counts[i];
-  std::vector<long long> all(total);
-  MPI_Allgatherv(local.data(), count, MPI_LONG_LONG, all.data(), counts.data(), displs.data(),
-                 MPI_LONG_LONG, impl_->comm);
+  std::vector<long long> all;
+  for (const auto& part : gather_vectors(impl_->comm, local)) all.insert(all.end(), part.begin(), part.end());
 
   const auto stype = sample_type(), ctype = check_type(), mtype = median_type();
   std::size_t mine_index = 0;
@@ -356,7 +316,7 @@ void AcquisitionFile::commit(const std::vector<std::pair<int, const CellRound*>>
     const auto& info = impl_->cells.at(static_cast<std::size_t>(cell));
     auto cg = H5_OPEN(H5Gopen2(impl_->file, ("cells/" + info.id).c_str(), H5P_DEFAULT), H5Gclose);
     const std::string name = "round_" + std::to_string(round);
-    if (link_exists(cg, name)) H5_CALL(H5Ldelete(cg, name.c_str(), H5P_DEFAULT));  // partial round
+    if (link_exists(cg, name)) HARNESS_CHECK_H5(H5Ldelete(cg, name.c_str(), H5P_DEFAULT));  // partial round
     auto rg =
         H5_OPEN(H5Gcreate2(cg, name.c_str(), H5P_DEFAULT, H5P_DEFAULT, H5P_DEFAULT), H5Gclose);
     write_int_attr(rg, "point_order_seed", all[i + 5]);
@@ -370,7 +330,7 @@ void AcquisitionFile::commit(const std::vector<std::pair<int, const CellRound*>>
       write_all(dm, mtype, r.medians);
     }
   }
-  H5_CALL(H5Fflush(impl_->file, H5F_SCOPE_GLOBAL));
+  HARNESS_CHECK_H5(H5Fflush(impl_->file, H5F_SCOPE_GLOBAL));
   // Completion flags only after the data is durable.
   for (std::size_t i = 0; i + 7 <= all.size(); i += 7) {
     const auto& info = impl_->cells.at(static_cast<std::size_t>(all[i]));
@@ -380,12 +340,12 @@ void AcquisitionFile::commit(const std::vector<std::pair<int, const CellRound*>>
     if (all[i + 6] != impl_->rank) continue;
     auto fspace = H5_OPEN(H5Dget_space(d), H5Sclose);
     const hsize_t start[1] = {static_cast<hsize_t>(all[i + 1])}, one[1] = {1};
-    H5_CALL(H5Sselect_hyperslab(fspace, H5S_SELECT_SET, start, nullptr, one, nullptr));
+    HARNESS_CHECK_H5(H5Sselect_hyperslab(fspace, H5S_SELECT_SET, start, nullptr, one, nullptr));
     auto mspace = H5_OPEN(H5Screate_simple(1, one, nullptr), H5Sclose);
     const std::int8_t flag = 1;
-    H5_CALL(H5Dwrite(d, H5T_NATIVE_INT8, mspace, fspace, H5P_DEFAULT, &flag));
+    HARNESS_CHECK_H5(H5Dwrite(d, H5T_NATIVE_INT8, mspace, fspace, H5P_DEFAULT, &flag));
   }
-  H5_CALL(H5Fflush(impl_->file, H5F_SCOPE_GLOBAL));
+  HARNESS_CHECK_H5(H5Fflush(impl_->file, H5F_SCOPE_GLOBAL));
 }
 
 bool AcquisitionFile::has_collectives(const std::string& target_id) const {
@@ -399,14 +359,7 @@ void AcquisitionFile::write_collectives(
   // Names and sizes from every rank, so that datasets are created collectively.
   std::string local;
   for (const auto& [id, rows] : mine) local += id + "=" + std::to_string(rows.size()) + ";";
-  int len = static_cast<int>(local.size());
-  std::vector<int> lens(impl_->size), displs(impl_->size);
-  MPI_Allgather(&len, 1, MPI_INT, lens.data(), 1, MPI_INT, impl_->comm);
-  int total = 0;
-  for (int i = 0; i < impl_->size; ++i) displs[i] = total, total += lens[i];
-  std::string all(static_cast<std::size_t>(total), '\0');
-  MPI_Allgatherv(local.data(), len, MPI_CHAR, all.data(), lens.data(), displs.data(), MPI_CHAR,
-                 impl_->comm);
+  const auto parts = gather_strings(impl_->comm, local);
   hid_t root = impl_->file;
   H5Id g = link_exists(root, "collectives")
                ? H5_OPEN(H5Gopen2(root, "collectives", H5P_DEFAULT), H5Gclose)
@@ -414,8 +367,7 @@ void AcquisitionFile::write_collectives(
                          H5Gclose);
   const auto type = collective_type();
   for (int r = 0; r < impl_->size; ++r) {
-    const std::string part =
-        all.substr(static_cast<std::size_t>(displs[r]), static_cast<std::size_t>(lens[r]));
+    const std::string& part = parts[static_cast<std::size_t>(r)];
     std::size_t pos = 0;
     while (pos < part.size()) {
       const auto eq = part.find('=', pos), semi = part.find(';', pos);
@@ -430,22 +382,12 @@ void AcquisitionFile::write_collectives(
         if (my_id == id) write_all(d, type, my_rows);
     }
   }
-  H5_CALL(H5Fflush(root, H5F_SCOPE_GLOBAL));
+  HARNESS_CHECK_H5(H5Fflush(root, H5F_SCOPE_GLOBAL));
 }
 
 void AcquisitionFile::write_provenance(const std::string& mine) {
-  int len = static_cast<int>(mine.size());
-  std::vector<int> lens(impl_->size), displs(impl_->size);
-  MPI_Allgather(&len, 1, MPI_INT, lens.data(), 1, MPI_INT, impl_->comm);
-  int total = 0;
-  for (int i = 0; i < impl_->size; ++i) displs[i] = total, total += lens[i];
-  std::string all(static_cast<std::size_t>(total), '\0');
-  MPI_Allgatherv(mine.data(), len, MPI_CHAR, all.data(), lens.data(), displs.data(), MPI_CHAR,
-                 impl_->comm);
   auto list = nlohmann::json::array();
-  for (int i = 0; i < impl_->size; ++i)
-    list.push_back(nlohmann::json::parse(
-        all.substr(static_cast<std::size_t>(displs[i]), static_cast<std::size_t>(lens[i]))));
+  for (const auto& part : gather_strings(impl_->comm, mine)) list.push_back(nlohmann::json::parse(part));
   hid_t root = impl_->file;
   H5Id g = link_exists(root, "provenance")
                ? H5_OPEN(H5Gopen2(root, "provenance", H5P_DEFAULT), H5Gclose)
@@ -455,7 +397,7 @@ void AcquisitionFile::write_provenance(const std::string& mine) {
   int runs = 0;
   while (H5Aexists(g, ("run_" + std::to_string(runs)).c_str()) > 0) ++runs;
   write_string_attr(g, "run_" + std::to_string(runs), list.dump());
-  H5_CALL(H5Fflush(root, H5F_SCOPE_GLOBAL));
+  HARNESS_CHECK_H5(H5Fflush(root, H5F_SCOPE_GLOBAL));
 }
 
 StoredAcquisition read_acquisition(const std::string& path) {
@@ -463,7 +405,7 @@ StoredAcquisition read_acquisition(const std::string& path) {
   const hid_t f = H5Fopen(path.c_str(), H5F_ACC_RDONLY, H5P_DEFAULT);
   if (f < 0)
     throw FileError("cannot open acquisition file '" + path + "' (missing, corrupt or not HDF5)");
-  H5Id file(f, H5Fclose, "H5Fopen");
+  H5Id file(f, H5Fclose);
   StoredAcquisition out;
   try {
     if (read_int_attr(f, "schema_version") != kSchemaVersion)
@@ -477,7 +419,7 @@ StoredAcquisition read_acquisition(const std::string& path) {
       if (H5Aexists(f, k) > 0) out.attributes[k] = read_string_attr(f, k);
     auto cells = H5_OPEN(H5Gopen2(f, "cells", H5P_DEFAULT), H5Gclose);
     hsize_t n = 0;
-    H5_CALL(H5Gget_num_objs(cells, &n));
+    HARNESS_CHECK_H5(H5Gget_num_objs(cells, &n));
     const auto ptype = point_type(), stype = sample_type(), ctype = check_type(),
                mtype = median_type();
     for (hsize_t i = 0; i < n; ++i) {
@@ -508,7 +450,7 @@ StoredAcquisition read_acquisition(const std::string& path) {
     if (link_exists(f, "collectives")) {
       auto g = H5_OPEN(H5Gopen2(f, "collectives", H5P_DEFAULT), H5Gclose);
       hsize_t count = 0;
-      H5_CALL(H5Gget_num_objs(g, &count));
+      HARNESS_CHECK_H5(H5Gget_num_objs(g, &count));
       const auto coll_type = collective_type();
       for (hsize_t i = 0; i < count; ++i) {
         char name[512];
@@ -519,7 +461,7 @@ StoredAcquisition read_acquisition(const std::string& path) {
             {name, read_string_attr(d, "backend"), read_all<CollectiveRow>(g, name, coll_type)});
       }
     }
-  } catch (const FileError& e) {
+  } catch (const std::runtime_error& e) {
     throw FileError("'" + path + "': " + e.what());
   }
   return out;

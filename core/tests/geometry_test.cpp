@@ -63,10 +63,5 @@ TEST(Geometry, LinearExpertOwnership) {
   EXPECT_THROW((void)ExpertOwnership::of(g, Target{3, 1, 3, 0, false}), std::invalid_argument);
 }
 
-TEST(Geometry, TargetDirectoryNameFollowsTheBundleLayout) {
-  EXPECT_EQ((Target{2, 4, 8, 5, true}).dir_name(), "dp4_ep8_rank5_sp1");
-  EXPECT_EQ((Target{1, 2, 2, 0, false}).label(), "tp1/dp2_ep2_rank0_sp0");
-}
-
 }  // namespace
 }  // namespace moe

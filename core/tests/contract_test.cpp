@@ -1,0 +1,73 @@
+#include "core/contract.h"
+
+#include <gtest/gtest.h>
+
+#include "core/job_spec.h"
+#include "core/planner.h"
+
+namespace moe {
+namespace {
+
+Plan tiny_plan() {
+  return make_plan(parse_job("model:\n  preset: tiny\ndeployment:\n  tp: 1\n  dp: 2\n  ranks: [0, 1]\n"
+                             "tokens:\n  max_num_batched_tokens: 64\n  max_num_seqs: 8\n",
+                             "test"),
+                   std::int64_t{1} << 20);
+}
+
+TEST(Contract, StoredFormRoundTripsExactly) {
+  const auto plan = tiny_plan();
+  const auto c = Contract::of(plan, "cpu_reference", "host_clock", 1 << 20);
+  ASSERT_EQ(c.targets.size(), 2u);
+  EXPECT_EQ(c.targets[1].target, (Target{1, 2, 2, 1, false}));
+  EXPECT_EQ(c.targets[0].ownership.local_experts, plan.targets[0].ownership.local_experts);
+  const auto back = Contract::parse(c.dump());
+  EXPECT_EQ(back.dump(), c.dump());  // the identity hash is stable across a store and a load
+  EXPECT_EQ(back.geometry, plan.job.geometry);
+  EXPECT_EQ(back.targets[0].grids, c.targets[0].grids);
+  // A grid's digest changes with its points.
+  auto other = plan.job;
+  other.grid_factor = 4;
+  const auto c4 = Contract::of(make_plan(other, std::int64_t{1} << 20), "cpu_reference",
+                               "host_clock", 1 << 20);
+  EXPECT_NE(c4.targets[0].grids.at(Component::experts), c.targets[0].grids.at(Component::experts));
+  EXPECT_EQ(json_difference(c.to_json(), c4.to_json()), "grid, targets");
+}
+
+TEST(Contract, PublishedTablesCarryTheTargetAndConditioning) {
+  const auto c = Contract::of(tiny_plan(), "cpu_reference", "host_clock", 1 << 20);
+  const auto table = c.component_table(c.targets[1]);
+  EXPECT_EQ(table.at("target"), c.targets[1].target.to_json());
+  EXPECT_EQ(table.at("components"), nlohmann::json::array({"gate_routing", "experts", "finalize_copy", "wrapper"}));
+  EXPECT_EQ(table.at("conditioning").at("bank_tolerance"), 0.03);
+  EXPECT_EQ(table.at("grids").at("experts").at("sha256"),
+            c.targets[1].grids.at(Component::experts).sha256);
+  const auto coll = c.collective_table(c.targets[1], "nccl");
+  EXPECT_EQ(coll.at("timing"), "cuda_events");
+  EXPECT_EQ(coll.at("tokens").at("points"), c.targets[1].grids.at(Component::gate_routing).points);
+}
+
+TEST(Contract, MalformedContractsNameTheKey) {
+  auto j = Contract::of(tiny_plan(), "cpu_reference", "host_clock", 1 << 20).to_json();
+  const auto message = [](const nlohmann::json& doc) {
+    try {
+      (void)Contract::from_json(doc);
+    } catch (const ContractError& e) {
+      return std::string(e.what());
+    }
+    return std::string("accepted");
+  };
+  auto bad = j;
+  bad["geometry"].erase("top_k");
+  EXPECT_NE(message(bad).find("geometry.top_k"), std::string::npos) << message(bad);
+  bad = j;
+  bad["conditioning"]["rounds"] = "three";
+  EXPECT_NE(message(bad).find("conditioning.rounds"), std::string::npos) << message(bad);
+  bad = j;
+  bad["targets"][0]["grids"]["attention"] = bad["targets"][0]["grids"]["experts"];
+  EXPECT_NE(message(bad).find("attention"), std::string::npos) << message(bad);
+  EXPECT_THROW((void)Contract::parse("{not json"), ContractError);
+}
+
+}  // namespace
+}  // namespace moe
