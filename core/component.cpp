@@ -17,10 +17,15 @@ std::string_view to_string(Component c) {
 }
 
 std::optional<Component> parse_component(std::string_view s) {
-  for (auto c :
-       {Component::gate_routing, Component::experts, Component::finalize_copy, Component::wrapper})
+  for (auto c : kAllComponents)
     if (to_string(c) == s) return c;
   return std::nullopt;
+}
+
+std::string component_names() {
+  std::string out;
+  for (auto c : kAllComponents) out += (out.empty() ? "" : ", ") + std::string(to_string(c));
+  return out;
 }
 
 }  // namespace moe

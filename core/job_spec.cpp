@@ -181,14 +181,14 @@ void require_positive(std::int64_t v, const std::string& what) {
 // without repeats; names the option and the unknown name in the error.
 std::vector<Component> components_named(const std::vector<std::string>& items,
                                         const std::string& option) {
-  static const std::vector<std::string> names = {"gate_routing", "experts", "finalize_copy",
-                                                 "wrapper"};
+  std::vector<std::string> names;
+  for (auto c : kAllComponents) names.emplace_back(to_string(c));
   std::vector<Component> out;
   for (const auto& item : items) {
     const auto c = parse_component(item);
     if (!c)
       throw JobError(option + ": unknown component '" + item + "'" + did_you_mean(item, names) +
-                     " (gate_routing, experts, finalize_copy, wrapper)");
+                     " (" + component_names() + ")");
     if (std::find(out.begin(), out.end(), *c) == out.end()) out.push_back(*c);
   }
   if (out.empty()) throw JobError(option + ": name at least one component");

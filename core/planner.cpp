@@ -4,6 +4,8 @@
 #include <cmath>
 #include <set>
 
+#include "core/roofline.h"
+
 namespace moe {
 
 std::vector<std::int64_t> geometric_axis(std::int64_t lo, std::int64_t hi, double factor) {
@@ -126,32 +128,24 @@ DeviceModel nominal_device(std::string_view backend) {
 }
 
 double estimate_forward_seconds(const ModelGeometry& g, Component c, const GridPoint& p,
-                                const DeviceModel& d, int local_experts) {
-  const double h = g.hidden, i = g.intermediate, wb = bytes_of(g.weight_dtype);
-  double bytes = 0, flops = 0;
+                                const DeviceModel& d) {
+  // The roofline floor of the bytes and flops the component must move, plus a launch overhead
+  // per kernel of the usual launch sequence.
   int kernels = 1;
   switch (c) {
     case Component::gate_routing:
-      bytes = p.tokens * h * wb + h * g.experts * wb;
-      flops = 2.0 * p.tokens * h * g.experts;
       kernels = 2;
       break;
     case Component::experts:
-      bytes = p.activated * 3.0 * h * i * wb + (p.tokens + 2.0 * p.assignments) * h * wb;
-      flops = 2.0 * p.assignments * 3.0 * h * i;
       kernels = p.assignments > 0 ? 6 : 1;
       break;
     case Component::finalize_copy:
-      bytes = 2.0 * p.tokens * h * wb;
       break;
     case Component::wrapper:
-      bytes = g.shared.count * 3.0 * h * g.shared.intermediate * wb + 3.0 * p.tokens * h * wb;
-      flops = 2.0 * p.tokens * 3.0 * h * g.shared.intermediate * g.shared.count;
       kernels = 4;
       break;
   }
-  (void)local_experts;
-  return std::max(bytes / d.bytes_per_s, flops / d.flops_per_s) + kernels * d.launch_overhead_s;
+  return floor_of(g, c, p, {d.bytes_per_s, d.flops_per_s}).us * 1e-6 + kernels * d.launch_overhead_s;
 }
 
 Plan make_plan(const JobSpec& job, std::optional<std::int64_t> l2_bytes) {
@@ -197,7 +191,7 @@ PlanEstimate Plan::estimate(const TargetPlan& t, Component c) const {
       e.forwards += per_round * job.rounds;
       const double forwards_s =
           static_cast<double>(per_round * job.rounds) *
-          estimate_forward_seconds(job.geometry, c, p, device, t.ownership.local_experts);
+          estimate_forward_seconds(job.geometry, c, p, device);
       e.device_seconds += forwards_s;
       e.held_seconds += forwards_s + overhead * job.rounds;
     }

@@ -88,9 +88,8 @@ struct Plan {
 [[nodiscard]] Plan make_plan(const JobSpec& job,
                              std::optional<std::int64_t> l2_bytes = std::nullopt);
 
-// Nominal per-forward cost (roofline of bytes and flops plus launch overhead).
+// Nominal per-forward cost: the roofline floor (core/roofline.h) plus launch overheads.
 [[nodiscard]] double estimate_forward_seconds(const ModelGeometry& g, Component c,
-                                              const GridPoint& p, const DeviceModel& d,
-                                              int local_experts);
+                                              const GridPoint& p, const DeviceModel& d);
 
 }  // namespace moe

@@ -37,9 +37,13 @@ Floor floor_of(const ModelGeometry& g, Component c, const GridPoint& p, const Ro
   return f;
 }
 
-std::int64_t balanced_activated(const ModelGeometry& g, std::int64_t tokens) {
+double expected_distinct_experts(const ModelGeometry& g, int pool, std::int64_t tokens) {
   const double e = g.experts, k = g.top_k;
-  const auto a = std::llround(e * (1.0 - std::pow(1.0 - k / e, static_cast<double>(tokens))));
+  return pool * (1.0 - std::pow(1.0 - k / e, static_cast<double>(tokens)));
+}
+
+std::int64_t balanced_activated(const ModelGeometry& g, std::int64_t tokens) {
+  const auto a = std::llround(expected_distinct_experts(g, g.experts, tokens));
   return std::clamp<std::int64_t>(a, g.top_k, std::min<std::int64_t>(g.experts, tokens * g.top_k));
 }
 

@@ -28,8 +28,12 @@ struct Floor {
 [[nodiscard]] Floor floor_of(const ModelGeometry& g, Component c, const GridPoint& p,
                              const Roofline& device);
 
-// Expected number of distinct experts hit when N tokens each choose k of E uniformly (at least
-// k, at most min(E, N·k)): the A of balanced routing.
+// Expected number of distinct experts of a pool of `pool` (of E) hit when N tokens each choose k of
+// E uniformly: pool * (1 - (1 - k/E)^N).
+[[nodiscard]] double expected_distinct_experts(const ModelGeometry& g, int pool, std::int64_t tokens);
+
+// The A of balanced routing over all E experts: expected_distinct_experts rounded, at least k, at
+// most min(E, N·k).
 [[nodiscard]] std::int64_t balanced_activated(const ModelGeometry& g, std::int64_t tokens);
 
 }  // namespace moe

@@ -12,6 +12,7 @@
 #include "bundle/format.h"
 #include "core/files.h"
 #include "lookup/lookup.h"
+#include "core/contract.h"
 #include "core/planner.h"
 
 using namespace moe;
@@ -28,8 +29,7 @@ int main(int argc, char** argv) {
   std::vector<GridPoint> expert_points;
   for (const auto& g : t.components)
     for (const auto& p : g.points) {
-      const double us = 1e6 * estimate_forward_seconds(job.geometry, g.component, p, plan.device,
-                                                       t.ownership.local_experts);
+      const double us = 1e6 * estimate_forward_seconds(job.geometry, g.component, p, plan.device);
       char line[160];
       std::snprintf(line, sizeof(line), "%s,eager,%lld,%lld,%lld,%.4f\n",
                     std::string(to_string(g.component)).c_str(), static_cast<long long>(p.tokens),
@@ -44,13 +44,9 @@ int main(int argc, char** argv) {
   write_file_atomic(variant / "tp1" / rel, csv);
   BundleMeta meta;
   meta.variant = "bench";
-  const Target target{1, 2, 2, 0, false};
-  meta.add({target,
-            rel,
-            {{"components", {"gate_routing", "experts", "finalize_copy"}}},
-            "",
-            {{"table_sha256", sha256_hex(csv)}},
-            {}});
+  const auto contract = Contract::of(plan, "nominal_roofline", "none", plan.device.l2_bytes);
+  meta.add({t.target, rel, contract.component_table(contract.targets.front()), "",
+            {{"table_sha256", sha256_hex(csv)}}, {}});
   save_bundle_meta(variant, meta);
 
   using clock = std::chrono::steady_clock;

@@ -26,6 +26,7 @@
 #include "core/roofline.h"
 #include "kernels/workload.h"
 #include "ranks/forward_timer.h"
+#include "ranks/protocol.h"
 #include "core/planner.h"
 
 namespace po = boost::program_options;
@@ -81,21 +82,17 @@ Row measure(Backend& backend, ForwardTimer& timer, const WorkloadSpec& spec,
     throw std::runtime_error(backend.name() + " " + row.component + " " + row.model +
                              " N=" + std::to_string(spec.point.tokens) + ": relative error " +
                              std::to_string(row.max_error) + " exceeds the tolerance");
-  for (int f = 0; f < spec.banks; ++f) w->forward(f % spec.banks);  // warm-up: one rotation
-  w->synchronize();
-  (void)timer.collect();
+  // The protocol's loop: one rotation of warm-up, then whole rotations of timed forwards.
+  const std::string label = "bench_" + row.component;
+  const auto warm_up = run_forwards(*w, timer, spec.banks, spec.banks, false, label);
   const int forwards =
       (std::max(iterations, spec.banks) + spec.banks - 1) / spec.banks * spec.banks;
-  for (int f = 0; f < forwards; ++f) {
-    timer.begin();
-    w->forward(f % spec.banks);
-    timer.end();
-  }
-  w->synchronize();
-  const auto records = timer.collect();
+  const auto run = run_forwards(*w, timer, forwards, spec.banks, true, label);
+  const auto& records = run.records;
   std::vector<double> us;
   for (const auto& r : records) us.push_back(r.value_us);
-  if (w->take_route_error()) throw std::runtime_error("route flag raised on a valid stimulus");
+  if (warm_up.route_errors + run.route_errors > 0)
+    throw std::runtime_error("route flag raised on a valid stimulus");
   if (timer.dropped() != 0) throw std::runtime_error("CUPTI dropped activity records");
   row.median_us = median(us);  // the same median `acquire` publishes
   // Kernel breakdown of the forward closest to the median.

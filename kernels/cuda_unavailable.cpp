@@ -1,7 +1,6 @@
 // Entry points of the CUDA backends in a build without CUDA (HARNESS_WITH_CUDA=OFF).
 #include <stdexcept>
 
-#include "kernels/cuda_testing.h"
 #include "kernels/device_peaks.h"
 #include "kernels/workload.h"
 
@@ -20,17 +19,6 @@ int cuda_device_count() {
 DevicePeaks measure_device_peaks(int, int) {
   throw std::runtime_error(
       "measuring device peaks needs a harness built with HARNESS_WITH_CUDA=ON");
-}
-
-DeviceExpertsResult run_experts_on_device(const std::string&, int, const ModelGeometry&,
-                                          const Target&, const std::vector<float>&, const Routes&,
-                                          const MlpWeights&, bool) {
-  throw std::runtime_error("run_experts_on_device needs a harness built with HARNESS_WITH_CUDA=ON");
-}
-
-DeviceGateResult run_gate_on_device(const std::string&, int, const ModelGeometry&,
-                                    const std::vector<float>&, const std::vector<float>&, bool) {
-  throw std::runtime_error("run_gate_on_device needs a harness built with HARNESS_WITH_CUDA=ON");
 }
 
 }  // namespace moe

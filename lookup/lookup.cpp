@@ -6,6 +6,7 @@
 #include "bundle/bundle_meta.h"
 #include "core/files.h"
 #include "bundle/format.h"
+#include "core/lru_cache.h"
 #include "lookup/simplex_interpolator.h"
 
 namespace moe {
@@ -45,6 +46,7 @@ struct CacheKey {
   int component;
   std::int64_t n, a, m;
   bool operator==(const CacheKey&) const = default;
+  auto operator<=>(const CacheKey&) const = default;
 };
 struct CacheKeyHash {
   std::size_t operator()(const CacheKey& k) const {
@@ -65,11 +67,8 @@ struct Deployment::Impl {
   std::unique_ptr<SimplexInterpolator> experts;
   std::unordered_map<CacheKey, LookupResult, CacheKeyHash> exact_experts;
   std::vector<Component> components;
-  // Bounded LRU cache of answered queries.
-  std::size_t capacity = 0, hits = 0;
-  std::list<std::pair<CacheKey, LookupResult>> lru;
-  std::unordered_map<CacheKey, std::list<std::pair<CacheKey, LookupResult>>::iterator, CacheKeyHash>
-      index;
+  LruCache<CacheKey, LookupResult> answers;  // bounded cache of answered queries
+  std::size_t hits = 0;
 };
 
 Deployment::Deployment(std::unique_ptr<Impl> impl) : impl_(std::move(impl)) {}
@@ -128,7 +127,7 @@ Deployment Deployment::load(const std::filesystem::path& variant_dir, const Depl
 
   auto impl = std::make_unique<Impl>();
   impl->contract = entry->contract;
-  impl->capacity = cache_capacity;
+  impl->answers.set_capacity(cache_capacity);
   for (const auto& c : entry->contract.at("components")) {
     auto comp = parse_component(c.get<std::string>());
     if (!comp)
@@ -193,10 +192,9 @@ LookupResult Deployment::query(Component c, std::int64_t tokens, std::int64_t ac
                       " is not in this deployment's contract");
   if (c != Component::experts) activated = assignments = 0;
   const CacheKey key{static_cast<int>(c), tokens, activated, assignments};
-  if (auto it = d.index.find(key); it != d.index.end()) {
-    d.lru.splice(d.lru.begin(), d.lru, it->second);
+  if (const auto* cached = d.answers.find(key)) {
     ++d.hits;
-    return it->second->second;
+    return *cached;
   }
   LookupResult r;
   const std::string what = std::string(to_string(c));
@@ -221,14 +219,7 @@ LookupResult Deployment::query(Component c, std::int64_t tokens, std::int64_t ac
       r.vertices.push_back({row.point, row.time_us, weight});
     }
   }
-  if (d.capacity > 0) {
-    d.lru.emplace_front(key, r);
-    d.index[key] = d.lru.begin();
-    if (d.lru.size() > d.capacity) {
-      d.index.erase(d.lru.back().first);
-      d.lru.pop_back();
-    }
-  }
+  if (d.answers.capacity() > 0) d.answers.insert(key, r);
   return r;
 }
 

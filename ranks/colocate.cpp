@@ -16,6 +16,7 @@
 #include "core/timestamp.h"
 #include "core/files.h"
 #include "core/planner.h"
+#include "core/roofline.h"
 #include "ranks/protocol.h"
 #include "ranks/rank_context.h"
 #include "store/colocation_file.h"
@@ -107,10 +108,9 @@ class ReferenceForward {
     const std::int64_t rows = dom.local_rows(n), expert_rows = dom.uniform_expert_rows(n);
     const auto own = ExpertOwnership::of(g, t);
     // Expected distinct local experts and the balanced assignment total, clamped to feasibility.
-    const double hit = 1.0 - std::pow(1.0 - static_cast<double>(g.top_k) / g.experts,
-                                      static_cast<double>(expert_rows));
-    std::int64_t a =
-        std::clamp<std::int64_t>(std::llround(own.local_experts * hit), 1, own.local_experts);
+    std::int64_t a = std::clamp<std::int64_t>(
+        std::llround(expected_distinct_experts(g, own.local_experts, expert_rows)), 1,
+        own.local_experts);
     std::optional<MRange> m;
     for (; a <= own.local_experts &&
            !(m = feasible_assignments(expert_rows, a, own.local_experts, g.experts, g.top_k));

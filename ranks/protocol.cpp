@@ -11,17 +11,6 @@
 
 namespace moe {
 
-std::uint64_t mix_seed(std::initializer_list<std::uint64_t> parts) {
-  std::uint64_t h = 0x9e3779b97f4a7c15ULL;
-  for (auto p : parts) {
-    std::uint64_t z = h ^ (p + 0x9e3779b97f4a7c15ULL + (h << 6) + (h >> 2));
-    z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ULL;
-    z = (z ^ (z >> 27)) * 0x94d049bb133111ebULL;
-    h = z ^ (z >> 31);
-  }
-  return h;
-}
-
 namespace {
 
 std::string where(const CellRoundSpec& s, const GridPoint& p) {
@@ -30,24 +19,23 @@ std::string where(const CellRoundSpec& s, const GridPoint& p) {
          ", M=" + std::to_string(p.assignments) + ") round " + std::to_string(s.round);
 }
 
-// Runs `count` bracketed forwards cycling over `banks` banks; returns their records.
-std::vector<ForwardRecord> timed_forwards(Workload& w, ForwardTimer& timer, int count, int banks,
-                                          bool bracket, std::uint64_t& route_errors,
-                                          const std::string& label) {
+}  // namespace
+
+ForwardRun run_forwards(Workload& w, ForwardTimer& timer, int count, int banks, bool timed,
+                        const std::string& label) {
+  ForwardRun run;
   for (int f = 0; f < count; ++f) {
-    if (bracket) timer.begin(label);
+    if (timed) timer.begin(label);
     w.forward(f % banks);
-    if (bracket) timer.end();
+    if (timed) timer.end();
     // The sticky route flag is read once per forward, outside the timed bracket.
-    route_errors += w.take_route_error() ? 1 : 0;
+    run.route_errors += w.take_route_error() ? 1 : 0;
   }
   w.synchronize();
-  auto records = timer.collect();
-  if (!bracket) records.clear();
-  return records;
+  run.records = timer.collect();
+  if (!timed) run.records.clear();
+  return run;
 }
-
-}  // namespace
 
 CellRound measure_cell_round(Backend& backend, ForwardTimer& timer, const CellRoundSpec& spec,
                              const std::function<void()>& on_point) {
@@ -122,10 +110,11 @@ CellRound measure_cell_round(Backend& backend, ForwardTimer& timer, const CellRo
     std::optional<ForwardRecord> first;
     for (const auto& ch : chunks) {
       if (ch.warm_up)
-        (void)timed_forwards(*w, timer, experts ? 2 * banks : 2, ch.banks, false, route_errors,
-                             label);
-      const auto records =
-          timed_forwards(*w, timer, ch.forwards, ch.banks, true, route_errors, label);
+        route_errors +=
+            run_forwards(*w, timer, experts ? 2 * banks : 2, ch.banks, false, label).route_errors;
+      auto run = run_forwards(*w, timer, ch.forwards, ch.banks, true, label);
+      route_errors += run.route_errors;
+      const auto& records = run.records;
       if (records.size() != static_cast<std::size_t>(ch.forwards))
         throw MeasurementError("timer returned " + std::to_string(records.size()) +
                                " records for " + std::to_string(ch.forwards) + " forwards of " +

@@ -6,10 +6,12 @@
 #include <functional>
 #include <optional>
 #include <span>
+#include <string>
 #include <stdexcept>
 #include <vector>
 
 #include "store/records.h"
+#include "core/seed.h"
 #include "core/statistics.h"
 #include "kernels/workload.h"
 #include "ranks/forward_timer.h"
@@ -30,14 +32,22 @@ struct CellRoundSpec {
   std::uint64_t seed = 0;  // derives point order and stimuli
 };
 
+struct ForwardRun {
+  std::vector<ForwardRecord> records;  // one per forward when timed, else empty
+  std::uint64_t route_errors = 0;      // forwards after which the sticky route flag was raised
+};
+
+// The timing loop of every measurement (acquire, bench, the co-location gate): `count` forwards
+// cycling over `banks` weight banks, each bracketed by the timer when `timed`; the route flag is
+// read after every forward, outside the bracket.
+[[nodiscard]] ForwardRun run_forwards(Workload& w, ForwardTimer& timer, int count, int banks,
+                                      bool timed, const std::string& label);
+
 // Measures every point of one cell round in a seeded random order. `on_point` is called after
 // each point (progress). Throws MeasurementError on a failed correctness check, an activity list
 // that differs from the point's first forward, dropped records or a raised route flag.
 [[nodiscard]] CellRound measure_cell_round(Backend& backend, ForwardTimer& timer,
                                            const CellRoundSpec& spec,
                                            const std::function<void()>& on_point = {});
-
-// splitmix64 mixing of several integers: deterministic seeds for rounds, cells and points.
-[[nodiscard]] std::uint64_t mix_seed(std::initializer_list<std::uint64_t> parts);
 
 }  // namespace moe

@@ -5,7 +5,7 @@
 #include <cmath>
 #include <cstdlib>
 
-#include "kernels/cuda_testing.h"
+#include "kernels/tests/cuda_testing.h"
 #include "kernels/stimulus.h"
 #include "kernels/workload.h"
 

@@ -1,0 +1,40 @@
+// The gate_routing component's launch sequence, shared by both CUDA backends. Internal to
+// kernels/: include only from .cu files.
+#pragma once
+
+#include <cublas_v2.h>
+
+#include "core/geometry.h"
+#include "kernels/cuda_memory.h"
+
+namespace moe::cuda {
+
+// Largest E of the gate's softmax/top-k kernel (32 logits per lane).
+inline constexpr int kMaxRouterExperts = 1024;
+
+// The gate_routing launch sequence (both backends): one cuBLAS bf16 GEMM of the router planes
+// and x into fp32 logits, then softmax_topk. A bf16 router is one plane. An fp32 router is split
+// once, at construction, into three bf16 planes whose sum is the fp32 weight exactly, stacked
+// along the GEMM's M: every product is exact and accumulates in fp32, so the logits keep fp32
+// semantics (softmax_topk adds the three plane logits) at the bf16 tensor-core rate, instead of
+// an SGEMM on CUDA cores over an fp32 copy of x.
+class GateEngine {
+ public:
+  // `router` is the device [E][H] router of g.router_dtype; a bf16 one must outlive the engine.
+  GateEngine(const ModelGeometry& g, int rows, const void* router, cudaStream_t s,
+             cublasHandle_t blas);
+  // Routes of every row of x [rows][H] into ids/weights [rows][k]; raises *flag on invalid lanes.
+  void forward(const bf16* x, int* ids, float* weights, int* flag);
+
+ private:
+  ModelGeometry g_;
+  int rows_;
+  cudaStream_t s_;
+  cublasHandle_t blas_;
+  int planes_ = 1;
+  const bf16* planes_ptr_ = nullptr;  // [planes][E][H]
+  DeviceBuffer<bf16> plane_buffer_;   // fp32 routers only
+  DeviceBuffer<float> logits_;        // [rows][planes][E]
+};
+
+}  // namespace moe::cuda

@@ -1,0 +1,70 @@
+#include "kernels/nvml.h"
+
+#include <dlfcn.h>
+
+namespace moe {
+
+namespace {
+
+// The driver's NVML library, opened with dlopen: the toolkit need not ship nvml.h, and every GPU
+// node has libnvidia-ml.so.1 with its driver. Only the calls used for live state are resolved.
+class Nvml {
+ public:
+  using Device = void*;
+  struct ProcessInfo {  // nvmlProcessInfo_t (v2/v3 layout)
+    unsigned pid;
+    unsigned long long used_memory;
+    unsigned gpu_instance, compute_instance;
+  };
+  static const Nvml* get() {
+    static const Nvml nvml;
+    return nvml.ok_ ? &nvml : nullptr;
+  }
+  int (*handle_by_bus)(const char*, Device*) = nullptr;
+  int (*clock)(Device, int, unsigned*) = nullptr;  // type: 1 = SM, 2 = memory
+  int (*temperature)(Device, int, unsigned*) = nullptr;
+  int (*processes)(Device, unsigned*, ProcessInfo*) = nullptr;
+
+ private:
+  Nvml() {
+    void* lib = dlopen("libnvidia-ml.so.1", RTLD_NOW | RTLD_LOCAL);
+    if (!lib) return;
+    auto init = reinterpret_cast<int (*)()>(dlsym(lib, "nvmlInit_v2"));
+    handle_by_bus =
+        reinterpret_cast<decltype(handle_by_bus)>(dlsym(lib, "nvmlDeviceGetHandleByPciBusId_v2"));
+    clock = reinterpret_cast<decltype(clock)>(dlsym(lib, "nvmlDeviceGetClockInfo"));
+    temperature = reinterpret_cast<decltype(temperature)>(dlsym(lib, "nvmlDeviceGetTemperature"));
+    processes = reinterpret_cast<decltype(processes)>(
+        dlsym(lib, "nvmlDeviceGetComputeRunningProcesses_v3"));
+    ok_ = init && handle_by_bus && clock && temperature && processes && init() == 0;
+  }
+  bool ok_ = false;
+};
+
+}  // namespace
+
+std::map<std::string, std::string> nvml_live_state(const std::string& pci_bus_id) {
+  const Nvml* nvml = Nvml::get();
+  if (!nvml) return {{"nvml", "unavailable"}};
+  Nvml::Device dev{};
+  if (nvml->handle_by_bus(pci_bus_id.c_str(), &dev) != 0)
+    return {{"nvml", "no handle for " + pci_bus_id}};
+  std::map<std::string, std::string> out;
+  unsigned sm = 0, mem = 0, temp = 0;
+  if (nvml->clock(dev, 1, &sm) == 0) out["sm_clock_mhz"] = std::to_string(sm);
+  if (nvml->clock(dev, 2, &mem) == 0) out["mem_clock_mhz"] = std::to_string(mem);
+  if (nvml->temperature(dev, 0, &temp) == 0) out["temperature_c"] = std::to_string(temp);
+  unsigned count = 64;
+  Nvml::ProcessInfo procs[64];
+  if (nvml->processes(dev, &count, procs) == 0) {
+    std::string pids;
+    for (unsigned i = 0; i < count; ++i) {
+      if (i) pids.push_back(',');
+      pids.append(std::to_string(procs[i].pid));
+    }
+    out["gpu_processes"] = pids;
+  }
+  return out;
+}
+
+}  // namespace moe

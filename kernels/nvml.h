@@ -1,0 +1,14 @@
+// Live device state from the driver's NVML library (clocks, temperature, processes), recorded
+// before and after measured intervals. NVML is opened at run time: nothing links against it.
+#pragma once
+
+#include <map>
+#include <string>
+
+namespace moe {
+
+// {sm_clock_mhz, mem_clock_mhz, temperature_c, gpu_processes} of the GPU at `pci_bus_id`, or
+// {nvml: why not} when NVML or the device is unavailable.
+[[nodiscard]] std::map<std::string, std::string> nvml_live_state(const std::string& pci_bus_id);
+
+}  // namespace moe
