@@ -1,11 +1,11 @@
 #include "bundle/bundle_meta.h"
-#include "bundle/format.h"
 
 #include <yaml-cpp/yaml.h>
 
 #include <algorithm>
 #include <set>
 
+#include "bundle/format.h"
 #include "core/files.h"
 
 namespace moe {
@@ -117,7 +117,8 @@ std::string contract_sha256(const json& contract) {
 
 namespace {
 const char* key_of(Section s) {
-  return s == Section::moe_components ? bundle_format::kComponentsDir : bundle_format::kCollectivesDir;
+  return s == Section::moe_components ? bundle_format::kComponentsDir
+                                      : bundle_format::kCollectivesDir;
 }
 const char* schema_of(Section s) {
   return s == Section::moe_components ? kMoeComponentsSchema : kCollectivesSchema;

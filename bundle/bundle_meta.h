@@ -27,7 +27,7 @@ class BundleError : public std::runtime_error {
 
 struct BundleEntry {
   Target target;
-  std::string path;       // relative to tp<N>/
+  std::string path;  // relative to tp<N>/
   nlohmann::json contract;
   std::string contract_sha256;
   nlohmann::json coverage;
@@ -64,7 +64,8 @@ void save_bundle_meta(const std::filesystem::path& variant_dir, const BundleMeta
 
 // The co-location verdict of a variant (<variant_dir>/colocation.yaml), or nullopt when there is
 // none. Throws BundleError when the file is not valid YAML.
-[[nodiscard]] std::optional<nlohmann::json> load_colocation(const std::filesystem::path& variant_dir);
+[[nodiscard]] std::optional<nlohmann::json> load_colocation(
+    const std::filesystem::path& variant_dir);
 // Writes <variant_dir>/colocation.yaml (the co-location verdict) under <variant_dir>/.meta.lock.
 void publish_colocation(const std::filesystem::path& variant_dir, const nlohmann::json& verdict);
 

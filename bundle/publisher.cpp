@@ -11,15 +11,15 @@
 #include <nlohmann/json.hpp>
 #include <sstream>
 
-#include "store/acquisition_file.h"
-#include "store/campaign.h"
 #include "bundle/bundle_meta.h"
 #include "bundle/format.h"
-#include "core/timestamp.h"
-#include "core/files.h"
 #include "bundle/sanity.h"
-#include "core/contract.h"
 #include "bundle/summary.h"
+#include "core/contract.h"
+#include "core/files.h"
+#include "core/timestamp.h"
+#include "store/acquisition_file.h"
+#include "store/campaign.h"
 
 namespace moe {
 
@@ -38,7 +38,7 @@ struct TargetWork {
   Section section = Section::moe_components;
   Target target;
   const TargetContract* target_contract = nullptr;
-  json contract;  // the published contract of this table
+  json contract;         // the published contract of this table
   std::string label;     // tp1/dp2_ep2_rank0_sp0
   fs::path dir;          // bundle directory of the target
   std::string rel_path;  // relative to tp<N>/

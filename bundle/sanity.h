@@ -1,6 +1,7 @@
-// The sanity block (SPEC §11) that ends every published table and run summary: per numeric
-// family the count of finite and missing values, min, max and distinct count; ratios must lie in
-// [0,1], counters must be non-negative, and identical tables across different cells are a red flag.
+// The sanity block (docs/bundle-format.md) that ends every published table and run summary: per
+// numeric family the count of finite and missing values, min, max and distinct count; ratios must
+// lie in [0,1], counters must be non-negative, and identical tables across different cells are a
+// red flag.
 #pragma once
 
 #include <map>

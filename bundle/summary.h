@@ -1,13 +1,13 @@
 // Quality summary of an acquisition file: completion per cell and the B/2B weight-bank control
-// per expert point, pooled over complete rounds (SPEC §4).
+// per expert point, pooled over complete rounds (docs/measurement.md).
 #pragma once
 
 #include <optional>
 #include <string>
 #include <vector>
 
-#include "store/acquisition_file.h"
 #include "bundle/sanity.h"
+#include "store/acquisition_file.h"
 
 namespace moe {
 

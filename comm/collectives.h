@@ -1,6 +1,7 @@
-// Collectives of the MoE communication model (SPEC §5): communicators over MPI-bootstrapped NCCL
-// or plain MPI (`mpi_host`, for machines without GPUs), nccl-tests bandwidth factors, the
-// collective cases of a deployment target, and the analytical worst-rank ring envelope.
+// Collectives of the MoE communication model (docs/bundle-format.md): communicators over
+// MPI-bootstrapped NCCL or plain MPI (`mpi_host`, for machines without GPUs), nccl-tests bandwidth
+// factors, the collective cases of a deployment target, and the analytical worst-rank ring
+// envelope.
 #pragma once
 
 #include <mpi.h>
@@ -52,7 +53,8 @@ struct CollectiveCase {
 // rank = dp_index * TP + tp_index).
 [[nodiscard]] std::vector<int> group_members(const Target& t, const std::string& group);
 
-// The cases of SPEC §5 for target `t` over `tokens` (per-DP-rank counts, uniform across DP).
+// The cases of docs/bundle-format.md for target `t` over `tokens` (per-DP-rank counts, uniform
+// across DP).
 [[nodiscard]] std::vector<CollectiveCase> collective_cases(const ModelGeometry& g, const Target& t,
                                                            std::span<const std::int64_t> tokens);
 

@@ -35,8 +35,8 @@ class MpiCommunicator final : public Communicator {
         for (std::int64_t i = 0; i < per_rank; ++i)
           send[i] = static_cast<float>(rank_ * 1000 + i % 997);
         recv.assign(per_rank * size_, NAN);
-        HARNESS_CHECK_MPI(MPI_Allgather(send.data(), static_cast<int>(per_rank), MPI_FLOAT, recv.data(),
-                                static_cast<int>(per_rank), MPI_FLOAT, comm_));
+        HARNESS_CHECK_MPI(MPI_Allgather(send.data(), static_cast<int>(per_rank), MPI_FLOAT,
+                                        recv.data(), static_cast<int>(per_rank), MPI_FLOAT, comm_));
         for (int r = 0; r < size_; ++r)
           for (std::int64_t i = 0; i < per_rank; ++i)
             if (recv[r * per_rank + i] != static_cast<float>(r * 1000 + i % 997)) return false;
@@ -44,16 +44,16 @@ class MpiCommunicator final : public Communicator {
       case CollectiveOp::reduce_scatter:
         send.assign(per_rank * size_, static_cast<float>(rank_ + 1));
         recv.assign(per_rank, NAN);
-        HARNESS_CHECK_MPI(MPI_Reduce_scatter_block(send.data(), recv.data(), static_cast<int>(per_rank),
-                                           MPI_FLOAT, MPI_SUM, comm_));
+        HARNESS_CHECK_MPI(MPI_Reduce_scatter_block(
+            send.data(), recv.data(), static_cast<int>(per_rank), MPI_FLOAT, MPI_SUM, comm_));
         for (float v : recv)
           if (v != static_cast<float>(size_ * (size_ + 1) / 2)) return false;
         return true;
       case CollectiveOp::all_reduce:
         send.assign(per_rank * size_, static_cast<float>(rank_ + 1));
         recv.assign(send.size(), NAN);
-        HARNESS_CHECK_MPI(MPI_Allreduce(send.data(), recv.data(), static_cast<int>(send.size()), MPI_FLOAT,
-                                MPI_SUM, comm_));
+        HARNESS_CHECK_MPI(MPI_Allreduce(send.data(), recv.data(), static_cast<int>(send.size()),
+                                        MPI_FLOAT, MPI_SUM, comm_));
         for (float v : recv)
           if (v != static_cast<float>(size_ * (size_ + 1) / 2)) return false;
         return true;
@@ -83,13 +83,16 @@ class MpiCommunicator final : public Communicator {
     const int n = static_cast<int>(per_rank);
     switch (op) {
       case CollectiveOp::all_gather:
-        HARNESS_CHECK_MPI(MPI_Allgather(buf_.data(), n, MPI_FLOAT, out_.data(), n, MPI_FLOAT, comm_));
+        HARNESS_CHECK_MPI(
+            MPI_Allgather(buf_.data(), n, MPI_FLOAT, out_.data(), n, MPI_FLOAT, comm_));
         break;
       case CollectiveOp::reduce_scatter:
-        HARNESS_CHECK_MPI(MPI_Reduce_scatter_block(buf_.data(), out_.data(), n, MPI_FLOAT, MPI_SUM, comm_));
+        HARNESS_CHECK_MPI(
+            MPI_Reduce_scatter_block(buf_.data(), out_.data(), n, MPI_FLOAT, MPI_SUM, comm_));
         break;
       case CollectiveOp::all_reduce:
-        HARNESS_CHECK_MPI(MPI_Allreduce(buf_.data(), out_.data(), n * size_, MPI_FLOAT, MPI_SUM, comm_));
+        HARNESS_CHECK_MPI(
+            MPI_Allreduce(buf_.data(), out_.data(), n * size_, MPI_FLOAT, MPI_SUM, comm_));
         break;
     }
   }

@@ -61,14 +61,17 @@ class NcclCommunicator final : public Communicator {
     std::size_t out_count = total;
     switch (op) {
       case CollectiveOp::all_gather:
-        HARNESS_CHECK(ncclAllGather(send_.get(), recv_.get(), per_rank, ncclFloat, comm_.get(), stream_.get()));
+        HARNESS_CHECK(ncclAllGather(send_.get(), recv_.get(), per_rank, ncclFloat, comm_.get(),
+                                    stream_.get()));
         break;
       case CollectiveOp::reduce_scatter:
-        HARNESS_CHECK(ncclReduceScatter(send_.get(), recv_.get(), per_rank, ncclFloat, ncclSum, comm_.get(), stream_.get()));
+        HARNESS_CHECK(ncclReduceScatter(send_.get(), recv_.get(), per_rank, ncclFloat, ncclSum,
+                                        comm_.get(), stream_.get()));
         out_count = per_rank;
         break;
       case CollectiveOp::all_reduce:
-        HARNESS_CHECK(ncclAllReduce(send_.get(), recv_.get(), total, ncclFloat, ncclSum, comm_.get(), stream_.get()));
+        HARNESS_CHECK(ncclAllReduce(send_.get(), recv_.get(), total, ncclFloat, ncclSum,
+                                    comm_.get(), stream_.get()));
         break;
     }
     HARNESS_CHECK(cudaStreamSynchronize(stream_.get()));
@@ -121,15 +124,16 @@ class NcclCommunicator final : public Communicator {
     reserve(per_rank * size_ * 2);
     switch (op) {
       case CollectiveOp::all_gather:
-        HARNESS_CHECK(ncclAllGather(send_.get(), recv_.get(), per_rank, ncclBfloat16, comm_.get(), stream_.get()));
+        HARNESS_CHECK(ncclAllGather(send_.get(), recv_.get(), per_rank, ncclBfloat16, comm_.get(),
+                                    stream_.get()));
         break;
       case CollectiveOp::reduce_scatter:
-        HARNESS_CHECK(
-            ncclReduceScatter(send_.get(), recv_.get(), per_rank, ncclBfloat16, ncclSum, comm_.get(), stream_.get()));
+        HARNESS_CHECK(ncclReduceScatter(send_.get(), recv_.get(), per_rank, ncclBfloat16, ncclSum,
+                                        comm_.get(), stream_.get()));
         break;
       case CollectiveOp::all_reduce:
-        HARNESS_CHECK(
-            ncclAllReduce(send_.get(), recv_.get(), per_rank * size_, ncclBfloat16, ncclSum, comm_.get(), stream_.get()));
+        HARNESS_CHECK(ncclAllReduce(send_.get(), recv_.get(), per_rank * size_, ncclBfloat16,
+                                    ncclSum, comm_.get(), stream_.get()));
         break;
     }
   }

@@ -1,10 +1,10 @@
 // One checked-call helper for every C library the harness calls: CUDA runtime, cuBLAS, CUPTI,
 // NCCL, MPI and HDF5 (docs/design.md).
 //
-//   HARNESS_CHECK(cudaMalloc(&p, n));          // throws CallError: call, library message, file:line
-//   HARNESS_CHECK_NOTHROW(cudaFree(p));        // destructors: reports to stderr, returns false
-//   HARNESS_CHECK_MPI(MPI_Barrier(c));         // MPI and HDF5 return plain integers
-//   hid_t f = HARNESS_CHECK_H5(H5Fopen(...));  // an HDF5 handle comes back through the check
+//   HARNESS_CHECK(cudaMalloc(&p, n));          // throws CallError: call, library message,
+//   file:line HARNESS_CHECK_NOTHROW(cudaFree(p));        // destructors: reports to stderr, returns
+//   false HARNESS_CHECK_MPI(MPI_Barrier(c));         // MPI and HDF5 return plain integers hid_t f
+//   = HARNESS_CHECK_H5(H5Fopen(...));  // an HDF5 handle comes back through the check
 //
 // A library's status type is described by a CallStatus<Status> specialisation below. Each one is
 // compiled when that library's own header was included before this one (its version macro is
@@ -144,7 +144,8 @@ struct moe::CallStatus<moe::MpiCall> {
   static std::string message(moe::MpiCall s) {
     char text[MPI_MAX_ERROR_STRING] = {};
     int len = 0;
-    if (MPI_Error_string(s.code, text, &len) != MPI_SUCCESS) return "error " + std::to_string(s.code);
+    if (MPI_Error_string(s.code, text, &len) != MPI_SUCCESS)
+      return "error " + std::to_string(s.code);
     return std::string(text, static_cast<std::size_t>(len));
   }
   static constexpr const char* library = "MPI";

@@ -84,8 +84,8 @@ Contract Contract::of(const Plan& plan, const std::string& backend, const std::s
   c.backend = backend;
   c.timing = timing;
   c.planner_version = kPlannerVersion;
-  c.grid = {job.grid_factor,        job.max_num_batched_tokens, job.max_num_seqs,
-            to_string(job.graph_mode), job.capture_sizes,       job.capture_sizes_derived};
+  c.grid = {job.grid_factor,           job.max_num_batched_tokens, job.max_num_seqs,
+            to_string(job.graph_mode), job.capture_sizes,          job.capture_sizes_derived};
   c.conditioning = {job.rounds, job.iterations, kBankTolerance, cache_bytes, job.seed};
   for (const auto& t : plan.targets) {
     TargetContract tc{t.target, t.ownership, t.weight_banks, {}};
@@ -238,22 +238,20 @@ json Contract::component_table(const TargetContract& t) const {
 json Contract::collective_table(const TargetContract& t,
                                 const std::string& collective_backend) const {
   const auto tokens = t.grids.find(Component::gate_routing);
-  return {{"geometry", geometry_json(geometry)},
-          {"target", t.target.to_json()},
-          {"backend", collective_backend},
-          {"timing", collective_backend == "nccl" ? "cuda_events" : "host_clock"},
-          {"conditioning",
-           {{"rounds", conditioning.rounds}, {"iterations", conditioning.iterations}}},
-          {"bandwidth",
-           {{"convention", "nccl-tests"},
-            {"bus_factor",
-             {{"all_reduce", "2(n-1)/n"},
-              {"all_gather", "(n-1)/n"},
-              {"reduce_scatter", "(n-1)/n"}}}}},
-          {"model", "worst-rank ring envelope: steps * (alpha + max_chunk / beta)"},
-          {"tokens", tokens == t.grids.end()
-                         ? json(nullptr)
-                         : json{{"points", tokens->second.points}, {"sha256", tokens->second.sha256}}}};
+  return {
+      {"geometry", geometry_json(geometry)},
+      {"target", t.target.to_json()},
+      {"backend", collective_backend},
+      {"timing", collective_backend == "nccl" ? "cuda_events" : "host_clock"},
+      {"conditioning", {{"rounds", conditioning.rounds}, {"iterations", conditioning.iterations}}},
+      {"bandwidth",
+       {{"convention", "nccl-tests"},
+        {"bus_factor",
+         {{"all_reduce", "2(n-1)/n"}, {"all_gather", "(n-1)/n"}, {"reduce_scatter", "(n-1)/n"}}}}},
+      {"model", "worst-rank ring envelope: steps * (alpha + max_chunk / beta)"},
+      {"tokens", tokens == t.grids.end()
+                     ? json(nullptr)
+                     : json{{"points", tokens->second.points}, {"sha256", tokens->second.sha256}}}};
 }
 
 std::string json_difference(const json& a, const json& b) {

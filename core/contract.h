@@ -6,8 +6,8 @@
 
 #include <cstdint>
 #include <map>
-#include <stdexcept>
 #include <nlohmann/json.hpp>
+#include <stdexcept>
 #include <string>
 #include <vector>
 

@@ -1,5 +1,6 @@
-// Durable file updates and advisory locks (SPEC §9): files are written to a temporary name,
-// fsynced, renamed over the target and the directory fsynced; locks are flock(2) on lock files.
+// Durable file updates and advisory locks (docs/bundle-format.md): files are written to a temporary
+// name, fsynced, renamed over the target and the directory fsynced; locks are flock(2) on lock
+// files.
 #pragma once
 
 #include <filesystem>

@@ -145,7 +145,8 @@ double estimate_forward_seconds(const ModelGeometry& g, Component c, const GridP
       kernels = 4;
       break;
   }
-  return floor_of(g, c, p, {d.bytes_per_s, d.flops_per_s}).us * 1e-6 + kernels * d.launch_overhead_s;
+  return floor_of(g, c, p, {d.bytes_per_s, d.flops_per_s}).us * 1e-6 +
+         kernels * d.launch_overhead_s;
 }
 
 Plan make_plan(const JobSpec& job, std::optional<std::int64_t> l2_bytes) {
@@ -189,9 +190,8 @@ PlanEstimate Plan::estimate(const TargetPlan& t, Component c) const {
     for (const auto& p : grid.points) {
       e.points += 1;
       e.forwards += per_round * job.rounds;
-      const double forwards_s =
-          static_cast<double>(per_round * job.rounds) *
-          estimate_forward_seconds(job.geometry, c, p, device);
+      const double forwards_s = static_cast<double>(per_round * job.rounds) *
+                                estimate_forward_seconds(job.geometry, c, p, device);
       e.device_seconds += forwards_s;
       e.held_seconds += forwards_s + overhead * job.rounds;
     }

@@ -1,5 +1,5 @@
-// The grid planner: turns a job into per-target, per-component grids (SPEC §3), derived from the
-// geometry and configuration only, never from measurements. Pure and deterministic.
+// The grid planner: turns a job into per-target, per-component grids (docs/measurement.md), derived
+// from the geometry and configuration only, never from measurements. Pure and deterministic.
 #pragma once
 
 #include <cstdint>
@@ -8,9 +8,9 @@
 #include <string_view>
 #include <vector>
 
-#include "core/job_spec.h"
 #include "core/component.h"
 #include "core/geometry.h"
+#include "core/job_spec.h"
 
 namespace moe {
 
@@ -32,7 +32,7 @@ struct MRange {
 [[nodiscard]] std::optional<MRange> feasible_assignments(std::int64_t n, std::int64_t a, int l,
                                                          int e, int k);
 
-// Token axes after the capture-size rule (SPEC §3).
+// Token axes after the capture-size rule (docs/measurement.md).
 [[nodiscard]] std::vector<std::int64_t> local_token_axis(const JobSpec& job, const Target& t);
 [[nodiscard]] std::vector<std::int64_t> expert_token_axis(const JobSpec& job, const Target& t);
 

@@ -30,7 +30,8 @@ struct Floor {
 
 // Expected number of distinct experts of a pool of `pool` (of E) hit when N tokens each choose k of
 // E uniformly: pool * (1 - (1 - k/E)^N).
-[[nodiscard]] double expected_distinct_experts(const ModelGeometry& g, int pool, std::int64_t tokens);
+[[nodiscard]] double expected_distinct_experts(const ModelGeometry& g, int pool,
+                                               std::int64_t tokens);
 
 // The A of balanced routing over all E experts: expected_distinct_experts rounded, at least k, at
 // most min(E, N·k).

@@ -7,7 +7,7 @@
 
 namespace moe {
 
-inline constexpr double kBankTolerance = 0.03;  // B vs 2B pooled medians (SPEC §4)
+inline constexpr double kBankTolerance = 0.03;  // B vs 2B pooled medians (docs/measurement.md)
 
 [[nodiscard]] double median(std::vector<double> v);
 // Median of per-round medians; nullopt when there are none yet.

@@ -10,23 +10,33 @@ std::string Target::dir_name() const {
          "_sp" + (sp ? "1" : "0");
 }
 
-std::string tp_dir_name(int tp) { return "tp" + std::to_string(tp); }
+std::string tp_dir_name(int tp) {
+  return "tp" + std::to_string(tp);
+}
 
-std::string Target::tp_dir() const { return tp_dir_name(tp); }
+std::string Target::tp_dir() const {
+  return tp_dir_name(tp);
+}
 
-std::string Target::label() const { return tp_dir() + "/" + dir_name(); }
+std::string Target::label() const {
+  return tp_dir() + "/" + dir_name();
+}
 
-std::string Target::cell_id() const { return tp_dir() + "_" + dir_name(); }
+std::string Target::cell_id() const {
+  return tp_dir() + "_" + dir_name();
+}
 
 nlohmann::json Target::to_json() const {
   return {{"tp", tp}, {"dp", dp}, {"ep", ep}, {"rank", rank}, {"sp", sp}};
 }
 
 Target Target::from_json(const nlohmann::json& j) {
-  if (!j.is_object()) throw std::invalid_argument("a target must be a mapping {tp, dp, ep, rank, sp}");
+  if (!j.is_object())
+    throw std::invalid_argument("a target must be a mapping {tp, dp, ep, rank, sp}");
   const auto integer = [&](const char* key) {
     if (!j.contains(key) || !j.at(key).is_number_integer())
-      throw std::invalid_argument(std::string("target key '") + key + "' is missing or not an integer");
+      throw std::invalid_argument(std::string("target key '") + key +
+                                  "' is missing or not an integer");
     return j.at(key).get<int>();
   };
   if (!j.contains("sp") || !j.at("sp").is_boolean())

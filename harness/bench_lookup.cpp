@@ -10,10 +10,10 @@
 
 #include "bundle/bundle_meta.h"
 #include "bundle/format.h"
-#include "core/files.h"
-#include "lookup/lookup.h"
 #include "core/contract.h"
+#include "core/files.h"
 #include "core/planner.h"
+#include "lookup/lookup.h"
 
 using namespace moe;
 namespace fs = std::filesystem;
@@ -45,8 +45,12 @@ int main(int argc, char** argv) {
   BundleMeta meta;
   meta.variant = "bench";
   const auto contract = Contract::of(plan, "nominal_roofline", "none", plan.device.l2_bytes);
-  meta.add({t.target, rel, contract.component_table(contract.targets.front()), "",
-            {{"table_sha256", sha256_hex(csv)}}, {}});
+  meta.add({t.target,
+            rel,
+            contract.component_table(contract.targets.front()),
+            "",
+            {{"table_sha256", sha256_hex(csv)}},
+            {}});
   save_bundle_meta(variant, meta);
 
   using clock = std::chrono::steady_clock;

@@ -5,9 +5,9 @@
 #include <iomanip>
 #include <iostream>
 
+#include "bundle/summary.h"
 #include "harness/commands.h"
 #include "harness/mpi_session.h"
-#include "bundle/summary.h"
 #include "ranks/acquire.h"
 
 namespace po = boost::program_options;

@@ -20,14 +20,14 @@
 #include <map>
 #include <sstream>
 
-#include "harness/commands.h"
-#include "core/statistics.h"
-#include "kernels/device_peaks.h"
+#include "core/planner.h"
 #include "core/roofline.h"
+#include "core/statistics.h"
+#include "harness/commands.h"
+#include "kernels/device_peaks.h"
 #include "kernels/workload.h"
 #include "ranks/forward_timer.h"
 #include "ranks/protocol.h"
-#include "core/planner.h"
 
 namespace po = boost::program_options;
 

@@ -2,10 +2,10 @@
 #include <filesystem>
 #include <iostream>
 
-#include "harness/commands.h"
-#include "bundle/format.h"
-#include "harness/mpi_session.h"
 #include "bundle/bundle_meta.h"
+#include "bundle/format.h"
+#include "harness/commands.h"
+#include "harness/mpi_session.h"
 #include "ranks/colocate.h"
 
 namespace po = boost::program_options;

@@ -6,13 +6,13 @@
 #include <nlohmann/json.hpp>
 #include <sstream>
 
-#include "harness/commands.h"
-#include "bundle/format.h"
-#include "store/acquisition_file.h"
 #include "bundle/bundle_meta.h"
-#include "core/files.h"
+#include "bundle/format.h"
 #include "bundle/sanity.h"
 #include "bundle/summary.h"
+#include "core/files.h"
+#include "harness/commands.h"
+#include "store/acquisition_file.h"
 
 namespace po = boost::program_options;
 namespace fs = std::filesystem;
@@ -93,7 +93,8 @@ json inspect_bundle(const fs::path& dir) {
           sanity.add("completion", e.coverage["completion"].get<double>(),
                      SanityBlock::Kind::ratio);
         json item = {
-            {"section", section == Section::moe_components ? bundle_format::kComponentsDir : bundle_format::kCollectivesDir},
+            {"section", section == Section::moe_components ? bundle_format::kComponentsDir
+                                                           : bundle_format::kCollectivesDir},
             {"target", e.target.to_json()},
             {"path", e.path},
             {"rows", rows},

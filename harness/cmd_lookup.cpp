@@ -41,8 +41,7 @@ int lookup(const Args& args) {
   }
   if (format != "text" && format != "json") throw LookupError("--format must be text or json");
   const auto c = parse_component(component);
-  if (!c)
-    throw LookupError("unknown component '" + component + "' (" + component_names() + ")");
+  if (!c) throw LookupError("unknown component '" + component + "' (" + component_names() + ")");
   auto d = Deployment::load(variant_dir, key);
   const auto r = d.query(*c, tokens, activated, assignments);
   if (format == "json") {

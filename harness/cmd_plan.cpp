@@ -4,9 +4,9 @@
 #include <map>
 #include <nlohmann/json.hpp>
 
-#include "harness/commands.h"
 #include "core/contract.h"
 #include "core/planner.h"
+#include "harness/commands.h"
 
 namespace po = boost::program_options;
 using nlohmann::json;

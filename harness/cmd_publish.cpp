@@ -2,8 +2,8 @@
 #include <algorithm>
 #include <iostream>
 
-#include "harness/commands.h"
 #include "bundle/publisher.h"
+#include "harness/commands.h"
 
 namespace po = boost::program_options;
 

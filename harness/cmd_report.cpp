@@ -9,11 +9,11 @@
 #include <nlohmann/json.hpp>
 #include <sstream>
 
-#include "harness/commands.h"
-#include "bundle/format.h"
 #include "bundle/bundle_meta.h"
-#include "core/files.h"
+#include "bundle/format.h"
 #include "bundle/sanity.h"
+#include "core/files.h"
+#include "harness/commands.h"
 
 namespace po = boost::program_options;
 namespace fs = std::filesystem;

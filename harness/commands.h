@@ -7,8 +7,8 @@
 #include <string>
 #include <vector>
 
-#include "core/job_spec.h"
 #include "bundle/publisher.h"
+#include "core/job_spec.h"
 
 namespace moe::cli {
 

@@ -1,6 +1,5 @@
-#include "kernels/cuda_common.cuh"
-
 #include "kernels/bf16.h"
+#include "kernels/cuda_common.cuh"
 #include "kernels/device_helpers.h"
 
 namespace moe::cuda {
@@ -40,7 +39,6 @@ std::vector<int> sample_rows(int rows, int count, const std::vector<int>& prefer
   std::sort(out.begin(), out.end());
   return out;
 }
-
 
 DeviceBuffer<bf16> upload_bf16(const std::vector<float>& v) {
   DeviceBuffer<bf16> d(v.size());

@@ -2,13 +2,12 @@
 // units. Internal to kernels/: include only from .cu files.
 #pragma once
 
+#include <cublas_v2.h>
 #include <cuda_bf16.h>
+#include <cuda_runtime.h>
 
 #include <cstddef>
 #include <utility>
-
-#include <cublas_v2.h>
-#include <cuda_runtime.h>
 
 #include "core/checked_call.h"
 

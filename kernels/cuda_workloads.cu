@@ -1,11 +1,10 @@
-#include "kernels/cuda_workloads.cuh"
-
 #include <algorithm>
 #include <cmath>
 #include <numeric>
 #include <stdexcept>
 
 #include "kernels/cuda_common.cuh"
+#include "kernels/cuda_workloads.cuh"
 #include "kernels/experts_engine.cuh"
 #include "kernels/gate_engine.cuh"
 #include "kernels/stimulus.h"
@@ -34,8 +33,8 @@ class CudaWorkload : public Workload {
   }
 
  protected:
-  CudaWorkload(const WorkloadSpec& spec, std::shared_ptr<const CudaWeights> weights,
-               cudaStream_t s, cublasHandle_t blas)
+  CudaWorkload(const WorkloadSpec& spec, std::shared_ptr<const CudaWeights> weights, cudaStream_t s,
+               cublasHandle_t blas)
       : spec_(spec),
         g_(spec.geometry),
         weights_(std::move(weights)),
@@ -84,8 +83,8 @@ class CudaWorkload : public Workload {
 
 class GateWorkload final : public CudaWorkload {
  public:
-  GateWorkload(const WorkloadSpec& spec, std::shared_ptr<const CudaWeights> weights,
-               cudaStream_t s, cublasHandle_t blas)
+  GateWorkload(const WorkloadSpec& spec, std::shared_ptr<const CudaWeights> weights, cudaStream_t s,
+               cublasHandle_t blas)
       : CudaWorkload(spec, std::move(weights), s, blas), flag_(1) {
     HARNESS_CHECK(cudaMemsetAsync(flag_.get(), 0, sizeof(int), s_));
     const std::size_t eh = static_cast<std::size_t>(g_.experts) * g_.hidden;
@@ -142,7 +141,8 @@ class GateWorkload final : public CudaWorkload {
       for (int j = 0; j < g_.top_k; ++j) {
         const int gid = ids[static_cast<std::size_t>(rows[i]) * g_.top_k + j];
         if (gid < 0 || gid >= g_.experts) return INFINITY;
-        got_dense[i * g_.experts + gid] += weights[static_cast<std::size_t>(rows[i]) * g_.top_k + j];
+        got_dense[i * g_.experts + gid] +=
+            weights[static_cast<std::size_t>(rows[i]) * g_.top_k + j];
         want_dense[i * g_.experts + want.ids[i * g_.top_k + j]] += want.weights[i * g_.top_k + j];
       }
     return relative_error(got_dense, want_dense);

@@ -108,7 +108,8 @@ __device__ __forceinline__ void cp_async_pipeline(int steps, const Load& load,
 
 // ---------------------------------------------------------------- routes
 
-// SPEC §6: a lane is padding (-1) or names an expert, with a finite non-negative weight.
+// docs/measurement.md: a lane is padding (-1) or names an expert, with a finite non-negative
+// weight.
 __device__ __forceinline__ bool lane_is_valid(int id, float w, int experts) {
   return (id == -1 || (id >= 0 && id < experts)) && isfinite(w) && w >= 0.0f;
 }

@@ -50,7 +50,7 @@ DevicePeaks measure_device_peaks(int device, int repetitions) {
     HARNESS_CHECK(cudaMemsetAsync(src.get(), 0x5a, src.size(), stream.get()));
     const double s = median_seconds(stream.get(), repetitions, [&] {
       HARNESS_CHECK(cudaMemcpyAsync(dst.get(), src.get(), src.size(), cudaMemcpyDeviceToDevice,
-                                 stream.get()));
+                                    stream.get()));
     });
     p.copy_bytes_per_s = 2.0 * static_cast<double>(p.copy_bytes) / s;
   }
@@ -66,8 +66,8 @@ DevicePeaks measure_device_peaks(int device, int repetitions) {
     const int m = p.gemm_size;
     const double s = median_seconds(stream.get(), repetitions, [&] {
       HARNESS_CHECK(cublasGemmEx(blas.get(), CUBLAS_OP_T, CUBLAS_OP_N, m, m, m, &one, a.get(),
-                                CUDA_R_16BF, m, b.get(), CUDA_R_16BF, m, &zero, c.get(),
-                                CUDA_R_16BF, m, CUBLAS_COMPUTE_32F, CUBLAS_GEMM_DEFAULT));
+                                 CUDA_R_16BF, m, b.get(), CUDA_R_16BF, m, &zero, c.get(),
+                                 CUDA_R_16BF, m, CUBLAS_COMPUTE_32F, CUBLAS_GEMM_DEFAULT));
     });
     p.bf16_flops_per_s = 2.0 * static_cast<double>(m) * m * m / s;
   }

@@ -1,9 +1,8 @@
-#include "kernels/device_weights.cuh"
-
 #include <cmath>
 
 #include "kernels/bf16.h"
 #include "kernels/cuda_common.cuh"
+#include "kernels/device_weights.cuh"
 
 namespace moe::cuda {
 

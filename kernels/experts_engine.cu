@@ -1,9 +1,8 @@
-#include "kernels/experts_engine.cuh"
-
 #include <vector>
 
 #include "kernels/cuda_common.cuh"
 #include "kernels/device_helpers.h"
+#include "kernels/experts_engine.cuh"
 
 namespace moe::cuda {
 
@@ -141,23 +140,21 @@ void ExpertsEngine::forward(const bf16* x, const DeviceMlp& w, bf16* out) {
                    const_cast<const void**>(base + 3 * local),
                    const_cast<const void**>(base + 4 * local),
                    base + 5 * local};
-  expert_offsets<<<1, 32, 0, s_>>>(c.counts.get(), local, c.offsets.get(), w.w13.get(),
-                                   w.w2.get(), c.xp.get(), c.y1.get(), c.act.get(), c.y2.get(), h,
-                                   inter, gp);
+  expert_offsets<<<1, 32, 0, s_>>>(c.counts.get(), local, c.offsets.get(), w.w13.get(), w.w2.get(),
+                                   c.xp.get(), c.y1.get(), c.act.get(), c.y2.get(), h, inter, gp);
   HARNESS_CHECK(cudaGetLastError());
   // cuBLAS grouped GEMM takes group sizes on the host: this copy is part of the component.
   HARNESS_CHECK(cudaMemcpyAsync(c.host_counts.get(), c.counts.get(), local * sizeof(int),
-                             cudaMemcpyDeviceToHost, s_));
+                                cudaMemcpyDeviceToHost, s_));
   permute_rows<<<static_cast<unsigned>(lanes_), 128, 0, s_>>>(x, c.lane_expert.get(),
-                                                              c.lane_slot.get(), c.offsets.get(),
-                                                              k, h, c.xp.get(), c.lane_pos.get());
+                                                              c.lane_slot.get(), c.offsets.get(), k,
+                                                              h, c.xp.get(), c.lane_pos.get());
   HARNESS_CHECK(cudaGetLastError());
   HARNESS_CHECK(cudaStreamSynchronize(s_));
   std::vector<int> n_arr;
   std::size_t total = 0;
   for (int e = 0; e < local; ++e)
-    if (c.host_counts.get()[e] > 0)
-      n_arr.push_back(c.host_counts.get()[e]), total += n_arr.back();
+    if (c.host_counts.get()[e] > 0) n_arr.push_back(c.host_counts.get()[e]), total += n_arr.back();
   const int groups = static_cast<int>(n_arr.size());
   if (groups > 0) {
     const std::vector<cublasOperation_t> ta(groups, CUBLAS_OP_T), tb(groups, CUBLAS_OP_N);
@@ -167,16 +164,15 @@ void ExpertsEngine::forward(const bf16* x, const DeviceMlp& w, bf16* out) {
         ld_2i(groups, 2 * inter);
     HARNESS_CHECK(cublasGemmGroupedBatchedEx(
         blas_, ta.data(), tb.data(), m1.data(), n_arr.data(), k1.data(), one.data(), gp.a1,
-        CUDA_R_16BF, ld_h.data(), gp.b1, CUDA_R_16BF, ld_h.data(), zero.data(), gp.c1,
-        CUDA_R_16BF, ld_2i.data(), groups, sizes.data(), CUBLAS_COMPUTE_32F));
-    silu_and_mul<<<blocks_for(total * inter), 256, 0, s_>>>(c.y1.get(), total, inter,
-                                                            c.act.get());
+        CUDA_R_16BF, ld_h.data(), gp.b1, CUDA_R_16BF, ld_h.data(), zero.data(), gp.c1, CUDA_R_16BF,
+        ld_2i.data(), groups, sizes.data(), CUBLAS_COMPUTE_32F));
+    silu_and_mul<<<blocks_for(total * inter), 256, 0, s_>>>(c.y1.get(), total, inter, c.act.get());
     HARNESS_CHECK(cudaGetLastError());
     const std::vector<int> m2(groups, h), k2(groups, inter), ld_i(groups, inter);
     HARNESS_CHECK(cublasGemmGroupedBatchedEx(
         blas_, ta.data(), tb.data(), m2.data(), n_arr.data(), k2.data(), one.data(), gp.a2,
-        CUDA_R_16BF, ld_i.data(), gp.b2, CUDA_R_16BF, ld_i.data(), zero.data(), gp.c2,
-        CUDA_R_16BF, ld_h.data(), groups, sizes.data(), CUBLAS_COMPUTE_32F));
+        CUDA_R_16BF, ld_i.data(), gp.b2, CUDA_R_16BF, ld_i.data(), zero.data(), gp.c2, CUDA_R_16BF,
+        ld_h.data(), groups, sizes.data(), CUBLAS_COMPUTE_32F));
   }
   combine_rows<<<static_cast<unsigned>(rows_), 128, 0, s_>>>(c.y2.get(), c.lane_pos.get(),
                                                              c.clean_weights.get(), k, h, out);

@@ -1,10 +1,9 @@
-#include "kernels/gate_engine.cuh"
-
 #include <stdexcept>
 #include <string>
 
 #include "kernels/cuda_common.cuh"
 #include "kernels/device_helpers.h"
+#include "kernels/gate_engine.cuh"
 
 namespace moe::cuda {
 
@@ -73,9 +72,9 @@ void GateEngine::forward(const bf16* x, int* ids, float* weights, int* flag) {
   const float one = 1.0f, zero = 0.0f;
   const int m = planes_ * g_.experts;
   HARNESS_CHECK(cublasGemmEx(blas_, CUBLAS_OP_T, CUBLAS_OP_N, m, rows_, g_.hidden, &one,
-                            planes_ptr_, CUDA_R_16BF, g_.hidden, x, CUDA_R_16BF, g_.hidden, &zero,
-                            logits_.get(), CUDA_R_32F, m, CUBLAS_COMPUTE_32F,
-                            CUBLAS_GEMM_DEFAULT));
+                             planes_ptr_, CUDA_R_16BF, g_.hidden, x, CUDA_R_16BF, g_.hidden, &zero,
+                             logits_.get(), CUDA_R_32F, m, CUBLAS_COMPUTE_32F,
+                             CUBLAS_GEMM_DEFAULT));
   const int warps = 4;
   const unsigned blocks = static_cast<unsigned>((rows_ + warps - 1) / warps);
   const auto launch = [&](auto kernel) {

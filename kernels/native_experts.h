@@ -2,7 +2,8 @@
 // is capturable in a CUDA graph. Internal to kernels/: include only from .cu files.
 //
 // One forward is four kernels (five above 1024 lanes):
-//   1. plan_routes   validates every lane (SPEC §6 flag), counts local assignments per expert,
+//   1. plan_routes   validates every lane (docs/measurement.md flag), counts local assignments per
+//   expert,
 //                    scans them into expert offsets and writes a tile table (expert, first
 //                    position, rows) for the GEMMs; with one block (<= 1024 lanes) it also
 //                    writes the token of every expert-sorted position and the position of every
@@ -20,8 +21,8 @@
 
 #include <cstdint>
 
-#include "kernels/cuda_memory.h"
 #include "core/geometry.h"
+#include "kernels/cuda_memory.h"
 
 namespace moe::cuda {
 

@@ -19,8 +19,8 @@ struct Routes {
   std::vector<float> weights;     // [rows][k]
 };
 
-// SPEC §6: ids outside [0,E) other than -1, and weights that are NaN, +-Inf or negative, turn
-// the lane into padding (id -1, weight 0). Returns the number of lanes sanitized.
+// docs/measurement.md: ids outside [0,E) other than -1, and weights that are NaN, +-Inf or
+// negative, turn the lane into padding (id -1, weight 0). Returns the number of lanes sanitized.
 int sanitize_routes(Routes& r, int experts);
 
 // One expert's gated-MLP weights: w13 [2I][H], w2 [H][I] (not owned).

@@ -40,7 +40,7 @@ class Workload {
   virtual void forward(int bank) = 0;
   // Waits for queued forwards.
   virtual void synchronize() = 0;
-  // Reads and clears the sticky route-validation flag (SPEC §6).
+  // Reads and clears the sticky route-validation flag (docs/measurement.md).
   [[nodiscard]] virtual bool take_route_error() = 0;
 };
 

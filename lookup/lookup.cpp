@@ -4,8 +4,8 @@
 #include <sstream>
 
 #include "bundle/bundle_meta.h"
-#include "core/files.h"
 #include "bundle/format.h"
+#include "core/files.h"
 #include "core/lru_cache.h"
 #include "lookup/simplex_interpolator.h"
 

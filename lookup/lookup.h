@@ -1,6 +1,6 @@
-// The lookup library (SPEC §10): loads a bundle variant once per deployment (TP, DP, rank, SP),
-// validates it, and answers component-time queries by interpolation inside measured support.
-// Out-of-support queries, corrupt contracts and checksum mismatches are errors.
+// The lookup library (docs/bundle-format.md): loads a bundle variant once per deployment (TP, DP,
+// rank, SP), validates it, and answers component-time queries by interpolation inside measured
+// support. Out-of-support queries, corrupt contracts and checksum mismatches are errors.
 #pragma once
 
 #include <cstdint>

@@ -1,7 +1,7 @@
-// Piecewise-affine interpolation over scattered measured points (SPEC §10): the points' affine
-// hull is found (dependent dimensions removed), triangulated once with Qhull (Delaunay), and a
-// query inside the hull is the barycentric combination of at most dim+1 <= 4 vertices with
-// nonnegative weights. Queries outside the hull, or off the affine hull, are refused.
+// Piecewise-affine interpolation over scattered measured points (docs/bundle-format.md): the
+// points' affine hull is found (dependent dimensions removed), triangulated once with Qhull
+// (Delaunay), and a query inside the hull is the barycentric combination of at most dim+1 <= 4
+// vertices with nonnegative weights. Queries outside the hull, or off the affine hull, are refused.
 #pragma once
 
 #include <array>

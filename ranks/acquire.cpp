@@ -203,9 +203,9 @@ class Acquisition {
     if (rank_ == 0) {
       const std::string job_text =
           job_.source == "<embedded default>" ? default_job_yaml() : read_file(job_.source);
-      campaign_ = std::make_unique<CampaignState>(options_.out_dir, options_.command, job_text,
-                                                  FamilyTable::builtin().sha256(),
-                                                  job_.gpu_hours * 3600.0);
+      campaign_ =
+          std::make_unique<CampaignState>(options_.out_dir, options_.command, job_text,
+                                          FamilyTable::builtin().sha256(), job_.gpu_hours * 3600.0);
       campaign_->reconcile(file_->complete_rows());
     }
   }
@@ -310,9 +310,9 @@ class Acquisition {
       phases[0] += m.phases.setup;
       phases[1] += m.phases.verify;
       phases[2] += m.phases.timing;
-      mine_rows += {static_cast<std::int64_t>(m.samples.size()),
-                    static_cast<std::int64_t>(m.medians.size()),
-                    static_cast<std::int64_t>(m.checks.size())};
+      mine_rows +=
+          {static_cast<std::int64_t>(m.samples.size()), static_cast<std::int64_t>(m.medians.size()),
+           static_cast<std::int64_t>(m.checks.size())};
       mine.emplace_back(wave.cells[i], &m);
     }
     MPI_Allreduce(phases, slowest, 3, MPI_DOUBLE, MPI_MAX, comm_);
@@ -333,7 +333,8 @@ class Acquisition {
     campaign_->consume(seconds_since(wave_start), size_, all_rounds);
     if (options_.quiet || all_rounds == 0) return;
     const double elapsed = seconds_since(measure_start);
-    const double rate = static_cast<double>(done_points_ - resumed_points_) / std::max(elapsed, 1e-9);
+    const double rate =
+        static_cast<double>(done_points_ - resumed_points_) / std::max(elapsed, 1e-9);
     const double eta = rate > 0 ? static_cast<double>(total_points_ - done_points_) / rate : 0;
     std::cerr << "acquire: committed round " << r << ": " << done_points_ << "/" << total_points_
               << " point-rounds, elapsed " << static_cast<int>(elapsed) << " s, ETA "

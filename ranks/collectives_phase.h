@@ -1,6 +1,6 @@
-// The collectives phase of `acquire` (SPEC §5): for every deployment of the plan that fits on the
-// ranks, ranks [0, EP) form the deployment, split into TP and gather groups, and time the
-// collectives of each target over the local token axis. Tables go to the shared HDF5 file.
+// The collectives phase of `acquire` (docs/bundle-format.md): for every deployment of the plan that
+// fits on the ranks, ranks [0, EP) form the deployment, split into TP and gather groups, and time
+// the collectives of each target over the local token axis. Tables go to the shared HDF5 file.
 #pragma once
 
 #include <mpi.h>
@@ -8,8 +8,8 @@
 #include <string>
 #include <vector>
 
-#include "store/acquisition_file.h"
 #include "core/planner.h"
+#include "store/acquisition_file.h"
 
 namespace moe {
 

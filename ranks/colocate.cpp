@@ -13,10 +13,10 @@
 #include <thread>
 
 #include "comm/collectives.h"
-#include "core/timestamp.h"
 #include "core/files.h"
 #include "core/planner.h"
 #include "core/roofline.h"
+#include "core/timestamp.h"
 #include "ranks/protocol.h"
 #include "ranks/rank_context.h"
 #include "store/colocation_file.h"
@@ -254,7 +254,6 @@ json regime_json(const RegimeVerdict& v, const json& solo, const json& coloc) {
           {"f3", f3},           {"reason", v.reason}, {"solo", solo},
           {"colocated", coloc}};
 }
-
 
 }  // namespace
 

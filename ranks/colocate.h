@@ -1,6 +1,6 @@
-// The co-location validity gate (SPEC §7), run on every node: the node's first rank measures one
-// target cell solo and then while other ranks of the node run closed-loop background work
-// (component loops and collectives among themselves); 8-way, then 4-way, then stop.
+// The co-location validity gate (docs/colocation.md), run on every node: the node's first rank
+// measures one target cell solo and then while other ranks of the node run closed-loop background
+// work (component loops and collectives among themselves); 8-way, then 4-way, then stop.
 #pragma once
 
 #include <mpi.h>

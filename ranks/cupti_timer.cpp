@@ -1,6 +1,6 @@
 // CUPTI activity tracing: every forward is bracketed by an external correlation id; the value of
 // a forward is the sum of durations of the unique kernel/memcpy/memset records whose launch
-// correlates with that id (SPEC §4).
+// correlates with that id (docs/measurement.md).
 #include <cupti.h>
 
 #include <algorithm>

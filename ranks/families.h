@@ -1,4 +1,5 @@
-// Operator families (SPEC §7): a versioned, priority-ordered regex table over kernel names.
+// Operator families (docs/colocation.md): a versioned, priority-ordered regex table over kernel
+// names.
 #pragma once
 
 #include <map>

@@ -1,6 +1,6 @@
-// Per-forward timing. GPU backends use CUPTI activity records (SPEC §4): the value of a forward is
-// the sum of the durations of the unique device activities attributed to it. The CPU backend uses
-// a monotonic host clock. One timer object per process.
+// Per-forward timing. GPU backends use CUPTI activity records (docs/measurement.md): the value of a
+// forward is the sum of the durations of the unique device activities attributed to it. The CPU
+// backend uses a monotonic host clock. One timer object per process.
 #pragma once
 
 #include <cstdint>

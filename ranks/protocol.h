@@ -1,20 +1,20 @@
-// The measurement protocol of one cell round (SPEC §4): fresh workload per point, correctness
-// before timing, warm-up, timed forwards, weight-bank arms for `experts`.
+// The measurement protocol of one cell round (docs/measurement.md): fresh workload per point,
+// correctness before timing, warm-up, timed forwards, weight-bank arms for `experts`.
 #pragma once
 
 #include <cstdint>
 #include <functional>
 #include <optional>
 #include <span>
-#include <string>
 #include <stdexcept>
+#include <string>
 #include <vector>
 
-#include "store/records.h"
 #include "core/seed.h"
 #include "core/statistics.h"
 #include "kernels/workload.h"
 #include "ranks/forward_timer.h"
+#include "store/records.h"
 
 namespace moe {
 

@@ -2,7 +2,6 @@
 
 #include <stdexcept>
 
-
 namespace moe {
 
 std::string resolve_backend(const std::string& requested) {

@@ -1,9 +1,5 @@
 #include "store/acquisition_file.h"
 
-#include "store/hdf5_handle.h"
-#include "store/mpi_gather.h"
-
-
 #include <cstring>
 #include <exception>
 #include <filesystem>
@@ -11,6 +7,8 @@
 
 #include "core/contract.h"
 #include "core/files.h"
+#include "store/hdf5_handle.h"
+#include "store/mpi_gather.h"
 
 namespace moe {
 
@@ -28,7 +26,6 @@ void write_string_attr(hid_t obj, const std::string& name, const std::string& va
 
 namespace {
 
-
 H5Id point_type() {
   auto t = H5_OPEN(H5Tcreate(H5T_COMPOUND, sizeof(GridPoint)), H5Tclose);
   HARNESS_CHECK_H5(H5Tinsert(t, "tokens", HOFFSET(GridPoint, tokens), H5T_NATIVE_INT64));
@@ -45,7 +42,8 @@ H5Id sample_type() {
   HARNESS_CHECK_H5(H5Tinsert(t, "bank", HOFFSET(Sample, bank), H5T_NATIVE_INT32));
   HARNESS_CHECK_H5(H5Tinsert(t, "forward", HOFFSET(Sample, forward), H5T_NATIVE_INT32));
   HARNESS_CHECK_H5(H5Tinsert(t, "value_us", HOFFSET(Sample, value_us), H5T_NATIVE_DOUBLE));
-  HARNESS_CHECK_H5(H5Tinsert(t, "activity_count", HOFFSET(Sample, activity_count), H5T_NATIVE_INT32));
+  HARNESS_CHECK_H5(
+      H5Tinsert(t, "activity_count", HOFFSET(Sample, activity_count), H5T_NATIVE_INT32));
   HARNESS_CHECK_H5(H5Tinsert(t, "name_hash", HOFFSET(Sample, name_hash), H5T_NATIVE_UINT64));
   return t;
 }
@@ -66,8 +64,10 @@ H5Id median_type() {
   HARNESS_CHECK_H5(H5Tinsert(t, "point", HOFFSET(PointMedian, point), H5T_NATIVE_INT32));
   HARNESS_CHECK_H5(H5Tinsert(t, "round", HOFFSET(PointMedian, round), H5T_NATIVE_INT32));
   HARNESS_CHECK_H5(H5Tinsert(t, "median_us", HOFFSET(PointMedian, median_us), H5T_NATIVE_DOUBLE));
-  HARNESS_CHECK_H5(H5Tinsert(t, "median_b_us", HOFFSET(PointMedian, median_b_us), H5T_NATIVE_DOUBLE));
-  HARNESS_CHECK_H5(H5Tinsert(t, "median_2b_us", HOFFSET(PointMedian, median_2b_us), H5T_NATIVE_DOUBLE));
+  HARNESS_CHECK_H5(
+      H5Tinsert(t, "median_b_us", HOFFSET(PointMedian, median_b_us), H5T_NATIVE_DOUBLE));
+  HARNESS_CHECK_H5(
+      H5Tinsert(t, "median_2b_us", HOFFSET(PointMedian, median_2b_us), H5T_NATIVE_DOUBLE));
   return t;
 }
 
@@ -79,16 +79,19 @@ H5Id collective_type() {
   HARNESS_CHECK_H5(H5Tset_size(op, sizeof(CollectiveRow::op)));
   HARNESS_CHECK_H5(H5Tinsert(t, "name", HOFFSET(CollectiveRow, name), name));
   HARNESS_CHECK_H5(H5Tinsert(t, "op", HOFFSET(CollectiveRow, op), op));
-  HARNESS_CHECK_H5(H5Tinsert(t, "group_size", HOFFSET(CollectiveRow, group_size), H5T_NATIVE_INT32));
+  HARNESS_CHECK_H5(
+      H5Tinsert(t, "group_size", HOFFSET(CollectiveRow, group_size), H5T_NATIVE_INT32));
   HARNESS_CHECK_H5(H5Tinsert(t, "tokens", HOFFSET(CollectiveRow, tokens), H5T_NATIVE_INT64));
   HARNESS_CHECK_H5(H5Tinsert(t, "bytes", HOFFSET(CollectiveRow, bytes), H5T_NATIVE_INT64));
   HARNESS_CHECK_H5(H5Tinsert(t, "time_us", HOFFSET(CollectiveRow, time_us), H5T_NATIVE_DOUBLE));
-  HARNESS_CHECK_H5(H5Tinsert(t, "algbw_gbps", HOFFSET(CollectiveRow, algbw_gbps), H5T_NATIVE_DOUBLE));
-  HARNESS_CHECK_H5(H5Tinsert(t, "busbw_gbps", HOFFSET(CollectiveRow, busbw_gbps), H5T_NATIVE_DOUBLE));
-  HARNESS_CHECK_H5(H5Tinsert(t, "model_time_us", HOFFSET(CollectiveRow, model_time_us), H5T_NATIVE_DOUBLE));
+  HARNESS_CHECK_H5(
+      H5Tinsert(t, "algbw_gbps", HOFFSET(CollectiveRow, algbw_gbps), H5T_NATIVE_DOUBLE));
+  HARNESS_CHECK_H5(
+      H5Tinsert(t, "busbw_gbps", HOFFSET(CollectiveRow, busbw_gbps), H5T_NATIVE_DOUBLE));
+  HARNESS_CHECK_H5(
+      H5Tinsert(t, "model_time_us", HOFFSET(CollectiveRow, model_time_us), H5T_NATIVE_DOUBLE));
   return t;
 }
-
 
 void write_int_attr(hid_t obj, const std::string& name, long long value) {
   auto space = H5_OPEN(H5Screate(H5S_SCALAR), H5Sclose);
@@ -307,7 +310,8 @@ void AcquisitionFile::commit(const std::vector<std::pair<int, const CellRound*>>
                                static_cast<long long>(r->medians.size()),
                                static_cast<long long>(r->point_order_seed), impl_->rank});
   std::vector<long long> all;
-  for (const auto& part : gather_vectors(impl_->comm, local)) all.insert(all.end(), part.begin(), part.end());
+  for (const auto& part : gather_vectors(impl_->comm, local))
+    all.insert(all.end(), part.begin(), part.end());
 
   const auto stype = sample_type(), ctype = check_type(), mtype = median_type();
   std::size_t mine_index = 0;
@@ -316,7 +320,8 @@ void AcquisitionFile::commit(const std::vector<std::pair<int, const CellRound*>>
     const auto& info = impl_->cells.at(static_cast<std::size_t>(cell));
     auto cg = H5_OPEN(H5Gopen2(impl_->file, ("cells/" + info.id).c_str(), H5P_DEFAULT), H5Gclose);
     const std::string name = "round_" + std::to_string(round);
-    if (link_exists(cg, name)) HARNESS_CHECK_H5(H5Ldelete(cg, name.c_str(), H5P_DEFAULT));  // partial round
+    if (link_exists(cg, name))
+      HARNESS_CHECK_H5(H5Ldelete(cg, name.c_str(), H5P_DEFAULT));  // partial round
     auto rg =
         H5_OPEN(H5Gcreate2(cg, name.c_str(), H5P_DEFAULT, H5P_DEFAULT, H5P_DEFAULT), H5Gclose);
     write_int_attr(rg, "point_order_seed", all[i + 5]);
@@ -387,7 +392,8 @@ void AcquisitionFile::write_collectives(
 
 void AcquisitionFile::write_provenance(const std::string& mine) {
   auto list = nlohmann::json::array();
-  for (const auto& part : gather_strings(impl_->comm, mine)) list.push_back(nlohmann::json::parse(part));
+  for (const auto& part : gather_strings(impl_->comm, mine))
+    list.push_back(nlohmann::json::parse(part));
   hid_t root = impl_->file;
   H5Id g = link_exists(root, "provenance")
                ? H5_OPEN(H5Gopen2(root, "provenance", H5P_DEFAULT), H5Gclose)

@@ -1,7 +1,8 @@
 // The shared acquisition file: one HDF5 file opened by every rank with the MPI-IO driver
-// (SPEC §8). Metadata (groups, datasets, attributes) is created collectively; each rank writes
-// its own cells' rows. A round becomes complete only when its `rounds_done` flag is set after the
-// round's data was flushed, so a crash leaves at most a partial round, which resume discards.
+// (docs/hdf5-layout.md). Metadata (groups, datasets, attributes) is created collectively; each rank
+// writes its own cells' rows. A round becomes complete only when its `rounds_done` flag is set
+// after the round's data was flushed, so a crash leaves at most a partial round, which resume
+// discards.
 //
 // Layout (schema 1):
 //   /                          attrs schema_version, contract_sha256, contract (JSON), units, ...
@@ -22,8 +23,8 @@
 #include <string>
 #include <vector>
 
-#include "store/records.h"
 #include "core/component.h"
+#include "store/records.h"
 
 namespace moe {
 

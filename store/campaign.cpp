@@ -4,8 +4,8 @@
 
 #include <ctime>
 
-#include "core/timestamp.h"
 #include "core/files.h"
+#include "core/timestamp.h"
 
 namespace moe {
 
@@ -32,12 +32,11 @@ void check_record_balance(const std::filesystem::path& dir, const RecordCounts& 
       w.value("medians", std::int64_t{-1}) != rows_in_file.medians ||
       w.value("checks", std::int64_t{-1}) != rows_in_file.checks ||
       doc["records"].value("dropped", 0) != 0)
-    throw std::runtime_error("record counters in " + state.string() +
-                             " do not balance with the file (written " + w.dump() +
-                             ", file samples " + std::to_string(rows_in_file.samples) +
-                             ", medians " + std::to_string(rows_in_file.medians) + ", checks " +
-                             std::to_string(rows_in_file.checks) + ", dropped " +
-                             doc["records"]["dropped"].dump() + ")");
+    throw std::runtime_error(
+        "record counters in " + state.string() + " do not balance with the file (written " +
+        w.dump() + ", file samples " + std::to_string(rows_in_file.samples) + ", medians " +
+        std::to_string(rows_in_file.medians) + ", checks " + std::to_string(rows_in_file.checks) +
+        ", dropped " + doc["records"]["dropped"].dump() + ")");
 }
 
 std::string executable_sha256() {

@@ -37,8 +37,8 @@ std::vector<std::string> gather_strings(MPI_Comm comm, const std::string& mine, 
   std::vector<std::string> parts;
   if (!all && rank != root) return parts;
   for (std::size_t i = 0; i < lens.size(); ++i)
-    parts.push_back(joined.substr(static_cast<std::size_t>(displs[i]),
-                                  static_cast<std::size_t>(lens[i])));
+    parts.push_back(
+        joined.substr(static_cast<std::size_t>(displs[i]), static_cast<std::size_t>(lens[i])));
   return parts;
 }
 

@@ -9,10 +9,11 @@ namespace moe {
 namespace {
 
 Plan tiny_plan() {
-  return make_plan(parse_job("model:\n  preset: tiny\ndeployment:\n  tp: 1\n  dp: 2\n  ranks: [0, 1]\n"
-                             "tokens:\n  max_num_batched_tokens: 64\n  max_num_seqs: 8\n",
-                             "test"),
-                   std::int64_t{1} << 20);
+  return make_plan(
+      parse_job("model:\n  preset: tiny\ndeployment:\n  tp: 1\n  dp: 2\n  ranks: [0, 1]\n"
+                "tokens:\n  max_num_batched_tokens: 64\n  max_num_seqs: 8\n",
+                "test"),
+      std::int64_t{1} << 20);
 }
 
 TEST(Contract, StoredFormRoundTripsExactly) {
@@ -28,8 +29,8 @@ TEST(Contract, StoredFormRoundTripsExactly) {
   // A grid's digest changes with its points.
   auto other = plan.job;
   other.grid_factor = 4;
-  const auto c4 = Contract::of(make_plan(other, std::int64_t{1} << 20), "cpu_reference",
-                               "host_clock", 1 << 20);
+  const auto c4 =
+      Contract::of(make_plan(other, std::int64_t{1} << 20), "cpu_reference", "host_clock", 1 << 20);
   EXPECT_NE(c4.targets[0].grids.at(Component::experts), c.targets[0].grids.at(Component::experts));
   EXPECT_EQ(json_difference(c.to_json(), c4.to_json()), "grid, targets");
 }
@@ -38,7 +39,8 @@ TEST(Contract, PublishedTablesCarryTheTargetAndConditioning) {
   const auto c = Contract::of(tiny_plan(), "cpu_reference", "host_clock", 1 << 20);
   const auto table = c.component_table(c.targets[1]);
   EXPECT_EQ(table.at("target"), c.targets[1].target.to_json());
-  EXPECT_EQ(table.at("components"), nlohmann::json::array({"gate_routing", "experts", "finalize_copy", "wrapper"}));
+  EXPECT_EQ(table.at("components"),
+            nlohmann::json::array({"gate_routing", "experts", "finalize_copy", "wrapper"}));
   EXPECT_EQ(table.at("conditioning").at("bank_tolerance"), 0.03);
   EXPECT_EQ(table.at("grids").at("experts").at("sha256"),
             c.targets[1].grids.at(Component::experts).sha256);

@@ -5,8 +5,8 @@
 #include <cmath>
 #include <cstdlib>
 
-#include "kernels/tests/cuda_testing.h"
 #include "kernels/stimulus.h"
+#include "kernels/tests/cuda_testing.h"
 #include "kernels/workload.h"
 
 namespace moe {
@@ -191,7 +191,7 @@ TEST_P(GpuBackend, GateRoutesEveryRowLikeTheReference) {
 }
 
 // A NaN in a token's hidden state makes its routes invalid: padding and the flag, the other
-// rows untouched (SPEC §6).
+// rows untouched (docs/measurement.md).
 TEST_P(GpuBackend, GateTurnsNanRowsIntoPaddingAndRaisesTheFlag) {
   REQUIRE_GPU();
   for (const auto& g : {*find_preset("qwen3-30b-a3b"), *find_preset("deepseek-v3")}) {

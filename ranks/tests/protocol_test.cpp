@@ -4,8 +4,8 @@
 
 #include <cmath>
 
-#include "kernels/workload.h"
 #include "core/planner.h"
+#include "kernels/workload.h"
 
 namespace moe {
 namespace {
