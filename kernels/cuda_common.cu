@@ -29,17 +29,6 @@ std::vector<float> download_f32(const float* p, std::size_t n) {
   return out;
 }
 
-std::vector<int> sample_rows(int rows, int count, const std::vector<int>& preferred) {
-  std::vector<int> out;
-  const int step = std::max<int>(1, static_cast<int>(preferred.size()) / std::max(1, count));
-  for (std::size_t i = 0; i < preferred.size() && static_cast<int>(out.size()) < count; i += step)
-    out.push_back(preferred[i]);
-  for (int r = 0; r < rows && static_cast<int>(out.size()) < count; r += std::max(1, rows / count))
-    if (std::find(out.begin(), out.end(), r) == out.end()) out.push_back(r);
-  std::sort(out.begin(), out.end());
-  return out;
-}
-
 DeviceBuffer<bf16> upload_bf16(const std::vector<float>& v) {
   DeviceBuffer<bf16> d(v.size());
   std::vector<std::uint16_t> raw(v.size());

@@ -45,8 +45,6 @@ __global__ void silu_and_mul(const bf16* y1, std::size_t rows, int inter, bf16* 
 
 [[nodiscard]] std::vector<float> download_bf16(const bf16* p, std::size_t n);
 [[nodiscard]] std::vector<float> download_f32(const float* p, std::size_t n);
-// Rows to verify: up to `count`, spread over the table, preferring rows that touch local experts.
-[[nodiscard]] std::vector<int> sample_rows(int rows, int count, const std::vector<int>& preferred);
 // bf16 copy of host values on the device (legacy stream: synchronize before other streams use it).
 [[nodiscard]] DeviceBuffer<bf16> upload_bf16(const std::vector<float>& v);
 

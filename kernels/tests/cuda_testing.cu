@@ -10,6 +10,7 @@
 #include "kernels/device_weights.cuh"
 #include "kernels/experts_engine.cuh"
 #include "kernels/gate_engine.cuh"
+#include "kernels/gpu_reference.cuh"
 #include "kernels/tests/cuda_testing.h"
 
 namespace moe {
@@ -129,6 +130,84 @@ DeviceGateResult run_gate_on_device(const std::string& backend, int device, cons
   HARNESS_CHECK(cudaMemcpy(&raised, flag.get(), sizeof(int), cudaMemcpyDeviceToHost));
   r.route_error = raised != 0;
   return r;
+}
+
+namespace {
+
+DeviceBuffer<float> upload_f32(const std::vector<float>& v) {
+  DeviceBuffer<float> d(v.size());
+  if (!v.empty())
+    HARNESS_CHECK(cudaMemcpy(d.get(), v.data(), v.size() * 4, cudaMemcpyHostToDevice));
+  return d;
+}
+
+}  // namespace
+
+std::vector<float> gpu_reference_experts(int device, const ModelGeometry& g, const Target& t,
+                                         const std::vector<float>& x, const Routes& routes,
+                                         const MlpWeights& w) {
+  HARNESS_CHECK(cudaSetDevice(device));
+  Stream stream;
+  const auto dx = upload_bf16(x), w13 = upload_bf16(w.w13), w2 = upload_bf16(w.w2);
+  DeviceBuffer<float> out(x.size());
+  HARNESS_CHECK(cudaMemset(out.get(), 0, out.size() * 4));
+  HARNESS_CHECK(cudaDeviceSynchronize());  // legacy-stream uploads before the reference's stream
+  const auto lanes = routed_lanes(routes, ExpertOwnership::of(g, t));
+  reference_mlp(dx.get(), lanes, w13.get(), w2.get(), g.hidden, g.intermediate, true, out.get(),
+                stream.get());
+  return download_f32(out.get(), out.size());
+}
+
+std::vector<float> gpu_reference_wrapper(int device, const ModelGeometry& g,
+                                         const std::vector<float>& x,
+                                         const std::vector<float>& routed,
+                                         const MlpWeights& shared) {
+  HARNESS_CHECK(cudaSetDevice(device));
+  Stream stream;
+  const auto dx = upload_bf16(x), w13 = upload_bf16(shared.w13), w2 = upload_bf16(shared.w2);
+  auto out = upload_f32(routed);
+  HARNESS_CHECK(cudaDeviceSynchronize());
+  const int rows = static_cast<int>(x.size() / g.hidden);
+  reference_mlp(dx.get(), shared_lanes(rows, shared.experts), w13.get(), w2.get(), g.hidden,
+                shared.intermediate, false, out.get(), stream.get());
+  return download_f32(out.get(), out.size());
+}
+
+GpuGateReference gpu_reference_gate(int device, const ModelGeometry& g, const std::vector<float>& x,
+                                    const std::vector<float>& router) {
+  HARNESS_CHECK(cudaSetDevice(device));
+  Stream stream;
+  const int rows = static_cast<int>(x.size() / g.hidden);
+  const auto dx = upload_bf16(x);
+  const auto router_bf16 =
+      g.router_dtype == Dtype::bf16 ? upload_bf16(router) : DeviceBuffer<bf16>();
+  const auto router_f32 =
+      g.router_dtype == Dtype::fp32 ? upload_f32(router) : DeviceBuffer<float>();
+  const void* r = g.router_dtype == Dtype::fp32 ? static_cast<const void*>(router_f32.get())
+                                                : static_cast<const void*>(router_bf16.get());
+  DeviceBuffer<float> dense(static_cast<std::size_t>(rows) * g.experts);
+  DeviceBuffer<int> ambiguous(static_cast<std::size_t>(rows));
+  HARNESS_CHECK(cudaDeviceSynchronize());
+  reference_gate(dx.get(), rows, r, g.router_dtype, g, dense.get(), ambiguous.get(), stream.get());
+  HARNESS_CHECK(cudaStreamSynchronize(stream.get()));
+  GpuGateReference out{download_f32(dense.get(), dense.size()),
+                       std::vector<int>(static_cast<std::size_t>(rows))};
+  if (rows)
+    HARNESS_CHECK(cudaMemcpy(out.ambiguous.data(), ambiguous.get(), rows * sizeof(int),
+                             cudaMemcpyDeviceToHost));
+  return out;
+}
+
+double gpu_relative_error(int device, const std::vector<float>& got,
+                          const std::vector<float>& want) {
+  HARNESS_CHECK(cudaSetDevice(device));
+  Stream stream;
+  const auto dgot = upload_bf16(got);
+  const auto dwant = upload_f32(want);
+  HARNESS_CHECK(cudaDeviceSynchronize());
+  DeviceComparison cmp(stream.get());
+  cmp.add(dgot.get(), dwant.get(), want.size());
+  return cmp.relative_error();
 }
 
 }  // namespace moe

@@ -39,4 +39,26 @@ struct DeviceGateResult {
                                                   const std::vector<float>& router,
                                                   bool via_graph = false);
 
+// The independent GPU reference (kernels/gpu_reference.cuh) on device `device`, on host inputs
+// rounded to bf16 (router: to g.router_dtype), for comparison with the CPU reference.
+// experts: out [rows][H] for `routes` (invalid lanes allowed) over the target's local experts.
+[[nodiscard]] std::vector<float> gpu_reference_experts(int device, const ModelGeometry& g,
+                                                       const Target& t, const std::vector<float>& x,
+                                                       const Routes& routes, const MlpWeights& w);
+// wrapper: routed + the shared experts of `shared`, [rows][H].
+[[nodiscard]] std::vector<float> gpu_reference_wrapper(int device, const ModelGeometry& g,
+                                                       const std::vector<float>& x,
+                                                       const std::vector<float>& routed,
+                                                       const MlpWeights& shared);
+struct GpuGateReference {
+  std::vector<float> dense;    // [rows][E] routed weight per expert (0 where not chosen)
+  std::vector<int> ambiguous;  // [rows] 1: the k-th and (k+1)-th expert are a near-tie
+};
+[[nodiscard]] GpuGateReference gpu_reference_gate(int device, const ModelGeometry& g,
+                                                  const std::vector<float>& x,
+                                                  const std::vector<float>& router);
+// The device comparison: `got` rounded to bf16 against `want` (fp32).
+[[nodiscard]] double gpu_relative_error(int device, const std::vector<float>& got,
+                                        const std::vector<float>& want);
+
 }  // namespace moe

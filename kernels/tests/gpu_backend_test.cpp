@@ -4,7 +4,9 @@
 #include <algorithm>
 #include <cmath>
 #include <cstdlib>
+#include <random>
 
+#include "kernels/bf16.h"
 #include "kernels/stimulus.h"
 #include "kernels/tests/cuda_testing.h"
 #include "kernels/workload.h"
@@ -317,6 +319,118 @@ TEST(NativeBackend, RejectsShapesItDoesNotCover) {
   auto backend = make_cuda_backend("native", 0);
   WorkloadSpec spec{g, Target{}, Component::experts, {4, 2, 4}, 2, 1};
   EXPECT_THROW((void)backend->make(spec, backend->make_weights(spec)), std::invalid_argument);
+}
+
+// The GPU reference that verifies every point is itself checked against the CPU reference (the
+// oracle) on fresh random inputs: every component, odd shapes, invalid lanes.
+std::vector<float> rounded(std::vector<float> v) {
+  for (auto& f : v) f = round_to_bf16(f);
+  return v;
+}
+
+TEST(GpuReference, ExpertsMatchTheCpuReferenceWithInvalidLanes) {
+  REQUIRE_GPU();
+  auto odd = *find_preset("tiny");
+  odd.hidden = 72, odd.intermediate = 40, odd.experts = 12, odd.top_k = 3;
+  const auto qwen = *find_preset("qwen3-30b-a3b");
+  struct Case {
+    ModelGeometry g;
+    Target t;
+    int rows;
+  };
+  for (const auto& [g, t, rows] :
+       {Case{odd, {1, 1, 1, 0, false}, 9}, Case{odd, {1, 2, 2, 1, false}, 33},
+        Case{qwen, {1, 2, 2, 1, false}, 5}, Case{*find_preset("tiny"), {1, 1, 1, 0, false}, 64}}) {
+    Rng rng(static_cast<std::uint64_t>(rows) * 31 + g.hidden);
+    const auto x = random_values(static_cast<std::size_t>(rows) * g.hidden, 1.0f, Dtype::bf16, rng);
+    const auto own = ExpertOwnership::of(g, t);
+    const auto w = random_mlp(own.local_experts, g.hidden, g.intermediate, Dtype::bf16, rng);
+    Routes routes{rows, g.top_k, {}, {}};
+    std::uniform_int_distribution<int> pick(0, g.experts - 1);
+    std::uniform_real_distribution<float> weight(0.05f, 1.0f);
+    for (int i = 0; i < rows * g.top_k; ++i) {
+      routes.ids.push_back(pick(rng));
+      routes.weights.push_back(weight(rng));
+    }
+    // Invalid lanes of every kind: the reference must skip them like padding.
+    routes.weights[1] = NAN;
+    routes.ids[2] = g.experts;
+    routes.weights[3] = -0.5f;
+    routes.ids[4] = -1;
+    routes.ids[5] = -7;
+    routes.weights[6] = INFINITY;
+    Routes want_routes = routes;
+    sanitize_routes(want_routes, g.experts);
+    std::vector<float> want(x.size());
+    experts_ref(x, want_routes, w.view(), own.first_expert, want, Intermediates::bf16);
+    const auto got = gpu_reference_experts(0, g, t, x, routes, w);
+    const std::string what = g.name + " H=" + std::to_string(g.hidden) +
+                             " rows=" + std::to_string(rows) + " EP" + std::to_string(t.ep);
+    ASSERT_TRUE(has_nonzero(want)) << what;
+    EXPECT_LE(relative_error(got, want), 5e-3) << what;
+  }
+}
+
+TEST(GpuReference, WrapperMatchesTheCpuReference) {
+  REQUIRE_GPU();
+  auto odd = *find_preset("tiny");
+  odd.hidden = 72, odd.shared = {2, 40};
+  for (const auto& g : {odd, *find_preset("deepseek-v3")}) {
+    const int rows = 7;
+    Rng rng(77);
+    const auto x = random_values(static_cast<std::size_t>(rows) * g.hidden, 1.0f, Dtype::bf16, rng);
+    const auto routed = rounded(random_values(x.size(), 1.0f, Dtype::bf16, rng));
+    const auto shared =
+        random_mlp(g.shared.count, g.hidden, g.shared.intermediate, Dtype::bf16, rng);
+    std::vector<float> want(x.size());
+    wrapper_ref(x, rows, routed, shared.view(), want, Intermediates::bf16);
+    EXPECT_LE(relative_error(gpu_reference_wrapper(0, g, x, routed, shared), want), 5e-3) << g.name;
+  }
+}
+
+TEST(GpuReference, GateMatchesTheCpuReferenceOnEveryDecidedRow) {
+  REQUIRE_GPU();
+  for (const auto& [g, rows] : gate_cases()) {
+    Rng rng(2000 + static_cast<std::uint64_t>(rows) + static_cast<std::uint64_t>(g.experts));
+    const auto x = random_values(static_cast<std::size_t>(rows) * g.hidden, 1.0f, Dtype::bf16, rng);
+    const auto router =
+        random_values(static_cast<std::size_t>(g.experts) * g.hidden,
+                      1.0f / std::sqrt(static_cast<float>(g.hidden)), g.router_dtype, rng);
+    Routes want;
+    gate_routing_ref(x, rows, router, g, want);
+    const auto got = gpu_reference_gate(0, g, x, router);
+    const std::string what =
+        g.name + " E=" + std::to_string(g.experts) + " N=" + std::to_string(rows);
+    int ties = 0, unlike = 0;
+    for (int r = 0; r < rows; ++r) {
+      if (got.ambiguous[static_cast<std::size_t>(r)]) {
+        ++ties;
+        continue;
+      }
+      std::vector<float> dense(static_cast<std::size_t>(g.experts), 0.0f);
+      for (int j = 0; j < g.top_k; ++j) {
+        const auto i = static_cast<std::size_t>(r) * g.top_k + j;
+        dense[static_cast<std::size_t>(want.ids[i])] += want.weights[i];
+      }
+      const std::vector<float> row(
+          got.dense.begin() + static_cast<std::ptrdiff_t>(r) * g.experts,
+          got.dense.begin() + static_cast<std::ptrdiff_t>(r + 1) * g.experts);
+      unlike += relative_error(row, dense) > 1e-4 ? 1 : 0;
+    }
+    EXPECT_EQ(unlike, 0) << what;
+    EXPECT_LE(ties, 1 + rows / 100) << what;
+  }
+}
+
+TEST(GpuReference, DeviceComparisonMeasuresTheLargestDifferenceAndCatchesNan) {
+  REQUIRE_GPU();
+  std::vector<float> want{1.0f, -2.0f, 4.0f, 0.5f};
+  EXPECT_EQ(gpu_relative_error(0, want, want), 0.0);
+  auto got = want;
+  got[1] = -2.5f;  // |diff| 0.5 over max |want| 4
+  EXPECT_DOUBLE_EQ(gpu_relative_error(0, got, want), 0.125);
+  got[3] = NAN;
+  EXPECT_TRUE(std::isinf(gpu_relative_error(0, got, want)));
 }
 
 }  // namespace
