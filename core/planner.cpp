@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <cstdio>
 #include <set>
 
 #include "core/roofline.h"
@@ -150,7 +151,7 @@ double estimate_forward_seconds(const ModelGeometry& g, Component c, const GridP
 }
 
 Plan make_plan(const JobSpec& job, std::optional<std::int64_t> l2_bytes) {
-  Plan plan{job, nominal_device(job.backend), {}};
+  Plan plan{job, nominal_device(job.backend), std::nullopt, {}};
   if (l2_bytes) plan.device.l2_bytes = *l2_bytes;
   for (const auto& t : job.targets()) {
     TargetPlan tp{t, ExpertOwnership::of(job.geometry, t), 2, local_token_axis(job, t), {}};
@@ -187,16 +188,32 @@ PlanEstimate Plan::estimate(const TargetPlan& t, Component c) const {
                                        : job.iterations;
     const double overhead =
         c == Component::experts ? device.expert_point_overhead_s : device.local_point_overhead_s;
+    const double measured_point_round = !measured                 ? 0
+                                        : c == Component::experts ? measured->expert_point_round_s
+                                                                  : measured->local_point_round_s;
     for (const auto& p : grid.points) {
       e.points += 1;
       e.forwards += per_round * job.rounds;
       const double forwards_s = static_cast<double>(per_round * job.rounds) *
                                 estimate_forward_seconds(job.geometry, c, p, device);
       e.device_seconds += forwards_s;
-      e.held_seconds += forwards_s + overhead * job.rounds;
+      e.held_seconds +=
+          measured ? measured_point_round * job.rounds : forwards_s + overhead * job.rounds;
     }
   }
   return e;
+}
+
+std::string cost_model_description(const Plan& plan) {
+  if (plan.measured) {
+    char buf[160];
+    std::snprintf(buf, sizeof(buf), "measured: %.4f s per expert point-round, %.4f s per local",
+                  plan.measured->expert_point_round_s, plan.measured->local_point_round_s);
+    return std::string(buf) + " point-round (" + plan.measured->source + ")";
+  }
+  return "nominal: " + plan.device.name +
+         " roofline plus fixed per-point overheads, not measured on this machine (an acquire "
+         "of this job records measured costs that later plans use)";
 }
 
 PlanEstimate Plan::estimate() const {

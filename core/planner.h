@@ -74,16 +74,30 @@ struct PlanEstimate {
   std::int64_t points = 0;
   std::int64_t forwards = 0;
   double device_seconds = 0;  // timed forwards only
-  double held_seconds = 0;    // wall time the device is held: forwards + per-point overheads
+  double held_seconds = 0;    // wall time the device is held: forwards + per-point overheads,
+                              // or the measured cost per point-round when the plan has one
+};
+
+// Measured host-plus-device seconds per point-round (setup, verification and timed forwards of
+// one point in one round), by kind of component, and where they were measured. When a plan has
+// one, it predicts held time from it instead of the nominal device model.
+struct MeasuredCost {
+  double expert_point_round_s = 0;
+  double local_point_round_s = 0;
+  std::string source;  // e.g. "campaign.json of out/acquisitions/x: 960 point-rounds"
 };
 
 struct Plan {
   JobSpec job;
   DeviceModel device;
+  std::optional<MeasuredCost> measured;
   std::vector<TargetPlan> targets;
   [[nodiscard]] PlanEstimate estimate() const;
   [[nodiscard]] PlanEstimate estimate(const TargetPlan& t, Component c) const;
 };
+
+// "measured (...)" or "nominal (...)": the model `estimate` uses, for the user.
+[[nodiscard]] std::string cost_model_description(const Plan& plan);
 
 [[nodiscard]] Plan make_plan(const JobSpec& job,
                              std::optional<std::int64_t> l2_bytes = std::nullopt);

@@ -1,6 +1,7 @@
 // harness acquire: measures a job's grid on every MPI rank into one shared HDF5 file.
 #include <mpi.h>
 
+#include <chrono>
 #include <filesystem>
 #include <iomanip>
 #include <iostream>
@@ -15,6 +16,31 @@ namespace po = boost::program_options;
 namespace moe::cli {
 
 namespace {
+
+// Where the run's time went: rank-seconds per phase (summed over ranks) and their shares of the
+// ranks' wall time, and the rate of the timed part.
+void print_time_shares(const AcquireSummary& s, double publish_s, int ranks, std::ostream& os) {
+  const double held = s.wall_s * ranks + publish_s;
+  const double named = s.phases.setup + s.phases.verify + s.phases.timing + s.calibration_s +
+                       s.collectives_s + publish_s;
+  const auto line = [&](const char* what, double seconds) {
+    os << "    " << std::left << std::setw(13) << what << std::right << std::setw(9)
+       << std::setprecision(1) << seconds << " s " << std::setw(6)
+       << (held > 0 ? 100.0 * seconds / held : 0.0) << " %\n";
+  };
+  os << std::fixed << "  time (rank-seconds over " << ranks << " ranks, wall "
+     << std::setprecision(1) << s.wall_s << " s; shares of " << held << " rank-seconds):\n";
+  line("setup", s.phases.setup);
+  line("verification", s.phases.verify);
+  line("timing", s.phases.timing);
+  line("calibration", s.calibration_s);
+  line("collectives", s.collectives_s);
+  line("publish", publish_s);
+  line("other", std::max(0.0, held - named));
+  os << "  timed forwards: " << s.timed_forwards << " at " << std::setprecision(0)
+     << (s.phases.timing > 0 ? static_cast<double>(s.timed_forwards) / s.phases.timing : 0.0)
+     << " forwards per rank-second of timing; wave reservations: " << s.cost_model << "\n";
+}
 
 void print_summary(const AcquireSummary& s, const StoredAcquisition& acq, std::ostream& os) {
   const auto cells = summarize(acq);
@@ -83,9 +109,15 @@ int acquire(const Args& args) {
     // once for the summary and the bundles.
     const auto acq = read_acquisition(summary.file);
     print_summary(summary, acq, std::cout);
+    const auto publish_start = std::chrono::steady_clock::now();
     if (!no_publish)
       print_publish_report(moe::publish(acq, summary.file, {job.out_root, job.variant, samples}),
                            std::cout);
+    const double publish_s =
+        std::chrono::duration<double>(std::chrono::steady_clock::now() - publish_start).count();
+    int ranks = 1;
+    MPI_Comm_size(MPI_COMM_WORLD, &ranks);
+    print_time_shares(summary, publish_s, ranks, std::cout);
   });
   return status;
 }

@@ -1,4 +1,5 @@
 // harness plan: prints the grid per target and component without touching a GPU.
+#include <filesystem>
 #include <iomanip>
 #include <iostream>
 #include <map>
@@ -7,6 +8,7 @@
 #include "core/contract.h"
 #include "core/planner.h"
 #include "harness/commands.h"
+#include "store/campaign.h"
 
 namespace po = boost::program_options;
 using nlohmann::json;
@@ -54,6 +56,7 @@ json plan_json(const Plan& plan) {
             {"bytes_per_s", plan.device.bytes_per_s},
             {"flops_per_s", plan.device.flops_per_s},
             {"l2_bytes", plan.device.l2_bytes}}},
+          {"cost_model", cost_model_description(plan)},
           {"targets", targets},
           {"total",
            {{"points", total.points},
@@ -100,8 +103,8 @@ void print_text(const Plan& plan, std::ostream& os) {
   const auto total = plan.estimate();
   os << "\ntotal: " << total.points << " points, " << total.forwards << " forwards, estimated "
      << std::setprecision(4) << total.device_seconds << " s of timed device work and "
-     << total.held_seconds << " s of device time held (one device) on a " << plan.device.name
-     << "\n";
+     << total.held_seconds
+     << " s of device time held (one device)\ncost model: " << cost_model_description(plan) << "\n";
 }
 
 }  // namespace
@@ -111,12 +114,26 @@ int plan(const Args& args) {
   std::string format = "text";
   po::options_description desc("harness plan [JOB] [options]");
   jo.add_to(desc);
-  desc.add_options()("format", po::value(&format), "text | json");
+  std::string campaign;
+  desc.add_options()("format", po::value(&format), "text | json")(
+      "campaign", po::value(&campaign),
+      "acquisition directory whose measured costs predict the time (default: acquire's --out, "
+      "<out_root>/acquisitions/<variant>)");
   po::positional_options_description pos;
   pos.add("job", 1);
   if (!parse(args, desc, pos)) return 0;  // --help was printed
   if (format != "text" && format != "json") throw JobError("--format must be text or json");
-  const auto p = make_plan(jo.load());
+  auto p = make_plan(jo.load());
+  if (campaign.empty())
+    campaign = (std::filesystem::path(p.job.out_root) / "acquisitions" / p.job.variant).string();
+  try {
+    if (const auto cost = read_recorded_cost(campaign))
+      p.measured = MeasuredCost{cost->expert_point_round_s, cost->local_point_round_s,
+                                "campaign.json of " + campaign + ", " +
+                                    std::to_string(cost->point_rounds) + " point-rounds"};
+  } catch (const std::runtime_error& e) {
+    std::cerr << "harness plan: " << e.what() << "; using the nominal model\n";
+  }
   if (format == "json")
     std::cout << plan_json(p).dump(1) << "\n";
   else

@@ -34,6 +34,11 @@ namespace moe {
 using nlohmann::json;
 using Clock = std::chrono::steady_clock;
 
+// Points per cell measured by the calibration before the first wave.
+constexpr std::size_t kCalibrationPoints = 8;
+// A wave reserves this much more than its predicted cost: costs drift between waves.
+constexpr double kReservationMargin = 1.25;
+
 namespace {
 
 double seconds_since(Clock::time_point t) {
@@ -78,6 +83,7 @@ class Acquisition {
     const auto t0 = Clock::now();
     agree();
     resume();
+    calibrate();
     const auto measure_start = Clock::now();
     for (int r = 0; r < job_.rounds; ++r) {
       const auto go = reserve(r);
@@ -230,23 +236,79 @@ class Acquisition {
     slots_ = (ctx_->node_size + regime_ - 1) / regime_;
   }
 
-  // Conservative estimate of one wave: the slowest rank's cells (the plan's held-time model)
-  // times every device held while it runs.
-  [[nodiscard]] double wave_estimate(int r) const {
-    std::vector<double> per_rank(static_cast<std::size_t>(size_), 0.0);
+  [[nodiscard]] bool mine(std::size_t c) const {
+    return c % static_cast<std::size_t>(size_) == static_cast<std::size_t>(rank_);
+  }
+  [[nodiscard]] bool round_left(int r) const {
+    return std::any_of(cells_.begin(), cells_.end(), [&](const Cell& cell) {
+      return !cell.rounds_done[static_cast<std::size_t>(r)];
+    });
+  }
+
+  // Calibration: the measured cost of one round of each of this rank's cells, from the
+  // campaign's own measurements when an earlier run recorded them, else from a short measurement
+  // of a systematic sample of each cell's points (not stored, but charged to the budget). The
+  // wave reservations predict from these costs, and later waves from what they measured.
+  void calibrate() {
+    cell_cost_.assign(cells_.size(), 0.0);
+    if (!std::any_of(cells_.begin(), cells_.end(), [](const Cell& cell) {
+          return std::count(cell.rounds_done.begin(), cell.rounds_done.end(), 0) > 0;
+        }))
+      return;
+    double recorded[2] = {-1, -1};  // expert, local seconds per point-round (rank 0's campaign)
+    if (rank_ == 0)
+      if (const auto cost = campaign_->cost_per_point_round())
+        recorded[0] = cost->first, recorded[1] = cost->second;
+    MPI_Bcast(recorded, 2, MPI_DOUBLE, 0, comm_);
+    const auto start = Clock::now();
+    int calibrated = 0;
     for (std::size_t c = 0; c < cells_.size(); ++c) {
-      if (cells_[c].rounds_done[static_cast<std::size_t>(r)]) continue;
-      per_rank[c % static_cast<std::size_t>(size_)] +=
-          plan_.estimate(*cells_[c].target, cells_[c].grid->component).held_seconds / job_.rounds;
+      if (!mine(c)) continue;
+      const auto& cell = cells_[c];
+      const double per_point =
+          cell.grid->component == Component::experts ? recorded[0] : recorded[1];
+      if (per_point > 0) {
+        cell_cost_[c] = per_point * static_cast<double>(cell.points());
+        continue;
+      }
+      CellRoundSpec spec = cell_spec(c, 0);
+      const std::size_t stride = std::max<std::size_t>(1, spec.points.size() / kCalibrationPoints);
+      std::vector<GridPoint> sample;
+      for (std::size_t i = stride / 2; i < spec.points.size(); i += stride)
+        sample.push_back(spec.points[i]);
+      spec.points = sample;
+      spec.seed = mix_seed({job_.seed, c, 0xca11b4a7eULL});
+      const auto measured = measure_cell_round(*ctx_->backend, *ctx_->timer, spec);
+      cell_cost_[c] = (measured.phases.setup + measured.phases.verify + measured.phases.timing) *
+                      static_cast<double>(cell.points()) / static_cast<double>(sample.size());
+      ++calibrated;
     }
-    return *std::max_element(per_rank.begin(), per_rank.end()) * size_ * slots_;
+    double spent = seconds_since(start), total = 0;
+    int any = 0;
+    MPI_Allreduce(&spent, &total, 1, MPI_DOUBLE, MPI_SUM, comm_);
+    MPI_Allreduce(&calibrated, &any, 1, MPI_INT, MPI_SUM, comm_);
+    summary_.calibration_s = total;
+    summary_.cost_model =
+        any ? "calibrated on a sample of each cell's points, then measured per wave"
+            : "measured by earlier runs of this campaign, then per wave";
+    if (rank_ == 0) campaign_->consume(total / size_, size_, 0);
+  }
+
+  // Conservative estimate of one wave: the slowest rank's measured cell costs times every device
+  // held while it runs. Collective.
+  [[nodiscard]] double wave_estimate(int r) const {
+    double my_cost = 0, slowest = 0;
+    for (std::size_t c = 0; c < cells_.size(); ++c)
+      if (mine(c) && !cells_[c].rounds_done[static_cast<std::size_t>(r)]) my_cost += cell_cost_[c];
+    MPI_Allreduce(&my_cost, &slowest, 1, MPI_DOUBLE, MPI_MAX, comm_);
+    return slowest * size_ * slots_ * kReservationMargin;
   }
 
   // Reserves wave `r` against the budget on rank 0. nullopt: the budget stops the campaign;
   // 0: nothing left to measure in this round; 1: go.
   std::optional<int> reserve(int r) {
+    if (!round_left(r)) return 0;
     const double estimate = wave_estimate(r);
-    if (estimate <= 0) return 0;
     int go = 1;
     if (rank_ == 0) {
       try {
@@ -270,15 +332,7 @@ class Acquisition {
            c += static_cast<std::size_t>(size_)) {
         const auto& cell = cells_[c];
         if (cell.rounds_done[static_cast<std::size_t>(r)]) continue;
-        CellRoundSpec spec;
-        spec.base.geometry = job_.geometry;
-        spec.base.target = cell.target->target;
-        spec.base.component = cell.grid->component;
-        spec.points = cell.grid->points;
-        spec.round = r;
-        spec.iterations = job_.iterations;
-        spec.weight_banks = cell.target->weight_banks;
-        spec.seed = mix_seed({job_.seed, c, static_cast<std::uint64_t>(r)});
+        const auto spec = cell_spec(c, r);
         // On a terminal, rank 0 shows its current cell and point in place; batch logs get one
         // line per committed round.
         std::size_t point_done = 0;
@@ -298,15 +352,37 @@ class Acquisition {
     return out;
   }
 
-  // Commit: every rank writes its cell rounds of the wave; rank 0 accounts records and device
-  // time in the campaign state and prints progress.
+  [[nodiscard]] CellRoundSpec cell_spec(std::size_t c, int r) const {
+    const auto& cell = cells_[c];
+    CellRoundSpec spec;
+    spec.base.geometry = job_.geometry;
+    spec.base.target = cell.target->target;
+    spec.base.component = cell.grid->component;
+    spec.points = cell.grid->points;
+    spec.round = r;
+    spec.iterations = job_.iterations;
+    spec.weight_banks = cell.target->weight_banks;
+    spec.seed = mix_seed({job_.seed, c, static_cast<std::uint64_t>(r)});
+    return spec;
+  }
+
+  // Commit: every rank writes its cell rounds of the wave; rank 0 accounts records, device time
+  // and measured costs in the campaign state and prints progress.
   void commit(int r, const WaveResult& wave, Clock::time_point wave_start,
               Clock::time_point measure_start) {
-    double phases[3] = {0, 0, 0}, slowest[3] = {0, 0, 0};
+    // phases: setup, verify, timing; then expert seconds, expert point-rounds, local seconds,
+    // local point-rounds.
+    double phases[7] = {0, 0, 0, 0, 0, 0, 0}, slowest[3] = {0, 0, 0}, total[7] = {};
     RecordCounts mine_rows;
     std::vector<std::pair<int, const CellRound*>> mine;
     for (std::size_t i = 0; i < wave.rounds.size(); ++i) {
       const auto& m = wave.rounds[i];
+      const auto c = static_cast<std::size_t>(wave.cells[i]);
+      const double cost = m.phases.setup + m.phases.verify + m.phases.timing;
+      cell_cost_[c] = cost;  // the next wave of this cell costs what this one did
+      const int kind = cells_[c].grid->component == Component::experts ? 3 : 5;
+      phases[kind] += cost;
+      phases[kind + 1] += static_cast<double>(cells_[c].points());
       phases[0] += m.phases.setup;
       phases[1] += m.phases.verify;
       phases[2] += m.phases.timing;
@@ -316,10 +392,15 @@ class Acquisition {
       mine.emplace_back(wave.cells[i], &m);
     }
     MPI_Allreduce(phases, slowest, 3, MPI_DOUBLE, MPI_MAX, comm_);
+    MPI_Allreduce(phases, total, 7, MPI_DOUBLE, MPI_SUM, comm_);
+    summary_.phases.setup += total[0];
+    summary_.phases.verify += total[1];
+    summary_.phases.timing += total[2];
     std::int64_t send[3] = {mine_rows.samples, mine_rows.medians, mine_rows.checks},
                  recv[3] = {0, 0, 0};
     MPI_Allreduce(send, recv, 3, MPI_INT64_T, MPI_SUM, comm_);
     const RecordCounts all_rows{recv[0], recv[1], recv[2]};
+    summary_.timed_forwards += all_rows.samples;
     if (rank_ == 0) campaign_->encoded(all_rows);
     file_->commit(mine);
     if (rank_ == 0) campaign_->written(all_rows);
@@ -331,6 +412,8 @@ class Acquisition {
     done_points_ += all_points;
     if (rank_ != 0) return;
     campaign_->consume(seconds_since(wave_start), size_, all_rounds);
+    campaign_->record_costs(total[3], static_cast<std::int64_t>(total[4]), total[5],
+                            static_cast<std::int64_t>(total[6]));
     if (options_.quiet || all_rounds == 0) return;
     const double elapsed = seconds_since(measure_start);
     const double rate =
@@ -353,7 +436,11 @@ class Acquisition {
 
   // Collectives: the deployments' NCCL (or MPI host) collectives, from the same plan.
   void collectives() {
+    const auto start = Clock::now();
     const auto coll = measure_collectives(comm_, plan_, ctx_->gpu() ? ctx_->node_rank : -1, *file_);
+    double mine = seconds_since(start);
+    MPI_Allreduce(&mine, &summary_.collectives_s, 1, MPI_DOUBLE, MPI_SUM, comm_);
+    if (campaign_) campaign_->consume(summary_.collectives_s / size_, size_, 0);
     summary_.collective_tables = coll.tables;
     summary_.collectives_skipped = coll.skipped;
     if (campaign_) campaign_->set_phase("complete");
@@ -384,6 +471,7 @@ class Acquisition {
   std::vector<Cell> cells_;
   std::unique_ptr<CampaignState> campaign_;
   int regime_ = 1, slots_ = 1;
+  std::vector<double> cell_cost_;  // seconds of one round of each of this rank's cells
   std::int64_t total_points_ = 0, done_points_ = 0, resumed_points_ = 0;
   AcquireSummary summary_;
 };

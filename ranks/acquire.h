@@ -9,6 +9,7 @@
 #include <vector>
 
 #include "core/job_spec.h"
+#include "store/records.h"
 
 namespace moe {
 
@@ -31,6 +32,14 @@ struct AcquireSummary {
   std::string colocation;                        // placement regime used and where it came from
   int collective_tables = 0;                     // collective tables written by this run
   std::vector<std::string> collectives_skipped;  // deployments with more ranks than the job
+  // Where this run's time went, in rank-seconds summed over ranks: per-point setup,
+  // verification and timed forwards, the cost calibration before the first wave, and the
+  // collectives phase; `timed_forwards` forwards were timed.
+  PhaseSeconds phases;
+  double calibration_s = 0;
+  double collectives_s = 0;
+  std::int64_t timed_forwards = 0;
+  std::string cost_model;  // how the wave reservations were estimated
 };
 
 // Collective over `comm`. Throws on bad input before any measurement; measurement errors are

@@ -109,6 +109,50 @@ void CampaignState::consume(double wall_seconds, int devices, int cell_rounds_do
   save();
 }
 
+void CampaignState::record_costs(double expert_seconds, std::int64_t expert_point_rounds,
+                                 double local_seconds, std::int64_t local_point_rounds) {
+  auto& c = doc_["cost"];
+  if (!c.is_object()) c = nlohmann::json::object();
+  c["expert_seconds"] = c.value("expert_seconds", 0.0) + expert_seconds;
+  c["expert_point_rounds"] = c.value("expert_point_rounds", std::int64_t{0}) + expert_point_rounds;
+  c["local_seconds"] = c.value("local_seconds", 0.0) + local_seconds;
+  c["local_point_rounds"] = c.value("local_point_rounds", std::int64_t{0}) + local_point_rounds;
+  save();
+}
+
+namespace {
+
+std::optional<RecordedCost> cost_of(const nlohmann::json& doc) {
+  if (!doc.contains("cost")) return std::nullopt;
+  const auto& c = doc["cost"];
+  const auto expert_n = c.value("expert_point_rounds", std::int64_t{0});
+  const auto local_n = c.value("local_point_rounds", std::int64_t{0});
+  if (expert_n <= 0 && local_n <= 0) return std::nullopt;
+  RecordedCost r;
+  if (expert_n > 0) r.expert_point_round_s = c.value("expert_seconds", 0.0) / expert_n;
+  if (local_n > 0) r.local_point_round_s = c.value("local_seconds", 0.0) / local_n;
+  r.point_rounds = expert_n + local_n;
+  return r;
+}
+
+}  // namespace
+
+std::optional<std::pair<double, double>> CampaignState::cost_per_point_round() const {
+  const auto r = cost_of(doc_);
+  if (!r) return std::nullopt;
+  return std::make_pair(r->expert_point_round_s, r->local_point_round_s);
+}
+
+std::optional<RecordedCost> read_recorded_cost(const std::filesystem::path& dir) {
+  const auto path = dir / kCampaignFile;
+  if (!std::filesystem::exists(path)) return std::nullopt;
+  try {
+    return cost_of(nlohmann::json::parse(read_file(path)));
+  } catch (const nlohmann::json::exception& e) {
+    throw std::runtime_error(path.string() + " is corrupt (" + e.what() + ")");
+  }
+}
+
 void CampaignState::set_phase(const std::string& phase) {
   doc_["phase"] = phase;
   save();

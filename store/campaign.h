@@ -3,10 +3,13 @@
 // command, and SHA-256 hashes of the job, the harness binary and the operator-family table.
 #pragma once
 
+#include <cstdint>
 #include <filesystem>
 #include <nlohmann/json.hpp>
+#include <optional>
 #include <stdexcept>
 #include <string>
+#include <utility>
 
 #include "store/records.h"
 
@@ -32,6 +35,14 @@ class CampaignState {
   // Accounts a finished wave: measured wall time x devices held.
   void consume(double wall_seconds, int devices, int cell_rounds_done);
   void set_phase(const std::string& phase);
+  // Accounts measured cost: seconds spent on point-rounds of expert and of local components
+  // (setup, verification and timed forwards, summed over ranks). Later waves and later plans of
+  // this campaign predict from these totals.
+  void record_costs(double expert_seconds, std::int64_t expert_point_rounds, double local_seconds,
+                    std::int64_t local_point_rounds);
+  // Seconds per point-round {expert, local} measured so far; nullopt until both kinds (that the
+  // campaign has) were measured.
+  [[nodiscard]] std::optional<std::pair<double, double>> cost_per_point_round() const;
 
   // Record accounting per stream (samples, medians, checks): `encoded` before a commit,
   // `written` after it. `reconcile` at start compares with the rows in complete rounds of the
@@ -56,6 +67,14 @@ class CampaignState {
 // Throws std::runtime_error when `dir`/campaign.json exists and its written-record counters do not
 // balance with the rows in complete rounds of the acquisition file (or records dropped rows).
 void check_record_balance(const std::filesystem::path& dir, const RecordCounts& rows_in_file);
+
+// The measured cost per point-round recorded in `dir`/campaign.json, if any (for `harness plan`).
+// Throws std::runtime_error when the file exists but is not valid JSON.
+struct RecordedCost {
+  double expert_point_round_s = 0, local_point_round_s = 0;
+  std::int64_t point_rounds = 0;
+};
+[[nodiscard]] std::optional<RecordedCost> read_recorded_cost(const std::filesystem::path& dir);
 
 // SHA-256 of the running executable (/proc/self/exe).
 [[nodiscard]] std::string executable_sha256();

@@ -195,5 +195,22 @@ TEST(Plan, DeterministicAndCountsForwards) {
   EXPECT_GT(a.estimate().device_seconds, 0);
 }
 
+TEST(Estimate, MeasuredCostsReplaceTheNominalModelAndSaySo) {
+  auto plan = make_plan(job_for("qwen3-30b-a3b", 1, 1, 64));
+  EXPECT_NE(cost_model_description(plan).find("nominal"), std::string::npos);
+  std::int64_t expert_points = 0, local_points = 0;
+  for (const auto& t : plan.targets)
+    for (const auto& g : t.components)
+      (g.component == Component::experts ? expert_points : local_points) +=
+          static_cast<std::int64_t>(g.points.size());
+  plan.measured = MeasuredCost{0.5, 0.01, "test"};
+  const auto e = plan.estimate();
+  EXPECT_NEAR(e.held_seconds, (0.5 * expert_points + 0.01 * local_points) * plan.job.rounds, 1e-9);
+  EXPECT_GT(e.device_seconds, 0.0);  // the roofline of the timed forwards is still reported
+  const auto text = cost_model_description(plan);
+  EXPECT_NE(text.find("measured: 0.5000 s per expert point-round"), std::string::npos) << text;
+  EXPECT_NE(text.find("(test)"), std::string::npos) << text;
+}
+
 }  // namespace
 }  // namespace moe

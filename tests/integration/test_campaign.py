@@ -1,6 +1,7 @@
 """Campaign controller: the GPU-hour budget stops a campaign before a wave that would exceed it
 (nothing measured is lost), SIGKILL of the whole job resumes from campaign.json and the HDF5 file,
-and an edited job refuses to resume, naming what changed."""
+an edited job refuses to resume, naming what changed, and the measured cost per point-round is
+recorded and used by `plan`."""
 import json
 import os
 import shutil
@@ -58,6 +59,24 @@ with tempfile.TemporaryDirectory() as tmp:
     assert state["phase"] == "complete" and len(state["runs"]) == 3
     assert state["device_seconds_consumed"] > consumed
     assert all(len(r["harness_sha256"]) == 64 for r in state["runs"])
+
+    # Where the time went, and measured costs: the summary names every phase with its share, and
+    # campaign.json records seconds per point-round that `plan` predicts from (and says so).
+    for phase in ("setup", "verification", "timing", "calibration", "collectives", "publish"):
+        assert f"    {phase} " in p.stdout, p.stdout
+    assert "timed forwards:" in p.stdout, p.stdout
+    cost = state["cost"]
+    assert cost["expert_point_rounds"] > 0 and cost["local_point_rounds"] > 0, cost
+    assert cost["expert_seconds"] > 0 and cost["local_seconds"] > 0, cost
+    p = run([HARNESS, "plan", job, "--rounds", "20", "--campaign", out])
+    assert "cost model: measured" in p.stdout and out in p.stdout, p.stdout
+    p = run([HARNESS, "plan", job, "--rounds", "20", "--campaign", os.path.join(tmp, "none")])
+    assert "cost model: nominal" in p.stdout, p.stdout
+    broken = os.path.join(tmp, "broken")
+    os.makedirs(broken)
+    open(os.path.join(broken, "campaign.json"), "w").write("{not json")
+    p = run([HARNESS, "plan", job, "--campaign", broken])
+    assert "is corrupt" in p.stderr and "cost model: nominal" in p.stdout, (p.stdout, p.stderr)
 
     # Record counters balance with the file; tampered counters are rejected by publish and resume.
     rec = state["records"]
