@@ -34,7 +34,12 @@ class CudaBackend final : public Backend {
   std::string name() const override { return name_; }
   std::string timing() const override { return "cupti_activity"; }
   std::int64_t cache_bytes() const override { return props_.l2CacheSize; }
-  double tolerance() const override { return 1e-2; }
+  // Verification compares every row (docs/measurement.md). The bf16 values a GPU stores between
+  // steps (projections, activation, expert output, final rows) each round to 2^-9 relative, and
+  // a different summation order flips some of those roundings: over all rows the largest error
+  // reached 1.01% of the table's scale (experts, N=304, A=1, M=304, EP2), where sampled rows had
+  // stayed below 0.5%. A wrong route, weight or tile is off by tens of percent.
+  double tolerance() const override { return 2e-2; }
   std::shared_ptr<const WeightSet> make_weights(const WorkloadSpec& spec) override {
     HARNESS_CHECK(cudaSetDevice(device_));
     const auto& g = spec.geometry;
