@@ -19,7 +19,7 @@ class MpiCommunicator final : public Communicator {
   }
   MpiCommunicator(const MpiCommunicator&) = delete;
   MpiCommunicator& operator=(const MpiCommunicator&) = delete;
-  ~MpiCommunicator() override { MPI_Comm_free(&comm_); }
+  ~MpiCommunicator() override { HARNESS_CHECK_MPI_NOTHROW(MPI_Comm_free(&comm_)); }
 
   std::string backend() const override { return "mpi_host"; }
   int size() const override { return size_; }

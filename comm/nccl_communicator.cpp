@@ -20,13 +20,12 @@ namespace {
 class NcclCommunicator final : public Communicator {
  public:
   NcclCommunicator(MPI_Comm group, int device) : device_(device) {
-    MPI_Comm_rank(group, &rank_);
-    MPI_Comm_size(group, &size_);
+    HARNESS_CHECK_MPI(MPI_Comm_rank(group, &rank_));
+    HARNESS_CHECK_MPI(MPI_Comm_size(group, &size_));
     HARNESS_CHECK(cudaSetDevice(device_));
     ncclUniqueId id{};
     if (rank_ == 0) HARNESS_CHECK(ncclGetUniqueId(&id));
-    if (MPI_Bcast(&id, sizeof(id), MPI_BYTE, 0, group) != MPI_SUCCESS)
-      throw std::runtime_error("MPI_Bcast of the NCCL id failed");
+    HARNESS_CHECK_MPI(MPI_Bcast(&id, sizeof(id), MPI_BYTE, 0, group));
     HARNESS_CHECK(ncclCommInitRank(comm_.replace(), size_, id, rank_));
     HARNESS_CHECK(cudaStreamCreateWithFlags(stream_.replace(), cudaStreamNonBlocking));
     HARNESS_CHECK(cudaEventCreate(start_.replace()));

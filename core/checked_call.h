@@ -88,6 +88,8 @@ bool check_call_nothrow(Status s, const char* expr, const char* file, int line) 
 #define HARNESS_CHECK(expr) ::moe::check_call((expr), #expr, __FILE__, __LINE__)
 #define HARNESS_CHECK_NOTHROW(expr) ::moe::check_call_nothrow((expr), #expr, __FILE__, __LINE__)
 #define HARNESS_CHECK_MPI(expr) ::moe::check_call(::moe::MpiCall{(expr)}, #expr, __FILE__, __LINE__)
+#define HARNESS_CHECK_MPI_NOTHROW(expr) \
+  ::moe::check_call_nothrow(::moe::MpiCall{(expr)}, #expr, __FILE__, __LINE__)
 #define HARNESS_CHECK_H5(expr) ::moe::check_call(::moe::H5Call{(expr)}, #expr, __FILE__, __LINE__)
 
 #endif  // HARNESS_CHECKED_CALL_CORE

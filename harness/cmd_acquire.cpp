@@ -7,6 +7,7 @@
 #include <iostream>
 
 #include "bundle/summary.h"
+#include "core/checked_call.h"
 #include "harness/commands.h"
 #include "harness/mpi_session.h"
 #include "ranks/acquire.h"
@@ -98,7 +99,7 @@ int acquire(const Args& args) {
   MpiSession mpi;
   mpi.run_or_abort("acquire", [&](int rank) {
     const auto summary = moe::acquire(MPI_COMM_WORLD, job, {out, quiet, command});
-    MPI_Barrier(MPI_COMM_WORLD);
+    HARNESS_CHECK_MPI(MPI_Barrier(MPI_COMM_WORLD));
     if (!summary.budget_stop.empty()) {
       if (rank == 0) std::cerr << "harness acquire: " << summary.budget_stop << "\n";
       status = 3;
@@ -116,7 +117,7 @@ int acquire(const Args& args) {
     const double publish_s =
         std::chrono::duration<double>(std::chrono::steady_clock::now() - publish_start).count();
     int ranks = 1;
-    MPI_Comm_size(MPI_COMM_WORLD, &ranks);
+    HARNESS_CHECK_MPI(MPI_Comm_size(MPI_COMM_WORLD, &ranks));
     print_time_shares(summary, publish_s, ranks, std::cout);
   });
   return status;

@@ -8,19 +8,24 @@
 #include <iostream>
 #include <string>
 
+#include "core/checked_call.h"
+
 namespace moe::cli {
 
 class MpiSession {
  public:
+  // Errors of MPI calls are returned, not fatal, so that every checked call names the failing
+  // call and its place (core/checked_call.h) before the job is aborted.
   MpiSession() {
     int initialized = 0;
-    MPI_Initialized(&initialized);
-    if (!initialized) MPI_Init(nullptr, nullptr);
+    HARNESS_CHECK_MPI(MPI_Initialized(&initialized));
+    if (!initialized) HARNESS_CHECK_MPI(MPI_Init(nullptr, nullptr));
+    HARNESS_CHECK_MPI(MPI_Comm_set_errhandler(MPI_COMM_WORLD, MPI_ERRORS_RETURN));
   }
   ~MpiSession() {
     int finalized = 0;
-    MPI_Finalized(&finalized);
-    if (!finalized) MPI_Finalize();
+    if (HARNESS_CHECK_MPI_NOTHROW(MPI_Finalized(&finalized)) && !finalized)
+      HARNESS_CHECK_MPI_NOTHROW(MPI_Finalize());
   }
   MpiSession(const MpiSession&) = delete;
   MpiSession& operator=(const MpiSession&) = delete;
@@ -28,7 +33,7 @@ class MpiSession {
   // Runs `body(rank)`; on an exception prints one error line and aborts every rank with 1.
   int run_or_abort(const std::string& command, const std::function<void(int)>& body) {
     int rank = 0;
-    MPI_Comm_rank(MPI_COMM_WORLD, &rank);
+    HARNESS_CHECK_MPI(MPI_Comm_rank(MPI_COMM_WORLD, &rank));
     try {
       body(rank);
     } catch (const std::exception& e) {

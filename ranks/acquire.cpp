@@ -13,6 +13,7 @@
 #include "bundle/bundle_meta.h"
 #include "bundle/format.h"
 #include "comm/collectives.h"
+#include "core/checked_call.h"
 #include "core/contract.h"
 #include "core/files.h"
 #include "core/planner.h"
@@ -102,8 +103,8 @@ class Acquisition {
   // takes writer.lock, and the shared file is opened (or checked against the contract) and its
   // cells declared.
   void agree() {
-    MPI_Comm_rank(comm_, &rank_);
-    MPI_Comm_size(comm_, &size_);
+    HARNESS_CHECK_MPI(MPI_Comm_rank(comm_, &rank_));
+    HARNESS_CHECK_MPI(MPI_Comm_size(comm_, &size_));
     plan_ = make_plan(job_, ctx_->backend->cache_bytes());
     contract_ = Contract::of(plan_, ctx_->backend->name(), ctx_->timer->method(),
                              ctx_->backend->cache_bytes());
@@ -111,9 +112,9 @@ class Acquisition {
     const auto sha = sha256_hex(contract_text);
     std::string root_sha = sha;
     root_sha.resize(64);
-    MPI_Bcast(root_sha.data(), 64, MPI_CHAR, 0, comm_);
+    HARNESS_CHECK_MPI(MPI_Bcast(root_sha.data(), 64, MPI_CHAR, 0, comm_));
     int mismatch = root_sha != sha ? 1 : 0, any = 0;
-    MPI_Allreduce(&mismatch, &any, 1, MPI_INT, MPI_MAX, comm_);
+    HARNESS_CHECK_MPI(MPI_Allreduce(&mismatch, &any, 1, MPI_INT, MPI_MAX, comm_));
     if (any)
       throw std::runtime_error(
           "ranks disagree on the contract (different backends or device cache "
@@ -130,7 +131,7 @@ class Acquisition {
         locked = 0;
       }
     }
-    MPI_Bcast(&locked, 1, MPI_INT, 0, comm_);
+    HARNESS_CHECK_MPI(MPI_Bcast(&locked, 1, MPI_INT, 0, comm_));
     if (!locked)
       throw std::runtime_error("another acquisition holds " + options_.out_dir +
                                "/writer.lock; wait for it or choose another --out");
@@ -259,7 +260,7 @@ class Acquisition {
     if (rank_ == 0)
       if (const auto cost = campaign_->cost_per_point_round())
         recorded[0] = cost->first, recorded[1] = cost->second;
-    MPI_Bcast(recorded, 2, MPI_DOUBLE, 0, comm_);
+    HARNESS_CHECK_MPI(MPI_Bcast(recorded, 2, MPI_DOUBLE, 0, comm_));
     const auto start = Clock::now();
     int calibrated = 0;
     for (std::size_t c = 0; c < cells_.size(); ++c) {
@@ -285,8 +286,8 @@ class Acquisition {
     }
     double spent = seconds_since(start), total = 0;
     int any = 0;
-    MPI_Allreduce(&spent, &total, 1, MPI_DOUBLE, MPI_SUM, comm_);
-    MPI_Allreduce(&calibrated, &any, 1, MPI_INT, MPI_SUM, comm_);
+    HARNESS_CHECK_MPI(MPI_Allreduce(&spent, &total, 1, MPI_DOUBLE, MPI_SUM, comm_));
+    HARNESS_CHECK_MPI(MPI_Allreduce(&calibrated, &any, 1, MPI_INT, MPI_SUM, comm_));
     summary_.calibration_s = total;
     summary_.cost_model =
         any ? "calibrated on a sample of each cell's points, then measured per wave"
@@ -300,7 +301,7 @@ class Acquisition {
     double my_cost = 0, slowest = 0;
     for (std::size_t c = 0; c < cells_.size(); ++c)
       if (mine(c) && !cells_[c].rounds_done[static_cast<std::size_t>(r)]) my_cost += cell_cost_[c];
-    MPI_Allreduce(&my_cost, &slowest, 1, MPI_DOUBLE, MPI_MAX, comm_);
+    HARNESS_CHECK_MPI(MPI_Allreduce(&my_cost, &slowest, 1, MPI_DOUBLE, MPI_MAX, comm_));
     return slowest * size_ * slots_ * kReservationMargin;
   }
 
@@ -318,7 +319,7 @@ class Acquisition {
         go = 0;
       }
     }
-    MPI_Bcast(&go, 1, MPI_INT, 0, comm_);
+    HARNESS_CHECK_MPI(MPI_Bcast(&go, 1, MPI_INT, 0, comm_));
     return go ? std::optional<int>(1) : std::nullopt;
   }
 
@@ -326,7 +327,7 @@ class Acquisition {
   WaveResult measure(int r) {
     WaveResult out;
     for (int slot = 0; slot < slots_; ++slot) {
-      if (slot > 0) MPI_Barrier(ctx_->node);
+      if (slot > 0) HARNESS_CHECK_MPI(MPI_Barrier(ctx_->node));
       if (ctx_->node_rank / regime_ != slot) continue;
       for (std::size_t c = static_cast<std::size_t>(rank_); c < cells_.size();
            c += static_cast<std::size_t>(size_)) {
@@ -391,24 +392,24 @@ class Acquisition {
            static_cast<std::int64_t>(m.checks.size())};
       mine.emplace_back(wave.cells[i], &m);
     }
-    MPI_Allreduce(phases, slowest, 3, MPI_DOUBLE, MPI_MAX, comm_);
-    MPI_Allreduce(phases, total, 7, MPI_DOUBLE, MPI_SUM, comm_);
+    HARNESS_CHECK_MPI(MPI_Allreduce(phases, slowest, 3, MPI_DOUBLE, MPI_MAX, comm_));
+    HARNESS_CHECK_MPI(MPI_Allreduce(phases, total, 7, MPI_DOUBLE, MPI_SUM, comm_));
     summary_.phases.setup += total[0];
     summary_.phases.verify += total[1];
     summary_.phases.timing += total[2];
     std::int64_t send[3] = {mine_rows.samples, mine_rows.medians, mine_rows.checks},
                  recv[3] = {0, 0, 0};
-    MPI_Allreduce(send, recv, 3, MPI_INT64_T, MPI_SUM, comm_);
+    HARNESS_CHECK_MPI(MPI_Allreduce(send, recv, 3, MPI_INT64_T, MPI_SUM, comm_));
     const RecordCounts all_rows{recv[0], recv[1], recv[2]};
     summary_.timed_forwards += all_rows.samples;
     if (rank_ == 0) campaign_->encoded(all_rows);
     file_->commit(mine);
     if (rank_ == 0) campaign_->written(all_rows);
     int my_rounds = static_cast<int>(wave.rounds.size()), all_rounds = 0;
-    MPI_Allreduce(&my_rounds, &all_rounds, 1, MPI_INT, MPI_SUM, comm_);
+    HARNESS_CHECK_MPI(MPI_Allreduce(&my_rounds, &all_rounds, 1, MPI_INT, MPI_SUM, comm_));
     summary_.rounds_measured += all_rounds;
     std::int64_t my_points = wave.points, all_points = 0;
-    MPI_Allreduce(&my_points, &all_points, 1, MPI_INT64_T, MPI_SUM, comm_);
+    HARNESS_CHECK_MPI(MPI_Allreduce(&my_points, &all_points, 1, MPI_INT64_T, MPI_SUM, comm_));
     done_points_ += all_points;
     if (rank_ != 0) return;
     campaign_->consume(seconds_since(wave_start), size_, all_rounds);
@@ -430,7 +431,7 @@ class Acquisition {
 
   bool stopped_by_budget() {
     int stopped = summary_.budget_stop.empty() ? 0 : 1;
-    MPI_Bcast(&stopped, 1, MPI_INT, 0, comm_);
+    HARNESS_CHECK_MPI(MPI_Bcast(&stopped, 1, MPI_INT, 0, comm_));
     return stopped != 0;
   }
 
@@ -439,7 +440,7 @@ class Acquisition {
     const auto start = Clock::now();
     const auto coll = measure_collectives(comm_, plan_, ctx_->gpu() ? ctx_->node_rank : -1, *file_);
     double mine = seconds_since(start);
-    MPI_Allreduce(&mine, &summary_.collectives_s, 1, MPI_DOUBLE, MPI_SUM, comm_);
+    HARNESS_CHECK_MPI(MPI_Allreduce(&mine, &summary_.collectives_s, 1, MPI_DOUBLE, MPI_SUM, comm_));
     if (campaign_) campaign_->consume(summary_.collectives_s / size_, size_, 0);
     summary_.collective_tables = coll.tables;
     summary_.collectives_skipped = coll.skipped;

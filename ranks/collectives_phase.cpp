@@ -8,6 +8,7 @@
 #include <stdexcept>
 
 #include "comm/collectives.h"
+#include "core/checked_call.h"
 #include "core/statistics.h"
 
 namespace moe {
@@ -18,7 +19,7 @@ class CommGuard {
  public:
   explicit CommGuard(MPI_Comm c) : c_(c) {}
   ~CommGuard() {
-    if (c_ != MPI_COMM_NULL) MPI_Comm_free(&c_);
+    if (c_ != MPI_COMM_NULL) HARNESS_CHECK_MPI_NOTHROW(MPI_Comm_free(&c_));
   }
   CommGuard(const CommGuard&) = delete;
   CommGuard& operator=(const CommGuard&) = delete;
@@ -37,8 +38,8 @@ std::unique_ptr<Communicator> communicator(MPI_Comm c, int nccl_device) {
 CollectivesReport measure_collectives(MPI_Comm comm, const Plan& plan, int nccl_device,
                                       AcquisitionFile& file) {
   int rank = 0, size = 1;
-  MPI_Comm_rank(comm, &rank);
-  MPI_Comm_size(comm, &size);
+  HARNESS_CHECK_MPI(MPI_Comm_rank(comm, &rank));
+  HARNESS_CHECK_MPI(MPI_Comm_size(comm, &size));
   CollectivesReport report;
   const auto& job = plan.job;
   // Deployments in plan order, and the targets whose tables the plan wants.
@@ -71,19 +72,19 @@ CollectivesReport measure_collectives(MPI_Comm comm, const Plan& plan, int nccl_
     }
     if (done) continue;
     MPI_Comm dep_raw = MPI_COMM_NULL;
-    MPI_Comm_split(comm, rank < d.ep ? 0 : MPI_UNDEFINED, rank, &dep_raw);
+    HARNESS_CHECK_MPI(MPI_Comm_split(comm, rank < d.ep ? 0 : MPI_UNDEFINED, rank, &dep_raw));
     CommGuard dep(dep_raw);
     if (rank < d.ep) {
       Target t = d;
       t.rank = rank;
       const int dp_index = rank / d.tp, tp_index = rank % d.tp;
       MPI_Comm tp_raw = MPI_COMM_NULL, gather_raw = MPI_COMM_NULL;
-      MPI_Comm_split(dep.get(), dp_index, tp_index, &tp_raw);
+      HARNESS_CHECK_MPI(MPI_Comm_split(dep.get(), dp_index, tp_index, &tp_raw));
       CommGuard tp_comm(tp_raw);
       if (t.sp)
-        MPI_Comm_dup(dep.get(), &gather_raw);
+        HARNESS_CHECK_MPI(MPI_Comm_dup(dep.get(), &gather_raw));
       else
-        MPI_Comm_split(dep.get(), tp_index, dp_index, &gather_raw);
+        HARNESS_CHECK_MPI(MPI_Comm_split(dep.get(), tp_index, dp_index, &gather_raw));
       CommGuard gather_comm(gather_raw);
       std::map<std::string, std::unique_ptr<Communicator>> comms;
       comms["tp"] = communicator(tp_comm.get(), nccl_device);
@@ -135,11 +136,11 @@ CollectivesReport measure_collectives(MPI_Comm comm, const Plan& plan, int nccl_
       if (wanted.count(t.cell_id()) && !file.has_collectives(t.cell_id()))
         mine.emplace_back(t.cell_id(), std::move(rows));
     }
-    MPI_Barrier(comm);
+    HARNESS_CHECK_MPI(MPI_Barrier(comm));
   }
   file.write_collectives(mine, backend);
   int written = static_cast<int>(mine.size());
-  MPI_Allreduce(&written, &report.tables, 1, MPI_INT, MPI_SUM, comm);
+  HARNESS_CHECK_MPI(MPI_Allreduce(&written, &report.tables, 1, MPI_INT, MPI_SUM, comm));
   return report;
 }
 

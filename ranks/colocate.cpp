@@ -13,6 +13,7 @@
 #include <thread>
 
 #include "comm/collectives.h"
+#include "core/checked_call.h"
 #include "core/files.h"
 #include "core/planner.h"
 #include "core/roofline.h"
@@ -163,16 +164,17 @@ class ReferenceForward {
 void wait_for_done(MPI_Comm node) {
   int flag = 0, msg = 0;
   MPI_Request req;
-  MPI_Irecv(&msg, 1, MPI_INT, 0, kDoneTag, node, &req);
+  HARNESS_CHECK_MPI(MPI_Irecv(&msg, 1, MPI_INT, 0, kDoneTag, node, &req));
   while (!flag) {
-    MPI_Test(&req, &flag, MPI_STATUS_IGNORE);
+    HARNESS_CHECK_MPI(MPI_Test(&req, &flag, MPI_STATUS_IGNORE));
     if (!flag) std::this_thread::sleep_for(std::chrono::milliseconds(2));
   }
 }
 
 void announce_done(MPI_Comm node, int node_size) {
   int msg = 1;
-  for (int r = 1; r < node_size; ++r) MPI_Send(&msg, 1, MPI_INT, r, kDoneTag, node);
+  for (int r = 1; r < node_size; ++r)
+    HARNESS_CHECK_MPI(MPI_Send(&msg, 1, MPI_INT, r, kDoneTag, node));
 }
 
 // Background rank: closed-loop component forwards and collectives among the background ranks
@@ -182,18 +184,19 @@ void background_loop(RankContext& ctx, ReferenceForward& work, MPI_Comm bg, int 
   const std::int64_t bytes = ctx.gpu() ? (32LL << 20) : (256LL << 10);
   int stop_msg = 0, stop = 0, arrived = 0;
   MPI_Request req = MPI_REQUEST_NULL;
-  if (bg_rank == 0) MPI_Irecv(&stop_msg, 1, MPI_INT, 0, kDoneTag, ctx.node, &req);
+  if (bg_rank == 0)
+    HARNESS_CHECK_MPI(MPI_Irecv(&stop_msg, 1, MPI_INT, 0, kDoneTag, ctx.node, &req));
   for (long i = 0; !stop; ++i) {
     work.run(static_cast<int>(i), nullptr);
     work.synchronize();
     comm->run(CollectiveOp::all_reduce, bytes);
     if (i == 0 && bg_rank == 0) {
       int started = 1;
-      MPI_Send(&started, 1, MPI_INT, 0, kStartedTag, ctx.node);
+      HARNESS_CHECK_MPI(MPI_Send(&started, 1, MPI_INT, 0, kStartedTag, ctx.node));
     }
-    if (bg_rank == 0) MPI_Test(&req, &arrived, MPI_STATUS_IGNORE);
+    if (bg_rank == 0) HARNESS_CHECK_MPI(MPI_Test(&req, &arrived, MPI_STATUS_IGNORE));
     int mine = arrived;
-    MPI_Allreduce(&mine, &stop, 1, MPI_INT, MPI_MAX, bg);
+    HARNESS_CHECK_MPI(MPI_Allreduce(&mine, &stop, 1, MPI_INT, MPI_MAX, bg));
   }
 }
 
@@ -264,7 +267,7 @@ json colocate(MPI_Comm comm, const JobSpec& job, const ColocateOptions& o) {
   const Target target = targets.front();
   ReferenceForward work(*ctx->backend, job, target,
                         mix_seed({job.seed, 0xc010ULL, static_cast<std::uint64_t>(ctx->rank)}));
-  MPI_Barrier(comm);
+  HARNESS_CHECK_MPI(MPI_Barrier(comm));
 
   std::optional<TargetFigures> solo;
   json solo_json;
@@ -283,32 +286,35 @@ json colocate(MPI_Comm comm, const JobSpec& job, const ColocateOptions& o) {
     }
     MPI_Comm bg = MPI_COMM_NULL;
     const bool background = ctx->node_rank >= 1 && ctx->node_rank < regime;
-    MPI_Comm_split(ctx->node, background ? 1 : MPI_UNDEFINED, ctx->node_rank, &bg);
+    HARNESS_CHECK_MPI(
+        MPI_Comm_split(ctx->node, background ? 1 : MPI_UNDEFINED, ctx->node_rank, &bg));
     TargetFigures co;
     if (ctx->node_rank == 0) {
       int started = 0;
-      if (regime > 1) MPI_Recv(&started, 1, MPI_INT, 1, kStartedTag, ctx->node, MPI_STATUS_IGNORE);
+      if (regime > 1)
+        HARNESS_CHECK_MPI(
+            MPI_Recv(&started, 1, MPI_INT, 1, kStartedTag, ctx->node, MPI_STATUS_IGNORE));
       co = measure_target(*ctx, work, table, o);
       announce_done(ctx->node, ctx->node_size);
     } else if (background) {
       int bg_rank = 0;
-      MPI_Comm_rank(bg, &bg_rank);
+      HARNESS_CHECK_MPI(MPI_Comm_rank(bg, &bg_rank));
       background_loop(*ctx, work, bg, bg_rank);
     } else {
       wait_for_done(ctx->node);
     }
-    if (bg != MPI_COMM_NULL) MPI_Comm_free(&bg);
-    MPI_Barrier(ctx->node);
+    if (bg != MPI_COMM_NULL) HARNESS_CHECK_MPI(MPI_Comm_free(&bg));
+    HARNESS_CHECK_MPI(MPI_Barrier(ctx->node));
     // Everyone on the node needs the figures to agree on the decision.
     double t[2] = {solo->throughput, co.throughput};
-    MPI_Bcast(t, 2, MPI_DOUBLE, 0, ctx->node);
+    HARNESS_CHECK_MPI(MPI_Bcast(t, 2, MPI_DOUBLE, 0, ctx->node));
     std::string shares = ctx->node_rank == 0
                              ? json({{"s", solo->shares.shares}, {"c", co.shares.shares}}).dump()
                              : "";
     int len = static_cast<int>(shares.size());
-    MPI_Bcast(&len, 1, MPI_INT, 0, ctx->node);
+    HARNESS_CHECK_MPI(MPI_Bcast(&len, 1, MPI_INT, 0, ctx->node));
     shares.resize(static_cast<std::size_t>(len));
-    MPI_Bcast(shares.data(), len, MPI_CHAR, 0, ctx->node);
+    HARNESS_CHECK_MPI(MPI_Bcast(shares.data(), len, MPI_CHAR, 0, ctx->node));
     const auto sj = json::parse(shares);
     RegimeFigures f{regime, t[0], t[1], {}, {}};
     f.solo.shares = sj["s"].get<std::map<std::string, double>>();

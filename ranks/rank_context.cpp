@@ -2,6 +2,8 @@
 
 #include <stdexcept>
 
+#include "core/checked_call.h"
+
 namespace moe {
 
 std::string resolve_backend(const std::string& requested) {
@@ -10,17 +12,18 @@ std::string resolve_backend(const std::string& requested) {
 }
 
 RankContext::~RankContext() {
-  if (node != MPI_COMM_NULL) MPI_Comm_free(&node);
+  if (node != MPI_COMM_NULL) HARNESS_CHECK_MPI_NOTHROW(MPI_Comm_free(&node));
 }
 
 std::unique_ptr<RankContext> make_rank_context(MPI_Comm comm,
                                                const std::string& requested_backend) {
   auto ctx = std::make_unique<RankContext>();
-  MPI_Comm_rank(comm, &ctx->rank);
-  MPI_Comm_size(comm, &ctx->size);
-  MPI_Comm_split_type(comm, MPI_COMM_TYPE_SHARED, ctx->rank, MPI_INFO_NULL, &ctx->node);
-  MPI_Comm_rank(ctx->node, &ctx->node_rank);
-  MPI_Comm_size(ctx->node, &ctx->node_size);
+  HARNESS_CHECK_MPI(MPI_Comm_rank(comm, &ctx->rank));
+  HARNESS_CHECK_MPI(MPI_Comm_size(comm, &ctx->size));
+  HARNESS_CHECK_MPI(
+      MPI_Comm_split_type(comm, MPI_COMM_TYPE_SHARED, ctx->rank, MPI_INFO_NULL, &ctx->node));
+  HARNESS_CHECK_MPI(MPI_Comm_rank(ctx->node, &ctx->node_rank));
+  HARNESS_CHECK_MPI(MPI_Comm_size(ctx->node, &ctx->node_size));
   const auto name = resolve_backend(requested_backend);
   std::optional<int> numa;
   if (name == "cpu_reference") {

@@ -5,6 +5,7 @@
 #include <filesystem>
 #include <nlohmann/json.hpp>
 
+#include "core/checked_call.h"
 #include "core/contract.h"
 #include "core/files.h"
 #include "store/hdf5_handle.h"
@@ -179,10 +180,10 @@ AcquisitionFile::AcquisitionFile(MPI_Comm comm, const std::string& path,
   H5Eset_auto2(H5E_DEFAULT, nullptr, nullptr);  // errors are reported through FileError
   impl_->comm = comm;
   impl_->path = path;
-  MPI_Comm_rank(comm, &impl_->rank);
-  MPI_Comm_size(comm, &impl_->size);
+  HARNESS_CHECK_MPI(MPI_Comm_rank(comm, &impl_->rank));
+  HARNESS_CHECK_MPI(MPI_Comm_size(comm, &impl_->size));
   int exists = impl_->rank == 0 ? static_cast<int>(std::filesystem::exists(path)) : 0;
-  MPI_Bcast(&exists, 1, MPI_INT, 0, comm);
+  HARNESS_CHECK_MPI(MPI_Bcast(&exists, 1, MPI_INT, 0, comm));
   auto fapl = H5_OPEN(H5Pcreate(H5P_FILE_ACCESS), H5Pclose);
   HARNESS_CHECK_H5(H5Pset_fapl_mpio(fapl, comm, MPI_INFO_NULL));
   const auto sha = sha256_hex(identity.contract_json);
