@@ -1,144 +1,13 @@
-// harness report BUNDLE --out report.html: one self-contained HTML page with inline SVG plots:
-// component time vs tokens per target (one line per activated-experts value for `experts`),
-// collective bus bandwidth vs bytes, co-location throughput and family shares, sanity block.
-#include <algorithm>
-#include <cmath>
-#include <filesystem>
+// harness report BUNDLE --out report.html: the bundle's HTML report (bundle/report.h).
 #include <iostream>
-#include <map>
-#include <nlohmann/json.hpp>
-#include <sstream>
 
-#include "bundle/bundle_meta.h"
-#include "bundle/format.h"
-#include "bundle/sanity.h"
+#include "bundle/report.h"
 #include "core/files.h"
 #include "harness/commands.h"
 
 namespace po = boost::program_options;
-namespace fs = std::filesystem;
-using nlohmann::json;
 
 namespace moe::cli {
-
-namespace {
-
-using Series = std::map<std::string, std::vector<std::pair<double, double>>>;  // label -> (x, y)
-
-std::string esc(const std::string& s) {
-  std::string o;
-  for (char c : s)
-    o += c == '<' ? "&lt;" : c == '>' ? "&gt;" : c == '&' ? "&amp;" : std::string(1, c);
-  return o;
-}
-
-const char* kColors[] = {"#1f77b4", "#d62728", "#2ca02c", "#ff7f0e", "#9467bd",
-                         "#8c564b", "#e377c2", "#17becf", "#7f7f7f", "#bcbd22"};
-
-// A log-log line plot as inline SVG.
-std::string line_plot(const std::string& title, const std::string& table, const std::string& xlabel,
-                      const std::string& ylabel, const Series& series) {
-  const double w = 640, h = 360, l = 70, r = 150, t = 30, b = 50;
-  double x0 = INFINITY, x1 = 0, y0 = INFINITY, y1 = 0;
-  for (const auto& [name, pts] : series)
-    for (auto [x, y] : pts)
-      if (x > 0 && y > 0)
-        x0 = std::min(x0, x), x1 = std::max(x1, x), y0 = std::min(y0, y), y1 = std::max(y1, y);
-  if (!(x1 > 0)) x0 = 1, x1 = 10, y0 = 1, y1 = 10;
-  const double lx0 = std::log10(x0), lx1 = std::max(std::log10(x1), lx0 + 1e-9);
-  const double ly0 = std::log10(y0), ly1 = std::max(std::log10(y1), ly0 + 1e-9);
-  const auto px = [&](double x) { return l + (std::log10(x) - lx0) / (lx1 - lx0) * (w - l - r); };
-  const auto py = [&](double y) {
-    return h - b - (std::log10(y) - ly0) / (ly1 - ly0) * (h - t - b);
-  };
-  std::ostringstream s;
-  s << "<svg class=\"plot\" data-table=\"" << esc(table) << "\" width=\"" << w << "\" height=\""
-    << h << "\" xmlns=\"http://www.w3.org/2000/svg\" font-family=\"sans-serif\" font-size=\"11\">"
-    << "<rect width=\"100%\" height=\"100%\" fill=\"white\"/>"
-    << "<text x=\"" << l << "\" y=\"18\" font-size=\"13\" font-weight=\"bold\">" << esc(title)
-    << "</text>"
-    << "<rect x=\"" << l << "\" y=\"" << t << "\" width=\"" << w - l - r << "\" height=\""
-    << h - t - b << "\" fill=\"none\" stroke=\"#333\"/>";
-  for (int d = static_cast<int>(std::floor(lx0)); d <= static_cast<int>(std::ceil(lx1)); ++d) {
-    const double v = std::pow(10.0, d);
-    if (v < x0 / 1.0001 || v > x1 * 1.0001) continue;
-    s << "<line x1=\"" << px(v) << "\" x2=\"" << px(v) << "\" y1=\"" << t << "\" y2=\"" << h - b
-      << "\" stroke=\"#ddd\"/><text x=\"" << px(v) << "\" y=\"" << h - b + 14
-      << "\" text-anchor=\"middle\">1e" << d << "</text>";
-  }
-  for (int d = static_cast<int>(std::floor(ly0)); d <= static_cast<int>(std::ceil(ly1)); ++d) {
-    const double v = std::pow(10.0, d);
-    if (v < y0 / 1.0001 || v > y1 * 1.0001) continue;
-    s << "<line x1=\"" << l << "\" x2=\"" << w - r << "\" y1=\"" << py(v) << "\" y2=\"" << py(v)
-      << "\" stroke=\"#ddd\"/><text x=\"" << l - 4 << "\" y=\"" << py(v) + 4
-      << "\" text-anchor=\"end\">1e" << d << "</text>";
-  }
-  s << "<text x=\"" << (l + w - r) / 2 << "\" y=\"" << h - 12 << "\" text-anchor=\"middle\">"
-    << esc(xlabel) << "</text><text x=\"14\" y=\"" << (t + h - b) / 2
-    << "\" transform=\"rotate(-90 14 " << (t + h - b) / 2 << ")\" text-anchor=\"middle\">"
-    << esc(ylabel) << "</text>";
-  int i = 0;
-  for (const auto& [name, pts0] : series) {
-    auto pts = pts0;
-    std::sort(pts.begin(), pts.end());
-    const char* c = kColors[i % 10];
-    s << "<polyline fill=\"none\" stroke=\"" << c << "\" stroke-width=\"1.5\" points=\"";
-    for (auto [x, y] : pts)
-      if (x > 0 && y > 0) s << px(x) << "," << py(y) << " ";
-    s << "\"/>";
-    for (auto [x, y] : pts)
-      if (x > 0 && y > 0)
-        s << "<circle cx=\"" << px(x) << "\" cy=\"" << py(y) << "\" r=\"2\" fill=\"" << c << "\"/>";
-    if (i < 16)
-      s << "<rect x=\"" << w - r + 10 << "\" y=\"" << t + 14 * i
-        << "\" width=\"10\" height=\"10\" fill=\"" << c << "\"/><text x=\"" << w - r + 24
-        << "\" y=\"" << t + 9 + 14 * i << "\">" << esc(name) << "</text>";
-    ++i;
-  }
-  s << "</svg>";
-  return s.str();
-}
-
-// Grouped bars (solo vs co-located) as inline SVG.
-std::string bar_plot(const std::string& title,
-                     const std::map<std::string, std::pair<double, double>>& bars) {
-  const double w = 640, h = 300, l = 60, t = 30, b = 60;
-  double mx = 0;
-  for (const auto& [k, v] : bars) mx = std::max({mx, v.first, v.second});
-  if (mx <= 0) mx = 1;
-  const double slot = (w - l - 20) / std::max<std::size_t>(1, bars.size());
-  std::ostringstream s;
-  s << "<svg class=\"plot\" data-table=\"colocation\" width=\"" << w << "\" height=\"" << h
-    << "\" xmlns=\"http://www.w3.org/2000/svg\" font-family=\"sans-serif\" font-size=\"11\">"
-    << "<rect width=\"100%\" height=\"100%\" fill=\"white\"/><text x=\"" << l
-    << "\" y=\"18\" font-size=\"13\" "
-    << "font-weight=\"bold\">" << esc(title) << " (blue solo, red co-located)</text>";
-  int i = 0;
-  for (const auto& [k, v] : bars) {
-    const double x = l + i * slot, bw = slot * 0.35;
-    for (int j = 0; j < 2; ++j) {
-      const double val = j == 0 ? v.first : v.second, bh = val / mx * (h - t - b);
-      s << "<rect x=\"" << x + j * bw << "\" y=\"" << h - b - bh << "\" width=\"" << bw * 0.95
-        << "\" height=\"" << bh << "\" fill=\"" << (j == 0 ? "#1f77b4" : "#d62728") << "\"/>";
-    }
-    s << "<text x=\"" << x + bw << "\" y=\"" << h - b + 14 << "\" text-anchor=\"middle\">" << esc(k)
-      << "</text>";
-    ++i;
-  }
-  s << "</svg>";
-  return s.str();
-}
-
-std::vector<std::vector<std::string>> read_csv(const fs::path& p) {
-  std::vector<std::vector<std::string>> rows;
-  std::istringstream in(read_file(p));
-  std::string line;
-  std::getline(in, line);
-  while (std::getline(in, line)) rows.push_back(split_csv_line(line));
-  return rows;
-}
-
-}  // namespace
 
 int report(const Args& args) {
   std::string bundle, out = "report.html";
@@ -148,85 +17,9 @@ int report(const Args& args) {
   po::positional_options_description pos;
   pos.add("bundle", 1);
   if (!parse(args, desc, pos)) return 0;  // --help was printed
-  const fs::path dir(bundle);
-  const auto meta = load_bundle_meta(dir);
-  if (meta.empty()) throw BundleError(dir.string() + ": no meta.yaml here");
-  std::ostringstream body;
-  SanityBlock sanity;
-  int tables = 0;
-  for (const auto& [tp, entries] : meta.per_tp(Section::moe_components))
-    for (const auto& e : entries) {
-      const auto rows = read_csv(dir / tp_dir_name(tp) / e.path);
-      // One line per local component and per activated-experts value; where several M were
-      // measured at one (N, A) the line follows the largest M.
-      std::map<std::string, std::map<double, std::pair<double, double>>>
-          lines;  // label -> N -> (M, t)
-      std::vector<double> times;
-      for (const auto& f : rows) {
-        const double tok = std::stod(f.at(2)), m = std::stod(f.at(4)), t = std::stod(f.at(5));
-        const std::string label = f[0] == "experts" ? "experts A=" + f[3] : f[0];
-        auto [it, fresh] = lines[label].try_emplace(tok, m, t);
-        if (!fresh && m > it->second.first) it->second = {m, t};
-        times.push_back(t);
-        sanity.add("time_us", t);
-      }
-      Series series;
-      for (const auto& [label, by_n] : lines)
-        for (const auto& [n, mt] : by_n) series[label].push_back({n, mt.second});
-      sanity.add_table(e.path, times);
-      const std::string title =
-          tp_dir_name(tp) + "/" + fs::path(e.path).parent_path().filename().string();
-      body << "<h3>" << esc(title) << "</h3>"
-           << line_plot(title, e.path, "tokens (rows)", "time (us)", series);
-      ++tables;
-    }
-  for (const auto& [tp, entries] : meta.per_tp(Section::collectives))
-    for (const auto& e : entries) {
-      Series series;
-      for (const auto& f : read_csv(dir / tp_dir_name(tp) / e.path)) {
-        series[f.at(0)].push_back({std::stod(f.at(4)), std::max(1e-6, std::stod(f.at(7)))});
-        sanity.add("collective_busbw_gbps", std::stod(f.at(7)));
-      }
-      const std::string title = "collectives tp" + std::to_string(tp) + "/" +
-                                fs::path(e.path).parent_path().filename().string();
-      body << "<h3>" << esc(title) << "</h3>"
-           << line_plot(title, e.path, "bytes", "bus bandwidth (GB/s)", series);
-      ++tables;
-    }
-  if (const auto verdict = load_colocation(dir)) {
-    const auto& v = *verdict;
-    body << "<h2>Co-location gate</h2><p>" << esc(v.value("label", "")) << "; allowed regime "
-         << esc(v["allowed_regime"].dump()) << "</p>";
-    for (const auto& n : v["nodes"]) {
-      const json& solo = n.contains("solo") ? n["solo"] : n["regimes_tried"][0]["solo"];
-      const json& co = n.contains("repeat") ? n["repeat"] : n["regimes_tried"][0]["colocated"];
-      std::map<std::string, std::pair<double, double>> bars;
-      for (const auto& [fam, s] : solo["shares"].items())
-        bars[fam] = {s.get<double>(), co["shares"].value(fam, 0.0)};
-      bars["T (rel.)"] = {
-          1.0, co["throughput_per_s"].get<double>() / solo["throughput_per_s"].get<double>()};
-      body << bar_plot("node " + n.value("host", "?") + ": family shares and throughput", bars);
-    }
-  }
-  const auto sj = sanity.to_json();
-  std::ostringstream page;
-  page << "<!DOCTYPE html><html><head><meta charset=\"utf-8\"><title>harness report: "
-       << esc(meta.variant)
-       << "</title><style>body{font-family:sans-serif;margin:24px}table{border-collapse:collapse}"
-       << "td,th{border:1px solid #999;padding:2px 8px}</style></head><body><h1>harness report: "
-       << esc(meta.variant) << "</h1><p>" << tables << " tables</p>" << body.str()
-       << "<h2>Sanity</h2><table><tr><th>family</th><th>finite</th><th>missing</th><th>min</"
-          "th><th>max</th>"
-       << "<th>distinct</th></tr>";
-  for (const auto& [name, f] : sj["families"].items())
-    page << "<tr><td>" << esc(name) << "</td><td>" << f["finite"] << "</td><td>" << f["missing"]
-         << "</td><td>" << f["min"] << "</td><td>" << f["max"] << "</td><td>" << f["distinct"]
-         << "</td></tr>";
-  page << "</table><p>red flags: "
-       << (sj["red_flags"].empty() ? std::string("none") : esc(sj["red_flags"].dump()))
-       << "</p></body></html>\n";
-  write_file_atomic(out, page.str());
-  std::cout << "report: " << out << " (" << tables << " tables)\n";
+  const auto r = render_report(bundle);
+  write_file_atomic(out, r.html);
+  std::cout << "report: " << out << " (" << r.tables << " tables)\n";
   return 0;
 }
 
