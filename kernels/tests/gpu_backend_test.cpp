@@ -173,16 +173,25 @@ std::vector<GateCase> gate_cases() {
           {many, 40}};
 }
 
+// Fresh random hidden states and router (in the router's dtype) and the CPU reference's routes.
+struct GateInputs {
+  std::vector<float> x, router;
+  Routes want;
+};
+GateInputs gate_inputs(const ModelGeometry& g, int rows, std::uint64_t seed) {
+  Rng rng(seed + static_cast<std::uint64_t>(rows) + static_cast<std::uint64_t>(g.experts));
+  GateInputs in;
+  in.x = random_values(static_cast<std::size_t>(rows) * g.hidden, 1.0f, Dtype::bf16, rng);
+  in.router = random_values(static_cast<std::size_t>(g.experts) * g.hidden,
+                            1.0f / std::sqrt(static_cast<float>(g.hidden)), g.router_dtype, rng);
+  gate_routing_ref(in.x, rows, in.router, g, in.want);
+  return in;
+}
+
 TEST_P(GpuBackend, GateRoutesEveryRowLikeTheReference) {
   REQUIRE_GPU();
   for (const auto& [g, rows] : gate_cases()) {
-    Rng rng(1000 + static_cast<std::uint64_t>(rows) + static_cast<std::uint64_t>(g.experts));
-    const auto x = random_values(static_cast<std::size_t>(rows) * g.hidden, 1.0f, Dtype::bf16, rng);
-    const auto router =
-        random_values(static_cast<std::size_t>(g.experts) * g.hidden,
-                      1.0f / std::sqrt(static_cast<float>(g.hidden)), g.router_dtype, rng);
-    Routes want;
-    gate_routing_ref(x, rows, router, g, want);
+    const auto [x, router, want] = gate_inputs(g, rows, 1000);
     const auto got = run_gate_on_device(GetParam(), 0, g, x, router);
     const std::string what = g.name + " E=" + std::to_string(g.experts) +
                              " H=" + std::to_string(g.hidden) + " N=" + std::to_string(rows);
@@ -391,13 +400,7 @@ TEST(GpuReference, WrapperMatchesTheCpuReference) {
 TEST(GpuReference, GateMatchesTheCpuReferenceOnEveryDecidedRow) {
   REQUIRE_GPU();
   for (const auto& [g, rows] : gate_cases()) {
-    Rng rng(2000 + static_cast<std::uint64_t>(rows) + static_cast<std::uint64_t>(g.experts));
-    const auto x = random_values(static_cast<std::size_t>(rows) * g.hidden, 1.0f, Dtype::bf16, rng);
-    const auto router =
-        random_values(static_cast<std::size_t>(g.experts) * g.hidden,
-                      1.0f / std::sqrt(static_cast<float>(g.hidden)), g.router_dtype, rng);
-    Routes want;
-    gate_routing_ref(x, rows, router, g, want);
+    const auto [x, router, want] = gate_inputs(g, rows, 2000);
     const auto got = gpu_reference_gate(0, g, x, router);
     const std::string what =
         g.name + " E=" + std::to_string(g.experts) + " N=" + std::to_string(rows);
