@@ -193,9 +193,9 @@ BundleMeta load_bundle_meta(const std::filesystem::path& variant_dir) {
   const auto fail = [&](const std::string& why) {
     throw BundleError(path.string() + ": corrupt meta.yaml: " + why);
   };
-  const auto target_of = [&](const YAML::Node& n) {
+  const auto target_of_json = [&](const json& j) {
     try {
-      return Target::from_json(to_json(n));
+      return Target::from_json(j);
     } catch (const std::invalid_argument& e) {
       fail(e.what());
     }
@@ -224,13 +224,25 @@ BundleMeta load_bundle_meta(const std::filesystem::path& variant_dir) {
       for (const auto& en : mc["entries"]) {
         for (const char* k : {"target", "path", "contract", "contract_sha256", "coverage"})
           if (!en[k]) fail("an entry of per_tp[" + std::to_string(tp) + "] lacks '" + k + "'");
-        BundleEntry e{
-            target_of(en["target"]), en["path"].as<std::string>(),
-            to_json(en["contract"]), en["contract_sha256"].as<std::string>(),
-            to_json(en["coverage"]), en["provenance"] ? to_json(en["provenance"]) : json::object()};
+        BundleEntry e{target_of_json(to_json(en["target"])),
+                      en["path"].as<std::string>(),
+                      to_json(en["contract"]),
+                      en["contract_sha256"].as<std::string>(),
+                      to_json(en["coverage"]),
+                      en["provenance"] ? to_json(en["provenance"]) : json::object()};
         if (contract_sha256(e.contract) != e.contract_sha256)
           fail("the contract of target " + e.target.label() +
                " does not match its SHA-256 (tampered?)");
+        // Everything that identifies the table is under the contract's hash: the entry's target
+        // must be the contract's, and its path the one the format gives that target.
+        if (!e.contract.contains("target") || target_of_json(e.contract["target"]) != e.target)
+          fail("the target of entry " + e.target.label() + " does not match its contract");
+        const auto want_path = section == Section::moe_components
+                                   ? bundle_format::components_path(e.target)
+                                   : bundle_format::collectives_path(e.target);
+        if (e.path != want_path)
+          fail("entry " + e.target.label() + " has path '" + e.path + "', expected '" + want_path +
+               "'");
         meta.sections[section][tp].push_back(std::move(e));
       }
     }

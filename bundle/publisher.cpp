@@ -83,6 +83,11 @@ PublishReport publish(const StoredAcquisition& acq, const std::string& h5_path,
   if (out_root.empty() || variant.empty())
     throw PublishError("'" + h5_path +
                        "' records no out_root/variant; pass --out-root and --variant");
+  try {
+    require_path_component(variant, options.variant.empty() ? "the file's variant" : "--variant");
+  } catch (const std::invalid_argument& e) {
+    throw PublishError(std::string("nothing published: ") + e.what());
+  }
   const fs::path variant_dir = fs::path(out_root) / variant;
 
   std::vector<TargetWork> work;

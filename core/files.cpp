@@ -105,4 +105,16 @@ std::string sha256_hex(const std::string& bytes) {
   return out;
 }
 
+void require_path_component(const std::string& name, const std::string& field) {
+  const char* why = name.empty()                           ? "is empty"
+                    : name == "." || name == ".."          ? "names a directory above"
+                    : name.find('/') != std::string::npos  ? "contains '/'"
+                    : name.find('\0') != std::string::npos ? "contains a NUL byte"
+                    : name.size() > 255                    ? "is longer than 255 bytes"
+                                                           : nullptr;
+  if (why)
+    throw std::invalid_argument(field + " '" + name + "' " + why +
+                                "; it must be one path component inside its root");
+}
+
 }  // namespace moe

@@ -36,6 +36,10 @@ void write_file_atomic(const std::filesystem::path& path, const std::string& byt
 // Fields of one line of our CSV tables (no quoting; a trailing comma is an empty last field).
 [[nodiscard]] std::vector<std::string> split_csv_line(const std::string& line);
 
+// Throws std::invalid_argument naming `field` unless `name` is one path component that stays in
+// its directory: not empty, not "." or "..", no '/' or NUL, at most 255 bytes.
+void require_path_component(const std::string& name, const std::string& field);
+
 // SHA-256 (lowercase hex) of a byte string.
 [[nodiscard]] std::string sha256_hex(const std::string& bytes);
 

@@ -8,6 +8,8 @@
 #include <set>
 #include <sstream>
 
+#include "core/files.h"
+
 namespace moe {
 
 namespace {
@@ -347,8 +349,11 @@ void validate(const JobSpec& job) {
                      std::to_string(job.max_num_batched_tokens));
   }
   if (!(job.gpu_hours > 0)) throw JobError("job: budget.gpu_hours must be positive");
-  if (job.variant.empty() || job.variant.find('/') != std::string::npos)
-    throw JobError("job: output.variant must be a non-empty name without '/'");
+  try {
+    require_path_component(job.variant, "output.variant");
+  } catch (const std::invalid_argument& e) {
+    throw JobError(std::string("job: ") + e.what());
+  }
   (void)job.targets();
 }
 

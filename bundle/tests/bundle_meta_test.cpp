@@ -5,6 +5,7 @@
 
 #include <filesystem>
 
+#include "bundle/format.h"
 #include "core/files.h"
 
 namespace moe {
@@ -17,9 +18,16 @@ TEST(BundleMeta, RoundTripsAndDetectsTampering) {
   BundleMeta m;
   m.variant = dir.filename().string();
   const Target target{2, 1, 2, 1, true};
-  const nlohmann::json contract = {
-      {"backend", "cublas_grouped"}, {"tolerance", 0.03}, {"names", {"a", "123"}}};
-  m.add({target, "moe_components/x/components.csv", contract, "", {{"table_sha256", "abc"}}, {}});
+  const nlohmann::json contract = {{"backend", "cublas_grouped"},
+                                   {"tolerance", 0.03},
+                                   {"names", {"a", "123"}},
+                                   {"target", target.to_json()}};
+  m.add({target,
+         bundle_format::components_path(target),
+         contract,
+         "",
+         {{"table_sha256", "abc"}},
+         {}});
   save_bundle_meta(dir, m);
   const auto back = load_bundle_meta(dir);
   ASSERT_NE(back.find(target), nullptr);
@@ -33,6 +41,42 @@ TEST(BundleMeta, RoundTripsAndDetectsTampering) {
   write_file_atomic(dir / "meta.yaml", text.substr(0, text.size() / 2) + "\n  - [unclosed");
   EXPECT_THROW((void)load_bundle_meta(dir), BundleError);
   std::filesystem::remove_all(dir);
+}
+
+// Loads a one-entry meta.yaml whose entry is `entry` and returns the load error ("" if none).
+std::string load_error(const BundleEntry& entry) {
+  const auto dir =
+      std::filesystem::temp_directory_path() / ("meta_ident_" + std::to_string(::getpid()));
+  std::filesystem::create_directories(dir);
+  BundleMeta m;
+  m.variant = dir.filename().string();
+  m.add(entry);
+  save_bundle_meta(dir, m);
+  std::string error;
+  try {
+    (void)load_bundle_meta(dir);
+  } catch (const BundleError& e) {
+    error = e.what();
+  }
+  std::filesystem::remove_all(dir);
+  return error;
+}
+
+TEST(BundleMeta, TargetAndPathAreUnderTheContract) {
+  const Target target{1, 2, 2, 0, false};
+  const nlohmann::json contract = {{"target", target.to_json()}};
+  const auto path = bundle_format::components_path(target);
+  EXPECT_EQ(load_error({target, path, contract, "", {}, {}}), "");
+  // An entry relabelled to another target (dp2 -> dp4) no longer matches its contract.
+  const Target other{1, 4, 4, 0, false};
+  EXPECT_NE(load_error({other, path, contract, "", {}, {}}).find("does not match its contract"),
+            std::string::npos);
+  // A path that leaves the bundle, or names another target's table, is refused.
+  for (const std::string& bad : std::vector<std::string>{"../../../../outside.csv", "/etc/passwd",
+                                                         bundle_format::components_path(other)})
+    EXPECT_NE(load_error({target, bad, contract, "", {}, {}}).find("expected '" + path + "'"),
+              std::string::npos)
+        << bad;
 }
 
 }  // namespace

@@ -28,5 +28,18 @@ TEST(Files, Sha256MatchesKnownVector) {
   EXPECT_EQ(sha256_hex("abc"), "ba7816bf8f01cfea414140de5dae2223b00361a396177a9cb410ff61f20015ad");
 }
 
+TEST(Files, PathComponentsStayInsideTheirRoot) {
+  EXPECT_NO_THROW(require_path_component("qwen3-30b-a3b", "output.variant"));
+  for (const std::string& bad : std::vector<std::string>{
+           "", ".", "..", "../escape", "a/b", std::string(256, 'x'), std::string("a\0b", 3)}) {
+    try {
+      require_path_component(bad, "--variant");
+      FAIL() << "accepted '" << bad << "'";
+    } catch (const std::invalid_argument& e) {
+      EXPECT_NE(std::string(e.what()).find("--variant"), std::string::npos) << e.what();
+    }
+  }
+}
+
 }  // namespace
 }  // namespace moe

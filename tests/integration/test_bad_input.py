@@ -40,6 +40,9 @@ with tempfile.TemporaryDirectory() as tmp:
     bad = os.path.join(tmp, "bad.yaml")
     open(bad, "w").write("model:\n  preset: tiny\n  hiden_size: 3\n")
     expect_error([HARNESS, "plan", bad], "did you mean 'hidden_size'")
+    escaping = os.path.join(tmp, "escaping.yaml")
+    open(escaping, "w").write(open(job).read().replace("variant: micro", 'variant: ".."'))
+    expect_error([HARNESS, "plan", escaping], "output.variant '..' names a directory above")
 
     out = os.path.join(tmp, "acq")
     run(mpirun_cmd(2, "acquire", job, "--out", out, "--out-root", os.path.join(tmp, "bundles")))

@@ -165,7 +165,21 @@ with tempfile.TemporaryDirectory() as tmp:
                  "different contract")
     assert tree_digest(root) == before
 
-    # Tampered CSV, truncated meta.yaml, wrong schema: clear errors, nothing changed on disk.
+    def edit_entry(v, change):
+        """Rewrites meta.yaml with `change` applied to the TP1 DP2 rank-0 component entry."""
+        doc = yaml.safe_load(open(os.path.join(v, "meta.yaml")))
+        for en in doc["per_tp"][1]["moe_components"]["entries"]:
+            if en["target"]["dp"] == 2 and en["target"]["rank"] == 0:
+                change(en)
+        yaml.safe_dump(doc, open(os.path.join(v, "meta.yaml"), "w"))
+
+    # A variant that would leave the out-root is refused before anything is written.
+    for bad in ("../escape", "..", "a/b"):
+        expect_error([HARNESS, "publish", h5, "--out-root", root, "--variant", bad], "--variant")
+    assert not os.path.exists(os.path.join(tmp, "escape")) and tree_digest(root) == before
+
+    # Tampered CSV, truncated meta.yaml, wrong schema, relabelled target, escaping path: clear
+    # errors, nothing changed on disk.
     for name, mutate, needle in (
         ("tampered", lambda v: open(os.path.join(v, "tp1", e["path"]), "a").write("experts,eager,1,1,1,9.0\n"),
          "checksum mismatch"),
@@ -173,6 +187,13 @@ with tempfile.TemporaryDirectory() as tmp:
         ("schema", lambda v: open(os.path.join(v, "meta.yaml"), "w").write(
             open(os.path.join(variant, "meta.yaml")).read().replace('"moe-components"', '"moe-other"')),
          "schema"),
+        # The entry's target is under its contract's hash: relabelling DP2 as DP4 is refused.
+        ("target", lambda v: edit_entry(v, lambda en: en["target"].update(dp=4, ep=4)),
+         "does not match its contract"),
+        # A path that leaves the bundle is refused, even when the file it names exists.
+        ("path", lambda v: (open(os.path.join(v, "..", "outside.csv"), "w").write("x"),
+                            edit_entry(v, lambda en: en.update(path="../../outside.csv"))),
+         "has path '../../outside.csv'"),
     ):
         copy = os.path.join(tmp, name)
         shutil.copytree(root, copy)
