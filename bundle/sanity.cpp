@@ -26,8 +26,12 @@ void SanityBlock::add_table(const std::string& cell, std::vector<double> values)
   tables_[cell] = std::move(values);
 }
 
+void SanityBlock::flag(std::string problem) {
+  flags_.push_back(std::move(problem));
+}
+
 std::vector<std::string> SanityBlock::red_flags() const {
-  std::vector<std::string> flags;
+  std::vector<std::string> flags = flags_;
   for (const auto& [name, f] : families_) {
     if (f.out_of_range)
       flags.push_back(name + ": " + std::to_string(f.out_of_range) +

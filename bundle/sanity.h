@@ -18,6 +18,8 @@ class SanityBlock {
   void add(const std::string& family, double v, Kind kind = Kind::value);
   // Registers a cell's table (its values in row order) for the identical-tables check.
   void add_table(const std::string& cell, std::vector<double> values);
+  // A problem found by the caller (e.g. a table whose checksum does not match): a red flag.
+  void flag(std::string problem);
 
   [[nodiscard]] std::vector<std::string> red_flags() const;
   [[nodiscard]] nlohmann::json to_json() const;
@@ -32,6 +34,7 @@ class SanityBlock {
   };
   std::map<std::string, Family> families_;
   std::map<std::string, std::vector<double>> tables_;
+  std::vector<std::string> flags_;
 };
 
 }  // namespace moe

@@ -36,7 +36,7 @@ FileLock::FileLock(const std::filesystem::path& path, Mode mode) {
     ::close(fd_);
     fd_ = -1;
     if (err == EWOULDBLOCK)
-      throw LockError("another writer holds " + path.string() + "; wait for it to finish");
+      throw LockHeldError("another writer holds " + path.string() + "; wait for it to finish");
     throw LockError("cannot lock " + path.string() + ": " + std::strerror(err));
   }
 }

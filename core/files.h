@@ -14,6 +14,11 @@ class LockError : public std::runtime_error {
  public:
   using std::runtime_error::runtime_error;
 };
+// Another process holds the lock (as opposed to a lock file that cannot be opened).
+class LockHeldError : public LockError {
+ public:
+  using LockError::LockError;
+};
 
 // Exclusive flock on `path` (created if missing) held for the object's lifetime.
 class FileLock {

@@ -74,6 +74,9 @@ json inspect_bundle(const fs::path& dir) {
         const auto csv_path = dir / tp_dir_name(tp) / e.path;
         const auto csv = read_file(csv_path);
         const bool checksum_ok = sha256_hex(csv) == e.coverage.value("table_sha256", "");
+        if (!checksum_ok)
+          sanity.flag("checksum mismatch: " + csv_path.string() +
+                      " differs from its table_sha256 in meta.yaml");
         std::istringstream in(csv);
         std::string line;
         std::getline(in, line);

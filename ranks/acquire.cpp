@@ -120,21 +120,33 @@ class Acquisition {
           "ranks disagree on the contract (different backends or device cache "
           "sizes across nodes); run one device kind per acquisition");
 
-    int locked = 1;
+    // 0: locked; 1: another acquisition holds the lock; 2: the directory or its lock file cannot
+    // be made (not a directory, permissions, name too long: rank 0 says which).
+    int state = 0;
+    std::string why;
     if (rank_ == 0) {
       try {
         std::filesystem::create_directories(options_.out_dir);
         writer_ = std::make_unique<FileLock>(
             std::filesystem::path(options_.out_dir) / bundle_format::kWriterLock,
             FileLock::Mode::try_once);
-      } catch (const std::exception&) {
-        locked = 0;
+      } catch (const LockHeldError&) {
+        state = 1;
+      } catch (const std::filesystem::filesystem_error& e) {
+        state = 2;
+        why = e.code().message();  // "Not a directory", "File name too long", ...
+      } catch (const std::exception& e) {
+        state = 2;
+        why = e.what();
       }
     }
-    HARNESS_CHECK_MPI(MPI_Bcast(&locked, 1, MPI_INT, 0, comm_));
-    if (!locked)
+    HARNESS_CHECK_MPI(MPI_Bcast(&state, 1, MPI_INT, 0, comm_));
+    if (state == 1)
       throw std::runtime_error("another acquisition holds " + options_.out_dir +
                                "/writer.lock; wait for it or choose another --out");
+    if (state == 2)
+      throw std::runtime_error("cannot use " + options_.out_dir + " as the acquisition directory" +
+                               (why.empty() ? std::string(" (see rank 0)") : ": " + why));
     path_ = (std::filesystem::path(options_.out_dir) / "acquisition.h5").string();
     const auto& backend = *ctx_->backend;
     FileIdentity identity{contract_text,

@@ -28,6 +28,10 @@ TEST(Sanity, ComputesFamiliesAndFlagsProblems) {
   EXPECT_NE(flags[1].find("share: 1 ratios outside [0,1]"), std::string::npos);
   EXPECT_NE(flags[2].find("time_us: 1 missing"), std::string::npos);
   EXPECT_NE(flags[3].find("identical results in different cells: a and b"), std::string::npos);
+  SanityBlock flagged;
+  flagged.flag("checksum mismatch: t.csv");
+  ASSERT_EQ(flagged.red_flags().size(), 1u);
+  EXPECT_EQ(flagged.red_flags()[0], "checksum mismatch: t.csv");
   SanityBlock clean;
   clean.add("completion", 0.5, SanityBlock::Kind::ratio);
   EXPECT_TRUE(clean.red_flags().empty());

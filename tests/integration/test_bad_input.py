@@ -40,6 +40,13 @@ with tempfile.TemporaryDirectory() as tmp:
     bad = os.path.join(tmp, "bad.yaml")
     open(bad, "w").write("model:\n  preset: tiny\n  hiden_size: 3\n")
     expect_error([HARNESS, "plan", bad], "did you mean 'hidden_size'")
+    # --out that cannot be a directory: the reason, never a claim that a lock is held.
+    blocker = os.path.join(tmp, "a-file")
+    open(blocker, "w").write("x")
+    for out_dir, reason in ((blocker, "cannot use"), (os.path.join(tmp, "n" * 300), "cannot use")):
+        p = run(mpirun_cmd(1, "acquire", job, "--out", out_dir, "--no-publish"), check=False)
+        assert p.returncode != 0 and reason in p.stderr and "holds" not in p.stderr, p.stderr
+    assert open(blocker).read() == "x"
     escaping = os.path.join(tmp, "escaping.yaml")
     open(escaping, "w").write(open(job).read().replace("variant: micro", 'variant: ".."'))
     expect_error([HARNESS, "plan", escaping], "output.variant '..' names a directory above")

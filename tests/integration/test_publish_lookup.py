@@ -201,7 +201,10 @@ with tempfile.TemporaryDirectory() as tmp:
         snap = tree_digest(copy)
         expect_error([HARNESS, "lookup", os.path.join(copy, "tiny"), "--tp", "1", "--dp", "2", "--rank", "0",
                       "--component", "gate_routing", "--tokens", "4"], needle)
-        if name != "tampered":
+        if name == "tampered":  # inspect reports it as a red flag and exits non-zero
+            p = run([HARNESS, "inspect", os.path.join(copy, "tiny")], check=False)
+            assert p.returncode == 4 and "checksum mismatch" in p.stdout, (p.returncode, p.stdout)
+        if name in ("truncated", "schema", "target", "path"):
             expect_error([HARNESS, "publish", h5, "--out-root", copy], "corrupt meta.yaml")
         assert tree_digest(copy) == snap, f"{name}: files changed by a failed command"
 print("ok")
