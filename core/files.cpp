@@ -2,6 +2,7 @@
 
 #include <fcntl.h>
 #include <openssl/evp.h>
+#include <signal.h>
 #include <sys/file.h>
 #include <unistd.h>
 
@@ -45,8 +46,29 @@ FileLock::~FileLock() {
   if (fd_ >= 0) ::close(fd_);  // closing releases the flock
 }
 
+namespace {
+
+// Removes `<path>.tmp.<pid>` files left by writers that were killed (their pid is gone); a live
+// writer's temporary file is left alone.
+void remove_stale_temporaries(const std::filesystem::path& dir, const std::string& name) {
+  std::error_code ec;
+  const std::string prefix = name + ".tmp.";
+  for (const auto& entry : std::filesystem::directory_iterator(dir, ec)) {
+    const auto file = entry.path().filename().string();
+    if (file.rfind(prefix, 0) != 0) continue;
+    const auto digits = file.substr(prefix.size());
+    if (digits.empty() || digits.find_first_not_of("0123456789") != std::string::npos) continue;
+    const auto pid = static_cast<pid_t>(std::stoll(digits));
+    if (pid != ::getpid() && ::kill(pid, 0) != 0 && errno == ESRCH)
+      std::filesystem::remove(entry.path(), ec);
+  }
+}
+
+}  // namespace
+
 void write_file_atomic(const std::filesystem::path& path, const std::string& bytes) {
   const auto dir = path.parent_path().empty() ? std::filesystem::path(".") : path.parent_path();
+  remove_stale_temporaries(dir, path.filename().string());
   auto tmp = path;
   tmp += ".tmp." + std::to_string(::getpid());
   {
@@ -70,7 +92,12 @@ void write_file_atomic(const std::filesystem::path& path, const std::string& byt
       throw std::runtime_error("fsync " + tmp.string() + ": " + std::strerror(errno));
     }
   }
-  std::filesystem::rename(tmp, path);
+  std::error_code renamed;
+  std::filesystem::rename(tmp, path, renamed);
+  if (renamed) {
+    std::filesystem::remove(tmp);
+    throw std::runtime_error("cannot replace " + path.string() + ": " + renamed.message());
+  }
   fsync_path(dir, O_RDONLY | O_DIRECTORY);
 }
 

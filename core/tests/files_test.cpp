@@ -28,6 +28,22 @@ TEST(Files, Sha256MatchesKnownVector) {
   EXPECT_EQ(sha256_hex("abc"), "ba7816bf8f01cfea414140de5dae2223b00361a396177a9cb410ff61f20015ad");
 }
 
+TEST(Files, AtomicWriteRemovesTemporariesOfKilledWritersOnly) {
+  const auto dir =
+      std::filesystem::temp_directory_path() / ("atomic_" + std::to_string(::getpid()));
+  std::filesystem::create_directories(dir);
+  // A pid far above pid_max belongs to no process; our parent's pid is alive.
+  const auto stale = dir / "t.csv.tmp.2147483600";
+  const auto live = dir / ("t.csv.tmp." + std::to_string(::getppid()));
+  write_file_atomic(stale, "old");
+  write_file_atomic(live, "busy");
+  write_file_atomic(dir / "t.csv", "new");
+  EXPECT_EQ(read_file(dir / "t.csv"), "new");
+  EXPECT_FALSE(std::filesystem::exists(stale));
+  EXPECT_TRUE(std::filesystem::exists(live));
+  std::filesystem::remove_all(dir);
+}
+
 TEST(Files, PathComponentsStayInsideTheirRoot) {
   EXPECT_NO_THROW(require_path_component("qwen3-30b-a3b", "output.variant"));
   for (const std::string& bad : std::vector<std::string>{
