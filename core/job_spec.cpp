@@ -179,6 +179,15 @@ void require_positive(std::int64_t v, const std::string& what) {
   if (v <= 0) throw JobError("job: " + what + " must be positive (got " + std::to_string(v) + ")");
 }
 
+// Positive and at most `limit` (docs/cli.md lists the limits): checked before anything is
+// planned or allocated.
+void require_in_range(std::int64_t v, const std::string& what, std::int64_t limit) {
+  require_positive(v, what);
+  if (v > limit)
+    throw JobError("job: " + what + " " + std::to_string(v) + " exceeds the limit " +
+                   std::to_string(limit));
+}
+
 // Component names (from a YAML list or a comma-separated option) -> components, in order,
 // without repeats; names the option and the unknown name in the error.
 std::vector<Component> components_named(const std::vector<std::string>& items,
@@ -310,31 +319,37 @@ JobSpec default_job() {
 
 void validate(const JobSpec& job) {
   const auto& g = job.geometry;
-  require_positive(g.hidden, "model.hidden_size");
-  require_positive(g.intermediate, "model.moe_intermediate_size");
-  require_positive(g.experts, "model.num_experts");
-  require_positive(g.top_k, "model.top_k");
-  require_positive(g.layers, "model.num_layers");
+  require_in_range(g.hidden, "model.hidden_size", job_limits::kHidden);
+  require_in_range(g.intermediate, "model.moe_intermediate_size", job_limits::kIntermediate);
+  require_in_range(g.experts, "model.num_experts", job_limits::kExperts);
+  require_in_range(g.top_k, "model.top_k", job_limits::kTopK);
+  require_in_range(g.layers, "model.num_layers", job_limits::kLayers);
   if (g.top_k > g.experts)
     throw JobError("job: top_k " + std::to_string(g.top_k) + " exceeds num_experts " +
                    std::to_string(g.experts));
   if (g.shared.count < 0) throw JobError("job: model.shared_experts.count must not be negative");
   if (g.shared.count > 0)
-    require_positive(g.shared.intermediate, "model.shared_experts.intermediate_size");
-  require_positive(job.max_num_batched_tokens, "tokens.max_num_batched_tokens");
-  require_positive(job.max_num_seqs, "tokens.max_num_seqs");
+    require_in_range(g.shared.intermediate, "model.shared_experts.intermediate_size",
+                     job_limits::kIntermediate);
+  if (g.shared.count > job_limits::kSharedExperts)
+    throw JobError("job: model.shared_experts.count " + std::to_string(g.shared.count) +
+                   " exceeds the limit " + std::to_string(job_limits::kSharedExperts));
+  require_in_range(job.max_num_batched_tokens, "tokens.max_num_batched_tokens",
+                   job_limits::kTokens);
+  require_in_range(job.max_num_seqs, "tokens.max_num_seqs", job_limits::kTokens);
   if (job.tp.empty() || job.dp.empty())
     throw JobError("job: deployment.tp and deployment.dp must not be empty");
-  for (int v : job.tp) require_positive(v, "deployment.tp entry");
-  for (int v : job.dp) require_positive(v, "deployment.dp entry");
+  for (int v : job.tp) require_in_range(v, "deployment.tp entry", job_limits::kParallel);
+  for (int v : job.dp) require_in_range(v, "deployment.dp entry", job_limits::kParallel);
   for (int v : job.ep) require_positive(v, "deployment.ep entry");
   for (int v : job.ranks)
     if (v < 0) throw JobError("job: deployment.ranks entries must not be negative");
-  if (!(job.grid_factor > 1.0))
-    throw JobError("job: measurement.grid_factor must be greater than 1 (got " +
+  if (!(job.grid_factor >= job_limits::kMinGridFactor) || !(job.grid_factor <= 1024))
+    throw JobError("job: measurement.grid_factor must be between " +
+                   std::to_string(job_limits::kMinGridFactor) + " and 1024 (got " +
                    std::to_string(job.grid_factor) + ")");
-  require_positive(job.rounds, "measurement.rounds");
-  require_positive(job.iterations, "measurement.iterations");
+  require_in_range(job.rounds, "measurement.rounds", job_limits::kRounds);
+  require_in_range(job.iterations, "measurement.iterations", job_limits::kIterations);
   static const std::vector<std::string> backends = {"auto", "cpu_reference", "cublas_grouped",
                                                     "native"};
   if (std::find(backends.begin(), backends.end(), job.backend) == backends.end())

@@ -12,6 +12,22 @@
 
 namespace moe {
 
+// Upper limits of a job's sizes, checked by validate() before anything is planned or allocated:
+// beyond them a plan or an acquisition would not finish, or not fit any device.
+namespace job_limits {
+inline constexpr std::int64_t kHidden = 65536;        // model.hidden_size
+inline constexpr std::int64_t kIntermediate = 65536;  // (shared) moe_intermediate_size
+inline constexpr std::int64_t kExperts = 4096;        // model.num_experts
+inline constexpr std::int64_t kTopK = 64;             // model.top_k
+inline constexpr std::int64_t kLayers = 1024;         // model.num_layers
+inline constexpr std::int64_t kSharedExperts = 64;    // model.shared_experts.count
+inline constexpr std::int64_t kTokens = 1 << 20;      // tokens.max_num_batched_tokens, max_num_seqs
+inline constexpr std::int64_t kParallel = 4096;       // each TP and DP degree
+inline constexpr std::int64_t kRounds = 1000;         // measurement.rounds
+inline constexpr std::int64_t kIterations = 100000;   // measurement.iterations
+inline constexpr double kMinGridFactor = 1.1;         // measurement.grid_factor
+}  // namespace job_limits
+
 // Every problem with a job (file, YAML, values, command-line overrides) is one JobError whose
 // message names the problem. Raised before any measurement starts.
 class JobError : public std::runtime_error {

@@ -67,6 +67,31 @@ TEST(JobSpec, UnknownKeySuggestsTheClosestKey) {
   EXPECT_NE(msg.find("did you mean 'rounds'"), std::string::npos) << msg;
 }
 
+TEST(JobSpec, EverySizeHasAnUpperLimitNamedInTheError) {
+  const std::string tiny = "deployment:\n  tp: 1\n  dp: 1\ntokens:\n  max_num_batched_tokens: 8\n";
+  const auto model = [&](const std::string& key, const std::string& value) {
+    return "model:\n  preset: tiny\n  " + key + ": " + value + "\n" + tiny;
+  };
+  struct Case {
+    std::string yaml, needle;
+  };
+  for (const auto& [yaml, needle] : std::vector<Case>{
+           {model("hidden_size", "2000000000"),
+            "model.hidden_size 2000000000 exceeds the limit 65536"},
+           {model("moe_intermediate_size", "70000"), "model.moe_intermediate_size 70000 exceeds"},
+           {model("num_experts", "8192"), "model.num_experts 8192 exceeds the limit 4096"},
+           {model("num_layers", "5000"), "model.num_layers 5000 exceeds"},
+           {"model:\n  preset: tiny\ndeployment:\n  tp: 1\n  dp: 1\ntokens:\n  "
+            "max_num_batched_tokens: 9200000000000000000\n",
+            "tokens.max_num_batched_tokens 9200000000000000000 exceeds the limit 1048576"},
+           {kBase + "measurement:\n  grid_factor: 1.000001\n", "grid_factor must be between 1.1"},
+           {kBase + "measurement:\n  rounds: 100000\n", "measurement.rounds 100000 exceeds"},
+           {kBase + "measurement:\n  iterations: 10000000\n", "measurement.iterations 10000000"}}) {
+    const auto error = error_of(yaml);
+    EXPECT_NE(error.find(needle), std::string::npos) << "got: " << error << "\nfor:\n" << yaml;
+  }
+}
+
 TEST(JobSpec, EachBadValueGetsItsOwnMessage) {
   EXPECT_NE(error_of("deployment:\n  tp: [1]\n  dp: [1]\ntokens:\n  max_num_batched_tokens: 8\n")
                 .find("missing required key 'model'"),
