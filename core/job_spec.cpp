@@ -3,6 +3,7 @@
 #include <yaml-cpp/yaml.h>
 
 #include <algorithm>
+#include <filesystem>
 #include <fstream>
 #include <map>
 #include <set>
@@ -311,6 +312,10 @@ JobSpec load_job_file(const std::string& path) {
   std::stringstream ss;
   ss << in.rdbuf();
   return parse_job(ss.str(), path);
+}
+
+std::string default_acquisition_dir(const JobSpec& job) {
+  return (std::filesystem::path(job.out_root) / "acquisitions" / job.variant).string();
 }
 
 JobSpec default_job() {

@@ -73,6 +73,9 @@ struct JobSpec {
 [[nodiscard]] JobSpec parse_job(const std::string& yaml_text, const std::string& source);
 [[nodiscard]] JobSpec load_job_file(const std::string& path);
 [[nodiscard]] JobSpec default_job();
+// Where `acquire` and `colocate` keep a job's acquisition when no --out is given (and where
+// `plan` looks for its measured costs): <out_root>/acquisitions/<variant>.
+[[nodiscard]] std::string default_acquisition_dir(const JobSpec& job);
 [[nodiscard]] const std::string& default_job_yaml();
 
 // Command-line overrides; unset fields keep the job's values. Validates the result.

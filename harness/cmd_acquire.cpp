@@ -87,8 +87,7 @@ int acquire(const Args& args) {
   pos.add("job", 1);
   if (!parse(args, desc, pos)) return 0;  // --help was printed
   const auto job = jo.load();             // bad input fails here, before MPI or any device work
-  if (out.empty())
-    out = (std::filesystem::path(job.out_root) / "acquisitions" / job.variant).string();
+  if (out.empty()) out = default_acquisition_dir(job);
 
   // Re-running the same command always resumes; --resume also insists that there is a campaign.
   if (resume && !std::filesystem::exists(std::filesystem::path(out) / "campaign.json"))

@@ -31,8 +31,7 @@ int colocate(const Args& args) {
   pos.add("job", 1);
   if (!parse(args, desc, pos)) return 0;  // --help was printed
   const auto job = jo.load();
-  if (o.out_dir.empty())
-    o.out_dir = (std::filesystem::path(job.out_root) / "acquisitions" / job.variant).string();
+  if (o.out_dir.empty()) o.out_dir = default_acquisition_dir(job);
   MpiSession mpi;
   return mpi.run_or_abort("colocate", [&](int rank) {
     const auto verdict = moe::colocate(MPI_COMM_WORLD, job, o);

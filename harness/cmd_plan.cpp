@@ -124,13 +124,9 @@ int plan(const Args& args) {
   if (!parse(args, desc, pos)) return 0;  // --help was printed
   if (format != "text" && format != "json") throw JobError("--format must be text or json");
   auto p = make_plan(jo.load());
-  if (campaign.empty())
-    campaign = (std::filesystem::path(p.job.out_root) / "acquisitions" / p.job.variant).string();
+  if (campaign.empty()) campaign = default_acquisition_dir(p.job);
   try {
-    if (const auto cost = read_recorded_cost(campaign))
-      p.measured = MeasuredCost{cost->expert_point_round_s, cost->local_point_round_s,
-                                "campaign.json of " + campaign + ", " +
-                                    std::to_string(cost->point_rounds) + " point-rounds"};
+    p.measured = read_measured_cost(campaign);
   } catch (const std::runtime_error& e) {
     std::cerr << "harness plan: " << e.what() << "; using the nominal model\n";
   }

@@ -106,9 +106,9 @@ class Acquisition {
     HARNESS_CHECK_MPI(MPI_Comm_rank(comm_, &rank_));
     HARNESS_CHECK_MPI(MPI_Comm_size(comm_, &size_));
     plan_ = make_plan(job_, ctx_->backend->cache_bytes());
-    contract_ = Contract::of(plan_, ctx_->backend->name(), ctx_->timer->method(),
-                             ctx_->backend->cache_bytes());
-    const auto contract_text = contract_.dump();
+    const auto contract_text = Contract::of(plan_, ctx_->backend->name(), ctx_->timer->method(),
+                                            ctx_->backend->cache_bytes())
+                                   .dump();
     const auto sha = sha256_hex(contract_text);
     std::string root_sha = sha;
     root_sha.resize(64);
@@ -270,8 +270,8 @@ class Acquisition {
       return;
     double recorded[2] = {-1, -1};  // expert, local seconds per point-round (rank 0's campaign)
     if (rank_ == 0)
-      if (const auto cost = campaign_->cost_per_point_round())
-        recorded[0] = cost->first, recorded[1] = cost->second;
+      if (const auto cost = campaign_->measured_cost())
+        recorded[0] = cost->expert_point_round_s, recorded[1] = cost->local_point_round_s;
     HARNESS_CHECK_MPI(MPI_Bcast(recorded, 2, MPI_DOUBLE, 0, comm_));
     const auto start = Clock::now();
     int calibrated = 0;
@@ -477,7 +477,6 @@ class Acquisition {
   std::unique_ptr<RankContext> ctx_;
   int rank_ = 0, size_ = 1;
   Plan plan_;
-  Contract contract_;
   std::unique_ptr<FileLock> writer_;  // rank 0 holds writer.lock for the whole run
   std::string path_;
   std::unique_ptr<AcquisitionFile> file_;

@@ -122,32 +122,30 @@ void CampaignState::record_costs(double expert_seconds, std::int64_t expert_poin
 
 namespace {
 
-std::optional<RecordedCost> cost_of(const nlohmann::json& doc) {
+std::optional<MeasuredCost> cost_of(const nlohmann::json& doc, const std::string& where) {
   if (!doc.contains("cost")) return std::nullopt;
   const auto& c = doc["cost"];
   const auto expert_n = c.value("expert_point_rounds", std::int64_t{0});
   const auto local_n = c.value("local_point_rounds", std::int64_t{0});
   if (expert_n <= 0 && local_n <= 0) return std::nullopt;
-  RecordedCost r;
-  if (expert_n > 0) r.expert_point_round_s = c.value("expert_seconds", 0.0) / expert_n;
-  if (local_n > 0) r.local_point_round_s = c.value("local_seconds", 0.0) / local_n;
-  r.point_rounds = expert_n + local_n;
-  return r;
+  MeasuredCost m;
+  if (expert_n > 0) m.expert_point_round_s = c.value("expert_seconds", 0.0) / expert_n;
+  if (local_n > 0) m.local_point_round_s = c.value("local_seconds", 0.0) / local_n;
+  m.source = where + ", " + std::to_string(expert_n + local_n) + " point-rounds";
+  return m;
 }
 
 }  // namespace
 
-std::optional<std::pair<double, double>> CampaignState::cost_per_point_round() const {
-  const auto r = cost_of(doc_);
-  if (!r) return std::nullopt;
-  return std::make_pair(r->expert_point_round_s, r->local_point_round_s);
+std::optional<MeasuredCost> CampaignState::measured_cost() const {
+  return cost_of(doc_, path_.string());
 }
 
-std::optional<RecordedCost> read_recorded_cost(const std::filesystem::path& dir) {
+std::optional<MeasuredCost> read_measured_cost(const std::filesystem::path& dir) {
   const auto path = dir / kCampaignFile;
   if (!std::filesystem::exists(path)) return std::nullopt;
   try {
-    return cost_of(nlohmann::json::parse(read_file(path)));
+    return cost_of(nlohmann::json::parse(read_file(path)), "campaign.json of " + dir.string());
   } catch (const nlohmann::json::exception& e) {
     throw std::runtime_error(path.string() + " is corrupt (" + e.what() + ")");
   }

@@ -11,6 +11,7 @@
 #include <string>
 #include <utility>
 
+#include "core/planner.h"
 #include "store/records.h"
 
 namespace moe {
@@ -40,9 +41,8 @@ class CampaignState {
   // this campaign predict from these totals.
   void record_costs(double expert_seconds, std::int64_t expert_point_rounds, double local_seconds,
                     std::int64_t local_point_rounds);
-  // Seconds per point-round {expert, local} measured so far; nullopt until both kinds (that the
-  // campaign has) were measured.
-  [[nodiscard]] std::optional<std::pair<double, double>> cost_per_point_round() const;
+  // Seconds per point-round measured so far (0 for a kind not measured yet); nullopt before any.
+  [[nodiscard]] std::optional<MeasuredCost> measured_cost() const;
 
   // Record accounting per stream (samples, medians, checks): `encoded` before a commit,
   // `written` after it. `reconcile` at start compares with the rows in complete rounds of the
@@ -70,11 +70,7 @@ void check_record_balance(const std::filesystem::path& dir, const RecordCounts& 
 
 // The measured cost per point-round recorded in `dir`/campaign.json, if any (for `harness plan`).
 // Throws std::runtime_error when the file exists but is not valid JSON.
-struct RecordedCost {
-  double expert_point_round_s = 0, local_point_round_s = 0;
-  std::int64_t point_rounds = 0;
-};
-[[nodiscard]] std::optional<RecordedCost> read_recorded_cost(const std::filesystem::path& dir);
+[[nodiscard]] std::optional<MeasuredCost> read_measured_cost(const std::filesystem::path& dir);
 
 // SHA-256 of the running executable (/proc/self/exe).
 [[nodiscard]] std::string executable_sha256();
