@@ -41,6 +41,17 @@ TEST(Files, AtomicWriteRemovesTemporariesOfKilledWritersOnly) {
   EXPECT_EQ(read_file(dir / "t.csv"), "new");
   EXPECT_FALSE(std::filesystem::exists(stale));
   EXPECT_TRUE(std::filesystem::exists(live));
+  // A target that cannot be replaced (a non-empty directory): the error names it, and no
+  // temporary file is left behind.
+  std::filesystem::create_directories(dir / "busy" / "inside");
+  try {
+    write_file_atomic(dir / "busy", "x");
+    FAIL() << "replaced a directory";
+  } catch (const std::runtime_error& e) {
+    EXPECT_NE(std::string(e.what()).find("cannot replace"), std::string::npos) << e.what();
+  }
+  for (const auto& entry : std::filesystem::directory_iterator(dir))
+    EXPECT_EQ(entry.path().filename().string().find("busy.tmp."), std::string::npos);
   std::filesystem::remove_all(dir);
 }
 
