@@ -20,8 +20,10 @@ std::vector<CellSummary> summarize(const StoredAcquisition& acq) {
     const auto n = cell.info.points.size();
     std::vector<std::vector<double>> round_medians(n), b_arm(n), b2_arm(n);
     for (const auto& r : cell.rounds) {
+      // The published value of `experts` is the 2B arm's (docs/measurement.md), else the point's.
       for (const auto& m : r.medians)
-        round_medians.at(static_cast<std::size_t>(m.point)).push_back(m.median_us);
+        round_medians.at(static_cast<std::size_t>(m.point))
+            .push_back(experts ? m.median_2b_us : m.median_us);
       if (!experts) continue;
       for (const auto& smp : r.samples) {
         auto& arm = smp.arm == static_cast<std::int8_t>(Arm::banks) ? b_arm : b2_arm;

@@ -30,14 +30,34 @@ std::optional<MRange> feasible_assignments(std::int64_t n, std::int64_t a, int l
   return MRange{lo, hi};
 }
 
+std::optional<std::string> feasibility_violation(std::int64_t n, std::int64_t a, std::int64_t m,
+                                                 int l, int e, int k) {
+  const auto says = [](const std::string& rule, std::int64_t bound) {
+    return std::optional<std::string>(rule + " = " + std::to_string(bound));
+  };
+  if (n < 1) return says("N >= 1, got N", n);
+  if (a == 0 && m == 0)
+    return e - l >= k ? std::nullopt
+                      : says("all-remote (A = M = 0) needs E - L >= k; E - L", e - l);
+  if (a < 1) return says("A >= 1 (or A = M = 0), got A", a);
+  if (a > l) return says("A <= L (local experts)", l);
+  if (m < a) return says("M >= A (every activated expert holds a row)", a);
+  const std::int64_t forced = n * std::max(0, k - (e - l));
+  if (m < forced) return says("M >= N*(k-(E-L)) (routes that must stay local)", forced);
+  const std::int64_t most = n * std::min<std::int64_t>(k, a);
+  if (m > most) return says("M <= N*min(k, A)", most);
+  return std::nullopt;
+}
+
 namespace {
 
 // Applies the capture-size rule to a geometric axis over [lo, hi]; `map` takes a per-DP-rank
-// token count G to this axis' rows. Capture points replace interior geometric points in the
-// covered range; beyond the capture cap the geometric points and the transition endpoint stay.
+// token count G to this axis' rows. Capture points are added; with `thin` they also replace the
+// interior geometric points of the covered range (beyond the capture cap the geometric points
+// and the transition endpoint stay).
 template <class Map>
 std::vector<std::int64_t> token_axis(const JobSpec& job, std::int64_t lo, std::int64_t hi,
-                                     std::int64_t multiple, Map map) {
+                                     std::int64_t multiple, bool thin, Map map) {
   auto geo = geometric_axis(lo, hi, job.grid_factor);
   std::set<std::int64_t> pts;
   for (auto v : geo) pts.insert(std::min(hi, (v + multiple - 1) / multiple * multiple));
@@ -45,7 +65,7 @@ std::vector<std::int64_t> token_axis(const JobSpec& job, std::int64_t lo, std::i
     const auto [gmin, gmax] =
         std::minmax_element(job.capture_sizes.begin(), job.capture_sizes.end());
     const auto cover_lo = map(*gmin), cover_hi = map(*gmax);
-    std::erase_if(pts, [&](std::int64_t v) { return v > cover_lo && v < cover_hi; });
+    if (thin) std::erase_if(pts, [&](std::int64_t v) { return v > cover_lo && v < cover_hi; });
     for (auto g : job.capture_sizes) pts.insert(map(g));
     pts.insert(lo);
     pts.insert(hi);
@@ -57,7 +77,7 @@ std::vector<std::int64_t> token_axis(const JobSpec& job, std::int64_t lo, std::i
 
 std::vector<std::int64_t> local_token_axis(const JobSpec& job, const Target& t) {
   const TokenDomains dom(t.tp, t.dp, t.sp);
-  return token_axis(job, 1, dom.local_rows(job.max_num_batched_tokens), 1,
+  return token_axis(job, 1, dom.local_rows(job.max_num_batched_tokens), 1, true,
                     [&](std::int64_t g) { return dom.local_rows(g); });
 }
 
@@ -66,8 +86,10 @@ std::vector<std::int64_t> expert_token_axis(const JobSpec& job, const Target& t)
   // Under SP every gathered row count is a multiple of TP.
   const std::int64_t multiple = dom.sequence_parallel() ? t.tp : 1;
   const std::int64_t one = dom.expert_rows(std::vector<std::int64_t>{1});
+  // At DP > 1 a step's gathered rows are a sum of unequal per-rank counts, not a capture size:
+  // the geometric range stays (docs/measurement.md).
   return token_axis(job, one, dom.uniform_expert_rows(job.max_num_batched_tokens), multiple,
-                    [&](std::int64_t g) { return dom.uniform_expert_rows(g); });
+                    t.dp == 1, [&](std::int64_t g) { return dom.uniform_expert_rows(g); });
 }
 
 std::vector<GridPoint> expert_grid(const JobSpec& job, const Target& t) {

@@ -32,6 +32,12 @@ struct MRange {
 [[nodiscard]] std::optional<MRange> feasible_assignments(std::int64_t n, std::int64_t a, int l,
                                                          int e, int k);
 
+// The first constraint of the feasibility polytope that (N, A, M) violates, as text naming it
+// (e.g. "M <= N*min(k, A) = 72"), or nullopt when the point is feasible. A = M = 0 is the
+// all-remote point, feasible when E - L >= k.
+[[nodiscard]] std::optional<std::string> feasibility_violation(std::int64_t n, std::int64_t a,
+                                                               std::int64_t m, int l, int e, int k);
+
 // Token axes after the capture-size rule (docs/measurement.md).
 [[nodiscard]] std::vector<std::int64_t> local_token_axis(const JobSpec& job, const Target& t);
 [[nodiscard]] std::vector<std::int64_t> expert_token_axis(const JobSpec& job, const Target& t);

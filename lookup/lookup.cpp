@@ -7,11 +7,15 @@
 #include "bundle/format.h"
 #include "core/files.h"
 #include "core/lru_cache.h"
+#include "core/planner.h"
 #include "lookup/simplex_interpolator.h"
 
 namespace moe {
 
 namespace {
+
+// Barycentric weights at or below this are round-off of a query on a simplex face.
+constexpr double kNegligibleWeight = 1e-12;
 
 struct Row {
   GridPoint point;
@@ -67,7 +71,8 @@ struct Deployment::Impl {
   std::unique_ptr<SimplexInterpolator> experts;
   std::unordered_map<CacheKey, LookupResult, CacheKeyHash> exact_experts;
   std::vector<Component> components;
-  LruCache<CacheKey, LookupResult> answers;  // bounded cache of answered queries
+  int experts_global = 0, top_k = 0, experts_local = 0;  // the feasibility polytope's E, k, L
+  LruCache<CacheKey, LookupResult> answers;              // bounded cache of answered queries
   std::size_t hits = 0;
 };
 
@@ -128,6 +133,15 @@ Deployment Deployment::load(const std::filesystem::path& variant_dir, const Depl
   auto impl = std::make_unique<Impl>();
   impl->contract = entry->contract;
   impl->answers.set_capacity(cache_capacity);
+  try {
+    impl->experts_global = entry->contract.at("geometry").at("num_experts").get<int>();
+    impl->top_k = entry->contract.at("geometry").at("top_k").get<int>();
+    impl->experts_local = entry->contract.at("expert_ownership").at("local_experts").get<int>();
+  } catch (const nlohmann::json::exception&) {
+    throw LookupError(variant_dir.string() +
+                      ": the entry's contract lacks geometry.num_experts, geometry.top_k or "
+                      "expert_ownership.local_experts");
+  }
   for (const auto& c : entry->contract.at("components")) {
     auto comp = parse_component(c.get<std::string>());
     if (!comp)
@@ -200,6 +214,11 @@ LookupResult Deployment::query(Component c, std::int64_t tokens, std::int64_t ac
   const std::string what = std::string(to_string(c));
   if (c != Component::experts) {
     r = d.local.at(c).at(tokens, what);
+  } else if (const auto violated = feasibility_violation(
+                 tokens, activated, assignments, d.experts_local, d.experts_global, d.top_k)) {
+    throw LookupError("experts: (N=" + std::to_string(tokens) + ", A=" + std::to_string(activated) +
+                      ", M=" + std::to_string(assignments) +
+                      ") is impossible for this deployment: it violates " + *violated);
   } else if (activated == 0 && assignments == 0) {
     r = d.all_remote.at(tokens, "experts (all remote)");
   } else if (auto ex = d.exact_experts.find(key); ex != d.exact_experts.end()) {
@@ -213,7 +232,13 @@ LookupResult Deployment::query(Component c, std::int64_t tokens, std::int64_t ac
       throw LookupError("experts: (N=" + std::to_string(tokens) +
                         ", A=" + std::to_string(activated) + ", M=" + std::to_string(assignments) +
                         ") is outside the measured support; the lookup never extrapolates");
-    for (const auto& [v, weight] : *w) {
+    // Vertices whose weight is round-off (the query lies on a face) are left out, and the
+    // remaining weights renormalized, so --explain lists only contributing rows.
+    double kept = 0;
+    for (const auto& [v, weight] : *w) kept += weight > kNegligibleWeight ? weight : 0;
+    for (auto [v, weight] : *w) {
+      if (weight <= kNegligibleWeight) continue;
+      weight /= kept;
       const auto& row = d.expert_rows[v];
       r.time_us += weight * row.time_us;
       r.vertices.push_back({row.point, row.time_us, weight});

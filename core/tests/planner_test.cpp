@@ -120,8 +120,15 @@ TEST(Grid, CaptureSizesReplaceInteriorTokenPoints) {
   const auto t = job.targets().front();
   // Local: capture points cover [1,12]; geometric 2,4,8 removed; 16,32 and the budget kept.
   EXPECT_EQ(local_token_axis(job, t), (std::vector<std::int64_t>{1, 3, 6, 12, 16, 32, 64}));
-  // Expert rows map G -> DP*G = 2,6,12,24; geometric points beyond 24 stay, 1 stays.
-  EXPECT_EQ(expert_token_axis(job, t), (std::vector<std::int64_t>{1, 2, 6, 12, 24, 32, 64, 128}));
+  // Expert rows at DP2 are sums of unequal per-rank counts: the capture images G -> DP*G =
+  // 2,6,12,24 are added, and the geometric rows between them stay.
+  EXPECT_EQ(expert_token_axis(job, t),
+            (std::vector<std::int64_t>{1, 2, 4, 6, 8, 12, 16, 24, 32, 64, 128}));
+  // At DP1 the expert rows are the local rows: thinned like them.
+  auto dp1 = job_for("tiny", 1, 1, 64, "FULL_AND_PIECEWISE");
+  dp1.capture_sizes = {1, 3, 6, 12};
+  EXPECT_EQ(expert_token_axis(dp1, dp1.targets().front()),
+            (std::vector<std::int64_t>{1, 3, 6, 12, 16, 32, 64}));
   job.graph_mode = GraphMode::full_decode_only;
   EXPECT_EQ(local_token_axis(job, t), (std::vector<std::int64_t>{1, 2, 4, 8, 16, 32, 64}));
   job.graph_mode = GraphMode::none;

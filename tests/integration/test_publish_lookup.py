@@ -121,7 +121,13 @@ with tempfile.TemporaryDirectory() as tmp:
     expect_error([HARNESS, "lookup", variant, "--tp", "1", "--dp", "2", "--component", "gate_routing",
                   "--tokens", "100000"], "outside the measured support")
     expect_error([HARNESS, "lookup", variant, "--tp", "1", "--dp", "2", "--component", "experts",
-                  "--tokens", "4", "--activated", "2", "--assignments", "1000"], "outside the measured support")
+                  "--tokens", "100000", "--activated", "1", "--assignments", "100000"],
+                 "outside the measured support")
+    # Impossible for the geometry (tiny: k = 2), even inside the hull: the violated constraint is named.
+    expect_error([HARNESS, "lookup", variant, "--tp", "1", "--dp", "2", "--component", "experts",
+                  "--tokens", "24", "--activated", "3", "--assignments", "60"], "M <= N*min(k, A) = 48")
+    expect_error([HARNESS, "lookup", variant, "--tp", "1", "--dp", "2", "--component", "experts",
+                  "--tokens", "4", "--activated", "0", "--assignments", "3"], "A >= 1 (or A = M = 0)")
     expect_error([HARNESS, "lookup", variant, "--tp", "1", "--dp", "1", "--component", "finalize_copy",
                   "--tokens", "4"], "not in this deployment's contract")
     expect_error([HARNESS, "lookup", variant, "--tp", "1", "--dp", "2", "--component", "shared",

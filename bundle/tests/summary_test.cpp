@@ -1,0 +1,50 @@
+#include "bundle/summary.h"
+
+#include <gtest/gtest.h>
+
+namespace moe {
+namespace {
+
+// One experts cell with one point and `rounds` rounds whose B and 2B arms time differently.
+StoredAcquisition experts_cell(const std::vector<std::pair<double, double>>& b_and_2b) {
+  StoredCell cell;
+  cell.info = {"tp1.experts",
+               R"({"component":"experts"})",
+               {{64, 4, 128}},
+               static_cast<int>(b_and_2b.size())};
+  std::int32_t round = 0;
+  for (const auto& [b, b2] : b_and_2b) {
+    CellRound r;
+    r.round = round;
+    for (int f = 0; f < 4; ++f) {
+      r.samples.push_back({0, round, static_cast<std::int8_t>(Arm::banks), f % 2, f, b, 3, 7});
+      r.samples.push_back(
+          {0, round, static_cast<std::int8_t>(Arm::double_banks), f % 4, f, b2, 3, 7});
+    }
+    r.medians.push_back({0, round, (b + b2) / 2, b, b2});
+    cell.rounds.push_back(r);
+    cell.rounds_done.push_back(1);
+    ++round;
+  }
+  StoredAcquisition acq;
+  acq.cells.push_back(cell);
+  return acq;
+}
+
+TEST(Summary, ExpertsPublishTheDoubleBankArmNotThePool) {
+  const auto s = summarize(experts_cell({{100, 102}, {101, 103}, {99, 104}}));
+  ASSERT_EQ(s.size(), 1u);
+  ASSERT_TRUE(s[0].points[0].time_us);
+  EXPECT_DOUBLE_EQ(*s[0].points[0].time_us, 103.0);  // median of the 2B round medians
+  EXPECT_TRUE(s[0].points[0].bank_check_passed);
+}
+
+TEST(Summary, BankControlFailsBeyondThreePercent) {
+  const auto s = summarize(experts_cell({{100, 110}, {100, 111}}));
+  EXPECT_FALSE(s[0].points[0].bank_check_passed);
+  EXPECT_EQ(s[0].failed_points, 1);
+  EXPECT_NEAR(s[0].max_relative_change, 0.105, 1e-9);
+}
+
+}  // namespace
+}  // namespace moe
