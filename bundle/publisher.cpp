@@ -12,6 +12,7 @@
 #include <sstream>
 
 #include "bundle/bundle_meta.h"
+#include "bundle/fidelity.h"
 #include "bundle/format.h"
 #include "bundle/sanity.h"
 #include "bundle/summary.h"
@@ -55,12 +56,6 @@ PublishReport publish(const std::string& h5_path, const PublishOptions& options)
 
 PublishReport publish(const StoredAcquisition& acq, const std::string& h5_path,
                       const PublishOptions& options) {
-  const auto summaries = summarize(acq);
-  std::map<std::string, const CellSummary*> by_cell;
-  std::map<std::string, const StoredCell*> stored;
-  for (const auto& s : summaries) by_cell[s.id] = &s;
-  for (const auto& c : acq.cells) stored[c.info.id] = &c;
-
   // The campaign's record counters (campaign.json beside the file) must balance with the rows in
   // complete rounds, with nothing dropped.
   try {
@@ -90,6 +85,13 @@ PublishReport publish(const StoredAcquisition& acq, const std::string& h5_path,
   }
   const fs::path variant_dir = fs::path(out_root) / variant;
 
+  std::vector<ComponentFidelity> fidelity;
+  try {
+    fidelity = evaluate_fidelity(acq);
+  } catch (const std::exception& e) {
+    throw PublishError("nothing published from '" + h5_path + "': " + e.what());
+  }
+  const double tolerance = contract.fidelity.tolerance;
   std::vector<TargetWork> work;
   std::vector<std::string> problems;
   for (const auto& t : contract.targets) {
@@ -101,41 +103,65 @@ PublishReport publish(const StoredAcquisition& acq, const std::string& h5_path,
     w.dir = bundle_format::target_dir(variant_dir, w.target, bundle_format::kComponentsDir);
     std::ostringstream csv, samples;
     csv << bundle_format::kComponentsHeader << "\n";
-    int checked = 0, failed = 0, rows = 0, rounds = 0, planned = 0;
+    int rows = 0, checked = 0, failed = 0;
     double max_change = 0;
-    bool ok = true;
+    bool ok = true, accepted = false;
+    json per_component = json::object();
     for (const auto component : t.components()) {
       const std::string name(to_string(component));
-      const auto id = w.target.cell_id() + "." + name;
-      auto it = by_cell.find(id);
-      if (it == by_cell.end()) {
+      const auto f = std::find_if(fidelity.begin(), fidelity.end(), [&](const auto& x) {
+        return x.target.cell_id() == t.target.cell_id() && x.component == component;
+      });
+      if (f == fidelity.end()) {
         problems.push_back(w.label + ": component " + name + " is missing from the file");
         ok = false;
         continue;
       }
-      const auto& cs = *it->second;
-      planned = cs.rounds_planned;
-      rounds = rounds == 0 ? cs.rounds_complete : std::min(rounds, cs.rounds_complete);
-      if (!cs.complete()) {
-        problems.push_back(
-            w.label + ": " + name + " is incomplete (" + std::to_string(cs.rounds_complete) + "/" +
-            std::to_string(cs.rounds_planned) + " rounds); run acquire again to resume");
+      if (!f->complete) {
+        problems.push_back(w.label + ": " + name +
+                           " is incomplete (a round of the grid, its held-out set or a refinement "
+                           "stage is missing); run acquire again to resume");
         ok = false;
         continue;
       }
-      for (const auto& r : stored.at(id)->rounds)
-        for (const auto& c : r.checks)
-          if (!c.pass) {
-            problems.push_back(w.label + ": " + name + " failed its correctness check (round " +
-                               std::to_string(r.round) + ")");
-            ok = false;
-          }
-      checked += cs.checked_points;
-      failed += cs.failed_points;
-      max_change = std::max(max_change, cs.max_relative_change);
+      for (const auto& cell : acq.cells) {
+        if (!cell.info.id.starts_with(fidelity_cell_id(t.target, component, {}))) continue;
+        for (const auto& r : cell.rounds)
+          for (const auto& c : r.checks)
+            if (!c.pass) {
+              problems.push_back(w.label + ": " + name + " failed its correctness check (cell " +
+                                 cell.info.id + ", round " + std::to_string(r.round) + ")");
+              ok = false;
+            }
+      }
+      // The fidelity gate: no grid point may have failed B/2B at its last measurement, and the
+      // held-out p95 must meet the tolerance.
+      std::vector<std::string> misses;
+      if (!f->failed.empty())
+        misses.push_back(std::to_string(f->failed.size()) +
+                         " grid points failed the weight-bank control after every re-measure");
+      if (f->statistics.p95 > tolerance)
+        misses.push_back("held-out p95 error " + std::to_string(f->statistics.p95 * 100) +
+                         "% exceeds the tolerance " + std::to_string(tolerance * 100) + "%");
+      if (!misses.empty()) {
+        std::string why;
+        for (const auto& m : misses) why += (why.empty() ? "" : "; ") + m;
+        if (options.accept_failures) {
+          accepted = true;
+        } else {
+          problems.push_back(w.label + ": " + name + ": " + why +
+                             " (see harness inspect; publish --accept-failures records them)");
+          ok = false;
+        }
+      }
       int published_points = 0;
-      for (const auto& p : cs.points) {
-        if (!p.time_us || !p.bank_check_passed) continue;  // failed B/2B points are not published
+      for (const auto& p : f->table) {
+        if (p.relative_change) {
+          ++checked;
+          failed += p.bank_check_passed ? 0 : 1;
+          max_change = std::max(max_change, *p.relative_change);
+        }
+        if (!p.bank_check_passed) continue;  // listed in coverage.fidelity.failed_points
         csv << name << ",eager," << p.point.tokens << "," << p.point.activated << ","
             << p.point.assignments << "," << format_time(*p.time_us) << "\n";
         ++published_points;
@@ -146,25 +172,30 @@ PublishReport publish(const StoredAcquisition& acq, const std::string& h5_path,
                            " has no point that passed the weight-bank control");
         ok = false;
       }
-      if (options.samples) {
-        const auto& pts = stored.at(id)->info.points;
-        for (const auto& r : stored.at(id)->rounds)
-          for (const auto& s : r.samples) {
-            const auto& p = pts.at(static_cast<std::size_t>(s.point));
-            samples << json{{"component", name},
-                            {"tokens", p.tokens},
-                            {"activated_experts", p.activated},
-                            {"local_assignments", p.assignments},
-                            {"round", s.round},
-                            {"arm", s.arm},
-                            {"bank", s.bank},
-                            {"forward", s.forward},
-                            {"time_us", s.value_us},
-                            {"activity_count", s.activity_count}}
-                           .dump()
-                    << "\n";
-          }
-      }
+      per_component[name] = f->to_json(tolerance);
+      if (options.samples)
+        for (const auto& cell : acq.cells) {
+          if (!cell.info.id.starts_with(fidelity_cell_id(t.target, component, {}))) continue;
+          const auto role = cell_role(json::parse(cell.info.json));
+          for (const auto& r : cell.rounds)
+            for (const auto& s : r.samples) {
+              const auto& p = cell.info.points.at(static_cast<std::size_t>(s.point));
+              samples << json{{"component", name},
+                              {"tokens", p.tokens},
+                              {"activated_experts", p.activated},
+                              {"local_assignments", p.assignments},
+                              {"stage", role.stage},
+                              {"held_out", role.held_out},
+                              {"round", s.round},
+                              {"arm", s.arm},
+                              {"bank", s.bank},
+                              {"forward", s.forward},
+                              {"time_us", s.value_us},
+                              {"activity_count", s.activity_count}}
+                             .dump()
+                      << "\n";
+            }
+        }
     }
     if (!ok) continue;
     w.csv = csv.str();
@@ -179,15 +210,18 @@ PublishReport publish(const StoredAcquisition& acq, const std::string& h5_path,
         table_sanity.add("time_us", std::stod(row.substr(row.rfind(',') + 1)));
     }
     w.coverage = {{"sanity", table_sanity.to_json()},
-                  {"completion", planned > 0 ? static_cast<double>(rounds) / planned : 0.0},
-                  {"completed_rounds", rounds},
-                  {"planned_rounds", planned},
+                  {"completion", 1.0},
+                  {"completed_rounds", contract.conditioning.rounds},
+                  {"planned_rounds", contract.conditioning.rounds},
                   {"rows", rows},
                   {"table_sha256", sha256_hex(w.csv)},
                   {"conditioning_summary",
                    {{"checked_points", checked},
                     {"failed_points", failed},
-                    {"max_relative_change", max_change}}}};
+                    {"max_relative_change", max_change}}},
+                  {"fidelity",
+                   {{"status", accepted ? "accepted-with-failures" : "validated"},
+                    {"components", per_component}}}};
     work.push_back(std::move(w));
   }
   // Collective tables beside the MoE tables.

@@ -19,6 +19,10 @@ struct PublishOptions {
   std::string out_root;  // empty: the job's out_root recorded in the file
   std::string variant;   // empty: the job's variant recorded in the file
   bool samples = false;  // also write samples.jsonl (one JSON object per timed forward)
+  // Publish tables that miss the fidelity gate (points that failed B/2B after every re-measure,
+  // held-out p95 above the tolerance); the entry records fidelity.status
+  // "accepted-with-failures" with the numbers. Without it such tables are refused.
+  bool accept_failures = false;
 };
 
 struct PublishReport {

@@ -87,14 +87,19 @@ Contract Contract::of(const Plan& plan, const std::string& backend, const std::s
   c.grid = {job.grid_factor,           job.max_num_batched_tokens, job.max_num_seqs,
             to_string(job.graph_mode), job.capture_sizes,          job.capture_sizes_derived};
   c.conditioning = {job.rounds, job.iterations, kBankTolerance, cache_bytes, job.seed};
+  c.fidelity = job.fidelity;
+  const auto digest = [](const std::vector<GridPoint>& points) {
+    std::string pts;
+    for (const auto& p : points)
+      pts += std::to_string(p.tokens) + "," + std::to_string(p.activated) + "," +
+             std::to_string(p.assignments) + ";";
+    return GridDigest{static_cast<std::int64_t>(points.size()), sha256_hex(pts)};
+  };
   for (const auto& t : plan.targets) {
-    TargetContract tc{t.target, t.ownership, t.weight_banks, {}};
+    TargetContract tc{t.target, t.ownership, t.weight_banks, {}, {}};
     for (const auto& g : t.components) {
-      std::string pts;
-      for (const auto& p : g.points)
-        pts += std::to_string(p.tokens) + "," + std::to_string(p.activated) + "," +
-               std::to_string(p.assignments) + ";";
-      tc.grids[g.component] = {static_cast<std::int64_t>(g.points.size()), sha256_hex(pts)};
+      tc.grids[g.component] = digest(g.points);
+      tc.held_out[g.component] = digest(g.held_out);
     }
     c.targets.push_back(std::move(tc));
   }
@@ -103,11 +108,30 @@ Contract Contract::of(const Plan& plan, const std::string& backend, const std::s
 
 namespace {
 
-json grids_json(const TargetContract& t) {
+json grids_json(const std::map<Component, GridDigest>& digests) {
   json grids = json::object();
-  for (const auto& [c, g] : t.grids)
+  for (const auto& [c, g] : digests)
     grids[std::string(to_string(c))] = {{"points", g.points}, {"sha256", g.sha256}};
   return grids;
+}
+
+json fidelity_json(const FidelitySpec& f) {
+  return {{"tolerance", f.tolerance},
+          {"max_added_points", f.max_added_points},
+          {"random_points", f.random_points},
+          {"remeasure_limit", f.remeasure_limit},
+          {"refine", f.refine}};
+}
+
+std::map<Component, GridDigest> digests_from_json(const json& j, const std::string& where) {
+  std::map<Component, GridDigest> out;
+  for (const auto& [name, digest] : j.items()) {
+    const auto component = parse_component(name);
+    if (!component) throw ContractError("contract: " + where + " names '" + name + "'");
+    out[*component] = {field<std::int64_t>(digest, "points", where + "." + name + "."),
+                       field<std::string>(digest, "sha256", where + "." + name + ".")};
+  }
+  return out;
 }
 
 json ownership_json(const ExpertOwnership& o) {
@@ -124,7 +148,8 @@ json Contract::to_json() const {
     targets_json.push_back({{"target", t.target.to_json()},
                             {"expert_ownership", ownership_json(t.ownership)},
                             {"weight_banks", t.weight_banks},
-                            {"grids", grids_json(t)}});
+                            {"grids", grids_json(t.grids)},
+                            {"held_out", grids_json(t.held_out)}});
   return {{"geometry", geometry_json(geometry)},
           {"backend", backend},
           {"timing", timing},
@@ -143,6 +168,7 @@ json Contract::to_json() const {
             {"bank_tolerance", conditioning.bank_tolerance},
             {"cache_bytes", conditioning.cache_bytes},
             {"seed", conditioning.seed}}},
+          {"fidelity", fidelity_json(fidelity)},
           {"targets", targets_json}};
 }
 
@@ -167,6 +193,12 @@ Contract Contract::from_json(const json& j) {
                     field<double>(k, "bank_tolerance", "conditioning."),
                     field<std::int64_t>(k, "cache_bytes", "conditioning."),
                     field<std::uint64_t>(k, "seed", "conditioning.")};
+  const auto& f = object(j, "fidelity", "");
+  c.fidelity = {field<double>(f, "tolerance", "fidelity."),
+                field<int>(f, "max_added_points", "fidelity."),
+                field<int>(f, "random_points", "fidelity."),
+                field<int>(f, "remeasure_limit", "fidelity."),
+                field<bool>(f, "refine", "fidelity.")};
   if (!j.contains("targets") || !j.at("targets").is_array())
     throw ContractError("contract: 'targets' is missing or not a list");
   for (const auto& t : j.at("targets")) {
@@ -181,12 +213,8 @@ Contract Contract::from_json(const json& j) {
     tc.ownership = {field<int>(o, "local_experts", where + "expert_ownership."),
                     field<int>(o, "first_expert", where + "expert_ownership.")};
     tc.weight_banks = field<int>(t, "weight_banks", where);
-    for (const auto& [name, digest] : object(t, "grids", where).items()) {
-      const auto component = parse_component(name);
-      if (!component) throw ContractError("contract: " + where + "grids names '" + name + "'");
-      tc.grids[*component] = {field<std::int64_t>(digest, "points", where + name + "."),
-                              field<std::string>(digest, "sha256", where + name + ".")};
-    }
+    tc.grids = digests_from_json(object(t, "grids", where), where + "grids");
+    tc.held_out = digests_from_json(object(t, "held_out", where), where + "held_out");
     c.targets.push_back(std::move(tc));
   }
   return c;
@@ -232,7 +260,9 @@ json Contract::component_table(const TargetContract& t) const {
             {"capture_tokens", grid.capture_sizes},
             {"capture_tokens_derived", grid.capture_sizes_derived},
             {"max_num_batched_tokens", grid.max_num_batched_tokens}}},
-          {"grids", grids_json(t)}};
+          {"fidelity", fidelity_json(fidelity)},
+          {"grids", grids_json(t.grids)},
+          {"held_out", grids_json(t.held_out)}};
 }
 
 json Contract::collective_table(const TargetContract& t,

@@ -13,6 +13,7 @@
 
 #include "core/component.h"
 #include "core/geometry.h"
+#include "core/job_spec.h"
 #include "core/target.h"
 
 namespace moe {
@@ -37,6 +38,7 @@ struct TargetContract {
   ExpertOwnership ownership;
   int weight_banks = 0;
   std::map<Component, GridDigest> grids;
+  std::map<Component, GridDigest> held_out;  // the planned held-out sets (refinement adds more)
   // The components of the grid in measurement order (gate_routing, experts, ...).
   [[nodiscard]] std::vector<Component> components() const;
 };
@@ -66,6 +68,7 @@ struct Contract {
   int planner_version = 0;
   GridConditions grid;
   Conditioning conditioning;
+  FidelitySpec fidelity;
   std::vector<TargetContract> targets;
 
   // The acquisition's contract for a plan made on a device with `cache_bytes` of L2.

@@ -26,6 +26,9 @@ inline constexpr std::int64_t kParallel = 4096;       // each TP and DP degree
 inline constexpr std::int64_t kRounds = 1000;         // measurement.rounds
 inline constexpr std::int64_t kIterations = 100000;   // measurement.iterations
 inline constexpr double kMinGridFactor = 1.1;         // measurement.grid_factor
+inline constexpr std::int64_t kAddedPoints = 100000;  // fidelity.max_added_points
+inline constexpr std::int64_t kHeldOutRandom = 10000;  // fidelity.random_points
+inline constexpr std::int64_t kRemeasures = 100;       // fidelity.remeasure_limit
 }  // namespace job_limits
 
 // Every problem with a job (file, YAML, values, command-line overrides) is one JobError whose
@@ -39,6 +42,19 @@ enum class GraphMode { none, piecewise, full, full_and_piecewise, full_decode_on
 [[nodiscard]] std::string to_string(GraphMode m);
 // True for modes whose capture sizes replace interior geometric token points.
 [[nodiscard]] bool capture_sizes_replace_tokens(GraphMode m);
+
+// Held-out validation, adaptive refinement and quality gates (docs/measurement.md#fidelity).
+struct FidelitySpec {
+  double tolerance = 0.02;            // held-out |relative error| a table must meet
+  int max_added_points = 2000;        // per cell: grid points refinement may add
+  int random_points = 12;             // per cell: random feasible held-out points
+  int remeasure_limit = 2;            // fresh measurements of a point that fails B/2B
+  bool refine = true;                 // false: validate only, never add points
+  // Publish tables that miss the gate, recorded as fidelity "accepted-with-failures" (a
+  // publishing policy, not a measurement condition: not part of the contract).
+  bool accept_failures = false;
+  bool operator==(const FidelitySpec&) const = default;
+};
 
 struct JobSpec {
   std::string source;  // file path, or "<embedded default>"
@@ -64,6 +80,7 @@ struct JobSpec {
   std::string out_root = "out";
   std::string variant;
   double gpu_hours = 1.0;
+  FidelitySpec fidelity;
 
   // Deployment cells selected by tp x dp (EP = TP*DP), the ep filter and the rank filter.
   // Throws JobError naming an unmatched explicit EP or an EP that does not divide E.

@@ -5,6 +5,7 @@
 #include <cstdio>
 #include <set>
 
+#include "core/refinement.h"
 #include "core/roofline.h"
 
 namespace moe {
@@ -92,36 +93,64 @@ std::vector<std::int64_t> expert_token_axis(const JobSpec& job, const Target& t)
                     t.dp == 1, [&](std::int64_t g) { return dom.uniform_expert_rows(g); });
 }
 
-std::vector<GridPoint> expert_grid(const JobSpec& job, const Target& t) {
+std::vector<GridPoint> expert_row(const JobSpec& job, const Target& t, std::int64_t n) {
   const auto& g = job.geometry;
   const auto own = ExpertOwnership::of(g, t);
   const int l = own.local_experts, e = g.experts, k = g.top_k;
   const std::int64_t must_be_local = std::max(0, k - (e - l));
   std::set<GridPoint> pts;
-  for (const auto n : expert_token_axis(job, t)) {
-    if (e - l >= k) pts.insert({n, 0, 0});  // all-remote
-    const std::int64_t a_lo = std::max<std::int64_t>(1, must_be_local);
-    const std::int64_t a_hi = std::min<std::int64_t>(l, n * k);
-    if (a_lo > a_hi) continue;
-    std::set<std::int64_t> a_axis;
-    for (auto a : geometric_axis(1, l, job.grid_factor))
-      if (a >= a_lo && a <= a_hi) a_axis.insert(a);
-    // Endpoints and the slope changes of M's bounds (A = k on the upper, A = N*r on the lower).
-    for (auto a : {a_lo, a_hi, std::int64_t{k}, n * must_be_local})
-      if (a >= a_lo && a <= a_hi) a_axis.insert(a);
-    const std::int64_t balanced =
-        std::llround(static_cast<double>(n) * k * l / static_cast<double>(e));
-    for (auto a : a_axis) {
-      const auto range = feasible_assignments(n, a, l, e, k);
-      if (!range) continue;
-      std::set<std::int64_t> m_axis{range->lo, range->hi};
-      for (auto m : geometric_axis(1, range->hi, job.grid_factor))
-        if (m > range->lo && m < range->hi) m_axis.insert(m);
-      if (balanced >= range->lo && balanced <= range->hi) m_axis.insert(balanced);
-      for (auto m : m_axis) pts.insert({n, a, m});
-    }
-  }
+  if (e - l >= k) pts.insert({n, 0, 0});  // all-remote
+  const std::int64_t a_lo = std::max<std::int64_t>(1, must_be_local);
+  const std::int64_t a_hi = std::min<std::int64_t>(l, n * k);
+  if (a_lo > a_hi) return {pts.begin(), pts.end()};
+  std::set<std::int64_t> a_axis;
+  for (auto a : geometric_axis(1, l, job.grid_factor))
+    if (a >= a_lo && a <= a_hi) a_axis.insert(a);
+  // Endpoints and the slope changes of M's bounds (A = k on the upper, A = N*r on the lower).
+  for (auto a : {a_lo, a_hi, std::int64_t{k}, n * must_be_local})
+    if (a >= a_lo && a <= a_hi) a_axis.insert(a);
+  for (auto a : a_axis)
+    for (const auto& p : expert_column(job, t, n, a)) pts.insert(p);
   return {pts.begin(), pts.end()};
+}
+
+std::vector<GridPoint> expert_column(const JobSpec& job, const Target& t, std::int64_t n,
+                                     std::int64_t a) {
+  const auto& g = job.geometry;
+  const int l = ExpertOwnership::of(g, t).local_experts, e = g.experts, k = g.top_k;
+  const auto range = feasible_assignments(n, a, l, e, k);
+  if (!range) return {};
+  std::set<std::int64_t> m_axis{range->lo, range->hi};
+  for (auto m : geometric_axis(1, range->hi, job.grid_factor))
+    if (m > range->lo && m < range->hi) m_axis.insert(m);
+  const std::int64_t balanced =
+      std::llround(static_cast<double>(n) * k * l / static_cast<double>(e));
+  if (balanced >= range->lo && balanced <= range->hi) m_axis.insert(balanced);
+  std::vector<GridPoint> out;
+  for (auto m : m_axis) out.push_back({n, a, m});
+  return out;
+}
+
+std::vector<GridPoint> expert_grid(const JobSpec& job, const Target& t) {
+  std::set<GridPoint> pts;
+  for (const auto n : expert_token_axis(job, t))
+    for (const auto& p : expert_row(job, t, n)) pts.insert(p);
+  return {pts.begin(), pts.end()};
+}
+
+std::optional<GridPoint> balanced_point(const JobSpec& job, const Target& t, std::int64_t n) {
+  const auto& g = job.geometry;
+  const int l = ExpertOwnership::of(g, t).local_experts, e = g.experts, k = g.top_k;
+  const std::int64_t a_lo = std::max<std::int64_t>(1, std::max(0, k - (e - l)));
+  const std::int64_t a_hi = std::min<std::int64_t>(l, n * k);
+  if (a_lo > a_hi) return std::nullopt;
+  const auto a = std::clamp<std::int64_t>(std::llround(expected_distinct_experts(g, l, n)), a_lo,
+                                          a_hi);
+  const auto range = feasible_assignments(n, a, l, e, k);
+  if (!range) return std::nullopt;
+  const auto m = std::clamp<std::int64_t>(
+      std::llround(static_cast<double>(n) * k * l / static_cast<double>(e)), range->lo, range->hi);
+  return GridPoint{n, a, m};
 }
 
 std::vector<Component> component_set(const ModelGeometry& g, const Target& t) {
@@ -183,12 +212,13 @@ Plan make_plan(const JobSpec& job, std::optional<std::int64_t> l2_bytes) {
       if (!job.components.empty() &&
           std::find(job.components.begin(), job.components.end(), c) == job.components.end())
         continue;
-      ComponentGrid grid{c, {}};
+      ComponentGrid grid{c, {}, {}};
       if (c == Component::experts) {
         grid.points = expert_grid(job, t);
       } else {
         for (auto n : tp.local_tokens) grid.points.push_back({n, 0, 0});
       }
+      grid.held_out = held_out_points(job, t, c, grid.points);
       tp.components.push_back(std::move(grid));
     }
     plan.targets.push_back(std::move(tp));

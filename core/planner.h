@@ -14,11 +14,14 @@
 
 namespace moe {
 
-inline constexpr int kPlannerVersion = 1;
+inline constexpr int kPlannerVersion = 2;  // 2: held-out sets, DP > 1 gathered range
 
 struct ComponentGrid {
   Component component;
   std::vector<GridPoint> points;
+  // Measured under the same protocol but never interpolated from: the validation set
+  // (held_out_points).
+  std::vector<GridPoint> held_out;
 };
 
 // Geometric sequence lo, lo*f, lo*f^2, ... (rounded, deduplicated) with both endpoints.
@@ -42,8 +45,19 @@ struct MRange {
 [[nodiscard]] std::vector<std::int64_t> local_token_axis(const JobSpec& job, const Target& t);
 [[nodiscard]] std::vector<std::int64_t> expert_token_axis(const JobSpec& job, const Target& t);
 
-// Positive-work expert points (+ the all-remote A=M=0 point per N when E-L >= k).
+// Positive-work expert points (+ the all-remote A=M=0 point per N when E-L >= k): the rows of
+// expert_row over the expert token axis.
 [[nodiscard]] std::vector<GridPoint> expert_grid(const JobSpec& job, const Target& t);
+// The grid points of one N row: its A axis, each with its M column (expert_column).
+[[nodiscard]] std::vector<GridPoint> expert_row(const JobSpec& job, const Target& t,
+                                                std::int64_t n);
+// The M column at (N, A): both feasible bounds, geometric points between, the balanced total.
+[[nodiscard]] std::vector<GridPoint> expert_column(const JobSpec& job, const Target& t,
+                                                   std::int64_t n, std::int64_t a);
+// Balanced routing at N for this target: A = the expected distinct local experts, M = N·k·L/E,
+// both rounded and clamped to the feasible polytope; nullopt when no positive-work point exists.
+[[nodiscard]] std::optional<GridPoint> balanced_point(const JobSpec& job, const Target& t,
+                                                      std::int64_t n);
 
 // Components measured for a target: DP1 path or DP+EP path, plus `wrapper` with shared experts.
 [[nodiscard]] std::vector<Component> component_set(const ModelGeometry& g, const Target& t);

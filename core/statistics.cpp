@@ -15,6 +15,15 @@ double median(std::vector<double> v) {
   return 0.5 * (lo + hi);
 }
 
+double quantile(std::vector<double> v, double q) {
+  if (v.empty()) return std::nan("");
+  std::sort(v.begin(), v.end());
+  const double pos = q * static_cast<double>(v.size() - 1);
+  const auto i = static_cast<std::size_t>(pos);
+  if (i + 1 >= v.size()) return v.back();
+  return v[i] + (pos - static_cast<double>(i)) * (v[i + 1] - v[i]);
+}
+
 std::optional<double> median_of_medians(std::span<const double> round_medians) {
   if (round_medians.empty()) return std::nullopt;
   return median({round_medians.begin(), round_medians.end()});

@@ -10,6 +10,9 @@ namespace moe {
 inline constexpr double kBankTolerance = 0.03;  // B vs 2B pooled medians (docs/measurement.md)
 
 [[nodiscard]] double median(std::vector<double> v);
+// The q-quantile (0 <= q <= 1) with linear interpolation between order statistics (the common
+// "type 7" definition of numpy and R); NaN for an empty vector.
+[[nodiscard]] double quantile(std::vector<double> v, double q);
 // Median of per-round medians; nullopt when there are none yet.
 [[nodiscard]] std::optional<double> median_of_medians(std::span<const double> round_medians);
 

@@ -72,7 +72,7 @@ void print_summary(const AcquireSummary& s, const StoredAcquisition& acq, std::o
 int acquire(const Args& args) {
   JobOptions jo;
   std::string out;
-  bool quiet = false, no_publish = false, samples = false, resume = false;
+  bool quiet = false, no_publish = false, samples = false, resume = false, accept = false;
   po::options_description desc("mpirun -np N harness acquire [JOB] [options]");
   jo.add_to(desc);
   desc.add_options()("out", po::value(&out),
@@ -82,7 +82,9 @@ int acquire(const Args& args) {
       "no-publish", po::bool_switch(&no_publish),
       "do not publish bundles after a complete acquisition")("samples", po::bool_switch(&samples),
                                                              "publish samples.jsonl per target")(
-      "resume", po::bool_switch(&resume), "require an interrupted campaign in --out to continue");
+      "resume", po::bool_switch(&resume), "require an interrupted campaign in --out to continue")(
+      "accept-failures", po::bool_switch(&accept),
+      "publish tables that miss the fidelity gate, recorded as accepted-with-failures");
   po::positional_options_description pos;
   pos.add("job", 1);
   if (!parse(args, desc, pos)) return 0;  // --help was printed
@@ -111,7 +113,9 @@ int acquire(const Args& args) {
     print_summary(summary, acq, std::cout);
     const auto publish_start = std::chrono::steady_clock::now();
     if (!no_publish)
-      print_publish_report(moe::publish(acq, summary.file, {job.out_root, job.variant, samples}),
+      print_publish_report(moe::publish(acq, summary.file,
+                                        {job.out_root, job.variant, samples,
+                                         accept || job.fidelity.accept_failures}),
                            std::cout);
     const double publish_s =
         std::chrono::duration<double>(std::chrono::steady_clock::now() - publish_start).count();

@@ -21,12 +21,14 @@ void print_publish_report(const PublishReport& r, std::ostream& os) {
 
 int publish(const Args& args) {
   std::string h5, out_root, variant;
-  bool samples = false, force = false;
+  bool samples = false, force = false, accept = false;
   po::options_description desc("harness publish ACQUISITION.h5 [options]");
   desc.add_options()("file", po::value(&h5), "acquisition file written by acquire")(
       "out-root", po::value(&out_root), "bundle root (default: the job's out_root)")(
       "variant", po::value(&variant), "variant name (default: the job's variant)")(
       "samples", po::bool_switch(&samples), "also write samples.jsonl per target")(
+      "accept-failures", po::bool_switch(&accept),
+      "publish tables that miss the fidelity gate, recorded as accepted-with-failures")(
       "force", po::bool_switch(&force), "rejected: published tables are never overwritten");
   po::positional_options_description pos;
   pos.add("file", 1);
@@ -37,7 +39,7 @@ int publish(const Args& args) {
         "publish into another --out-root (or --variant) instead");
   if (h5.empty())
     throw PublishError("name the acquisition file to publish (harness publish FILE.h5)");
-  print_publish_report(moe::publish(h5, {out_root, variant, samples}), std::cout);
+  print_publish_report(moe::publish(h5, {out_root, variant, samples, accept}), std::cout);
   return 0;
 }
 

@@ -16,25 +16,9 @@
 #include <vector>
 
 #include "core/component.h"
+#include "lookup/tables.h"
 
 namespace moe {
-
-class LookupError : public std::runtime_error {
- public:
-  using std::runtime_error::runtime_error;
-};
-
-struct LookupVertex {
-  GridPoint point;
-  double time_us;
-  double weight;
-};
-
-struct LookupResult {
-  double time_us = 0;
-  bool exact = false;                  // the query is a measured row
-  std::vector<LookupVertex> vertices;  // at most four, weights >= 0 summing to 1
-};
 
 struct DeploymentKey {
   int tp = 1, dp = 1, rank = 0;

@@ -9,14 +9,17 @@
 #include <filesystem>
 #include <iostream>
 #include <nlohmann/json.hpp>
+#include <set>
 
 #include "bundle/bundle_meta.h"
+#include "bundle/fidelity.h"
 #include "bundle/format.h"
 #include "comm/collectives.h"
 #include "core/checked_call.h"
 #include "core/contract.h"
 #include "core/files.h"
 #include "core/planner.h"
+#include "core/refinement.h"
 #include "core/timestamp.h"
 #include "ranks/collectives_phase.h"
 #include "ranks/colocate.h"
@@ -54,16 +57,22 @@ std::string load_average() {
   return buf;
 }
 
-// One cell: a target's component grid. Cell i belongs to rank i % size.
+// One cell: a target's component grid, its held-out set, or what a refinement stage added to
+// either. Cell i belongs to rank i % size.
 struct Cell {
   const TargetPlan* target;
-  const ComponentGrid* grid;
+  Component component;
+  CellRole role;
   CellInfo info;
   std::vector<std::int8_t> rounds_done;
   [[nodiscard]] std::int64_t points() const {
-    return static_cast<std::int64_t>(grid->points.size());
+    return static_cast<std::int64_t>(info.points.size());
   }
 };
+
+// Refinement stages per acquisition at most: each bisects the intervals that missed, so this
+// resolves steps narrower than 2^-32 of the token range before the point cap does.
+constexpr int kMaxRefinementStages = 32;
 
 // What one rank measured in one wave, before it is committed.
 struct WaveResult {
@@ -86,14 +95,16 @@ class Acquisition {
     resume();
     calibrate();
     const auto measure_start = Clock::now();
-    for (int r = 0; r < job_.rounds; ++r) {
-      const auto go = reserve(r);
-      if (!go) break;
-      if (*go == 0) continue;  // every cell of this round is complete
-      const auto wave_start = Clock::now();
-      commit(r, measure(r), wave_start, measure_start);
-    }
-    if (stopped_by_budget()) return finish(t0, false);
+    do {
+      for (int r = 0; r < job_.rounds; ++r) {
+        const auto go = reserve(r);
+        if (!go) break;
+        if (*go == 0) continue;  // every cell of this round is complete
+        const auto wave_start = Clock::now();
+        commit(r, measure(r), wave_start, measure_start);
+      }
+      if (stopped_by_budget()) return finish(t0, false);
+    } while (refine());
     collectives();
     return finish(t0, true);
   }
@@ -158,23 +169,178 @@ class Acquisition {
                            {"variant", job_.variant},
                            {"out_root", job_.out_root},
                            {"planner_version", std::to_string(kPlannerVersion)}}};
-    file_ = std::make_unique<AcquisitionFile>(comm_, path_, identity);
+    identity_ = identity;
+    // Refinement stages an earlier run of this acquisition added (their points live only in the
+    // file): read before the collective open, declared after the planned cells.
+    const auto earlier_stages = stage_cells_in_file();
+    file_ = std::make_unique<AcquisitionFile>(comm_, path_, identity_);
 
-    std::vector<CellInfo> infos;
     for (const auto& t : plan_.targets)
       for (const auto& g : t.components) {
-        CellInfo info{t.target.cell_id() + "." + std::string(to_string(g.component)),
-                      json{{"target", t.target.to_json()},
-                           {"component", to_string(g.component)},
-                           {"rounds", job_.rounds},
-                           {"weight_banks", g.component == Component::experts ? t.weight_banks : 0}}
-                          .dump(),
-                      g.points, job_.rounds};
-        infos.push_back(info);
-        cells_.push_back({&t, &g, std::move(info), {}});
+        add_cell(t, g.component, {0, false}, g.points);
+        if (!g.held_out.empty()) add_cell(t, g.component, {0, true}, g.held_out);
       }
-    file_->declare_cells(infos);
+    for (const auto& info : earlier_stages) add_stored_cell(info);
+    declare();
     write_provenance();
+  }
+
+  // Appends a cell of target `t` (not yet declared in the file).
+  void add_cell(const TargetPlan& t, Component c, CellRole role, std::vector<GridPoint> points) {
+    const int banks = c == Component::experts ? t.weight_banks : 0;
+    CellInfo info{fidelity_cell_id(t.target, c, role),
+                  fidelity_cell_json(t.target, c, role, job_.rounds, banks).dump(),
+                  std::move(points), job_.rounds};
+    cells_.push_back({&t, c, role, std::move(info), {}});
+  }
+
+  // Appends a refinement-stage cell as stored in the file; its target must be in the plan.
+  void add_stored_cell(const CellInfo& info) {
+    const auto j = json::parse(info.json);
+    const auto target = Target::from_json(j.at("target"));
+    const auto c = parse_component(j.at("component").get<std::string>());
+    for (const auto& t : plan_.targets)
+      if (t.target == target && c) {
+        cells_.push_back({&t, *c, cell_role(j), info, {}});
+        return;
+      }
+    throw std::runtime_error("the acquisition file holds refinement cell " + info.id +
+                             " of a target this job does not plan");
+  }
+
+  // Declares every cell (collective) and reads the rounds each one already holds.
+  void declare() {
+    std::vector<CellInfo> infos;
+    for (const auto& c : cells_) infos.push_back(c.info);
+    file_->declare_cells(infos);
+    for (std::size_t c = 0; c < cells_.size(); ++c)
+      cells_[c].rounds_done = file_->rounds_done(static_cast<int>(c));
+  }
+
+  // Rank 0 reads the refinement-stage cells of an existing file (stage > 0), in stage order, and
+  // broadcasts them. Collective.
+  std::vector<CellInfo> stage_cells_in_file() {
+    std::string text = "[]";
+    if (rank_ == 0 && std::filesystem::exists(path_)) {
+      try {
+        json list = json::array();
+        auto acq = read_acquisition(path_);
+        std::stable_sort(acq.cells.begin(), acq.cells.end(), [](const auto& a, const auto& b) {
+          return cell_role(json::parse(a.info.json)).stage <
+                 cell_role(json::parse(b.info.json)).stage;
+        });
+        for (const auto& c : acq.cells)
+          if (cell_role(json::parse(c.info.json)).stage > 0)
+            list.push_back(cell_info_json(c.info));
+        text = list.dump();
+      } catch (const FileError&) {
+        // The collective open below names the problem and leaves the file untouched.
+      }
+    }
+    std::vector<CellInfo> out;
+    for (const auto& j : json::parse(broadcast_string(text))) out.push_back(cell_info_of(j));
+    return out;
+  }
+
+  std::string broadcast_string(std::string text) const {
+    long size = static_cast<long>(text.size());
+    HARNESS_CHECK_MPI(MPI_Bcast(&size, 1, MPI_LONG, 0, comm_));
+    text.resize(static_cast<std::size_t>(size));
+    HARNESS_CHECK_MPI(MPI_Bcast(text.data(), static_cast<int>(size), MPI_CHAR, 0, comm_));
+    return text;
+  }
+
+  static json cell_info_json(const CellInfo& info) {
+    json points = json::array();
+    for (const auto& p : info.points) points.push_back({p.tokens, p.activated, p.assignments});
+    return {{"id", info.id}, {"json", info.json}, {"rounds", info.rounds}, {"points", points}};
+  }
+  static CellInfo cell_info_of(const json& j) {
+    CellInfo info{j.at("id"), j.at("json"), {}, j.at("rounds")};
+    for (const auto& p : j.at("points")) info.points.push_back({p.at(0), p.at(1), p.at(2)});
+    return info;
+  }
+
+  // Refine (collective): evaluates the held-out sets from the file and, where a component
+  // misses the tolerance or a grid point failed B/2B, declares the next stage's cells: the
+  // bisecting rows (refinement_step), the failed points again (up to the re-measure limit), and
+  // fresh held-out points. False when nothing is added: the tables are final.
+  bool refine() {
+    const std::size_t before = cells_.size();
+    std::string text = "[]";
+    file_.reset();  // the file is read serially on rank 0 and reopened collectively
+    if (rank_ == 0) text = next_stage().dump();
+    for (const auto& j : json::parse(broadcast_string(text))) add_stored_cell(cell_info_of(j));
+    file_ = std::make_unique<AcquisitionFile>(comm_, path_, identity_);
+    declare();
+    for (std::size_t c = before; c < cells_.size(); ++c) {
+      total_points_ += cells_[c].points() * job_.rounds;
+      cell_cost_.push_back(cost_per_point(cells_[c]) * static_cast<double>(cells_[c].points()));
+    }
+    return cells_.size() > before;
+  }
+
+  // Rank 0: the cells of the next refinement stage (as cell_info_json), empty when none.
+  json next_stage() {
+    json out = json::array();
+    const auto& fid = job_.fidelity;
+    for (const auto& f : evaluate_fidelity(read_acquisition(path_))) {
+      if (f.stages >= kMaxRefinementStages) continue;
+      const auto t = std::find_if(plan_.targets.begin(), plan_.targets.end(),
+                                  [&](const TargetPlan& p) { return p.target == f.target; });
+      if (t == plan_.targets.end()) continue;
+      std::set<GridPoint> grid, measured_held_out;
+      for (const auto& p : f.table) grid.insert(p.point);
+      std::vector<HeldOutMiss> misses;
+      for (const auto& h : f.held_out) {
+        measured_held_out.insert(h.point);
+        if (h.predicted_us && h.relative_error() > fid.tolerance)
+          misses.push_back({h.point, h.relative_error()});
+      }
+      RefinementStep step;
+      if (fid.refine)
+        step = refinement_step(job_, t->target, f.component, grid, measured_held_out, misses,
+                               fid.max_added_points - f.added_points);
+      // Grid points that failed B/2B are measured again in fresh rounds, up to the limit.
+      std::vector<GridPoint> again;
+      for (const auto& p : f.failed) {
+        const auto times = std::find_if(f.measured_times.begin(), f.measured_times.end(),
+                                         [&](const auto& m) { return m.first == p; });
+        if ((times == f.measured_times.end() ? 1 : times->second) <= fid.remeasure_limit)
+          again.push_back(p);
+      }
+      std::set<GridPoint> stage_grid(step.grid.begin(), step.grid.end());
+      stage_grid.insert(again.begin(), again.end());
+      const CellRole grid_role{f.stages + 1, false}, held_role{f.stages + 1, true};
+      const int banks = f.component == Component::experts ? t->weight_banks : 0;
+      const auto cell = [&](CellRole role, std::vector<GridPoint> points) {
+        out.push_back(cell_info_json(
+            {fidelity_cell_id(t->target, f.component, role),
+             fidelity_cell_json(t->target, f.component, role, job_.rounds, banks).dump(),
+             std::move(points), job_.rounds}));
+      };
+      if (!stage_grid.empty()) cell(grid_role, {stage_grid.begin(), stage_grid.end()});
+      if (!step.held_out.empty()) cell(held_role, step.held_out);
+      if (!options_.quiet && (!stage_grid.empty() || !step.held_out.empty()))
+        std::cerr << "acquire: refinement stage " << f.stages + 1 << " of "
+                  << t->target.label() << " " << to_string(f.component) << ": held-out p95 "
+                  << f.statistics.p95 * 100 << "%, max " << f.statistics.max * 100 << "% over "
+                  << f.statistics.count << " points; +" << step.grid.size()
+                  << " grid points, " << again.size() << " re-measured, "
+                  << step.held_out.size() << " new held-out\n";
+    }
+    return out;
+  }
+
+  // Seconds per point-round of a new cell, from the measured costs of its target's component.
+  [[nodiscard]] double cost_per_point(const Cell& cell) const {
+    double seconds = 0, points = 0;
+    for (std::size_t c = 0; c < cell_cost_.size(); ++c)
+      if (cells_[c].target == cell.target && cells_[c].component == cell.component) {
+        seconds += cell_cost_[c];
+        points += static_cast<double>(cells_[c].points());
+      }
+    return points > 0 ? seconds / points : 0.0;
   }
 
   void write_provenance() {
@@ -200,8 +366,7 @@ class Acquisition {
   // co-location verdict, and the campaign state (budget, record counters) on rank 0.
   void resume() {
     for (std::size_t c = 0; c < cells_.size(); ++c) {
-      auto& cell = cells_[c];
-      cell.rounds_done = file_->rounds_done(static_cast<int>(c));
+      const auto& cell = cells_[c];
       for (int r = 0; r < job_.rounds; ++r) {
         total_points_ += cell.points();
         if (cell.rounds_done[static_cast<std::size_t>(r)]) {
@@ -279,7 +444,7 @@ class Acquisition {
       if (!mine(c)) continue;
       const auto& cell = cells_[c];
       const double per_point =
-          cell.grid->component == Component::experts ? recorded[0] : recorded[1];
+          cell.component == Component::experts ? recorded[0] : recorded[1];
       if (per_point > 0) {
         cell_cost_[c] = per_point * static_cast<double>(cell.points());
         continue;
@@ -370,8 +535,8 @@ class Acquisition {
     CellRoundSpec spec;
     spec.base.geometry = job_.geometry;
     spec.base.target = cell.target->target;
-    spec.base.component = cell.grid->component;
-    spec.points = cell.grid->points;
+    spec.base.component = cell.component;
+    spec.points = cell.info.points;
     spec.round = r;
     spec.iterations = job_.iterations;
     spec.weight_banks = cell.target->weight_banks;
@@ -393,7 +558,7 @@ class Acquisition {
       const auto c = static_cast<std::size_t>(wave.cells[i]);
       const double cost = m.phases.setup + m.phases.verify + m.phases.timing;
       cell_cost_[c] = cost;  // the next wave of this cell costs what this one did
-      const int kind = cells_[c].grid->component == Component::experts ? 3 : 5;
+      const int kind = cells_[c].component == Component::experts ? 3 : 5;
       phases[kind] += cost;
       phases[kind + 1] += static_cast<double>(cells_[c].points());
       phases[0] += m.phases.setup;
@@ -479,6 +644,7 @@ class Acquisition {
   Plan plan_;
   std::unique_ptr<FileLock> writer_;  // rank 0 holds writer.lock for the whole run
   std::string path_;
+  FileIdentity identity_;
   std::unique_ptr<AcquisitionFile> file_;
   std::vector<Cell> cells_;
   std::unique_ptr<CampaignState> campaign_;

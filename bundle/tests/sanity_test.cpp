@@ -13,9 +13,11 @@ TEST(Sanity, ComputesFamiliesAndFlagsProblems) {
   s.add("completion", 1.0, SanityBlock::Kind::ratio);
   s.add("share", 1.2, SanityBlock::Kind::ratio);
   s.add("activity_count", -1, SanityBlock::Kind::counter);
-  s.add_table("a", {1, 2, 3});
-  s.add_table("b", {1, 2, 3});
-  s.add_table("c", {1, 2, 4});
+  s.add_table("a", {1, 2, 3, 5});
+  s.add_table("b", {1, 2, 3, 5});
+  s.add_table("c", {1, 2, 4, 5});
+  s.add_table("d", {7, 8});  // too few values to call a copy: a one-row stage cell
+  s.add_table("e", {7, 8});
   const auto j = s.to_json();
   EXPECT_EQ(j["families"]["time_us"]["finite"], 3);
   EXPECT_EQ(j["families"]["time_us"]["missing"], 1);

@@ -1,8 +1,12 @@
 """`harness acquire` with N real MPI ranks on the CPU backend: every planned point x round lands
 in the shared HDF5 file. Usage: test_acquire.py NRANKS"""
+import json
 import os
+import re
 import sys
 import tempfile
+
+import h5py
 
 from harness_test_lib import SOURCE_DIR, check_complete, mpirun_cmd, run
 
@@ -12,15 +16,22 @@ with tempfile.TemporaryDirectory() as tmp:
     out = os.path.join(tmp, "acq")
     root = os.path.join(tmp, "bundles")
     p = run(mpirun_cmd(nranks, "acquire", job, "--out", out, "--out-root", root))
-    assert "11 cells (11 complete)" in p.stdout, p.stdout
+    m = re.search(r"(\d+) cells \((\d+) complete\)", p.stdout)
+    assert m and m.group(1) == m.group(2), p.stdout
     h5 = os.path.join(out, "acquisition.h5")
     cells = check_complete(h5, 2)
-    assert len(cells) == 11, cells.keys()
+    assert len(cells) == int(m.group(1)), cells.keys()
+    # The 11 planned grids, each with its held-out set; refinement stages only add to them.
+    with h5py.File(h5, "r") as f:
+        roles = [json.loads(f["cells"][c].attrs["cell"]) for c in f["cells"]]
+    planned = [r for r in roles if r["stage"] == 0]
+    assert sum(r["role"] == "grid" for r in planned) == 11, planned
+    assert sum(r["role"] == "held_out" for r in planned) == 11, planned
     # DP2 collective tables need two ranks.
     collectives = 2 if nranks >= 2 else 0
     assert f"3 component tables and {collectives} collective tables published" in p.stdout, p.stdout
     # Re-running the same command measures nothing again and publishes nothing new.
     p = run(mpirun_cmd(nranks, "acquire", job, "--out", out, "--out-root", root))
-    assert "cell rounds measured now 0, resumed 22" in p.stdout, p.stdout
+    assert f"cell rounds measured now 0, resumed {2 * len(cells)}" in p.stdout, p.stdout
     assert f"already published (unchanged)" in p.stdout and f", {3 + collectives} already" in p.stdout, p.stdout
 print(f"ok: {nranks} ranks")

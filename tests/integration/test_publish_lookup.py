@@ -56,6 +56,17 @@ with tempfile.TemporaryDirectory() as tmp:
         data = open(path, "rb").read()
         assert data.decode().startswith(HEADER), "header differs"
         assert hashlib.sha256(data).hexdigest() == e["coverage"]["table_sha256"], "checksum != sha256sum"
+        # Fidelity: every component validated against its held-out set; the CPU job accepts
+        # failures explicitly (jobs/tiny.yaml), and says so in the entry.
+        fid = e["coverage"]["fidelity"]
+        assert fid["status"] in ("validated", "accepted-with-failures"), fid
+        assert set(fid["components"]) == {"gate_routing", "experts", "wrapper"} | (
+            {"finalize_copy"} if t["dp"] > 1 else set()), fid
+        for name, c in fid["components"].items():
+            h = c["held_out"]
+            assert h["count"] > 0 and h["median_abs_relative_error"] <= h["p95_abs_relative_error"] <= h["max_abs_relative_error"], (name, h)
+            if fid["status"] == "validated":
+                assert h["p95_abs_relative_error"] <= c["tolerance"] and not c["failed_points"], (name, c)
         cs = e["coverage"]["conditioning_summary"]
         assert set(cs) == {"checked_points", "failed_points", "max_relative_change"}
         assert e["coverage"]["completion"] == 1 and e["coverage"]["completed_rounds"] == 3
@@ -81,7 +92,7 @@ with tempfile.TemporaryDirectory() as tmp:
 
     # A midpoint between measured local rows lies between its neighbours.
     gate = sorted((int(r["tokens"]), float(r["time_us"])) for r in rows if r["component"] == "gate_routing")
-    (n0, t0), (n1, t1) = gate[-2], gate[-1]
+    (n0, t0), (n1, t1) = next((a, b) for a, b in zip(gate[::-1][1:], gate[::-1]) if b[0] - a[0] >= 2)
     mid = (n0 + n1) // 2
     got = json.loads(lookup(variant, "--tp", "1", "--dp", "2", "--rank", "0", "--component", "gate_routing",
                             "--tokens", str(mid), "--explain", "--format", "json").stdout)
@@ -147,7 +158,7 @@ with tempfile.TemporaryDirectory() as tmp:
     # Re-publishing the same contract changes nothing; --force is rejected.
     before = tree_digest(root)
     h5 = os.path.join(acq, "acquisition.h5")
-    p = run([HARNESS, "publish", h5, "--out-root", root])
+    p = run([HARNESS, "publish", h5, "--out-root", root, "--accept-failures"])
     assert "0 component tables and 0 collective tables published, 5 already published" in p.stdout, p.stdout
     expect_error([HARNESS, "publish", h5, "--out-root", root, "--force"], "another --out-root")
     assert tree_digest(root) == before
@@ -158,7 +169,7 @@ with tempfile.TemporaryDirectory() as tmp:
     shutil.copytree(root, other)
     with open(os.path.join(other, "tiny", "tp1", "moe_components", "dp1_ep1_rank0_sp0", "writer.lock"), "w") as f:
         fcntl.flock(f, fcntl.LOCK_EX | fcntl.LOCK_NB)
-        expect_error([HARNESS, "publish", h5, "--out-root", other], "another writer holds")
+        expect_error([HARNESS, "publish", h5, "--out-root", other, "--accept-failures"], "another writer holds")
     # An acquisition directory is single-writer too.
     with open(os.path.join(acq, "writer.lock"), "w") as f:
         fcntl.flock(f, fcntl.LOCK_EX | fcntl.LOCK_NB)
@@ -167,7 +178,7 @@ with tempfile.TemporaryDirectory() as tmp:
     # A changed semantic condition is a new contract: refused, nothing overwritten.
     acq2 = os.path.join(tmp, "acq2")
     run(mpirun_cmd(2, "acquire", job, "--out", acq2, "--iterations", "4", "--no-publish", "--quiet"))
-    expect_error([HARNESS, "publish", os.path.join(acq2, "acquisition.h5"), "--out-root", root],
+    expect_error([HARNESS, "publish", os.path.join(acq2, "acquisition.h5"), "--out-root", root, "--accept-failures"],
                  "different contract")
     assert tree_digest(root) == before
 

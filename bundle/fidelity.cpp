@@ -1,0 +1,164 @@
+#include "bundle/fidelity.h"
+
+#include <algorithm>
+#include <cmath>
+#include <map>
+#include <set>
+
+#include "core/contract.h"
+#include "core/statistics.h"
+#include "lookup/tables.h"
+
+namespace moe {
+
+using nlohmann::json;
+
+std::string fidelity_cell_id(const Target& t, Component c, CellRole role) {
+  std::string id = t.cell_id() + "." + std::string(to_string(c));
+  if (role.held_out) id += ".held_out";
+  if (role.stage > 0) id += ".stage" + std::to_string(role.stage);
+  return id;
+}
+
+json fidelity_cell_json(const Target& t, Component c, CellRole role, int rounds,
+                        int weight_banks) {
+  return {{"target", t.to_json()},
+          {"component", to_string(c)},
+          {"rounds", rounds},
+          {"weight_banks", weight_banks},
+          {"stage", role.stage},
+          {"role", role.held_out ? "held_out" : "grid"}};
+}
+
+CellRole cell_role(const json& cell_json) {
+  return {cell_json.value("stage", 0), cell_json.value("role", "grid") == "held_out"};
+}
+
+std::vector<HeldOutPoint> ComponentFidelity::worst(std::size_t n) const {
+  std::vector<HeldOutPoint> out;
+  for (const auto& h : held_out)
+    if (h.predicted_us) out.push_back(h);
+  std::sort(out.begin(), out.end(), [](const HeldOutPoint& a, const HeldOutPoint& b) {
+    return a.relative_error() > b.relative_error();
+  });
+  if (out.size() > n) out.resize(n);
+  return out;
+}
+
+json ComponentFidelity::to_json(double tolerance) const {
+  const auto point = [](const GridPoint& p) {
+    return json::array({p.tokens, p.activated, p.assignments});
+  };
+  json worst_points = json::array();
+  for (const auto& h : worst(5))
+    worst_points.push_back({{"point", point(h.point)},
+                            {"measured_us", h.measured_us},
+                            {"predicted_us", *h.predicted_us},
+                            {"relative_error", h.relative_error()}});
+  json failed_points = json::array();
+  for (const auto& p : failed) failed_points.push_back(point(p));
+  return {{"tolerance", tolerance},
+          {"held_out",
+           {{"count", statistics.count},
+            {"unpredicted", statistics.unpredicted},
+            {"bank_failures", statistics.bank_failures},
+            {"median_abs_relative_error", statistics.median},
+            {"p95_abs_relative_error", statistics.p95},
+            {"max_abs_relative_error", statistics.max},
+            {"worst", worst_points}}},
+          {"refinement", {{"stages", stages}, {"added_points", added_points}}},
+          {"failed_points", failed_points}};
+}
+
+std::vector<ComponentFidelity> evaluate_fidelity(const StoredAcquisition& acq) {
+  const auto contract = Contract::parse(acq.contract_json);
+  const auto summaries = summarize(acq);
+  struct Group {
+    ComponentFidelity f;
+    std::vector<std::pair<CellRole, const CellSummary*>> cells;
+  };
+  std::map<std::pair<std::string, Component>, Group> groups;
+  std::vector<std::pair<std::string, Component>> order;
+  for (std::size_t i = 0; i < acq.cells.size(); ++i) {
+    const auto j = json::parse(acq.cells[i].info.json);
+    const auto target = Target::from_json(j.at("target"));
+    const auto component = parse_component(j.at("component").get<std::string>());
+    if (!component) throw FileError("cell " + acq.cells[i].info.id + " names no known component");
+    const auto key = std::make_pair(target.cell_id(), *component);
+    auto [it, fresh] = groups.try_emplace(key);
+    if (fresh) {
+      it->second.f.target = target;
+      it->second.f.component = *component;
+      order.push_back(key);
+    }
+    it->second.cells.emplace_back(cell_role(j), &summaries[i]);
+  }
+  std::vector<ComponentFidelity> out;
+  for (const auto& key : order) {
+    auto& [f, cells] = groups.at(key);
+    std::stable_sort(cells.begin(), cells.end(),
+                     [](const auto& a, const auto& b) { return a.first.stage < b.first.stage; });
+    f.complete = true;
+    std::map<GridPoint, PointResult> grid, probes;
+    std::map<GridPoint, int> times;
+    std::set<GridPoint> planned;
+    for (const auto& [role, cs] : cells) {
+      f.stages = std::max(f.stages, role.stage);
+      f.complete = f.complete && cs->complete();
+      for (const auto& p : cs->points) {
+        if (!role.held_out && role.stage == 0) planned.insert(p.point);
+        if (!p.time_us) continue;
+        (role.held_out ? probes : grid)[p.point] = p;  // a later stage's measurement wins
+        if (!role.held_out) ++times[p.point];
+      }
+    }
+    std::map<Component, std::vector<TableRow>> rows;
+    for (const auto& [point, result] : grid) {
+      if (!planned.contains(point)) ++f.added_points;
+      f.table.push_back(result);
+      if (!result.bank_check_passed) {
+        f.failed.push_back(point);
+        continue;
+      }
+      rows[f.component].push_back({point, *result.time_us});
+    }
+    for (const auto& [point, n] : times)
+      if (n > 1) f.measured_times.emplace_back(point, n);
+
+    ExpertPolytope polytope{contract.geometry.experts, contract.geometry.top_k, 0};
+    for (const auto& t : contract.targets)
+      if (t.target.cell_id() == key.first) polytope.local_experts = t.ownership.local_experts;
+    std::optional<ComponentTables> tables;
+    if (!rows.empty()) tables.emplace(rows, polytope);
+    std::vector<double> errors;
+    for (const auto& [point, result] : probes) {
+      if (grid.contains(point)) continue;  // refinement made it a grid point
+      if (!result.bank_check_passed) {
+        ++f.statistics.bank_failures;
+        continue;
+      }
+      HeldOutPoint h{point, *result.time_us, std::nullopt, {}};
+      try {
+        if (!tables) throw LookupError("no grid rows passed the weight-bank control");
+        h.predicted_us = tables->query(f.component, point.tokens, point.activated,
+                                       point.assignments)
+                             .time_us;
+        errors.push_back(h.relative_error());
+      } catch (const LookupError& e) {
+        h.unpredicted_reason = e.what();
+        ++f.statistics.unpredicted;
+      }
+      f.held_out.push_back(std::move(h));
+    }
+    f.statistics.count = static_cast<int>(errors.size());
+    if (!errors.empty()) {
+      f.statistics.median = quantile(errors, 0.5);
+      f.statistics.p95 = quantile(errors, 0.95);
+      f.statistics.max = *std::max_element(errors.begin(), errors.end());
+    }
+    out.push_back(std::move(f));
+  }
+  return out;
+}
+
+}  // namespace moe

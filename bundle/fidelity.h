@@ -1,0 +1,70 @@
+// Fidelity of the tables an acquisition file holds (docs/measurement.md#fidelity): the cells of
+// one target's component (the planned grid, its held-out set, and the grid rows and held-out
+// points each refinement stage added) are merged into the table that would be published, and
+// every held-out point is predicted from that table with the lookup's interpolation and compared
+// with its measurement. The acquisition refines from this evaluation; the publisher gates on it.
+#pragma once
+
+#include <cstdint>
+#include <nlohmann/json.hpp>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "bundle/summary.h"
+#include "core/component.h"
+#include "core/target.h"
+#include "store/acquisition_file.h"
+
+namespace moe {
+
+// Where a cell stands in the fidelity loop: refinement stage (0 = planned) and role.
+struct CellRole {
+  int stage = 0;
+  bool held_out = false;
+};
+// The HDF5 cell id of a target's component in a stage and role: the planned grid keeps
+// "<cell_id>.<component>"; others append ".held_out" and/or ".stage<s>".
+[[nodiscard]] std::string fidelity_cell_id(const Target& t, Component c, CellRole role);
+// The cell's self-description (cell JSON) and its parse.
+[[nodiscard]] nlohmann::json fidelity_cell_json(const Target& t, Component c, CellRole role,
+                                                int rounds, int weight_banks);
+[[nodiscard]] CellRole cell_role(const nlohmann::json& cell_json);
+
+struct HeldOutPoint {
+  GridPoint point;
+  double measured_us = 0;
+  std::optional<double> predicted_us;  // nullopt: outside the table's support
+  std::string unpredicted_reason;
+  [[nodiscard]] double relative_error() const {
+    return predicted_us ? std::abs(*predicted_us - measured_us) / measured_us : 0.0;
+  }
+};
+
+struct HeldOutStatistics {
+  int count = 0;        // predicted points
+  int unpredicted = 0;  // outside the support
+  int bank_failures = 0;  // held-out points whose B/2B control failed (left out)
+  double median = 0, p95 = 0, max = 0;  // of |relative error|
+};
+
+struct ComponentFidelity {
+  Target target;
+  Component component = Component::gate_routing;
+  int stages = 0;     // refinement stages held by the file (0 = planned cells only)
+  bool complete = false;  // every cell of every stage has all its rounds
+  std::vector<PointResult> table;  // latest measurement of each grid point, sorted
+  std::vector<GridPoint> failed;   // grid points whose latest measurement failed B/2B
+  std::vector<std::pair<GridPoint, int>> measured_times;  // grid point -> measurements (>1 only)
+  std::int64_t added_points = 0;   // grid points beyond the planned grid
+  std::vector<HeldOutPoint> held_out;  // off the grid, latest measurement, bank control passed
+  HeldOutStatistics statistics;
+  [[nodiscard]] std::vector<HeldOutPoint> worst(std::size_t n) const;
+  [[nodiscard]] nlohmann::json to_json(double tolerance) const;  // meta.yaml coverage.fidelity
+};
+
+// Evaluates every (target, component) of the file. `local_experts` of each target comes from
+// the contract. Incomplete cells count only their complete rounds (`complete` says so).
+[[nodiscard]] std::vector<ComponentFidelity> evaluate_fidelity(const StoredAcquisition& acq);
+
+}  // namespace moe

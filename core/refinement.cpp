@@ -1,0 +1,209 @@
+#include "core/refinement.h"
+
+#include <algorithm>
+#include <cmath>
+#include <map>
+#include <optional>
+
+#include "core/planner.h"
+#include "core/seed.h"
+
+namespace moe {
+
+namespace {
+
+// An integer strictly inside (lo, hi) near the geometric mean, else near the arithmetic mean;
+// nullopt when hi - lo < 2.
+std::optional<std::int64_t> midpoint(std::int64_t lo, std::int64_t hi, bool geometric) {
+  if (hi - lo < 2) return std::nullopt;
+  auto m = geometric ? std::llround(std::sqrt(static_cast<double>(lo) * static_cast<double>(hi)))
+                     : (lo + hi) / 2;
+  if (m <= lo || m >= hi) m = (lo + hi) / 2;
+  return m;
+}
+
+// The token rows of the grid in the class of `p`: positive-work expert rows, all-remote rows
+// (A = 0) or local rows.
+std::vector<std::int64_t> rows_of(const std::set<GridPoint>& grid, const GridPoint& p) {
+  std::set<std::int64_t> rows;
+  for (const auto& g : grid)
+    if ((g.activated == 0) == (p.activated == 0)) rows.insert(g.tokens);
+  return {rows.begin(), rows.end()};
+}
+
+// Bracketing values of `v` in sorted `axis`, both strictly around it.
+std::optional<std::pair<std::int64_t, std::int64_t>> bracket(const std::vector<std::int64_t>& axis,
+                                                             std::int64_t v) {
+  auto hi = std::upper_bound(axis.begin(), axis.end(), v);
+  if (hi == axis.begin() || hi == axis.end()) return std::nullopt;
+  auto lo = std::prev(hi);
+  if (*lo == v) return std::nullopt;
+  return std::make_pair(*lo, *hi);
+}
+
+// The probe of a token interval's midpoint for points of p's class.
+std::optional<GridPoint> row_probe(const JobSpec& job, const Target& t, Component c,
+                                   const GridPoint& p, std::int64_t n) {
+  if (c != Component::experts || p.activated == 0) return GridPoint{n, 0, 0};
+  return balanced_point(job, t, n);
+}
+
+// (N, A) with M at the balanced total clamped into the feasible range.
+std::optional<GridPoint> column_probe(const JobSpec& job, const Target& t, std::int64_t n,
+                                      std::int64_t a) {
+  const auto& g = job.geometry;
+  const int l = ExpertOwnership::of(g, t).local_experts;
+  const auto range = feasible_assignments(n, a, l, g.experts, g.top_k);
+  if (!range) return std::nullopt;
+  const auto m = std::clamp<std::int64_t>(
+      std::llround(static_cast<double>(n) * g.top_k * l / static_cast<double>(g.experts)),
+      range->lo, range->hi);
+  return GridPoint{n, a, m};
+}
+
+// Deterministic draws (splitmix64), identical on every platform.
+class Draws {
+ public:
+  explicit Draws(std::uint64_t seed) : state_(seed) {}
+  double unit() { return static_cast<double>(next() >> 11) * 0x1.0p-53; }
+  std::int64_t between(std::int64_t lo, std::int64_t hi) {  // inclusive
+    return lo + static_cast<std::int64_t>(next() % static_cast<std::uint64_t>(hi - lo + 1));
+  }
+  std::int64_t log_between(std::int64_t lo, std::int64_t hi) {
+    const double v = std::exp(std::log(static_cast<double>(lo)) +
+                              unit() * std::log(static_cast<double>(hi) / static_cast<double>(lo)));
+    return std::clamp<std::int64_t>(std::llround(v), lo, hi);
+  }
+
+ private:
+  std::uint64_t next() { return splitmix64(state_ += kGoldenGamma); }
+  std::uint64_t state_;
+};
+
+}  // namespace
+
+std::vector<GridPoint> held_out_points(const JobSpec& job, const Target& t, Component c,
+                                       const std::vector<GridPoint>& grid_points) {
+  const std::set<GridPoint> grid(grid_points.begin(), grid_points.end());
+  std::set<GridPoint> out;
+  const auto add = [&](std::optional<GridPoint> p) {
+    if (p && !grid.contains(*p)) out.insert(*p);
+  };
+  const bool experts = c == Component::experts;
+  // Token-interval midpoints, per class of rows.
+  for (const bool remote : {false, true}) {
+    if (remote && !experts) continue;
+    const GridPoint cls{1, remote || !experts ? 0 : 1, 0};
+    const auto rows = rows_of(grid, cls);
+    for (std::size_t i = 0; i + 1 < rows.size(); ++i)
+      if (const auto m = midpoint(rows[i], rows[i + 1], true))
+        add(row_probe(job, t, c, cls, *m));
+  }
+  if (experts) {
+    // One A-interval midpoint per N row, rotating over the row's intervals.
+    std::map<std::int64_t, std::vector<std::int64_t>> a_by_row;
+    for (const auto& g : grid)
+      if (g.activated > 0) a_by_row[g.tokens].push_back(g.activated);
+    std::size_t i = 0;
+    for (auto& [n, a] : a_by_row) {
+      a.erase(std::unique(a.begin(), a.end()), a.end());
+      if (a.size() >= 2) {
+        const auto j = i % (a.size() - 1);
+        if (const auto am = midpoint(a[j], a[j + 1], false)) add(column_probe(job, t, n, *am));
+      }
+      ++i;
+    }
+  }
+  // Random feasible points inside the measured token range.
+  const auto rows = rows_of(grid, GridPoint{1, experts ? 1 : 0, 0});
+  if (rows.size() >= 2) {
+    const auto& g = job.geometry;
+    const int l = ExpertOwnership::of(g, t).local_experts;
+    Draws draw(mix_seed({job.seed, static_cast<std::uint64_t>(t.tp), static_cast<std::uint64_t>(t.dp),
+                         static_cast<std::uint64_t>(t.rank), t.sp ? 1ULL : 0ULL,
+                         static_cast<std::uint64_t>(c), 0x4e1d0077ULL}));
+    for (int r = 0, attempts = 0; r < job.fidelity.random_points && attempts < 64 * (r + 1);
+         ++attempts) {
+      const auto n = draw.log_between(rows.front(), rows.back());
+      std::optional<GridPoint> p = GridPoint{n, 0, 0};
+      if (experts) {
+        const std::int64_t a_lo = std::max<std::int64_t>(1, std::max(0, g.top_k - (g.experts - l)));
+        const std::int64_t a_hi = std::min<std::int64_t>(l, n * g.top_k);
+        if (a_lo > a_hi) continue;
+        const auto a = draw.between(a_lo, a_hi);
+        const auto range = feasible_assignments(n, a, l, g.experts, g.top_k);
+        if (!range) continue;
+        p = GridPoint{n, a, draw.between(range->lo, range->hi)};
+      }
+      if (grid.contains(*p) || out.contains(*p)) continue;
+      out.insert(*p);
+      ++r;
+    }
+  }
+  return {out.begin(), out.end()};
+}
+
+RefinementStep refinement_step(const JobSpec& job, const Target& t, Component c,
+                               const std::set<GridPoint>& grid,
+                               const std::set<GridPoint>& measured_held_out,
+                               std::vector<HeldOutMiss> misses, std::int64_t point_budget) {
+  std::sort(misses.begin(), misses.end(), [](const HeldOutMiss& a, const HeldOutMiss& b) {
+    return a.relative_error != b.relative_error ? a.relative_error > b.relative_error
+                                                : a.point < b.point;
+  });
+  std::set<GridPoint> added, probes;
+  const auto known = [&](const GridPoint& p) { return grid.contains(p) || added.contains(p); };
+  const bool experts = c == Component::experts;
+  for (const auto& miss : misses) {
+    const auto& p = miss.point;
+    std::set<GridPoint> take;
+    std::vector<std::optional<GridPoint>> new_probes;
+    const auto rows = rows_of(grid, p);
+    if (const auto nb = bracket(rows, p.tokens)) {
+      // Bisect the N interval: a whole row at its midpoint.
+      const auto mid = midpoint(nb->first, nb->second, true);
+      if (mid) {
+        if (!experts || p.activated == 0) {
+          take.insert({*mid, 0, 0});
+        } else {
+          for (const auto& q : expert_row(job, t, *mid))
+            if (q.activated > 0) take.insert(q);
+        }
+        if (p.tokens == *mid) take.insert(p);
+        for (const auto& [lo, hi] : {std::pair{nb->first, *mid}, std::pair{*mid, nb->second}})
+          if (const auto m = midpoint(lo, hi, true)) new_probes.push_back(row_probe(job, t, c, p, *m));
+      } else {
+        take.insert(p);
+      }
+    } else if (experts && p.activated > 0) {
+      // On an existing N row: bisect its A interval with a column at the midpoint.
+      std::vector<std::int64_t> axis;
+      for (const auto& g : grid)
+        if (g.tokens == p.tokens && g.activated > 0) axis.push_back(g.activated);
+      axis.erase(std::unique(axis.begin(), axis.end()), axis.end());
+      const auto ab = bracket(axis, p.activated);
+      const auto mid = ab ? midpoint(ab->first, ab->second, false) : std::nullopt;
+      if (mid) {
+        for (const auto& q : expert_column(job, t, p.tokens, *mid)) take.insert(q);
+        if (p.activated == *mid) take.insert(p);
+        for (const auto& [lo, hi] : {std::pair{ab->first, *mid}, std::pair{*mid, ab->second}})
+          if (const auto m = midpoint(lo, hi, false))
+            new_probes.push_back(column_probe(job, t, p.tokens, *m));
+      } else {
+        take.insert(p);
+      }
+    } else {
+      take.insert(p);
+    }
+    std::erase_if(take, known);
+    if (take.empty()) continue;
+    if (static_cast<std::int64_t>(added.size() + take.size()) > point_budget) break;
+    added.insert(take.begin(), take.end());
+    for (const auto& q : new_probes)
+      if (q) probes.insert(*q);
+  }
+  std::erase_if(probes, [&](const GridPoint& q) { return known(q) || measured_held_out.contains(q); });
+  return {{added.begin(), added.end()}, {probes.begin(), probes.end()}};
+}
+
+}  // namespace moe

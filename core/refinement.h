@@ -1,0 +1,45 @@
+// Held-out validation sets and adaptive refinement (docs/measurement.md#fidelity). Pure and
+// deterministic: the same job, grid and errors give the same points on every rank and every run.
+#pragma once
+
+#include <cstdint>
+#include <set>
+#include <vector>
+
+#include "core/component.h"
+#include "core/job_spec.h"
+
+namespace moe {
+
+// The held-out set of one cell: geometric midpoints of consecutive token rows (for `experts` at
+// balanced routing, and all-remote where the grid has it), one A-interval midpoint per N row
+// (rotating over the intervals), and `job.fidelity.random_points` random feasible points inside
+// the measured range, drawn from the job's seed. Never a point of `grid`.
+[[nodiscard]] std::vector<GridPoint> held_out_points(const JobSpec& job, const Target& t,
+                                                     Component c,
+                                                     const std::vector<GridPoint>& grid);
+
+// A held-out point whose interpolated value missed its measurement by more than the tolerance.
+struct HeldOutMiss {
+  GridPoint point;
+  double relative_error;  // |predicted - measured| / measured
+};
+
+struct RefinementStep {
+  std::vector<GridPoint> grid;      // rows added to the table (sorted)
+  std::vector<GridPoint> held_out;  // new held-out points in the refined intervals (sorted)
+};
+
+// One refinement step of a cell: for each miss (worst first) the grid rows that bracket it are
+// bisected: the N interval (a whole row at its midpoint; the miss itself joins the grid when it
+// lies on that row) or, for a miss on an existing N row, the A interval (a column at its
+// midpoint). When neither interval can be split the miss itself becomes a grid point. New
+// held-out points are the midpoints of the refined intervals, so the validation set stays
+// disjoint from the grid. Adds at most `point_budget` grid points (whole rows or columns only).
+[[nodiscard]] RefinementStep refinement_step(const JobSpec& job, const Target& t, Component c,
+                                             const std::set<GridPoint>& grid,
+                                             const std::set<GridPoint>& measured_held_out,
+                                             std::vector<HeldOutMiss> misses,
+                                             std::int64_t point_budget);
+
+}  // namespace moe

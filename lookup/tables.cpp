@@ -1,0 +1,153 @@
+#include "lookup/tables.h"
+
+#include <algorithm>
+#include <string>
+#include <unordered_map>
+
+#include "core/planner.h"
+#include "lookup/simplex_interpolator.h"
+
+namespace moe {
+
+namespace {
+
+// Barycentric weights at or below this are round-off of a query on a simplex face.
+constexpr double kNegligibleWeight = 1e-12;
+
+// 1-D piecewise-linear table over tokens.
+struct TokenTable {
+  std::vector<TableRow> rows;  // sorted by tokens
+
+  LookupResult at(std::int64_t tokens, const std::string& what) const {
+    if (rows.empty()) throw LookupError(what + ": no measured rows");
+    auto hi = std::lower_bound(rows.begin(), rows.end(), tokens,
+                               [](const TableRow& r, std::int64_t t) { return r.point.tokens < t; });
+    if (hi != rows.end() && hi->point.tokens == tokens)
+      return {hi->time_us, true, {{hi->point, hi->time_us, 1.0}}};
+    if (hi == rows.begin() || hi == rows.end())
+      throw LookupError(
+          what + ": tokens=" + std::to_string(tokens) + " is outside the measured support [" +
+          std::to_string(rows.front().point.tokens) + ", " +
+          std::to_string(rows.back().point.tokens) + "]; the lookup never extrapolates");
+    const auto lo = hi - 1;
+    const double w = static_cast<double>(tokens - lo->point.tokens) /
+                     static_cast<double>(hi->point.tokens - lo->point.tokens);
+    return {(1 - w) * lo->time_us + w * hi->time_us,
+            false,
+            {{lo->point, lo->time_us, 1 - w}, {hi->point, hi->time_us, w}}};
+  }
+};
+
+struct PointHash {
+  std::size_t operator()(const GridPoint& p) const {
+    std::size_t h = std::hash<std::int64_t>{}(p.tokens);
+    h = h * 1000003u ^ std::hash<std::int64_t>{}(p.activated);
+    return h * 1000003u ^ std::hash<std::int64_t>{}(p.assignments);
+  }
+};
+
+std::string coordinates(std::int64_t n, std::int64_t a, std::int64_t m) {
+  return "(N=" + std::to_string(n) + ", A=" + std::to_string(a) + ", M=" + std::to_string(m) + ")";
+}
+
+}  // namespace
+
+struct ComponentTables::Impl {
+  ExpertPolytope polytope;
+  std::map<Component, TokenTable> local;  // gate_routing, finalize_copy, wrapper
+  bool has_experts = false;
+  TokenTable all_remote;                  // experts rows with A = M = 0
+  std::vector<TableRow> expert_rows;      // experts rows with A > 0
+  std::unique_ptr<SimplexInterpolator> experts;
+  std::unordered_map<GridPoint, std::size_t, PointHash> exact_experts;  // index in expert_rows
+};
+
+ComponentTables::~ComponentTables() = default;
+ComponentTables::ComponentTables(ComponentTables&&) noexcept = default;
+ComponentTables& ComponentTables::operator=(ComponentTables&&) noexcept = default;
+
+ComponentTables::ComponentTables(const std::map<Component, std::vector<TableRow>>& rows,
+                                 ExpertPolytope polytope)
+    : impl_(std::make_unique<Impl>()) {
+  auto& d = *impl_;
+  d.polytope = polytope;
+  const auto by_tokens = [](const TableRow& a, const TableRow& b) {
+    return a.point.tokens < b.point.tokens;
+  };
+  const auto no_duplicates = [&](const TokenTable& t, const std::string& what) {
+    for (std::size_t i = 1; i < t.rows.size(); ++i)
+      if (t.rows[i].point.tokens == t.rows[i - 1].point.tokens)
+        throw LookupError(what + ": two rows at tokens=" + std::to_string(t.rows[i].point.tokens));
+  };
+  for (const auto& [c, list] : rows) {
+    if (c != Component::experts) {
+      auto& t = d.local[c];
+      t.rows = list;
+      std::sort(t.rows.begin(), t.rows.end(), by_tokens);
+      no_duplicates(t, std::string(to_string(c)));
+      continue;
+    }
+    d.has_experts = true;
+    std::vector<SimplexInterpolator::Point> pts;
+    for (const auto& r : list) {
+      if (r.point.activated == 0) {
+        d.all_remote.rows.push_back(r);
+        continue;
+      }
+      if (!d.exact_experts.emplace(r.point, d.expert_rows.size()).second)
+        throw LookupError("experts: two rows at " +
+                          coordinates(r.point.tokens, r.point.activated, r.point.assignments));
+      d.expert_rows.push_back(r);
+      pts.push_back({static_cast<double>(r.point.tokens), static_cast<double>(r.point.activated),
+                     static_cast<double>(r.point.assignments)});
+    }
+    std::sort(d.all_remote.rows.begin(), d.all_remote.rows.end(), by_tokens);
+    no_duplicates(d.all_remote, "experts (all remote)");
+    if (!pts.empty()) d.experts = std::make_unique<SimplexInterpolator>(std::move(pts));
+  }
+}
+
+LookupResult ComponentTables::query(Component c, std::int64_t tokens, std::int64_t activated,
+                                    std::int64_t assignments) const {
+  const auto& d = *impl_;
+  const std::string what(to_string(c));
+  if (c != Component::experts) {
+    const auto t = d.local.find(c);
+    if (t == d.local.end()) throw LookupError(what + ": no measured rows");
+    return t->second.at(tokens, what);
+  }
+  if (!d.has_experts) throw LookupError("experts: no measured rows");
+  const auto& poly = d.polytope;
+  if (const auto violated = feasibility_violation(tokens, activated, assignments,
+                                                  poly.local_experts, poly.experts, poly.top_k))
+    throw LookupError("experts: " + coordinates(tokens, activated, assignments) +
+                      " is impossible for this deployment: it violates " + *violated);
+  if (activated == 0) return d.all_remote.at(tokens, "experts (all remote)");
+  if (const auto ex = d.exact_experts.find({tokens, activated, assignments});
+      ex != d.exact_experts.end()) {
+    const auto& row = d.expert_rows[ex->second];
+    return {row.time_us, true, {{row.point, row.time_us, 1.0}}};
+  }
+  const auto w = d.experts ? d.experts->locate({static_cast<double>(tokens),
+                                                static_cast<double>(activated),
+                                                static_cast<double>(assignments)})
+                           : std::nullopt;
+  if (!w)
+    throw LookupError("experts: " + coordinates(tokens, activated, assignments) +
+                      " is outside the measured support; the lookup never extrapolates");
+  // Vertices whose weight is round-off (the query lies on a face) are left out and the remaining
+  // weights renormalized, so an explanation lists only contributing rows.
+  double kept = 0;
+  for (const auto& [v, weight] : *w) kept += weight > kNegligibleWeight ? weight : 0;
+  LookupResult r;
+  for (auto [v, weight] : *w) {
+    if (weight <= kNegligibleWeight) continue;
+    weight /= kept;
+    const auto& row = d.expert_rows[v];
+    r.time_us += weight * row.time_us;
+    r.vertices.push_back({row.point, row.time_us, weight});
+  }
+  return r;
+}
+
+}  // namespace moe
