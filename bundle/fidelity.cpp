@@ -20,14 +20,10 @@ std::string fidelity_cell_id(const Target& t, Component c, CellRole role) {
   return id;
 }
 
-json fidelity_cell_json(const Target& t, Component c, CellRole role, int rounds,
-                        int weight_banks) {
-  return {{"target", t.to_json()},
-          {"component", to_string(c)},
-          {"rounds", rounds},
-          {"weight_banks", weight_banks},
-          {"stage", role.stage},
-          {"role", role.held_out ? "held_out" : "grid"}};
+json fidelity_cell_json(const Target& t, Component c, CellRole role, int rounds, int weight_banks) {
+  return {{"target", t.to_json()}, {"component", to_string(c)},
+          {"rounds", rounds},      {"weight_banks", weight_banks},
+          {"stage", role.stage},   {"role", role.held_out ? "held_out" : "grid"}};
 }
 
 CellRole cell_role(const json& cell_json) {
@@ -140,9 +136,8 @@ std::vector<ComponentFidelity> evaluate_fidelity(const StoredAcquisition& acq) {
       HeldOutPoint h{point, *result.time_us, std::nullopt, {}};
       try {
         if (!tables) throw LookupError("no grid rows passed the weight-bank control");
-        h.predicted_us = tables->query(f.component, point.tokens, point.activated,
-                                       point.assignments)
-                             .time_us;
+        h.predicted_us =
+            tables->query(f.component, point.tokens, point.activated, point.assignments).time_us;
         errors.push_back(h.relative_error());
       } catch (const LookupError& e) {
         h.unpredicted_reason = e.what();

@@ -42,21 +42,21 @@ struct HeldOutPoint {
 };
 
 struct HeldOutStatistics {
-  int count = 0;        // predicted points
-  int unpredicted = 0;  // outside the support
-  int bank_failures = 0;  // held-out points whose B/2B control failed (left out)
+  int count = 0;                        // predicted points
+  int unpredicted = 0;                  // outside the support
+  int bank_failures = 0;                // held-out points whose B/2B control failed (left out)
   double median = 0, p95 = 0, max = 0;  // of |relative error|
 };
 
 struct ComponentFidelity {
   Target target;
   Component component = Component::gate_routing;
-  int stages = 0;     // refinement stages held by the file (0 = planned cells only)
-  bool complete = false;  // every cell of every stage has all its rounds
+  int stages = 0;                  // refinement stages held by the file (0 = planned cells only)
+  bool complete = false;           // every cell of every stage has all its rounds
   std::vector<PointResult> table;  // latest measurement of each grid point, sorted
   std::vector<GridPoint> failed;   // grid points whose latest measurement failed B/2B
   std::vector<std::pair<GridPoint, int>> measured_times;  // grid point -> measurements (>1 only)
-  std::int64_t added_points = 0;   // grid points beyond the planned grid
+  std::int64_t added_points = 0;                          // grid points beyond the planned grid
   std::vector<HeldOutPoint> held_out;  // off the grid, latest measurement, bank control passed
   HeldOutStatistics statistics;
   [[nodiscard]] std::vector<HeldOutPoint> worst(std::size_t n) const;

@@ -194,11 +194,10 @@ Contract Contract::from_json(const json& j) {
                     field<std::int64_t>(k, "cache_bytes", "conditioning."),
                     field<std::uint64_t>(k, "seed", "conditioning.")};
   const auto& f = object(j, "fidelity", "");
-  c.fidelity = {field<double>(f, "tolerance", "fidelity."),
-                field<int>(f, "max_added_points", "fidelity."),
-                field<int>(f, "random_points", "fidelity."),
-                field<int>(f, "remeasure_limit", "fidelity."),
-                field<bool>(f, "refine", "fidelity.")};
+  c.fidelity = {
+      field<double>(f, "tolerance", "fidelity."), field<int>(f, "max_added_points", "fidelity."),
+      field<int>(f, "random_points", "fidelity."), field<int>(f, "remeasure_limit", "fidelity."),
+      field<bool>(f, "refine", "fidelity.")};
   if (!j.contains("targets") || !j.at("targets").is_array())
     throw ContractError("contract: 'targets' is missing or not a list");
   for (const auto& t : j.at("targets")) {

@@ -251,9 +251,9 @@ JobSpec parse_job(const std::string& yaml_text, const std::string& source) {
   JobSpec job;
   job.source = source;
   try {
-    check_keys(root, "",
-               {"model", "deployment", "tokens", "graph", "measurement", "fidelity", "output",
-                  "budget"});
+    check_keys(
+        root, "",
+        {"model", "deployment", "tokens", "graph", "measurement", "fidelity", "output", "budget"});
     job.geometry = parse_model(required(root, "model", "model"));
 
     auto d = required(root, "deployment", "deployment");

@@ -45,11 +45,11 @@ enum class GraphMode { none, piecewise, full, full_and_piecewise, full_decode_on
 
 // Held-out validation, adaptive refinement and quality gates (docs/measurement.md#fidelity).
 struct FidelitySpec {
-  double tolerance = 0.02;            // held-out |relative error| a table must meet
-  int max_added_points = 2000;        // per cell: grid points refinement may add
-  int random_points = 12;             // per cell: random feasible held-out points
-  int remeasure_limit = 2;            // fresh measurements of a point that fails B/2B
-  bool refine = true;                 // false: validate only, never add points
+  double tolerance = 0.02;      // held-out |relative error| a table must meet
+  int max_added_points = 2000;  // per cell: grid points refinement may add
+  int random_points = 12;       // per cell: random feasible held-out points
+  int remeasure_limit = 2;      // fresh measurements of a point that fails B/2B
+  bool refine = true;           // false: validate only, never add points
   // Publish tables that miss the gate, recorded as fidelity "accepted-with-failures" (a
   // publishing policy, not a measurement condition: not part of the contract).
   bool accept_failures = false;

@@ -144,8 +144,8 @@ std::optional<GridPoint> balanced_point(const JobSpec& job, const Target& t, std
   const std::int64_t a_lo = std::max<std::int64_t>(1, std::max(0, k - (e - l)));
   const std::int64_t a_hi = std::min<std::int64_t>(l, n * k);
   if (a_lo > a_hi) return std::nullopt;
-  const auto a = std::clamp<std::int64_t>(std::llround(expected_distinct_experts(g, l, n)), a_lo,
-                                          a_hi);
+  const auto a =
+      std::clamp<std::int64_t>(std::llround(expected_distinct_experts(g, l, n)), a_lo, a_hi);
   const auto range = feasible_assignments(n, a, l, e, k);
   if (!range) return std::nullopt;
   const auto m = std::clamp<std::int64_t>(

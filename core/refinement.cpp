@@ -96,8 +96,7 @@ std::vector<GridPoint> held_out_points(const JobSpec& job, const Target& t, Comp
     const GridPoint cls{1, remote || !experts ? 0 : 1, 0};
     const auto rows = rows_of(grid, cls);
     for (std::size_t i = 0; i + 1 < rows.size(); ++i)
-      if (const auto m = midpoint(rows[i], rows[i + 1], true))
-        add(row_probe(job, t, c, cls, *m));
+      if (const auto m = midpoint(rows[i], rows[i + 1], true)) add(row_probe(job, t, c, cls, *m));
   }
   if (experts) {
     // One A-interval midpoint per N row, rotating over the row's intervals.
@@ -119,9 +118,9 @@ std::vector<GridPoint> held_out_points(const JobSpec& job, const Target& t, Comp
   if (rows.size() >= 2) {
     const auto& g = job.geometry;
     const int l = ExpertOwnership::of(g, t).local_experts;
-    Draws draw(mix_seed({job.seed, static_cast<std::uint64_t>(t.tp), static_cast<std::uint64_t>(t.dp),
-                         static_cast<std::uint64_t>(t.rank), t.sp ? 1ULL : 0ULL,
-                         static_cast<std::uint64_t>(c), 0x4e1d0077ULL}));
+    Draws draw(mix_seed({job.seed, static_cast<std::uint64_t>(t.tp),
+                         static_cast<std::uint64_t>(t.dp), static_cast<std::uint64_t>(t.rank),
+                         t.sp ? 1ULL : 0ULL, static_cast<std::uint64_t>(c), 0x4e1d0077ULL}));
     for (int r = 0, attempts = 0; r < job.fidelity.random_points && attempts < 64 * (r + 1);
          ++attempts) {
       const auto n = draw.log_between(rows.front(), rows.back());
@@ -171,7 +170,8 @@ RefinementStep refinement_step(const JobSpec& job, const Target& t, Component c,
         }
         if (p.tokens == *mid) take.insert(p);
         for (const auto& [lo, hi] : {std::pair{nb->first, *mid}, std::pair{*mid, nb->second}})
-          if (const auto m = midpoint(lo, hi, true)) new_probes.push_back(row_probe(job, t, c, p, *m));
+          if (const auto m = midpoint(lo, hi, true))
+            new_probes.push_back(row_probe(job, t, c, p, *m));
       } else {
         take.insert(p);
       }
@@ -202,7 +202,8 @@ RefinementStep refinement_step(const JobSpec& job, const Target& t, Component c,
     for (const auto& q : new_probes)
       if (q) probes.insert(*q);
   }
-  std::erase_if(probes, [&](const GridPoint& q) { return known(q) || measured_held_out.contains(q); });
+  std::erase_if(probes,
+                [&](const GridPoint& q) { return known(q) || measured_held_out.contains(q); });
   return {{added.begin(), added.end()}, {probes.begin(), probes.end()}};
 }
 

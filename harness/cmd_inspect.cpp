@@ -1,5 +1,6 @@
 // harness inspect FILE.h5|BUNDLE: coverage, failed weight-bank points, dropped records, the
 // co-location verdict and the sanity block, as text or JSON.
+#include <cstdio>
 #include <filesystem>
 #include <fstream>
 #include <iostream>
@@ -7,9 +8,11 @@
 #include <sstream>
 
 #include "bundle/bundle_meta.h"
+#include "bundle/fidelity.h"
 #include "bundle/format.h"
 #include "bundle/sanity.h"
 #include "bundle/summary.h"
+#include "core/contract.h"
 #include "core/files.h"
 #include "harness/commands.h"
 #include "store/acquisition_file.h"
@@ -45,6 +48,14 @@ json inspect_file(const std::string& path) {
                      {"bank_checked_points", c.checked_points},
                      {"bank_failed_points", c.failed_points},
                      {"max_relative_change", c.max_relative_change}});
+  json fidelity = json::array();
+  const double tolerance = Contract::parse(acq.contract_json).fidelity.tolerance;
+  for (const auto& f : evaluate_fidelity(acq)) {
+    auto j = f.to_json(tolerance);
+    j["table"] = f.target.label() + " " + std::string(to_string(f.component));
+    j["complete"] = f.complete;
+    fidelity.push_back(j);
+  }
   const auto sanity = sanity_of(acq, summaries);
   const auto json_contract = json::parse(acq.contract_json);
   const fs::path variant =
@@ -56,6 +67,7 @@ json inspect_file(const std::string& path) {
       {"backend", json_contract.value("backend", "")},
       {"timing", json_contract.value("timing", "")},
       {"cells", cells},
+      {"fidelity", fidelity},
       {"collective_tables", acq.collectives.size()},
       {"dropped_records", 0},
       {"dropped_records_note", "zero by construction: a run aborts on any dropped activity record"},
@@ -103,6 +115,11 @@ json inspect_bundle(const fs::path& dir) {
             {"rows", rows},
             {"checksum_ok", checksum_ok},
             {"backend", e.contract.value("backend", "")}};
+        if (e.coverage.contains("fidelity")) {
+          item["fidelity"] = e.coverage["fidelity"];
+          for (const auto& [name, c] : e.coverage["fidelity"]["components"].items())
+            sanity.add("held_out_p95", c["held_out"]["p95_abs_relative_error"].get<double>());
+        }
         if (e.coverage.contains("conditioning_summary")) {
           item["conditioning_summary"] = e.coverage["conditioning_summary"];
           sanity.add("failed_points", e.coverage["conditioning_summary"].value("failed_points", 0),
@@ -117,6 +134,31 @@ json inspect_bundle(const fs::path& dir) {
           {"sanity", sanity.to_json()}};
 }
 
+// Held-out statistics per table, the worst points and every grid point that failed B/2B.
+void print_fidelity(const json& tables, std::ostream& os) {
+  for (const auto& t : tables) {
+    const auto& h = t["held_out"];
+    char line[256];
+    std::snprintf(line, sizeof(line),
+                  "    %s: held-out %d points, |error| median %.2f%%, p95 %.2f%%, max %.2f%% "
+                  "(tolerance %.2f%%); %d outside support, %d failed B/2B; refinement %d stages, "
+                  "+%d points\n",
+                  t["table"].get<std::string>().c_str(), h["count"].get<int>(),
+                  100 * h["median_abs_relative_error"].get<double>(),
+                  100 * h["p95_abs_relative_error"].get<double>(),
+                  100 * h["max_abs_relative_error"].get<double>(),
+                  100 * t["tolerance"].get<double>(), h["unpredicted"].get<int>(),
+                  h["bank_failures"].get<int>(), t["refinement"]["stages"].get<int>(),
+                  t["refinement"]["added_points"].get<int>());
+    os << line;
+    for (const auto& w : h["worst"])
+      os << "      worst " << w["point"].dump() << ": measured " << w["measured_us"]
+         << " us, interpolated " << w["predicted_us"] << " us\n";
+    for (const auto& p : t["failed_points"])
+      os << "      FAILED B/2B at (N, A, M) = " << p.dump() << " (not in the table)\n";
+  }
+}
+
 void print_text(const json& r, std::ostream& os) {
   if (r["kind"] == "acquisition") {
     os << "acquisition " << r["file"].get<std::string>() << " (" << r["backend"].get<std::string>()
@@ -126,6 +168,7 @@ void print_text(const json& r, std::ostream& os) {
          << c["rounds_planned"] << " rounds, " << c["points"] << " points, B/2B failed "
          << c["bank_failed_points"] << "/" << c["bank_checked_points"] << "\n";
     os << "  collective tables: " << r["collective_tables"] << "; dropped records: 0\n";
+    print_fidelity(r["fidelity"], os);
   } else {
     os << "bundle " << r["variant"].get<std::string>() << "\n";
     for (const auto& e : r["entries"])
@@ -136,6 +179,18 @@ void print_text(const json& r, std::ostream& os) {
                        e["conditioning_summary"]["checked_points"].dump()
                  : "")
          << "\n";
+    for (const auto& e : r["entries"])
+      if (e.contains("fidelity")) {
+        os << "  fidelity of " << e["path"].get<std::string>() << ": "
+           << e["fidelity"]["status"].get<std::string>() << "\n";
+        json tables = json::array();
+        for (const auto& [name, c] : e["fidelity"]["components"].items()) {
+          auto t = c;
+          t["table"] = name;
+          tables.push_back(t);
+        }
+        print_fidelity(tables, os);
+      }
   }
   const auto& c = r["colocation"];
   os << "  co-location: "

@@ -20,8 +20,9 @@ struct TokenTable {
 
   LookupResult at(std::int64_t tokens, const std::string& what) const {
     if (rows.empty()) throw LookupError(what + ": no measured rows");
-    auto hi = std::lower_bound(rows.begin(), rows.end(), tokens,
-                               [](const TableRow& r, std::int64_t t) { return r.point.tokens < t; });
+    auto hi =
+        std::lower_bound(rows.begin(), rows.end(), tokens,
+                         [](const TableRow& r, std::int64_t t) { return r.point.tokens < t; });
     if (hi != rows.end() && hi->point.tokens == tokens)
       return {hi->time_us, true, {{hi->point, hi->time_us, 1.0}}};
     if (hi == rows.begin() || hi == rows.end())
@@ -56,8 +57,8 @@ struct ComponentTables::Impl {
   ExpertPolytope polytope;
   std::map<Component, TokenTable> local;  // gate_routing, finalize_copy, wrapper
   bool has_experts = false;
-  TokenTable all_remote;                  // experts rows with A = M = 0
-  std::vector<TableRow> expert_rows;      // experts rows with A > 0
+  TokenTable all_remote;              // experts rows with A = M = 0
+  std::vector<TableRow> expert_rows;  // experts rows with A > 0
   std::unique_ptr<SimplexInterpolator> experts;
   std::unordered_map<GridPoint, std::size_t, PointHash> exact_experts;  // index in expert_rows
 };
@@ -128,10 +129,10 @@ LookupResult ComponentTables::query(Component c, std::int64_t tokens, std::int64
     const auto& row = d.expert_rows[ex->second];
     return {row.time_us, true, {{row.point, row.time_us, 1.0}}};
   }
-  const auto w = d.experts ? d.experts->locate({static_cast<double>(tokens),
-                                                static_cast<double>(activated),
-                                                static_cast<double>(assignments)})
-                           : std::nullopt;
+  const auto w =
+      d.experts ? d.experts->locate({static_cast<double>(tokens), static_cast<double>(activated),
+                                     static_cast<double>(assignments)})
+                : std::nullopt;
   if (!w)
     throw LookupError("experts: " + coordinates(tokens, activated, assignments) +
                       " is outside the measured support; the lookup never extrapolates");

@@ -230,8 +230,7 @@ class Acquisition {
                  cell_role(json::parse(b.info.json)).stage;
         });
         for (const auto& c : acq.cells)
-          if (cell_role(json::parse(c.info.json)).stage > 0)
-            list.push_back(cell_info_json(c.info));
+          if (cell_role(json::parse(c.info.json)).stage > 0) list.push_back(cell_info_json(c.info));
         text = list.dump();
       } catch (const FileError&) {
         // The collective open below names the problem and leaves the file untouched.
@@ -305,7 +304,7 @@ class Acquisition {
       std::vector<GridPoint> again;
       for (const auto& p : f.failed) {
         const auto times = std::find_if(f.measured_times.begin(), f.measured_times.end(),
-                                         [&](const auto& m) { return m.first == p; });
+                                        [&](const auto& m) { return m.first == p; });
         if ((times == f.measured_times.end() ? 1 : times->second) <= fid.remeasure_limit)
           again.push_back(p);
       }
@@ -322,12 +321,11 @@ class Acquisition {
       if (!stage_grid.empty()) cell(grid_role, {stage_grid.begin(), stage_grid.end()});
       if (!step.held_out.empty()) cell(held_role, step.held_out);
       if (!options_.quiet && (!stage_grid.empty() || !step.held_out.empty()))
-        std::cerr << "acquire: refinement stage " << f.stages + 1 << " of "
-                  << t->target.label() << " " << to_string(f.component) << ": held-out p95 "
-                  << f.statistics.p95 * 100 << "%, max " << f.statistics.max * 100 << "% over "
-                  << f.statistics.count << " points; +" << step.grid.size()
-                  << " grid points, " << again.size() << " re-measured, "
-                  << step.held_out.size() << " new held-out\n";
+        std::cerr << "acquire: refinement stage " << f.stages + 1 << " of " << t->target.label()
+                  << " " << to_string(f.component) << ": held-out p95 " << f.statistics.p95 * 100
+                  << "%, max " << f.statistics.max * 100 << "% over " << f.statistics.count
+                  << " points; +" << step.grid.size() << " grid points, " << again.size()
+                  << " re-measured, " << step.held_out.size() << " new held-out\n";
     }
     return out;
   }
@@ -443,8 +441,7 @@ class Acquisition {
     for (std::size_t c = 0; c < cells_.size(); ++c) {
       if (!mine(c)) continue;
       const auto& cell = cells_[c];
-      const double per_point =
-          cell.component == Component::experts ? recorded[0] : recorded[1];
+      const double per_point = cell.component == Component::experts ? recorded[0] : recorded[1];
       if (per_point > 0) {
         cell_cost_[c] = per_point * static_cast<double>(cell.points());
         continue;
