@@ -163,6 +163,22 @@ with tempfile.TemporaryDirectory() as tmp:
     expect_error([HARNESS, "publish", h5, "--out-root", root, "--force"], "another --out-root")
     assert tree_digest(root) == before
 
+    # The fidelity gate: host-clock tables miss the 2% tolerance, so publishing without the
+    # acceptance flag publishes nothing and names the table and the reason; with it, every entry
+    # records accepted-with-failures and the held-out numbers.
+    gated = os.path.join(tmp, "gated")
+    status = {e["coverage"]["fidelity"]["status"] for e in entries}
+    if status != {"validated"}:
+        p = run([HARNESS, "publish", h5, "--out-root", gated], check=False)
+        assert p.returncode != 0 and "exceeds the tolerance" in p.stderr + p.stdout or \
+            "failed the weight-bank control" in p.stderr, p.stderr
+        assert not os.path.exists(os.path.join(gated, "tiny", "meta.yaml")), "gate published something"
+        run([HARNESS, "publish", h5, "--out-root", gated, "--accept-failures"])
+        doc = yaml.safe_load(open(os.path.join(gated, "tiny", "meta.yaml")))
+        assert "accepted-with-failures" in {
+            e["coverage"]["fidelity"]["status"] for e in doc["per_tp"][1]["moe_components"]["entries"]}
+    assert "held-out" in run([HARNESS, "inspect", h5]).stdout
+
     # A second writer fails clearly while the first holds writer.lock.
     lock_path = os.path.join(variant, "tp1", "moe_components", "dp1_ep1_rank0_sp0", "writer.lock")
     other = os.path.join(tmp, "other-root")
@@ -222,6 +238,6 @@ with tempfile.TemporaryDirectory() as tmp:
             p = run([HARNESS, "inspect", os.path.join(copy, "tiny")], check=False)
             assert p.returncode == 4 and "checksum mismatch" in p.stdout, (p.returncode, p.stdout)
         if name in ("truncated", "schema", "target", "path"):
-            expect_error([HARNESS, "publish", h5, "--out-root", copy], "corrupt meta.yaml")
+            expect_error([HARNESS, "publish", h5, "--out-root", copy, "--accept-failures"], "corrupt meta.yaml")
         assert tree_digest(copy) == snap, f"{name}: files changed by a failed command"
 print("ok")
