@@ -243,7 +243,9 @@ PlanEstimate Plan::estimate(const TargetPlan& t, Component c) const {
     const double measured_point_round = !measured                 ? 0
                                         : c == Component::experts ? measured->expert_point_round_s
                                                                   : measured->local_point_round_s;
-    for (const auto& p : grid.points) {
+    std::vector<GridPoint> measured_points = grid.points;  // the grid and its held-out set
+    measured_points.insert(measured_points.end(), grid.held_out.begin(), grid.held_out.end());
+    for (const auto& p : measured_points) {
       e.points += 1;
       e.forwards += per_round * job.rounds;
       const double forwards_s = static_cast<double>(per_round * job.rounds) *

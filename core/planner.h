@@ -91,7 +91,7 @@ struct DeviceModel {
 [[nodiscard]] DeviceModel nominal_device(std::string_view backend);
 
 struct PlanEstimate {
-  std::int64_t points = 0;
+  std::int64_t points = 0;  // grid and held-out points (refinement stages come on top)
   std::int64_t forwards = 0;
   double device_seconds = 0;  // timed forwards only
   double held_seconds = 0;    // wall time the device is held: forwards + per-point overheads,

@@ -101,7 +101,15 @@ void print_text(const Plan& plan, std::ostream& os) {
     }
   }
   const auto total = plan.estimate();
-  os << "\ntotal: " << total.points << " points, " << total.forwards << " forwards, estimated "
+  std::int64_t held_out = 0, cells = 0;
+  for (const auto& t : plan.targets)
+    for (const auto& grid : t.components)
+      held_out += static_cast<std::int64_t>(grid.held_out.size()), ++cells;
+  os << "\nheld-out validation: " << held_out << " points (in the total below); refinement may add "
+     << plan.job.fidelity.max_added_points << " grid points per cell (" << cells
+     << " cells), measured only where held-out errors exceed " << plan.job.fidelity.tolerance * 100
+     << "% and not in this estimate\n";
+  os << "total: " << total.points << " points, " << total.forwards << " forwards, estimated "
      << std::setprecision(4) << total.device_seconds << " s of timed device work and "
      << total.held_seconds
      << " s of device time held (one device)\ncost model: " << cost_model_description(plan) << "\n";

@@ -209,7 +209,7 @@ TEST(Estimate, MeasuredCostsReplaceTheNominalModelAndSaySo) {
   for (const auto& t : plan.targets)
     for (const auto& g : t.components)
       (g.component == Component::experts ? expert_points : local_points) +=
-          static_cast<std::int64_t>(g.points.size());
+          static_cast<std::int64_t>(g.points.size() + g.held_out.size());
   plan.measured = MeasuredCost{0.5, 0.01, "test"};
   const auto e = plan.estimate();
   EXPECT_NEAR(e.held_seconds, (0.5 * expert_points + 0.01 * local_points) * plan.job.rounds, 1e-9);
