@@ -28,6 +28,7 @@
 #include "ranks/rank_context.h"
 #include "store/acquisition_file.h"
 #include "store/campaign.h"
+#include "store/mpi_gather.h"
 
 #ifndef HARNESS_GIT_REVISION
 #define HARNESS_GIT_REVISION "unknown"
@@ -237,16 +238,8 @@ class Acquisition {
       }
     }
     std::vector<CellInfo> out;
-    for (const auto& j : json::parse(broadcast_string(text))) out.push_back(cell_info_of(j));
+    for (const auto& j : json::parse(broadcast_string(comm_, text))) out.push_back(cell_info_of(j));
     return out;
-  }
-
-  std::string broadcast_string(std::string text) const {
-    long size = static_cast<long>(text.size());
-    HARNESS_CHECK_MPI(MPI_Bcast(&size, 1, MPI_LONG, 0, comm_));
-    text.resize(static_cast<std::size_t>(size));
-    HARNESS_CHECK_MPI(MPI_Bcast(text.data(), static_cast<int>(size), MPI_CHAR, 0, comm_));
-    return text;
   }
 
   static json cell_info_json(const CellInfo& info) {
@@ -269,7 +262,8 @@ class Acquisition {
     std::string text = "[]";
     file_.reset();  // the file is read serially on rank 0 and reopened collectively
     if (rank_ == 0) text = next_stage().dump();
-    for (const auto& j : json::parse(broadcast_string(text))) add_stored_cell(cell_info_of(j));
+    for (const auto& j : json::parse(broadcast_string(comm_, text)))
+      add_stored_cell(cell_info_of(j));
     file_ = std::make_unique<AcquisitionFile>(comm_, path_, identity_);
     declare();
     for (std::size_t c = before; c < cells_.size(); ++c) {

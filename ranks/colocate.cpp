@@ -308,14 +308,10 @@ json colocate(MPI_Comm comm, const JobSpec& job, const ColocateOptions& o) {
     // Everyone on the node needs the figures to agree on the decision.
     double t[2] = {solo->throughput, co.throughput};
     HARNESS_CHECK_MPI(MPI_Bcast(t, 2, MPI_DOUBLE, 0, ctx->node));
-    std::string shares = ctx->node_rank == 0
-                             ? json({{"s", solo->shares.shares}, {"c", co.shares.shares}}).dump()
-                             : "";
-    int len = static_cast<int>(shares.size());
-    HARNESS_CHECK_MPI(MPI_Bcast(&len, 1, MPI_INT, 0, ctx->node));
-    shares.resize(static_cast<std::size_t>(len));
-    HARNESS_CHECK_MPI(MPI_Bcast(shares.data(), len, MPI_CHAR, 0, ctx->node));
-    const auto sj = json::parse(shares);
+    const auto sj = json::parse(broadcast_string(
+        ctx->node, ctx->node_rank == 0
+                       ? json({{"s", solo->shares.shares}, {"c", co.shares.shares}}).dump()
+                       : ""));
     RegimeFigures f{regime, t[0], t[1], {}, {}};
     f.solo.shares = sj["s"].get<std::map<std::string, double>>();
     f.coloc.shares = sj["c"].get<std::map<std::string, double>>();

@@ -42,4 +42,14 @@ std::vector<std::string> gather_strings(MPI_Comm comm, const std::string& mine, 
   return parts;
 }
 
+std::string broadcast_string(MPI_Comm comm, std::string text, int root) {
+  if (text.size() > static_cast<std::size_t>(std::numeric_limits<int>::max()))
+    throw std::length_error("broadcast_string: more than 2 GiB");
+  int len = static_cast<int>(text.size());
+  HARNESS_CHECK_MPI(MPI_Bcast(&len, 1, MPI_INT, root, comm));
+  text.resize(static_cast<std::size_t>(len));
+  HARNESS_CHECK_MPI(MPI_Bcast(text.data(), len, MPI_CHAR, root, comm));
+  return text;
+}
+
 }  // namespace moe

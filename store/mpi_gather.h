@@ -1,6 +1,6 @@
-// Gathers one variable-length byte string from every rank of a communicator: the one helper
-// behind every "each rank contributes a different amount" exchange (HDF5 metadata that must be
-// created collectively, provenance, per-node verdicts).
+// Variable-length byte strings between the ranks of a communicator: gathered from every rank
+// (HDF5 metadata that must be created collectively, provenance, per-node verdicts) or broadcast
+// from one (decisions rank 0 derives from files only it reads).
 #pragma once
 
 #include <mpi.h>
@@ -16,6 +16,9 @@ namespace moe {
 // others get an empty vector).
 [[nodiscard]] std::vector<std::string> gather_strings(MPI_Comm comm, const std::string& mine,
                                                       int root = -1);
+
+// Every rank returns root's `text` (the others' argument is ignored). Collective.
+[[nodiscard]] std::string broadcast_string(MPI_Comm comm, std::string text, int root = 0);
 
 // The same for a vector of trivially copyable values (sent as bytes).
 template <class T>

@@ -1,5 +1,5 @@
 // Run under mpiexec with several ranks: every rank contributes a different amount (rank r sends r
-// bytes, and r values), including an empty part on rank 0.
+// bytes, and r values), including an empty part on rank 0; broadcasts replace every rank's text.
 #include "store/mpi_gather.h"
 
 #include <cstdio>
@@ -36,6 +36,12 @@ int main(int argc, char** argv) {
   for (int r = 0; r < size; ++r)
     expect(vectors[r] == std::vector<long long>(static_cast<std::size_t>(r), 1000LL * r),
            "vector part " + std::to_string(r) + " is wrong", rank);
+  // Broadcast from the last rank: the others pass text of other lengths, all receive root's.
+  const std::string sent = rank == size - 1 ? std::string(37, 'z') + "end" : mine;
+  expect(moe::broadcast_string(MPI_COMM_WORLD, sent, size - 1) == std::string(37, 'z') + "end",
+         "broadcast from the last rank is wrong", rank);
+  expect(moe::broadcast_string(MPI_COMM_WORLD, rank == 0 ? "" : "x").empty(),
+         "an empty broadcast is not empty", rank);
   int any = 0;
   MPI_Allreduce(&failures, &any, 1, MPI_INT, MPI_SUM, MPI_COMM_WORLD);
   if (rank == 0) std::printf("gather helper: %d failures over %d ranks\n", any, size);
