@@ -31,6 +31,17 @@ std::optional<MRange> feasible_assignments(std::int64_t n, std::int64_t a, int l
   return MRange{lo, hi};
 }
 
+std::optional<MRange> feasible_activated(std::int64_t n, int l, int e, int k) {
+  const std::int64_t lo = std::max(1, k - (e - l));
+  const std::int64_t hi = std::min<std::int64_t>(l, n * k);
+  if (lo > hi) return std::nullopt;
+  return MRange{lo, hi};
+}
+
+std::int64_t balanced_assignments(std::int64_t n, int l, int e, int k) {
+  return std::llround(static_cast<double>(n) * k * l / static_cast<double>(e));
+}
+
 std::optional<std::string> feasibility_violation(std::int64_t n, std::int64_t a, std::int64_t m,
                                                  int l, int e, int k) {
   const auto says = [](const std::string& rule, std::int64_t bound) {
@@ -100,15 +111,15 @@ std::vector<GridPoint> expert_row(const JobSpec& job, const Target& t, std::int6
   const std::int64_t must_be_local = std::max(0, k - (e - l));
   std::set<GridPoint> pts;
   if (e - l >= k) pts.insert({n, 0, 0});  // all-remote
-  const std::int64_t a_lo = std::max<std::int64_t>(1, must_be_local);
-  const std::int64_t a_hi = std::min<std::int64_t>(l, n * k);
-  if (a_lo > a_hi) return {pts.begin(), pts.end()};
+  const auto range = feasible_activated(n, l, e, k);
+  if (!range) return {pts.begin(), pts.end()};
+  const auto in_range = [&](std::int64_t a) { return a >= range->lo && a <= range->hi; };
   std::set<std::int64_t> a_axis;
   for (auto a : geometric_axis(1, l, job.grid_factor))
-    if (a >= a_lo && a <= a_hi) a_axis.insert(a);
+    if (in_range(a)) a_axis.insert(a);
   // Endpoints and the slope changes of M's bounds (A = k on the upper, A = N*r on the lower).
-  for (auto a : {a_lo, a_hi, std::int64_t{k}, n * must_be_local})
-    if (a >= a_lo && a <= a_hi) a_axis.insert(a);
+  for (auto a : {range->lo, range->hi, std::int64_t{k}, n * must_be_local})
+    if (in_range(a)) a_axis.insert(a);
   for (auto a : a_axis)
     for (const auto& p : expert_column(job, t, n, a)) pts.insert(p);
   return {pts.begin(), pts.end()};
@@ -123,8 +134,7 @@ std::vector<GridPoint> expert_column(const JobSpec& job, const Target& t, std::i
   std::set<std::int64_t> m_axis{range->lo, range->hi};
   for (auto m : geometric_axis(1, range->hi, job.grid_factor))
     if (m > range->lo && m < range->hi) m_axis.insert(m);
-  const std::int64_t balanced =
-      std::llround(static_cast<double>(n) * k * l / static_cast<double>(e));
+  const std::int64_t balanced = balanced_assignments(n, l, e, k);
   if (balanced >= range->lo && balanced <= range->hi) m_axis.insert(balanced);
   std::vector<GridPoint> out;
   for (auto m : m_axis) out.push_back({n, a, m});
@@ -138,19 +148,25 @@ std::vector<GridPoint> expert_grid(const JobSpec& job, const Target& t) {
   return {pts.begin(), pts.end()};
 }
 
+std::optional<GridPoint> balanced_column_point(const JobSpec& job, const Target& t, std::int64_t n,
+                                               std::int64_t a) {
+  const auto& g = job.geometry;
+  const int l = ExpertOwnership::of(g, t).local_experts;
+  const auto range = feasible_assignments(n, a, l, g.experts, g.top_k);
+  if (!range) return std::nullopt;
+  return GridPoint{
+      n, a, std::clamp(balanced_assignments(n, l, g.experts, g.top_k), range->lo, range->hi)};
+}
+
 std::optional<GridPoint> balanced_point(const JobSpec& job, const Target& t, std::int64_t n) {
   const auto& g = job.geometry;
-  const int l = ExpertOwnership::of(g, t).local_experts, e = g.experts, k = g.top_k;
-  const std::int64_t a_lo = std::max<std::int64_t>(1, std::max(0, k - (e - l)));
-  const std::int64_t a_hi = std::min<std::int64_t>(l, n * k);
-  if (a_lo > a_hi) return std::nullopt;
-  const auto a =
-      std::clamp<std::int64_t>(std::llround(expected_distinct_experts(g, l, n)), a_lo, a_hi);
-  const auto range = feasible_assignments(n, a, l, e, k);
+  const int l = ExpertOwnership::of(g, t).local_experts;
+  const auto range = feasible_activated(n, l, g.experts, g.top_k);
   if (!range) return std::nullopt;
-  const auto m = std::clamp<std::int64_t>(
-      std::llround(static_cast<double>(n) * k * l / static_cast<double>(e)), range->lo, range->hi);
-  return GridPoint{n, a, m};
+  return balanced_column_point(
+      job, t, n,
+      std::clamp<std::int64_t>(std::llround(expected_distinct_experts(g, l, n)), range->lo,
+                               range->hi));
 }
 
 std::vector<Component> component_set(const ModelGeometry& g, const Target& t) {

@@ -28,12 +28,17 @@ struct ComponentGrid {
 [[nodiscard]] std::vector<std::int64_t> geometric_axis(std::int64_t lo, std::int64_t hi,
                                                        double factor);
 
-// Feasible M range at (N, A) for L local of E global experts with top-k; nullopt if infeasible.
+// An inclusive integer range.
 struct MRange {
   std::int64_t lo, hi;
 };
+// Feasible M range at (N, A) for L local of E global experts with top-k; nullopt if infeasible.
 [[nodiscard]] std::optional<MRange> feasible_assignments(std::int64_t n, std::int64_t a, int l,
                                                          int e, int k);
+// Feasible positive A at N: [max(1, k-(E-L)), min(L, N·k)]; nullopt when empty.
+[[nodiscard]] std::optional<MRange> feasible_activated(std::int64_t n, int l, int e, int k);
+// The balanced total of local assignments at N: round(N·k·L/E) (may lie outside a column's range).
+[[nodiscard]] std::int64_t balanced_assignments(std::int64_t n, int l, int e, int k);
 
 // The first constraint of the feasibility polytope that (N, A, M) violates, as text naming it
 // (e.g. "M <= N*min(k, A) = 72"), or nullopt when the point is feasible. A = M = 0 is the
@@ -54,8 +59,13 @@ struct MRange {
 // The M column at (N, A): both feasible bounds, geometric points between, the balanced total.
 [[nodiscard]] std::vector<GridPoint> expert_column(const JobSpec& job, const Target& t,
                                                    std::int64_t n, std::int64_t a);
-// Balanced routing at N for this target: A = the expected distinct local experts, M = N·k·L/E,
-// both rounded and clamped to the feasible polytope; nullopt when no positive-work point exists.
+// (N, A) with M at the balanced total clamped into the feasible range; nullopt when (N, A) is
+// infeasible.
+[[nodiscard]] std::optional<GridPoint> balanced_column_point(const JobSpec& job, const Target& t,
+                                                             std::int64_t n, std::int64_t a);
+// Balanced routing at N for this target: A = the expected distinct local experts, rounded and
+// clamped to feasible_activated, at balanced_column_point; nullopt when no positive-work point
+// exists.
 [[nodiscard]] std::optional<GridPoint> balanced_point(const JobSpec& job, const Target& t,
                                                       std::int64_t n);
 

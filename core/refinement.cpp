@@ -48,19 +48,6 @@ std::optional<GridPoint> row_probe(const JobSpec& job, const Target& t, Componen
   return balanced_point(job, t, n);
 }
 
-// (N, A) with M at the balanced total clamped into the feasible range.
-std::optional<GridPoint> column_probe(const JobSpec& job, const Target& t, std::int64_t n,
-                                      std::int64_t a) {
-  const auto& g = job.geometry;
-  const int l = ExpertOwnership::of(g, t).local_experts;
-  const auto range = feasible_assignments(n, a, l, g.experts, g.top_k);
-  if (!range) return std::nullopt;
-  const auto m = std::clamp<std::int64_t>(
-      std::llround(static_cast<double>(n) * g.top_k * l / static_cast<double>(g.experts)),
-      range->lo, range->hi);
-  return GridPoint{n, a, m};
-}
-
 // Deterministic draws (splitmix64), identical on every platform.
 class Draws {
  public:
@@ -108,7 +95,8 @@ std::vector<GridPoint> held_out_points(const JobSpec& job, const Target& t, Comp
       a.erase(std::unique(a.begin(), a.end()), a.end());
       if (a.size() >= 2) {
         const auto j = i % (a.size() - 1);
-        if (const auto am = midpoint(a[j], a[j + 1], false)) add(column_probe(job, t, n, *am));
+        if (const auto am = midpoint(a[j], a[j + 1], false))
+          add(balanced_column_point(job, t, n, *am));
       }
       ++i;
     }
@@ -126,10 +114,9 @@ std::vector<GridPoint> held_out_points(const JobSpec& job, const Target& t, Comp
       const auto n = draw.log_between(rows.front(), rows.back());
       std::optional<GridPoint> p = GridPoint{n, 0, 0};
       if (experts) {
-        const std::int64_t a_lo = std::max<std::int64_t>(1, std::max(0, g.top_k - (g.experts - l)));
-        const std::int64_t a_hi = std::min<std::int64_t>(l, n * g.top_k);
-        if (a_lo > a_hi) continue;
-        const auto a = draw.between(a_lo, a_hi);
+        const auto a_range = feasible_activated(n, l, g.experts, g.top_k);
+        if (!a_range) continue;
+        const auto a = draw.between(a_range->lo, a_range->hi);
         const auto range = feasible_assignments(n, a, l, g.experts, g.top_k);
         if (!range) continue;
         p = GridPoint{n, a, draw.between(range->lo, range->hi)};
@@ -188,7 +175,7 @@ RefinementStep refinement_step(const JobSpec& job, const Target& t, Component c,
         if (p.activated == *mid) take.insert(p);
         for (const auto& [lo, hi] : {std::pair{ab->first, *mid}, std::pair{*mid, ab->second}})
           if (const auto m = midpoint(lo, hi, false))
-            new_probes.push_back(column_probe(job, t, p.tokens, *m));
+            new_probes.push_back(balanced_column_point(job, t, p.tokens, *m));
       } else {
         take.insert(p);
       }
