@@ -66,9 +66,9 @@ json ComponentFidelity::to_json(double tolerance) const {
           {"failed_points", failed_points}};
 }
 
-std::vector<ComponentFidelity> evaluate_fidelity(const StoredAcquisition& acq) {
+std::vector<ComponentFidelity> evaluate_fidelity(const StoredAcquisition& acq,
+                                                 const std::vector<CellSummary>& summaries) {
   const auto contract = Contract::parse(acq.contract_json);
-  const auto summaries = summarize(acq);
   struct Group {
     ComponentFidelity f;
     std::vector<std::pair<CellRole, const CellSummary*>> cells;
@@ -87,7 +87,8 @@ std::vector<ComponentFidelity> evaluate_fidelity(const StoredAcquisition& acq) {
       it->second.f.component = *component;
       order.push_back(key);
     }
-    it->second.cells.emplace_back(cell_role(j), &summaries[i]);
+    it->second.cells.emplace_back(cell_role(j), &summaries.at(i));
+    it->second.f.cells.push_back(i);
   }
   std::vector<ComponentFidelity> out;
   for (const auto& key : order) {
@@ -96,7 +97,6 @@ std::vector<ComponentFidelity> evaluate_fidelity(const StoredAcquisition& acq) {
                      [](const auto& a, const auto& b) { return a.first.stage < b.first.stage; });
     f.complete = true;
     std::map<GridPoint, PointResult> grid, probes;
-    std::map<GridPoint, int> times;
     std::set<GridPoint> planned;
     for (const auto& [role, cs] : cells) {
       f.stages = std::max(f.stages, role.stage);
@@ -105,7 +105,7 @@ std::vector<ComponentFidelity> evaluate_fidelity(const StoredAcquisition& acq) {
         if (!role.held_out && role.stage == 0) planned.insert(p.point);
         if (!p.time_us) continue;
         (role.held_out ? probes : grid)[p.point] = p;  // a later stage's measurement wins
-        if (!role.held_out) ++times[p.point];
+        if (!role.held_out) ++f.measured_times[p.point];
       }
     }
     std::map<Component, std::vector<TableRow>> rows;
@@ -118,8 +118,6 @@ std::vector<ComponentFidelity> evaluate_fidelity(const StoredAcquisition& acq) {
       }
       rows[f.component].push_back({point, *result.time_us});
     }
-    for (const auto& [point, n] : times)
-      if (n > 1) f.measured_times.emplace_back(point, n);
 
     ExpertPolytope polytope{contract.geometry.experts, contract.geometry.top_k, 0};
     for (const auto& t : contract.targets)

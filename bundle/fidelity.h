@@ -5,7 +5,10 @@
 // with its measurement. The acquisition refines from this evaluation; the publisher gates on it.
 #pragma once
 
+#include <cmath>
+#include <cstddef>
 #include <cstdint>
+#include <map>
 #include <nlohmann/json.hpp>
 #include <optional>
 #include <string>
@@ -55,16 +58,19 @@ struct ComponentFidelity {
   bool complete = false;           // every cell of every stage has all its rounds
   std::vector<PointResult> table;  // latest measurement of each grid point, sorted
   std::vector<GridPoint> failed;   // grid points whose latest measurement failed B/2B
-  std::vector<std::pair<GridPoint, int>> measured_times;  // grid point -> measurements (>1 only)
-  std::int64_t added_points = 0;                          // grid points beyond the planned grid
+  std::map<GridPoint, int> measured_times;  // grid point -> how many stages measured it
+  std::vector<std::size_t> cells;  // indices into StoredAcquisition::cells: grid, held-out, stages
+  std::int64_t added_points = 0;   // grid points beyond the planned grid
   std::vector<HeldOutPoint> held_out;  // off the grid, latest measurement, bank control passed
   HeldOutStatistics statistics;
   [[nodiscard]] std::vector<HeldOutPoint> worst(std::size_t n) const;
   [[nodiscard]] nlohmann::json to_json(double tolerance) const;  // meta.yaml coverage.fidelity
 };
 
-// Evaluates every (target, component) of the file. `local_experts` of each target comes from
-// the contract. Incomplete cells count only their complete rounds (`complete` says so).
-[[nodiscard]] std::vector<ComponentFidelity> evaluate_fidelity(const StoredAcquisition& acq);
+// Evaluates every (target, component) of the file from its cell summaries (summarize(acq)).
+// `local_experts` of each target comes from the contract. Incomplete cells count only their
+// complete rounds (`complete` says so).
+[[nodiscard]] std::vector<ComponentFidelity> evaluate_fidelity(
+    const StoredAcquisition& acq, const std::vector<CellSummary>& summaries);
 
 }  // namespace moe

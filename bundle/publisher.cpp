@@ -87,7 +87,7 @@ PublishReport publish(const StoredAcquisition& acq, const std::string& h5_path,
 
   std::vector<ComponentFidelity> fidelity;
   try {
-    fidelity = evaluate_fidelity(acq);
+    fidelity = evaluate_fidelity(acq, summarize(acq));
   } catch (const std::exception& e) {
     throw PublishError("nothing published from '" + h5_path + "': " + e.what());
   }
@@ -124,8 +124,8 @@ PublishReport publish(const StoredAcquisition& acq, const std::string& h5_path,
         ok = false;
         continue;
       }
-      for (const auto& cell : acq.cells) {
-        if (!cell.info.id.starts_with(fidelity_cell_id(t.target, component, {}))) continue;
+      for (const auto index : f->cells) {
+        const auto& cell = acq.cells[index];
         for (const auto& r : cell.rounds)
           for (const auto& c : r.checks)
             if (!c.pass) {
@@ -174,8 +174,8 @@ PublishReport publish(const StoredAcquisition& acq, const std::string& h5_path,
       }
       per_component[name] = f->to_json(tolerance);
       if (options.samples)
-        for (const auto& cell : acq.cells) {
-          if (!cell.info.id.starts_with(fidelity_cell_id(t.target, component, {}))) continue;
+        for (const auto index : f->cells) {
+          const auto& cell = acq.cells[index];
           const auto role = cell_role(json::parse(cell.info.json));
           for (const auto& r : cell.rounds)
             for (const auto& s : r.samples) {

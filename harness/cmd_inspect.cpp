@@ -50,7 +50,7 @@ json inspect_file(const std::string& path) {
                      {"max_relative_change", c.max_relative_change}});
   json fidelity = json::array();
   const double tolerance = Contract::parse(acq.contract_json).fidelity.tolerance;
-  for (const auto& f : evaluate_fidelity(acq)) {
+  for (const auto& f : evaluate_fidelity(acq, summaries)) {
     auto j = f.to_json(tolerance);
     j["table"] = f.target.label() + " " + std::string(to_string(f.component));
     j["complete"] = f.complete;

@@ -186,13 +186,18 @@ class Acquisition {
     write_provenance();
   }
 
-  // Appends a cell of target `t` (not yet declared in the file).
-  void add_cell(const TargetPlan& t, Component c, CellRole role, std::vector<GridPoint> points) {
+  // The file's description of a cell of target `t`.
+  [[nodiscard]] CellInfo cell_info(const TargetPlan& t, Component c, CellRole role,
+                                   std::vector<GridPoint> points) const {
     const int banks = c == Component::experts ? t.weight_banks : 0;
-    CellInfo info{fidelity_cell_id(t.target, c, role),
-                  fidelity_cell_json(t.target, c, role, job_.rounds, banks).dump(),
-                  std::move(points), job_.rounds};
-    cells_.push_back({&t, c, role, std::move(info), {}});
+    return {fidelity_cell_id(t.target, c, role),
+            fidelity_cell_json(t.target, c, role, job_.rounds, banks).dump(), std::move(points),
+            job_.rounds};
+  }
+
+  // Appends a planned cell of target `t` (not yet declared in the file).
+  void add_cell(const TargetPlan& t, Component c, CellRole role, std::vector<GridPoint> points) {
+    cells_.push_back({&t, c, role, cell_info(t, c, role, std::move(points)), {}});
   }
 
   // Appends a refinement-stage cell as stored in the file; its target must be in the plan.
@@ -218,20 +223,20 @@ class Acquisition {
       cells_[c].rounds_done = file_->rounds_done(static_cast<int>(c));
   }
 
-  // Rank 0 reads the refinement-stage cells of an existing file (stage > 0), in stage order, and
-  // broadcasts them. Collective.
+  // Rank 0 reads the refinement-stage cells of an existing file (stage > 0; descriptions only),
+  // in stage order, and broadcasts them. Collective.
   std::vector<CellInfo> stage_cells_in_file() {
     std::string text = "[]";
     if (rank_ == 0 && std::filesystem::exists(path_)) {
       try {
+        std::vector<std::pair<int, CellInfo>> staged;
+        for (auto& info : read_cell_infos(path_))
+          if (const int stage = cell_role(json::parse(info.json)).stage; stage > 0)
+            staged.emplace_back(stage, std::move(info));
+        std::stable_sort(staged.begin(), staged.end(),
+                         [](const auto& a, const auto& b) { return a.first < b.first; });
         json list = json::array();
-        auto acq = read_acquisition(path_);
-        std::stable_sort(acq.cells.begin(), acq.cells.end(), [](const auto& a, const auto& b) {
-          return cell_role(json::parse(a.info.json)).stage <
-                 cell_role(json::parse(b.info.json)).stage;
-        });
-        for (const auto& c : acq.cells)
-          if (cell_role(json::parse(c.info.json)).stage > 0) list.push_back(cell_info_json(c.info));
+        for (const auto& [stage, info] : staged) list.push_back(cell_info_json(info));
         text = list.dump();
       } catch (const FileError&) {
         // The collective open below names the problem and leaves the file untouched.
@@ -277,7 +282,8 @@ class Acquisition {
   json next_stage() {
     json out = json::array();
     const auto& fid = job_.fidelity;
-    for (const auto& f : evaluate_fidelity(read_acquisition(path_))) {
+    const auto acq = read_acquisition(path_);
+    for (const auto& f : evaluate_fidelity(acq, summarize(acq))) {
       if (f.stages >= kMaxRefinementStages) continue;
       const auto t = std::find_if(plan_.targets.begin(), plan_.targets.end(),
                                   [&](const TargetPlan& p) { return p.target == f.target; });
@@ -296,21 +302,13 @@ class Acquisition {
                                fid.max_added_points - f.added_points);
       // Grid points that failed B/2B are measured again in fresh rounds, up to the limit.
       std::vector<GridPoint> again;
-      for (const auto& p : f.failed) {
-        const auto times = std::find_if(f.measured_times.begin(), f.measured_times.end(),
-                                        [&](const auto& m) { return m.first == p; });
-        if ((times == f.measured_times.end() ? 1 : times->second) <= fid.remeasure_limit)
-          again.push_back(p);
-      }
+      for (const auto& p : f.failed)
+        if (f.measured_times.at(p) <= fid.remeasure_limit) again.push_back(p);
       std::set<GridPoint> stage_grid(step.grid.begin(), step.grid.end());
       stage_grid.insert(again.begin(), again.end());
       const CellRole grid_role{f.stages + 1, false}, held_role{f.stages + 1, true};
-      const int banks = f.component == Component::experts ? t->weight_banks : 0;
       const auto cell = [&](CellRole role, std::vector<GridPoint> points) {
-        out.push_back(cell_info_json(
-            {fidelity_cell_id(t->target, f.component, role),
-             fidelity_cell_json(t->target, f.component, role, job_.rounds, banks).dump(),
-             std::move(points), job_.rounds}));
+        out.push_back(cell_info_json(cell_info(*t, f.component, role, std::move(points))));
       };
       if (!stage_grid.empty()) cell(grid_role, {stage_grid.begin(), stage_grid.end()});
       if (!step.held_out.empty()) cell(held_role, step.held_out);

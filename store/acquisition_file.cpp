@@ -407,16 +407,72 @@ void AcquisitionFile::write_provenance(const std::string& mine) {
   HARNESS_CHECK_H5(H5Fflush(root, H5F_SCOPE_GLOBAL));
 }
 
-StoredAcquisition read_acquisition(const std::string& path) {
+namespace {
+
+// Opens an acquisition file read-only (serial) and checks its schema version.
+H5Id open_for_reading(const std::string& path) {
   H5Eset_auto2(H5E_DEFAULT, nullptr, nullptr);
   const hid_t f = H5Fopen(path.c_str(), H5F_ACC_RDONLY, H5P_DEFAULT);
   if (f < 0)
     throw FileError("cannot open acquisition file '" + path + "' (missing, corrupt or not HDF5)");
   H5Id file(f, H5Fclose);
-  StoredAcquisition out;
   try {
     if (read_int_attr(f, "schema_version") != kSchemaVersion)
       throw FileError("unsupported schema version");
+  } catch (const std::runtime_error& e) {
+    throw FileError("'" + path + "': " + e.what());
+  }
+  return file;
+}
+
+// The names of /cells, in the file's order.
+std::vector<std::string> cell_names(hid_t cells) {
+  hsize_t n = 0;
+  HARNESS_CHECK_H5(H5Gget_num_objs(cells, &n));
+  std::vector<std::string> names;
+  for (hsize_t i = 0; i < n; ++i) {
+    char name[512];
+    if (H5Gget_objname_by_idx(cells, i, name, sizeof(name)) < 0)
+      throw FileError("unreadable cell name");
+    names.emplace_back(name);
+  }
+  return names;
+}
+
+// A cell's description and its rounds_done flags.
+CellInfo read_cell_info(hid_t g, const std::string& name, std::vector<std::int8_t>& rounds_done) {
+  CellInfo info;
+  info.id = name;
+  info.json = read_string_attr(g, "cell");
+  info.points = read_all<GridPoint>(g, "points", point_type());
+  rounds_done = read_all<std::int8_t>(g, "rounds_done", H5T_NATIVE_INT8);
+  info.rounds = static_cast<int>(rounds_done.size());
+  return info;
+}
+
+}  // namespace
+
+std::vector<CellInfo> read_cell_infos(const std::string& path) {
+  const auto file = open_for_reading(path);
+  std::vector<CellInfo> out;
+  try {
+    auto cells = H5_OPEN(H5Gopen2(file, "cells", H5P_DEFAULT), H5Gclose);
+    std::vector<std::int8_t> rounds_done;
+    for (const auto& name : cell_names(cells)) {
+      auto g = H5_OPEN(H5Gopen2(cells, name.c_str(), H5P_DEFAULT), H5Gclose);
+      out.push_back(read_cell_info(g, name, rounds_done));
+    }
+  } catch (const std::runtime_error& e) {
+    throw FileError("'" + path + "': " + e.what());
+  }
+  return out;
+}
+
+StoredAcquisition read_acquisition(const std::string& path) {
+  const auto file = open_for_reading(path);
+  const hid_t f = file;
+  StoredAcquisition out;
+  try {
     out.contract_json = read_string_attr(f, "contract");
     out.contract_sha256 = read_string_attr(f, "contract_sha256");
     if (sha256_hex(out.contract_json) != out.contract_sha256)
@@ -425,21 +481,11 @@ StoredAcquisition read_acquisition(const std::string& path) {
          {"harness_revision", "backend", "timing", "geometry", "job", "variant", "out_root"})
       if (H5Aexists(f, k) > 0) out.attributes[k] = read_string_attr(f, k);
     auto cells = H5_OPEN(H5Gopen2(f, "cells", H5P_DEFAULT), H5Gclose);
-    hsize_t n = 0;
-    HARNESS_CHECK_H5(H5Gget_num_objs(cells, &n));
-    const auto ptype = point_type(), stype = sample_type(), ctype = check_type(),
-               mtype = median_type();
-    for (hsize_t i = 0; i < n; ++i) {
-      char name[512];
-      if (H5Gget_objname_by_idx(cells, i, name, sizeof(name)) < 0)
-        throw FileError("unreadable cell name");
+    const auto stype = sample_type(), ctype = check_type(), mtype = median_type();
+    for (const auto& name : cell_names(cells)) {
       StoredCell c;
-      c.info.id = name;
-      auto g = H5_OPEN(H5Gopen2(cells, name, H5P_DEFAULT), H5Gclose);
-      c.info.json = read_string_attr(g, "cell");
-      c.info.points = read_all<GridPoint>(g, "points", ptype);
-      c.rounds_done = read_all<std::int8_t>(g, "rounds_done", H5T_NATIVE_INT8);
-      c.info.rounds = static_cast<int>(c.rounds_done.size());
+      auto g = H5_OPEN(H5Gopen2(cells, name.c_str(), H5P_DEFAULT), H5Gclose);
+      c.info = read_cell_info(g, name, c.rounds_done);
       for (std::size_t r = 0; r < c.rounds_done.size(); ++r) {
         if (!c.rounds_done[r]) continue;
         auto rg =

@@ -106,5 +106,8 @@ struct StoredAcquisition {
   [[nodiscard]] RecordCounts complete_rows() const;
 };
 [[nodiscard]] StoredAcquisition read_acquisition(const std::string& path);
+// Only the cells' descriptions (id, cell JSON, points, planned rounds), in the file's order:
+// no round data is read.
+[[nodiscard]] std::vector<CellInfo> read_cell_infos(const std::string& path);
 
 }  // namespace moe
