@@ -126,6 +126,25 @@ TEST(JobSpec, EachBadValueGetsItsOwnMessage) {
       std::string::npos);
 }
 
+TEST(JobSpec, FidelitySettingsParseAndBadOnesAreNamed) {
+  const auto job = parse_job(kBase +
+                                 "fidelity:\n  tolerance: 0.05\n  max_added_points: 40\n"
+                                 "  random_points: 3\n  remeasure_limit: 1\n  refine: false\n"
+                                 "  accept_failures: true\n",
+                             "test.yaml");
+  EXPECT_EQ(job.fidelity, (FidelitySpec{0.05, 40, 3, 1, false, true}));
+  EXPECT_EQ(parse_job(kBase, "test.yaml").fidelity, FidelitySpec{});
+  for (const auto& [yaml, message] : std::vector<std::pair<std::string, std::string>>{
+           {"tolerance: 0", "fidelity.tolerance must be a relative error in (0, 1)"},
+           {"tolerance: 2", "fidelity.tolerance must be a relative error in (0, 1)"},
+           {"max_added_points: -1", "fidelity.max_added_points must be between 0 and 100000"},
+           {"random_points: 20000", "fidelity.random_points must be between 0 and 10000"},
+           {"remeasure_limit: 101", "fidelity.remeasure_limit must be between 0 and 100"},
+           {"tolerence: 0.1", "did you mean 'tolerance'"}})
+    EXPECT_NE(error_of(kBase + "fidelity:\n  " + yaml + "\n").find(message), std::string::npos)
+        << yaml << ": " << error_of(kBase + "fidelity:\n  " + yaml + "\n");
+}
+
 TEST(JobSpec, MalformedYamlNamesTheLine) {
   const auto msg = error_of("model:\n  preset: tiny\ndeployment: [1,\n  tp: 1\n");
   EXPECT_NE(msg.find("malformed YAML at line"), std::string::npos) << msg;
