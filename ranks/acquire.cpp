@@ -284,7 +284,6 @@ class Acquisition {
     const auto& fid = job_.fidelity;
     const auto acq = read_acquisition(path_);
     for (const auto& f : evaluate_fidelity(acq, summarize(acq))) {
-      if (f.stages >= kMaxRefinementStages) continue;
       const auto t = std::find_if(plan_.targets.begin(), plan_.targets.end(),
                                   [&](const TargetPlan& p) { return p.target == f.target; });
       if (t == plan_.targets.end()) continue;
@@ -296,14 +295,15 @@ class Acquisition {
         if (h.predicted_us && h.relative_error() > fid.tolerance)
           misses.push_back({h.point, h.relative_error()});
       }
+      const bool last_stage = f.stages >= kMaxRefinementStages;
       RefinementStep step;
-      if (fid.refine)
+      if (fid.refine && !last_stage)
         step = refinement_step(job_, t->target, f.component, grid, measured_held_out, misses,
                                fid.max_added_points - f.added_points);
       // Grid points that failed B/2B are measured again in fresh rounds, up to the limit.
       std::vector<GridPoint> again;
       for (const auto& p : f.failed)
-        if (f.measured_times.at(p) <= fid.remeasure_limit) again.push_back(p);
+        if (!last_stage && f.measured_times.at(p) <= fid.remeasure_limit) again.push_back(p);
       std::set<GridPoint> stage_grid(step.grid.begin(), step.grid.end());
       stage_grid.insert(again.begin(), again.end());
       const CellRole grid_role{f.stages + 1, false}, held_role{f.stages + 1, true};
@@ -318,6 +318,21 @@ class Acquisition {
                   << "%, max " << f.statistics.max * 100 << "% over " << f.statistics.count
                   << " points; +" << step.grid.size() << " grid points, " << again.size()
                   << " re-measured, " << step.held_out.size() << " new held-out\n";
+      // A table that stays outside the tolerance says why refinement stopped (the publisher
+      // then refuses it, or records it as accepted-with-failures).
+      if (!options_.quiet && stage_grid.empty() && step.held_out.empty() &&
+          (!misses.empty() || !f.failed.empty()) &&
+          refinement_ended_.insert(f.target.label() + " " + std::string(to_string(f.component)))
+              .second)
+        std::cerr << "acquire: refinement of " << t->target.label() << " " << to_string(f.component)
+                  << " ends with " << misses.size() << " held-out points above "
+                  << fid.tolerance * 100 << "% and " << f.failed.size() << " points failing B/2B: "
+                  << (!fid.refine  ? "fidelity.refine is false"
+                      : last_stage ? "the stage limit is reached"
+                      : f.added_points >= fid.max_added_points
+                          ? "fidelity.max_added_points is spent"
+                          : "no interval can be split within the remaining points")
+                  << (f.failed.empty() ? "" : " (B/2B re-measures are spent)") << "\n";
     }
     return out;
   }
@@ -634,6 +649,7 @@ class Acquisition {
   std::unique_ptr<FileLock> writer_;  // rank 0 holds writer.lock for the whole run
   std::string path_;
   FileIdentity identity_;
+  std::set<std::string> refinement_ended_;  // rank 0: tables whose end of refinement was reported
   std::unique_ptr<AcquisitionFile> file_;
   std::vector<Cell> cells_;
   std::unique_ptr<CampaignState> campaign_;
