@@ -23,7 +23,7 @@ namespace {
 void print_time_shares(const AcquireSummary& s, double publish_s, int ranks, std::ostream& os) {
   const double held = s.wall_s * ranks + publish_s;
   const double named = s.phases.setup + s.phases.verify + s.phases.timing + s.calibration_s +
-                       s.collectives_s + publish_s;
+                       s.refinement_s + s.collectives_s + publish_s;
   const auto line = [&](const char* what, double seconds) {
     os << "    " << std::left << std::setw(13) << what << std::right << std::setw(9)
        << std::setprecision(1) << seconds << " s " << std::setw(6)
@@ -35,6 +35,7 @@ void print_time_shares(const AcquireSummary& s, double publish_s, int ranks, std
   line("verification", s.phases.verify);
   line("timing", s.phases.timing);
   line("calibration", s.calibration_s);
+  line("refinement", s.refinement_s);
   line("collectives", s.collectives_s);
   line("publish", publish_s);
   line("other", std::max(0.0, held - named));

@@ -141,7 +141,8 @@ void print_fidelity(const json& tables, std::ostream& os) {
     char line[256];
     std::snprintf(line, sizeof(line),
                   "    %s: held-out %d points, |error| median %.2f%%, p95 %.2f%%, max %.2f%% "
-                  "(tolerance %.2f%%); %d outside support, %d failed B/2B; refinement %d stages, "
+                  "(tolerance %.2f%%); %d outside support, %d left out for failing B/2B; "
+                  "refinement %d stages, "
                   "+%d points\n",
                   t["table"].get<std::string>().c_str(), h["count"].get<int>(),
                   100 * h["median_abs_relative_error"].get<double>(),

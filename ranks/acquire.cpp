@@ -261,8 +261,10 @@ class Acquisition {
   // Refine (collective): evaluates the held-out sets from the file and, where a component
   // misses the tolerance or a grid point failed B/2B, declares the next stage's cells: the
   // bisecting rows (refinement_step), the failed points again (up to the re-measure limit), and
-  // fresh held-out points. False when nothing is added: the tables are final.
+  // fresh held-out points. False when nothing is added: the tables are final. Its wall time is
+  // charged to the budget.
   bool refine() {
+    const auto start = Clock::now();
     const std::size_t before = cells_.size();
     std::string text = "[]";
     file_.reset();  // the file is read serially on rank 0 and reopened collectively
@@ -275,6 +277,10 @@ class Acquisition {
       total_points_ += cells_[c].points() * job_.rounds;
       cell_cost_.push_back(cost_per_point(cells_[c]) * static_cast<double>(cells_[c].points()));
     }
+    // Every rank is held while rank 0 evaluates: charged like a wave.
+    const double held = seconds_since(start);
+    summary_.refinement_s += held * size_;
+    if (rank_ == 0) campaign_->consume(held, size_, 0);
     return cells_.size() > before;
   }
 

@@ -33,10 +33,12 @@ struct AcquireSummary {
   int collective_tables = 0;                     // collective tables written by this run
   std::vector<std::string> collectives_skipped;  // deployments with more ranks than the job
   // Where this run's time went, in rank-seconds summed over ranks: per-point setup,
-  // verification and timed forwards, the cost calibration before the first wave, and the
-  // collectives phase; `timed_forwards` forwards were timed.
+  // verification and timed forwards, the cost calibration before the first wave, the fidelity
+  // evaluations between refinement stages, and the collectives phase; `timed_forwards` forwards
+  // were timed.
   PhaseSeconds phases;
   double calibration_s = 0;
+  double refinement_s = 0;
   double collectives_s = 0;
   std::int64_t timed_forwards = 0;
   std::string cost_model;  // how the wave reservations were estimated

@@ -62,7 +62,7 @@ with tempfile.TemporaryDirectory() as tmp:
 
     # Where the time went, and measured costs: the summary names every phase with its share, and
     # campaign.json records seconds per point-round that `plan` predicts from (and says so).
-    for phase in ("setup", "verification", "timing", "calibration", "collectives", "publish"):
+    for phase in ("setup", "verification", "timing", "calibration", "refinement", "collectives", "publish"):
         assert f"    {phase} " in p.stdout, p.stdout
     assert "timed forwards:" in p.stdout, p.stdout
     cost = state["cost"]
