@@ -390,11 +390,11 @@ void validate(const JobSpec& job) {
     throw JobError("job: fidelity.remeasure_limit must be between 0 and " +
                    std::to_string(job_limits::kRemeasures));
   static const std::vector<std::string> backends = {"auto", "cpu_reference", "cublas_grouped",
-                                                    "native"};
+                                                    "native", "staircase_model"};
   if (std::find(backends.begin(), backends.end(), job.backend) == backends.end())
     throw JobError("job: unknown backend '" + job.backend + "'" +
                    did_you_mean(job.backend, backends) +
-                   " (auto, cpu_reference, cublas_grouped, native)");
+                   " (auto, cpu_reference, cublas_grouped, native, staircase_model)");
   for (auto c : job.capture_sizes) {
     require_positive(c, "graph.capture_sizes entry");
     if (c > job.max_num_batched_tokens)

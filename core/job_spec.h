@@ -72,7 +72,7 @@ struct JobSpec {
   double grid_factor = 2.0;
   int rounds = 3;
   int iterations = 10;
-  std::string backend = "auto";  // auto | cpu_reference | cublas_grouped | native
+  std::string backend = "auto";  // auto | cpu_reference | cublas_grouped | native | staircase_model
   // Components to measure; empty = every component of each target. A subset is its own
   // acquisition (the contract records the grids); collectives are measured either way.
   std::vector<Component> components;

@@ -1,6 +1,7 @@
 // Per-forward timing. GPU backends use CUPTI activity records (docs/measurement.md): the value of a
 // forward is the sum of the durations of the unique device activities attributed to it. The CPU
-// backend uses a monotonic host clock. One timer object per process.
+// backend uses a monotonic host clock, the staircase_model test backend its modeled clock. One
+// timer object per process.
 #pragma once
 
 #include <cstdint>
@@ -22,7 +23,8 @@ struct ForwardRecord {
 class ForwardTimer {
  public:
   virtual ~ForwardTimer() = default;
-  [[nodiscard]] virtual std::string method() const = 0;  // host_clock | cupti_activity
+  [[nodiscard]] virtual std::string method()
+      const = 0;  // host_clock | cupti_activity | modeled_clock
   // Brackets one forward. Calls must not nest. The host clock names its single activity
   // `label`; CUPTI records the device activities' own names.
   virtual void begin(std::string_view label = "host_forward") = 0;
@@ -35,6 +37,8 @@ class ForwardTimer {
 };
 
 [[nodiscard]] std::unique_ptr<ForwardTimer> make_host_clock_timer();
+// The staircase_model backend's modeled time (kernels/staircase_backend.h).
+[[nodiscard]] std::unique_ptr<ForwardTimer> make_modeled_clock_timer();
 // CUPTI activity tracer; throws when the build has no CUDA.
 [[nodiscard]] std::unique_ptr<ForwardTimer> make_cupti_timer();
 

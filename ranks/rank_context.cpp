@@ -3,6 +3,7 @@
 #include <stdexcept>
 
 #include "core/checked_call.h"
+#include "kernels/staircase_backend.h"
 
 namespace moe {
 
@@ -26,8 +27,8 @@ std::unique_ptr<RankContext> make_rank_context(MPI_Comm comm,
   HARNESS_CHECK_MPI(MPI_Comm_size(ctx->node, &ctx->node_size));
   const auto name = resolve_backend(requested_backend);
   std::optional<int> numa;
-  if (name == "cpu_reference") {
-    ctx->backend = make_cpu_backend();
+  if (name == "cpu_reference" || name == "staircase_model") {
+    ctx->backend = name == "cpu_reference" ? make_cpu_backend() : make_staircase_backend();
     ctx->locality = "cpu backend";
   } else {
     const int devices = cuda_device_count();
@@ -44,8 +45,10 @@ std::unique_ptr<RankContext> make_rank_context(MPI_Comm comm,
   ctx->binding = bind_to_cpus(ctx->node_rank, ctx->node_size, numa);
   if (numa && ctx->binding.numa_node != *numa)
     throw std::runtime_error("CPU binding is not local to the GPU's NUMA node");
-  ctx->timer =
-      ctx->backend->timing() == "host_clock" ? make_host_clock_timer() : make_cupti_timer();
+  const auto timing = ctx->backend->timing();
+  ctx->timer = timing == "host_clock"      ? make_host_clock_timer()
+               : timing == "modeled_clock" ? make_modeled_clock_timer()
+                                           : make_cupti_timer();
   return ctx;
 }
 

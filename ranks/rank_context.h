@@ -22,7 +22,7 @@ struct RankContext {
   std::unique_ptr<ForwardTimer> timer;
   CpuBinding binding;
   std::string locality;  // "verified numa N" | "unknown (no NUMA information)" | "cpu backend"
-  [[nodiscard]] bool gpu() const { return backend->name() != "cpu_reference"; }
+  [[nodiscard]] bool gpu() const { return backend->timing() == "cupti_activity"; }
 
   RankContext() = default;
   RankContext(const RankContext&) = delete;

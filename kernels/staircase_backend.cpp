@@ -1,0 +1,87 @@
+#include "kernels/staircase_backend.h"
+
+#include <atomic>
+#include <utility>
+
+namespace moe {
+
+namespace {
+
+std::atomic<double> g_modeled_clock_us{0.0};
+
+std::int64_t tiles(std::int64_t rows) {
+  return (rows + kStaircaseTileRows - 1) / kStaircaseTileRows;
+}
+
+// The CPU reference computes and verifies; only the forward's time is modeled.
+class StaircaseWorkload final : public Workload {
+ public:
+  StaircaseWorkload(std::unique_ptr<Workload> inner, double forward_us)
+      : inner_(std::move(inner)), forward_us_(forward_us) {}
+  std::vector<double> verify() override { return inner_->verify(); }
+  void forward(int bank) override {
+    inner_->forward(bank);
+    g_modeled_clock_us.fetch_add(forward_us_);
+  }
+  void synchronize() override { inner_->synchronize(); }
+  bool take_route_error() override { return inner_->take_route_error(); }
+
+ private:
+  std::unique_ptr<Workload> inner_;
+  double forward_us_;
+};
+
+class StaircaseBackend final : public Backend {
+ public:
+  std::string name() const override { return "staircase_model"; }
+  std::string timing() const override { return "modeled_clock"; }
+  std::int64_t cache_bytes() const override { return 0; }
+  double tolerance() const override { return cpu_->tolerance(); }
+  std::shared_ptr<const WeightSet> make_weights(const WorkloadSpec& s) override {
+    return cpu_->make_weights(s);
+  }
+  std::unique_ptr<Workload> make(const WorkloadSpec& s,
+                                 std::shared_ptr<const WeightSet> w) override {
+    return std::make_unique<StaircaseWorkload>(cpu_->make(s, std::move(w)),
+                                               staircase_time_us(s.component, s.point));
+  }
+  std::map<std::string, std::string> device_properties() const override {
+    return {{"device", "staircase model (no hardware)"}};
+  }
+  std::map<std::string, std::string> live_state() const override { return {}; }
+
+ private:
+  std::unique_ptr<Backend> cpu_ = make_cpu_backend();
+};
+
+}  // namespace
+
+double staircase_time_us(Component c, const GridPoint& p) {
+  const auto n = static_cast<double>(p.tokens);
+  switch (c) {
+    case Component::gate_routing:
+      return 3.0 + 0.02 * n;
+    case Component::finalize_copy:
+      return 1.0 + 0.01 * n;
+    case Component::wrapper:
+      return 5.0 + 0.05 * n;
+    case Component::experts: {
+      if (p.activated == 0) return 2.0;
+      const auto per = p.assignments / p.activated, extra = p.assignments % p.activated;
+      const auto started = (p.activated - extra) * tiles(per) + extra * tiles(per + 1);
+      return 4.0 + 0.5 * static_cast<double>(p.activated) + 3.0 * static_cast<double>(started) +
+             0.01 * static_cast<double>(p.assignments);
+    }
+  }
+  return 0.0;
+}
+
+double modeled_clock_us() {
+  return g_modeled_clock_us.load();
+}
+
+std::unique_ptr<Backend> make_staircase_backend() {
+  return std::make_unique<StaircaseBackend>();
+}
+
+}  // namespace moe

@@ -1,0 +1,27 @@
+// The staircase_model backend: a test double for adaptive refinement
+// (docs/measurement.md#fidelity). It computes and verifies every forward with the CPU reference,
+// but a forward's time is a known model read from a process-wide modeled clock instead of a clock:
+// for `experts` a staircase in rows per expert (each active expert pays per started tile of
+// kStaircaseTileRows rows), for the other components a straight line in N. Its tables are exact, so
+// a refinement test can say which steps a table must resolve; they describe no hardware.
+#pragma once
+
+#include <memory>
+
+#include "core/component.h"
+#include "kernels/workload.h"
+
+namespace moe {
+
+inline constexpr std::int64_t kStaircaseTileRows = 4;
+
+// Modeled µs of one forward of `c` at `p`. Experts rows are spread over the A active experts as
+// the stimulus spreads them (counts differing by at most one).
+[[nodiscard]] double staircase_time_us(Component c, const GridPoint& p);
+
+// Microseconds of modeled time the staircase_model forwards of this process have taken so far.
+[[nodiscard]] double modeled_clock_us();
+
+[[nodiscard]] std::unique_ptr<Backend> make_staircase_backend();
+
+}  // namespace moe

@@ -1,0 +1,118 @@
+"""Adaptive refinement on the staircase_model test double, whose experts time is a known staircase
+in rows per expert (kernels/staircase_backend.h; the model is restated here independently).
+
+1. Refinement finds the steps: the acquisition publishes without an acceptance flag, its own
+   held-out max error is within the tolerance, and a dense check this test chooses (every N at
+   balanced routing, looked up in the bundle and compared with the model) is too.
+2. Refinement resumes after SIGKILL: a run killed during a refinement stage and re-run ends with
+   exactly the cells, points and table of an uninterrupted run, and the rounds complete before the
+   kill are not measured again."""
+import os
+import signal
+import subprocess
+import tempfile
+
+import h5py
+import yaml
+
+from harness_test_lib import HARNESS, MPI_ENV, SOURCE_DIR, check_complete, mpirun_cmd, run
+
+JOB = os.path.join(SOURCE_DIR, "tests/data/staircase.yaml")
+E, K, TILE = 8, 2, 4  # the tiny preset and the model's tile height
+
+
+def model_us(n, a, m):
+    if a == 0:
+        return 2.0
+    per, extra = divmod(m, a)
+    tiles = lambda rows: -(-rows // TILE)
+    return 4 + 0.5 * a + 3 * ((a - extra) * tiles(per) + extra * tiles(per + 1)) + 0.01 * m
+
+
+def lookup(bundle, n, a, m):
+    p = run([HARNESS, "lookup", bundle, "--tp", "1", "--dp", "1", "--component", "experts",
+             "--tokens", str(n), "--activated", str(a), "--assignments", str(m)])
+    return float(p.stdout.split()[0])
+
+
+def entry(bundle):
+    meta = yaml.safe_load(open(os.path.join(bundle, "meta.yaml")))
+    (only,) = meta["per_tp"][1]["moe_components"]["entries"]
+    return only
+
+
+def experts_fidelity(bundle):
+    return entry(bundle)["coverage"]["fidelity"]
+
+
+def table(bundle):
+    return open(os.path.join(bundle, "tp1", entry(bundle)["path"])).read()
+
+
+def cell_rounds(h5):
+    """{cell: (points, {round: samples})} of the complete rounds in the file."""
+    out = {}
+    with h5py.File(h5, "r") as f:
+        for name, cell in f["cells"].items():
+            done = cell["rounds_done"][()]
+            out[name] = (cell["points"][()].tolist(),
+                         {r: cell[f"round_{r}"]["samples"][()] for r in range(len(done)) if done[r]})
+    return out
+
+
+with tempfile.TemporaryDirectory() as tmp:
+    # 1. Convergence, and an independent dense check at balanced routing.
+    ref_root = os.path.join(tmp, "ref")
+    p = run(mpirun_cmd(2, "acquire", JOB, "--out-root", ref_root))
+    bundle = os.path.join(ref_root, "staircase")
+    fid = experts_fidelity(bundle)
+    assert fid["status"] == "validated", fid["status"]
+    experts = fid["components"]["experts"]
+    assert experts["refinement"]["stages"] >= 2 and experts["refinement"]["added_points"] > 0, experts
+    assert experts["held_out"]["max_abs_relative_error"] <= 0.02, experts["held_out"]
+    assert experts["failed_points"] == [], experts["failed_points"]
+    worst = 0.0
+    for n in range(1, 65):
+        a, m = round(E * (1 - (1 - K / E) ** n)), n * K
+        want = model_us(n, a, m)
+        worst = max(worst, abs(lookup(bundle, n, a, m) - want) / want)
+    assert worst <= 0.02, f"balanced-routing lookup misses the staircase by {worst:.1%}"
+    planned = entry(bundle)["contract"]["grids"]["experts"]["points"]
+    assert experts["refinement"]["added_points"] >= planned, "refinement added less than the plan"
+    reference_cells = cell_rounds(os.path.join(ref_root, "acquisitions/staircase/acquisition.h5"))
+    assert any(".stage" in c for c in reference_cells), "no refinement stage cells in the file"
+
+    # 2. SIGKILL during a refinement stage, then resume.
+    root = os.path.join(tmp, "killed")
+    h5 = os.path.join(root, "acquisitions/staircase/acquisition.h5")
+    args = ["acquire", JOB, "--out-root", root, "--rounds", "12"]
+    proc = subprocess.Popen(mpirun_cmd(2, *args), stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                            text=True, env=MPI_ENV)
+    for line in proc.stderr:
+        if "refinement stage 2 " in line:
+            break
+    ranks = [int(x) for x in subprocess.run(["pgrep", "-P", str(proc.pid)], capture_output=True,
+                                            text=True).stdout.split()]
+    assert ranks, "no rank processes found under mpiexec"
+    os.kill(ranks[-1], signal.SIGKILL)
+    proc.communicate(timeout=120)
+    assert proc.returncode != 0, "the job survived a killed rank"
+    before = cell_rounds(h5)
+    assert any(".stage1" in c for c in before), "the kill landed before refinement began"
+    complete_before = sum(len(rounds) for _, rounds in before.values())
+
+    p = run(mpirun_cmd(2, *args))
+    assert f"resumed {complete_before}" in p.stdout, p.stdout
+    after = cell_rounds(h5)
+    check_complete(h5, 12)
+    assert sum(len(rounds) for _, rounds in after.values()) > complete_before, "the kill came too late"
+    for name, (_, rounds) in before.items():
+        for r, samples in rounds.items():
+            assert (after[name][1][r] == samples).all(), f"{name} round {r} was measured again"
+    # The uninterrupted run (fewer rounds, same modeled times) refined the same way.
+    assert sorted(after) == sorted(reference_cells), (sorted(after), sorted(reference_cells))
+    for name, (points, _) in after.items():
+        assert points == reference_cells[name][0], f"{name}: points differ from the uninterrupted run"
+    assert table(os.path.join(root, "staircase")) == table(bundle), "tables differ"
+print(f"ok: staircase resolved (balanced worst {worst:.2%}, +{experts['refinement']['added_points']} points); "
+      f"refinement resumed after a kill with {complete_before} cell rounds kept")
