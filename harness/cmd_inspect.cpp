@@ -69,6 +69,7 @@ json inspect_file(const std::string& path) {
       {"cells", cells},
       {"fidelity", fidelity},
       {"collective_tables", acq.collectives.size()},
+      {"fidelity_evaluations_recorded", acq.fidelity_evaluations.size()},
       {"dropped_records", 0},
       {"dropped_records_note", "zero by construction: a run aborts on any dropped activity record"},
       {"colocation", colocation_of(variant)},
@@ -152,9 +153,12 @@ void print_fidelity(const json& tables, std::ostream& os) {
                   h["bank_failures"].get<int>(), t["refinement"]["stages"].get<int>(),
                   t["refinement"]["added_points"].get<int>());
     os << line;
-    for (const auto& w : h["worst"])
-      os << "      worst " << w["point"].dump() << ": measured " << w["measured_us"]
-         << " us, interpolated " << w["predicted_us"] << " us\n";
+    for (const auto& w : h["worst"]) {
+      std::snprintf(line, sizeof(line), "      worst %s: measured %.3f us, interpolated %.3f us\n",
+                    w["point"].dump().c_str(), w["measured_us"].get<double>(),
+                    w["predicted_us"].get<double>());
+      os << line;
+    }
     for (const auto& p : t["failed_points"])
       os << "      FAILED B/2B at (N, A, M) = " << p.dump() << " (not in the table)\n";
   }
@@ -169,6 +173,8 @@ void print_text(const json& r, std::ostream& os) {
          << c["rounds_planned"] << " rounds, " << c["points"] << " points, B/2B failed "
          << c["bank_failed_points"] << "/" << c["bank_checked_points"] << "\n";
     os << "  collective tables: " << r["collective_tables"] << "; dropped records: 0\n";
+    os << "  held-out evaluations recorded by refinement: " << r["fidelity_evaluations_recorded"]
+       << " (/fidelity; the statistics below are recomputed from the rounds)\n";
     print_fidelity(r["fidelity"], os);
   } else {
     os << "bundle " << r["variant"].get<std::string>() << "\n";

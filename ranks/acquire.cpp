@@ -284,12 +284,17 @@ class Acquisition {
     return cells_.size() > before;
   }
 
-  // Rank 0: the cells of the next refinement stage (as cell_info_json), empty when none.
+  // Rank 0: the cells of the next refinement stage (as cell_info_json), empty when none. The
+  // evaluation it is derived from is appended to the file (the last one is the final one).
   json next_stage() {
     json out = json::array();
     const auto& fid = job_.fidelity;
     const auto acq = read_acquisition(path_);
+    json evaluation = {{"utc", utc_now()}, {"tables", json::array()}};
     for (const auto& f : evaluate_fidelity(acq, summarize(acq))) {
+      evaluation["tables"].push_back({{"target", f.target.to_json()},
+                                      {"component", to_string(f.component)},
+                                      {"fidelity", f.to_json(fid.tolerance)}});
       const auto t = std::find_if(plan_.targets.begin(), plan_.targets.end(),
                                   [&](const TargetPlan& p) { return p.target == f.target; });
       if (t == plan_.targets.end()) continue;
@@ -340,6 +345,7 @@ class Acquisition {
                           : "no interval can be split within the remaining points")
                   << (f.failed.empty() ? "" : " (B/2B re-measures are spent)") << "\n";
     }
+    append_fidelity_evaluation(path_, evaluation.dump());
     return out;
   }
 

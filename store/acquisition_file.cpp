@@ -118,6 +118,27 @@ std::string read_string_attr(hid_t obj, const std::string& name) {
   return s;
 }
 
+// Text too large for an attribute's 64 KiB (a JSON document) is stored as a byte dataset.
+void write_text_dataset(hid_t group, const std::string& name, const std::string& text) {
+  const hsize_t n = text.size();
+  auto space = H5_OPEN(H5Screate_simple(1, &n, nullptr), H5Sclose);
+  auto d = H5_OPEN(H5Dcreate2(group, name.c_str(), H5T_NATIVE_UCHAR, space, H5P_DEFAULT,
+                              H5P_DEFAULT, H5P_DEFAULT),
+                   H5Dclose);
+  if (n)
+    HARNESS_CHECK_H5(H5Dwrite(d, H5T_NATIVE_UCHAR, H5S_ALL, H5S_ALL, H5P_DEFAULT, text.data()));
+}
+
+std::string read_text_dataset(hid_t group, const std::string& name) {
+  auto d = H5_OPEN(H5Dopen2(group, name.c_str(), H5P_DEFAULT), H5Dclose);
+  auto space = H5_OPEN(H5Dget_space(d), H5Sclose);
+  const auto n = H5Sget_simple_extent_npoints(space);
+  if (n < 0) throw FileError("unreadable dataset '" + name + "'");
+  std::string text(static_cast<std::size_t>(n), '\0');
+  if (n) HARNESS_CHECK_H5(H5Dread(d, H5T_NATIVE_UCHAR, H5S_ALL, H5S_ALL, H5P_DEFAULT, text.data()));
+  return text;
+}
+
 long long read_int_attr(hid_t obj, const std::string& name) {
   if (H5Aexists(obj, name.c_str()) <= 0) throw FileError("missing attribute '" + name + "'");
   auto attr = H5_OPEN(H5Aopen(obj, name.c_str(), H5P_DEFAULT), H5Aclose);
@@ -514,10 +535,31 @@ StoredAcquisition read_acquisition(const std::string& path) {
             {name, read_string_attr(d, "backend"), read_all<CollectiveRow>(g, name, coll_type)});
       }
     }
+    if (link_exists(f, "fidelity")) {
+      auto g = H5_OPEN(H5Gopen2(f, "fidelity", H5P_DEFAULT), H5Gclose);
+      for (int n = 0; link_exists(g, "evaluation_" + std::to_string(n)); ++n)
+        out.fidelity_evaluations.push_back(read_text_dataset(g, "evaluation_" + std::to_string(n)));
+    }
   } catch (const std::runtime_error& e) {
     throw FileError("'" + path + "': " + e.what());
   }
   return out;
+}
+
+int append_fidelity_evaluation(const std::string& path, const std::string& json) {
+  H5Eset_auto2(H5E_DEFAULT, nullptr, nullptr);
+  const hid_t f = H5Fopen(path.c_str(), H5F_ACC_RDWR, H5P_DEFAULT);
+  if (f < 0) throw FileError("cannot open acquisition file '" + path + "' to record fidelity");
+  H5Id file(f, H5Fclose);
+  H5Id g =
+      link_exists(f, "fidelity")
+          ? H5_OPEN(H5Gopen2(f, "fidelity", H5P_DEFAULT), H5Gclose)
+          : H5_OPEN(H5Gcreate2(f, "fidelity", H5P_DEFAULT, H5P_DEFAULT, H5P_DEFAULT), H5Gclose);
+  int n = 0;
+  while (link_exists(g, "evaluation_" + std::to_string(n))) ++n;
+  write_text_dataset(g, "evaluation_" + std::to_string(n), json);
+  HARNESS_CHECK_H5(H5Fflush(f, H5F_SCOPE_GLOBAL));
+  return n;
 }
 
 }  // namespace moe

@@ -12,6 +12,7 @@
 //   /cells/<cell>/rounds_done  [R] int8, 1 once round r is complete
 //   /cells/<cell>/round_<r>/{samples, medians, checks}   attr point_order_seed
 //   /collectives/<target>      [*] CollectiveRow, attr backend
+//   /fidelity/evaluation_<n>   [bytes] JSON of the n-th held-out evaluation (the last is final)
 #pragma once
 
 #include <mpi.h>
@@ -86,6 +87,10 @@ class AcquisitionFile {
   bool resumed_ = false;
 };
 
+// Serial, while no rank holds the file open collectively (rank 0 between refinement stages):
+// appends one held-out evaluation (JSON text) as /fidelity/evaluation_<n>; returns n.
+int append_fidelity_evaluation(const std::string& path, const std::string& json);
+
 // Reads a finished or partial acquisition file without MPI collectives (serial, read-only).
 struct StoredCell {
   CellInfo info;
@@ -103,6 +108,7 @@ struct StoredAcquisition {
   std::map<std::string, std::string> attributes;
   std::vector<StoredCell> cells;
   std::vector<StoredCollectives> collectives;
+  std::vector<std::string> fidelity_evaluations;  // JSON, in the order they were appended
   [[nodiscard]] RecordCounts complete_rows() const;
 };
 [[nodiscard]] StoredAcquisition read_acquisition(const std::string& path);

@@ -7,6 +7,8 @@ in rows per expert (kernels/staircase_backend.h; the model is restated here inde
 2. Refinement resumes after SIGKILL: a run killed during a refinement stage and re-run ends with
    exactly the cells, points and table of an uninterrupted run, and the rounds complete before the
    kill are not measured again."""
+import json
+import math
 import os
 import signal
 import subprocess
@@ -79,6 +81,17 @@ with tempfile.TemporaryDirectory() as tmp:
     assert worst <= 0.02, f"balanced-routing lookup misses the staircase by {worst:.1%}"
     planned = entry(bundle)["contract"]["grids"]["experts"]["points"]
     assert experts["refinement"]["added_points"] >= planned, "refinement added less than the plan"
+    # The evaluations refinement made are in the file; the last one is what the bundle says.
+    with h5py.File(os.path.join(ref_root, "acquisitions/staircase/acquisition.h5"), "r") as f:
+        evaluations = [f["fidelity"][f"evaluation_{n}"][()].tobytes().decode()
+                       for n in range(len(f["fidelity"]))]
+    assert len(evaluations) == experts["refinement"]["stages"] + 1, len(evaluations)
+    final = {t["component"]: t["fidelity"] for t in json.loads(evaluations[-1])["tables"]}
+    for key in ("count", "median_abs_relative_error", "p95_abs_relative_error", "max_abs_relative_error"):
+        assert math.isclose(final["experts"]["held_out"][key], experts["held_out"][key], rel_tol=1e-9), key
+    assert final["experts"]["refinement"] == experts["refinement"]
+    first = {t["component"]: t["fidelity"] for t in json.loads(evaluations[0])["tables"]}
+    assert first["experts"]["held_out"]["max_abs_relative_error"] > 0.02, "nothing to refine"
     reference_cells = cell_rounds(os.path.join(ref_root, "acquisitions/staircase/acquisition.h5"))
     assert any(".stage" in c for c in reference_cells), "no refinement stage cells in the file"
 
