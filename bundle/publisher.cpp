@@ -14,6 +14,7 @@
 #include "bundle/bundle_meta.h"
 #include "bundle/fidelity.h"
 #include "bundle/format.h"
+#include "bundle/hardware.h"
 #include "bundle/sanity.h"
 #include "bundle/summary.h"
 #include "core/contract.h"
@@ -86,8 +87,10 @@ PublishReport publish(const StoredAcquisition& acq, const std::string& h5_path,
   const fs::path variant_dir = fs::path(out_root) / variant;
 
   std::vector<ComponentFidelity> fidelity;
+  json hardware;
   try {
     fidelity = evaluate_fidelity(acq, summarize(acq));
+    hardware = hardware_identity(acq);
   } catch (const std::exception& e) {
     throw PublishError("nothing published from '" + h5_path + "': " + e.what());
   }
@@ -297,7 +300,8 @@ PublishReport publish(const StoredAcquisition& acq, const std::string& h5_path,
       write_file_atomic(w->dir / bundle_format::kSamplesFile, w->samples);
     json provenance = {{"acquisition_file", fs::absolute(h5_path).string()},
                        {"harness_revision", attr("harness_revision")},
-                       {"published_utc", utc_now()}};
+                       {"published_utc", utc_now()},
+                       {"hardware", hardware}};
     meta.add({w->target, w->rel_path, w->contract, "", w->coverage, provenance}, w->section);
     report.published.push_back(w->label);
   }

@@ -53,9 +53,11 @@ int main(int argc, char** argv) {
             {}});
   save_bundle_meta(variant, meta);
 
+  DeploymentKey dp2;
+  dp2.dp = 2;
   using clock = std::chrono::steady_clock;
   const auto t0 = clock::now();
-  auto uncached = Deployment::load(variant, {1, 2, 0, std::nullopt}, 0);
+  auto uncached = Deployment::load(variant, dp2, 0);
   const double load_s = std::chrono::duration<double>(clock::now() - t0).count();
 
   // Queries: midpoints of random pairs of measured points with the same N (inside the support).
@@ -80,7 +82,7 @@ int main(int argc, char** argv) {
     }
   }
   const double uncached_s = std::chrono::duration<double>(clock::now() - t1).count();
-  auto cached = Deployment::load(variant, {1, 2, 0, std::nullopt}, 4096);
+  auto cached = Deployment::load(variant, dp2, 4096);
   for (const auto& q : queries) try {
       sink += cached.query(Component::experts, q.tokens, q.activated, q.assignments).time_us;
     } catch (const LookupError&) {

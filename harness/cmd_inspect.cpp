@@ -121,6 +121,7 @@ json inspect_bundle(const fs::path& dir) {
           for (const auto& [name, c] : e.coverage["fidelity"]["components"].items())
             sanity.add("held_out_p95", c["held_out"]["p95_abs_relative_error"].get<double>());
         }
+        if (e.provenance.contains("hardware")) item["hardware"] = e.provenance["hardware"];
         if (e.coverage.contains("conditioning_summary")) {
           item["conditioning_summary"] = e.coverage["conditioning_summary"];
           sanity.add("failed_points", e.coverage["conditioning_summary"].value("failed_points", 0),
@@ -186,6 +187,14 @@ void print_text(const json& r, std::ostream& os) {
                        e["conditioning_summary"]["checked_points"].dump()
                  : "")
          << "\n";
+    for (const auto& e : r["entries"]) {
+      os << "  measured on";
+      if (!e.contains("hardware")) os << ": unknown (no hardware identity in this entry)";
+      for (const auto& d : e.value("hardware", json::object()).value("devices", json::array()))
+        os << " " << d.value("device", "?") << (d.contains("uuid") ? " " : "")
+           << d.value("uuid", "") << " (host " << d.value("host", "?") << ")";
+      os << ": " << e["path"].get<std::string>() << "\n";
+    }
     for (const auto& e : r["entries"])
       if (e.contains("fidelity")) {
         os << "  fidelity of " << e["path"].get<std::string>() << ": "

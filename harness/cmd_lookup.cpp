@@ -24,6 +24,8 @@ int lookup(const Args& args) {
                                                          "DP degree")(
       "rank", po::value(&key.rank)->default_value(0), "rank within the deployment")(
       "sp", po::value(&sp), "0 or 1 (needed only when both exist)")(
+      "expect-device", po::value(&key.expect_device),
+      "refuse a table not measured on this device (GPU UUID, or part of its name: H200)")(
       "component", po::value(&component)->required(),
       "gate_routing | experts | finalize_copy | wrapper")(
       "tokens", po::value(&tokens)->required(), "rows (local rows, or expert rows N for experts)")(

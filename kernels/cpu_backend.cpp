@@ -149,7 +149,14 @@ class CpuBackend final : public Backend {
   }
 
   std::map<std::string, std::string> device_properties() const override {
-    return {{"device", "host CPU"}};
+    std::map<std::string, std::string> out{{"device", "host CPU"}};
+    std::ifstream cpuinfo("/proc/cpuinfo");
+    for (std::string line; std::getline(cpuinfo, line);)
+      if (line.rfind("model name", 0) == 0) {
+        out["cpu_model"] = line.substr(line.find(':') + 2);
+        break;
+      }
+    return out;
   }
 };
 

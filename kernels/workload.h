@@ -57,7 +57,8 @@ class Backend {
   // Fresh stimuli and buffers for one point, using the round's weights.
   [[nodiscard]] virtual std::unique_ptr<Workload> make(
       const WorkloadSpec& point, std::shared_ptr<const WeightSet> weights) = 0;
-  // Provenance: device name, UUID, driver/runtime/library versions, PCI bus id.
+  // Provenance (the hardware identity of a bundle entry): device name, UUID, SM count, memory,
+  // driver/runtime/library versions, PCI bus id.
   [[nodiscard]] virtual std::map<std::string, std::string> device_properties() const = 0;
   // State that changes while measuring: clocks, processes on the device (or the host CPU).
   [[nodiscard]] virtual std::map<std::string, std::string> live_state() const = 0;

@@ -1,6 +1,7 @@
 #include "lookup/lookup.h"
 
 #include <algorithm>
+#include <cctype>
 #include <sstream>
 
 #include "bundle/bundle_meta.h"
@@ -27,6 +28,29 @@ struct CacheKeyHash {
     return h * 31u + static_cast<std::size_t>(k.component);
   }
 };
+
+std::string lowercase(std::string s) {
+  std::transform(s.begin(), s.end(), s.begin(), [](unsigned char c) { return std::tolower(c); });
+  return s;
+}
+
+// Refuses an entry measured on a device other than `expected` (DeploymentKey::expect_device).
+void require_device(const BundleEntry& entry, const std::string& expected,
+                    const std::string& where) {
+  const auto hardware = entry.provenance.value("hardware", nlohmann::json::object());
+  const auto devices = hardware.value("devices", nlohmann::json::array());
+  if (devices.empty())
+    throw LookupError(where + " carries no hardware identity (published before it was recorded), " +
+                      "so it cannot be checked against the expected device '" + expected + "'");
+  for (const auto& d : devices) {
+    const auto name = d.value("device", std::string()), uuid = d.value("uuid", std::string());
+    if (uuid == expected || lowercase(name).find(lowercase(expected)) != std::string::npos)
+      continue;
+    throw LookupError(where + " was measured on " + name + (uuid.empty() ? "" : " " + uuid) +
+                      " (host " + d.value("host", std::string("?")) +
+                      "), not on the expected device '" + expected + "'");
+  }
+}
 
 }  // namespace
 
@@ -81,6 +105,7 @@ Deployment Deployment::load(const std::filesystem::path& variant_dir, const Depl
     throw LookupError(variant_dir.string() + ": no entry for TP" + std::to_string(key.tp) + " DP" +
                       std::to_string(key.dp) + " rank " + std::to_string(key.rank));
   const auto csv_path = variant_dir / tp_dir_name(key.tp) / entry->path;
+  if (!key.expect_device.empty()) require_device(*entry, key.expect_device, csv_path.string());
   std::string csv;
   try {
     csv = read_file(csv_path);

@@ -23,12 +23,16 @@ namespace moe {
 struct DeploymentKey {
   int tp = 1, dp = 1, rank = 0;
   std::optional<bool> sp;  // unset: the only entry of (tp, dp, rank)
+  // When set, the entry must have been measured on this device only: every device of its
+  // hardware identity has this UUID, or a name containing it (case-insensitive, e.g. "H200").
+  std::string expect_device;
 };
 
 class Deployment {
  public:
   // Loads <variant_dir>/meta.yaml and the deployment's table. Throws LookupError naming the
-  // problem (missing entry, corrupt YAML, wrong schema, checksum mismatch, bad CSV).
+  // problem (missing entry, corrupt YAML, wrong schema, checksum mismatch, bad CSV, a device
+  // other than key.expect_device).
   static Deployment load(const std::filesystem::path& variant_dir, const DeploymentKey& key,
                          std::size_t cache_capacity = 4096);
   ~Deployment();

@@ -374,6 +374,7 @@ class Acquisition {
                        {"started_utc", utc_now()},
                        {"harness_revision", HARNESS_GIT_REVISION},
                        {"device", backend.device_properties()},
+                       {"device_state_before", backend.live_state()},
                        {"nccl", nccl_version()},
                        {"timer", ctx_->timer->method()}};
     file_->write_provenance(prov.dump());
@@ -641,6 +642,11 @@ class Acquisition {
   }
 
   AcquireSummary finish(Clock::time_point t0, bool complete) {
+    file_->write_provenance_end(json{{"rank", rank_},
+                                     {"ended_utc", utc_now()},
+                                     {"complete", complete},
+                                     {"device_state_after", ctx_->backend->live_state()}}
+                                    .dump());
     summary_.file = path_;
     summary_.backend = ctx_->backend->name();
     summary_.cells = static_cast<int>(cells_.size());

@@ -412,20 +412,45 @@ void AcquisitionFile::write_collectives(
   HARNESS_CHECK_H5(H5Fflush(root, H5F_SCOPE_GLOBAL));
 }
 
-void AcquisitionFile::write_provenance(const std::string& mine) {
-  auto list = nlohmann::json::array();
-  for (const auto& part : gather_strings(impl_->comm, mine))
-    list.push_back(nlohmann::json::parse(part));
-  hid_t root = impl_->file;
-  H5Id g = link_exists(root, "provenance")
-               ? H5_OPEN(H5Gopen2(root, "provenance", H5P_DEFAULT), H5Gclose)
-               : H5_OPEN(H5Gcreate2(root, "provenance", H5P_DEFAULT, H5P_DEFAULT, H5P_DEFAULT),
-                         H5Gclose);
-  // Each (re)start appends its provenance; earlier runs of a resumed acquisition are kept.
+namespace {
+
+// The /provenance group, created on first use.
+H5Id provenance_group(hid_t root) {
+  return link_exists(root, "provenance")
+             ? H5_OPEN(H5Gopen2(root, "provenance", H5P_DEFAULT), H5Gclose)
+             : H5_OPEN(H5Gcreate2(root, "provenance", H5P_DEFAULT, H5P_DEFAULT, H5P_DEFAULT),
+                       H5Gclose);
+}
+
+int provenance_runs(hid_t group) {
   int runs = 0;
-  while (H5Aexists(g, ("run_" + std::to_string(runs)).c_str()) > 0) ++runs;
-  write_string_attr(g, "run_" + std::to_string(runs), list.dump());
-  HARNESS_CHECK_H5(H5Fflush(root, H5F_SCOPE_GLOBAL));
+  while (H5Aexists(group, ("run_" + std::to_string(runs)).c_str()) > 0) ++runs;
+  return runs;
+}
+
+std::string gathered_list(MPI_Comm comm, const std::string& mine) {
+  auto list = nlohmann::json::array();
+  for (const auto& part : gather_strings(comm, mine)) list.push_back(nlohmann::json::parse(part));
+  return list.dump();
+}
+
+}  // namespace
+
+void AcquisitionFile::write_provenance(const std::string& mine) {
+  const auto list = gathered_list(impl_->comm, mine);
+  auto g = provenance_group(impl_->file);
+  // Each (re)start appends its provenance; earlier runs of a resumed acquisition are kept.
+  write_string_attr(g, "run_" + std::to_string(provenance_runs(g)), list);
+  HARNESS_CHECK_H5(H5Fflush(impl_->file, H5F_SCOPE_GLOBAL));
+}
+
+void AcquisitionFile::write_provenance_end(const std::string& mine) {
+  const auto list = gathered_list(impl_->comm, mine);
+  auto g = provenance_group(impl_->file);
+  const int runs = provenance_runs(g);
+  if (runs == 0) throw FileError("no run to end: write_provenance was never called");
+  write_string_attr(g, "run_" + std::to_string(runs - 1) + "_end", list);
+  HARNESS_CHECK_H5(H5Fflush(impl_->file, H5F_SCOPE_GLOBAL));
 }
 
 namespace {
@@ -533,6 +558,15 @@ StoredAcquisition read_acquisition(const std::string& path) {
         auto d = H5_OPEN(H5Dopen2(g, name, H5P_DEFAULT), H5Dclose);
         out.collectives.push_back(
             {name, read_string_attr(d, "backend"), read_all<CollectiveRow>(g, name, coll_type)});
+      }
+    }
+    if (link_exists(f, "provenance")) {
+      auto g = H5_OPEN(H5Gopen2(f, "provenance", H5P_DEFAULT), H5Gclose);
+      for (int n = 0, runs = provenance_runs(g); n < runs; ++n) {
+        const auto name = "run_" + std::to_string(n);
+        out.runs.push_back({read_string_attr(g, name), H5Aexists(g, (name + "_end").c_str()) > 0
+                                                           ? read_string_attr(g, name + "_end")
+                                                           : std::string()});
       }
     }
     if (link_exists(f, "fidelity")) {

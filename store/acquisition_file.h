@@ -6,7 +6,7 @@
 //
 // Layout (schema 1):
 //   /                          attrs schema_version, contract_sha256, contract (JSON), units, ...
-//   /provenance                attr  ranks (JSON list, one object per rank)
+//   /provenance                attrs run_<n>, run_<n>_end (JSON lists, one object per rank)
 //   /cells/<cell>              attrs cell (JSON: target, component, planned rounds)
 //   /cells/<cell>/points       [P] {tokens, activated, assignments}
 //   /cells/<cell>/rounds_done  [R] int8, 1 once round r is complete
@@ -78,8 +78,12 @@ class AcquisitionFile {
   // True when /collectives/<target id> exists (same answer on every rank).
   [[nodiscard]] bool has_collectives(const std::string& target_id) const;
 
-  // Collective: stores every rank's provenance JSON (gathered) as /provenance attribute.
+  // Collective: stores every rank's provenance JSON (gathered) as /provenance attribute run_<n>,
+  // one per (re)start.
   void write_provenance(const std::string& mine);
+  // Collective: every rank's state at the end of this run (gathered) as run_<n>_end of the
+  // latest run_<n>.
+  void write_provenance_end(const std::string& mine);
 
  private:
   struct Impl;
@@ -109,6 +113,10 @@ struct StoredAcquisition {
   std::vector<StoredCell> cells;
   std::vector<StoredCollectives> collectives;
   std::vector<std::string> fidelity_evaluations;  // JSON, in the order they were appended
+  struct Run {
+    std::string start, end;  // JSON lists of the ranks' provenance; end empty if it never ended
+  };
+  std::vector<Run> runs;  // /provenance, oldest first
   [[nodiscard]] RecordCounts complete_rows() const;
 };
 [[nodiscard]] StoredAcquisition read_acquisition(const std::string& path);

@@ -10,7 +10,7 @@ int main(int argc, char** argv) {
     return 2;
   }
   try {
-    auto d = moe::Deployment::load(argv[1], {1, 1, 0, std::nullopt});
+    auto d = moe::Deployment::load(argv[1], moe::DeploymentKey{});
     std::cout << d.contract().at("backend").get<std::string>() << " gate_routing(1 token) "
               << d.query(moe::Component::gate_routing, 1).time_us << " us\n";
   } catch (const std::exception& e) {

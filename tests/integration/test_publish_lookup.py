@@ -67,6 +67,13 @@ with tempfile.TemporaryDirectory() as tmp:
             assert h["count"] > 0 and h["median_abs_relative_error"] <= h["p95_abs_relative_error"] <= h["max_abs_relative_error"], (name, h)
             if fid["status"] == "validated":
                 assert h["p95_abs_relative_error"] <= c["tolerance"] and not c["failed_points"], (name, c)
+        # Hardware identity: the 4 ranks of one host measured on one device kind; the state of
+        # the device (here the host CPU) at the start and the end of the run.
+        hw = e["provenance"]["hardware"]
+        assert hw["runs"] == 1 and len(hw["devices"]) == 1, hw
+        (dev,) = hw["devices"]
+        assert dev["device"] == "host CPU" and dev["host"] == os.uname().nodename, dev
+        assert "state_before" in dev and "state_after" in dev, dev
         cs = e["coverage"]["conditioning_summary"]
         assert set(cs) == {"checked_points", "failed_points", "max_relative_change"}
         assert e["coverage"]["completion"] == 1 and e["coverage"]["completed_rounds"] == 3
@@ -143,6 +150,21 @@ with tempfile.TemporaryDirectory() as tmp:
                   "--tokens", "4"], "not in this deployment's contract")
     expect_error([HARNESS, "lookup", variant, "--tp", "1", "--dp", "2", "--component", "shared",
                   "--tokens", "4"], "unknown component")
+
+    # The expected device: a table measured elsewhere is refused, naming both.
+    query = ["--tp", "1", "--dp", "2", "--component", "gate_routing", "--tokens", "4"]
+    assert lookup(variant, *query, "--expect-device", "host cpu").stdout == lookup(variant, *query).stdout
+    expect_error([HARNESS, "lookup", variant, *query, "--expect-device", "H200"],
+                 "was measured on host CPU (host " + os.uname().nodename + "), not on the expected device 'H200'")
+    no_identity = os.path.join(tmp, "no_identity")
+    shutil.copytree(variant, no_identity)
+    meta_path = os.path.join(no_identity, "meta.yaml")
+    text = yaml.safe_load(open(meta_path))
+    for entry in text["per_tp"][1]["moe_components"]["entries"]:
+        del entry["provenance"]["hardware"]
+    yaml.safe_dump(text, open(meta_path, "w"))
+    expect_error([HARNESS, "lookup", no_identity, *query, "--expect-device", "host CPU"],
+                 "carries no hardware identity")
 
     # inspect on the acquisition file and on the bundle: coverage, failed points, sanity block.
     r = json.loads(run([HARNESS, "inspect", os.path.join(acq, "acquisition.h5"), "--format", "json"]).stdout)
