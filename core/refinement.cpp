@@ -67,7 +67,42 @@ class Draws {
   std::uint64_t state_;
 };
 
+// The random draws, also avoiding `taken` (points already chosen).
+std::vector<GridPoint> random_feasible_points(const ModelGeometry& g, const Target& t, Component c,
+                                              const std::set<GridPoint>& grid, int count,
+                                              std::uint64_t seed,
+                                              const std::set<GridPoint>& taken) {
+  const bool experts = c == Component::experts;
+  const auto rows = rows_of(grid, GridPoint{1, experts ? 1 : 0, 0});
+  std::set<GridPoint> out;
+  if (rows.size() < 2) return {};
+  const int l = ExpertOwnership::of(g, t).local_experts;
+  Draws draw(seed);
+  for (int r = 0, attempts = 0; r < count && attempts < 64 * (r + 1); ++attempts) {
+    const auto n = draw.log_between(rows.front(), rows.back());
+    std::optional<GridPoint> p = GridPoint{n, 0, 0};
+    if (experts) {
+      const auto a_range = feasible_activated(n, l, g.experts, g.top_k);
+      if (!a_range) continue;
+      const auto a = draw.between(a_range->lo, a_range->hi);
+      const auto range = feasible_assignments(n, a, l, g.experts, g.top_k);
+      if (!range) continue;
+      p = GridPoint{n, a, draw.between(range->lo, range->hi)};
+    }
+    if (grid.contains(*p) || taken.contains(*p) || out.contains(*p)) continue;
+    out.insert(*p);
+    ++r;
+  }
+  return {out.begin(), out.end()};
+}
+
 }  // namespace
+
+std::vector<GridPoint> random_feasible_points(const ModelGeometry& g, const Target& t, Component c,
+                                              const std::set<GridPoint>& grid, int count,
+                                              std::uint64_t seed) {
+  return random_feasible_points(g, t, c, grid, count, seed, {});
+}
 
 std::vector<GridPoint> held_out_points(const JobSpec& job, const Target& t, Component c,
                                        const std::vector<GridPoint>& grid_points) {
@@ -102,30 +137,13 @@ std::vector<GridPoint> held_out_points(const JobSpec& job, const Target& t, Comp
     }
   }
   // Random feasible points inside the measured token range.
-  const auto rows = rows_of(grid, GridPoint{1, experts ? 1 : 0, 0});
-  if (rows.size() >= 2) {
-    const auto& g = job.geometry;
-    const int l = ExpertOwnership::of(g, t).local_experts;
-    Draws draw(mix_seed({job.seed, static_cast<std::uint64_t>(t.tp),
-                         static_cast<std::uint64_t>(t.dp), static_cast<std::uint64_t>(t.rank),
-                         t.sp ? 1ULL : 0ULL, static_cast<std::uint64_t>(c), 0x4e1d0077ULL}));
-    for (int r = 0, attempts = 0; r < job.fidelity.random_points && attempts < 64 * (r + 1);
-         ++attempts) {
-      const auto n = draw.log_between(rows.front(), rows.back());
-      std::optional<GridPoint> p = GridPoint{n, 0, 0};
-      if (experts) {
-        const auto a_range = feasible_activated(n, l, g.experts, g.top_k);
-        if (!a_range) continue;
-        const auto a = draw.between(a_range->lo, a_range->hi);
-        const auto range = feasible_assignments(n, a, l, g.experts, g.top_k);
-        if (!range) continue;
-        p = GridPoint{n, a, draw.between(range->lo, range->hi)};
-      }
-      if (grid.contains(*p) || out.contains(*p)) continue;
-      out.insert(*p);
-      ++r;
-    }
-  }
+  const auto random = random_feasible_points(
+      job.geometry, t, c, grid, job.fidelity.random_points,
+      mix_seed({job.seed, static_cast<std::uint64_t>(t.tp), static_cast<std::uint64_t>(t.dp),
+                static_cast<std::uint64_t>(t.rank), t.sp ? 1ULL : 0ULL,
+                static_cast<std::uint64_t>(c), 0x4e1d0077ULL}),
+      out);
+  out.insert(random.begin(), random.end());
   return {out.begin(), out.end()};
 }
 

@@ -19,6 +19,14 @@ namespace moe {
                                                      Component c,
                                                      const std::vector<GridPoint>& grid);
 
+// `count` distinct random feasible points of `c` inside the token range of `grid` and not on it
+// (log-uniform N; uniform feasible A, then M, for `experts`), drawn with splitmix64 from `seed`:
+// the random part of a held-out set, and the fresh set `harness validate` measures.
+[[nodiscard]] std::vector<GridPoint> random_feasible_points(const ModelGeometry& g, const Target& t,
+                                                            Component c,
+                                                            const std::set<GridPoint>& grid,
+                                                            int count, std::uint64_t seed);
+
 // A held-out point whose interpolated value missed its measurement by more than the tolerance.
 struct HeldOutMiss {
   GridPoint point;

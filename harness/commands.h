@@ -22,6 +22,7 @@ int colocate(const Args& args);
 int inspect(const Args& args);
 int report(const Args& args);
 int bench(const Args& args);
+int validate(const Args& args);
 
 void print_publish_report(const PublishReport& r, std::ostream& os);
 

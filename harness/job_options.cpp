@@ -15,7 +15,8 @@ void JobOptions::add_to(po::options_description& desc) {
       "rounds", po::value(&rounds), "independent rounds (overrides the job)")(
       "iterations", po::value(&iterations), "minimum forwards per round (overrides the job)")(
       "grid-factor", po::value(&grid_factor), "geometric grid factor (overrides the job)")(
-      "backend", po::value(&backend), "auto | cpu_reference | cublas_grouped | native | staircase_model (test double)")(
+      "backend", po::value(&backend),
+      "auto | cpu_reference | cublas_grouped | native | staircase_model (test double)")(
       "components", po::value(&components),
       "measure only these components, e.g. gate_routing (collectives are measured either way)")(
       "gpu-hours", po::value(&gpu_hours), "device-time budget in GPU-hours (overrides the job)");

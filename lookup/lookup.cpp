@@ -58,7 +58,8 @@ struct Deployment::Impl {
   nlohmann::json contract;
   std::vector<Component> components;
   std::optional<ComponentTables> tables;
-  LruCache<CacheKey, LookupResult> answers;  // bounded cache of answered queries
+  std::map<Component, std::vector<TableRow>> rows;  // as published
+  LruCache<CacheKey, LookupResult> answers;         // bounded cache of answered queries
   std::size_t hits = 0;
 };
 
@@ -72,6 +73,11 @@ const nlohmann::json& Deployment::contract() const {
 }
 std::vector<Component> Deployment::components() const {
   return impl_->components;
+}
+const std::vector<TableRow>& Deployment::rows(Component c) const {
+  static const std::vector<TableRow> none;
+  const auto it = impl_->rows.find(c);
+  return it == impl_->rows.end() ? none : it->second;
 }
 std::size_t Deployment::cache_hits() const {
   return impl_->hits;
@@ -167,6 +173,7 @@ Deployment Deployment::load(const std::filesystem::path& variant_dir, const Depl
   } catch (const LookupError& e) {
     throw LookupError(csv_path.string() + ": " + e.what());
   }
+  impl->rows = std::move(rows);
   return Deployment(std::move(impl));
 }
 

@@ -44,6 +44,8 @@ class Deployment {
                                    std::int64_t assignments = 0);
   [[nodiscard]] const nlohmann::json& contract() const;
   [[nodiscard]] std::vector<Component> components() const;
+  // The published rows of one component, in table order (empty when it has none).
+  [[nodiscard]] const std::vector<TableRow>& rows(Component c) const;
   [[nodiscard]] std::size_t cache_hits() const;
 
  private:

@@ -39,6 +39,8 @@ class ForwardTimer {
 [[nodiscard]] std::unique_ptr<ForwardTimer> make_host_clock_timer();
 // The staircase_model backend's modeled time (kernels/staircase_backend.h).
 [[nodiscard]] std::unique_ptr<ForwardTimer> make_modeled_clock_timer();
+// The timer a backend's timing() names (host_clock | cupti_activity | modeled_clock).
+[[nodiscard]] std::unique_ptr<ForwardTimer> make_forward_timer(const std::string& timing);
 // CUPTI activity tracer; throws when the build has no CUDA.
 [[nodiscard]] std::unique_ptr<ForwardTimer> make_cupti_timer();
 

@@ -35,4 +35,10 @@ std::unique_ptr<ForwardTimer> make_modeled_clock_timer() {
   return std::make_unique<ModeledClockTimer>();
 }
 
+std::unique_ptr<ForwardTimer> make_forward_timer(const std::string& timing) {
+  if (timing == "host_clock") return make_host_clock_timer();
+  if (timing == "modeled_clock") return make_modeled_clock_timer();
+  return make_cupti_timer();
+}
+
 }  // namespace moe

@@ -3,7 +3,6 @@
 #include <stdexcept>
 
 #include "core/checked_call.h"
-#include "kernels/staircase_backend.h"
 
 namespace moe {
 
@@ -27,8 +26,8 @@ std::unique_ptr<RankContext> make_rank_context(MPI_Comm comm,
   HARNESS_CHECK_MPI(MPI_Comm_size(ctx->node, &ctx->node_size));
   const auto name = resolve_backend(requested_backend);
   std::optional<int> numa;
-  if (name == "cpu_reference" || name == "staircase_model") {
-    ctx->backend = name == "cpu_reference" ? make_cpu_backend() : make_staircase_backend();
+  if (host_backend(name)) {
+    ctx->backend = make_backend(name, -1);
     ctx->locality = "cpu backend";
   } else {
     const int devices = cuda_device_count();
@@ -36,7 +35,7 @@ std::unique_ptr<RankContext> make_rank_context(MPI_Comm comm,
       throw std::runtime_error("backend " + name + " needs one GPU per rank, but this node runs " +
                                std::to_string(ctx->node_size) + " ranks and has " +
                                std::to_string(devices) + " GPUs");
-    ctx->backend = make_cuda_backend(name, ctx->node_rank);
+    ctx->backend = make_backend(name, ctx->node_rank);
     const auto props = ctx->backend->device_properties();
     if (auto it = props.find("pci_bus_id"); it != props.end()) numa = numa_node_of_pci(it->second);
     ctx->locality = numa ? "verified numa " + std::to_string(*numa)
@@ -45,10 +44,7 @@ std::unique_ptr<RankContext> make_rank_context(MPI_Comm comm,
   ctx->binding = bind_to_cpus(ctx->node_rank, ctx->node_size, numa);
   if (numa && ctx->binding.numa_node != *numa)
     throw std::runtime_error("CPU binding is not local to the GPU's NUMA node");
-  const auto timing = ctx->backend->timing();
-  ctx->timer = timing == "host_clock"      ? make_host_clock_timer()
-               : timing == "modeled_clock" ? make_modeled_clock_timer()
-                                           : make_cupti_timer();
+  ctx->timer = make_forward_timer(ctx->backend->timing());
   return ctx;
 }
 

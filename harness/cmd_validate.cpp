@@ -1,0 +1,240 @@
+// harness validate: re-measures a fresh random held-out set of a published bundle on this machine
+// and compares the bundle's answers with it (docs/measurement.md#validating-a-published-bundle).
+//
+// Rerun: harness validate ROOT/VARIANT [--tp 1 --dp 1] [--points 24] [--seed S]
+// Per entry and component: draws --points random feasible points inside the table's token range
+// (off its rows) from a seed other than the acquisition's, measures them under the entry's own
+// protocol (backend, rounds, iterations, weight banks; experts report the 2B arm), predicts them
+// with the lookup library, and prints count, median / p95 / max |error| and every point.
+#include <chrono>
+#include <iomanip>
+#include <iostream>
+#include <set>
+
+#include "bundle/bundle_meta.h"
+#include "bundle/summary.h"
+#include "core/contract.h"
+#include "core/refinement.h"
+#include "core/seed.h"
+#include "core/statistics.h"
+#include "harness/commands.h"
+#include "lookup/lookup.h"
+#include "ranks/forward_timer.h"
+#include "ranks/protocol.h"
+
+namespace po = boost::program_options;
+using nlohmann::json;
+
+namespace moe::cli {
+
+namespace {
+
+class ValidateError : public std::runtime_error {
+ public:
+  using std::runtime_error::runtime_error;
+};
+
+constexpr int kMaxPoints = 1000;
+// Exit status when every component ran but some held-out p95 exceeds the entry's tolerance.
+constexpr int kOutsideTolerance = 3;
+
+// The device this machine's backend reports must be the kind the entry was measured on.
+void require_same_device_kind(const BundleEntry& e, const Backend& backend,
+                              const std::string& label) {
+  const auto here = backend.device_properties().at("device");
+  const auto devices =
+      e.provenance.value("hardware", json::object()).value("devices", json::array());
+  if (devices.empty())
+    throw ValidateError(label +
+                        " carries no hardware identity; it cannot be validated on a device "
+                        "known to be the same kind");
+  for (const auto& d : devices)
+    if (d.value("device", "") != here)
+      throw ValidateError(label + " was measured on " + d.value("device", "?") +
+                          ", but this machine's " + backend.name() + " backend runs on " + here);
+}
+
+// The entry's protocol over `points`: its rounds, each a fresh cell round; the value of a point
+// is what the publisher would publish (median of round medians, experts: the 2B arm).
+std::vector<PointResult> measure(Backend& backend, ForwardTimer& timer, const json& contract,
+                                 const Target& target, Component c,
+                                 const std::vector<GridPoint>& points, std::uint64_t seed) {
+  const auto& cond = contract.at("conditioning");
+  StoredAcquisition acq;
+  StoredCell cell;
+  const int rounds = cond.at("rounds").get<int>();
+  cell.info = {"validate", json{{"component", to_string(c)}}.dump(), points, rounds};
+  for (int r = 0; r < rounds; ++r) {
+    CellRoundSpec spec;
+    spec.base.geometry = geometry_from_json(contract.at("geometry"));
+    spec.base.target = target;
+    spec.base.component = c;
+    spec.points = points;
+    spec.round = r;
+    spec.iterations = cond.at("iterations").get<int>();
+    spec.weight_banks = cond.at("weight_banks").get<int>();
+    spec.seed = mix_seed({seed, static_cast<std::uint64_t>(c), static_cast<std::uint64_t>(r)});
+    cell.rounds.push_back(measure_cell_round(backend, timer, spec));
+    cell.rounds_done.push_back(1);
+  }
+  acq.cells.push_back(std::move(cell));
+  return summarize(acq).front().points;
+}
+
+struct Validated {
+  Component component;
+  std::vector<json> points;
+  std::vector<double> errors;
+  int unpredicted = 0, bank_failures = 0;
+};
+
+json statistics_json(const Validated& v, double tolerance) {
+  auto sorted = v.errors;
+  std::sort(sorted.begin(), sorted.end());
+  json out = {{"component", to_string(v.component)},
+              {"count", sorted.size()},
+              {"unpredicted", v.unpredicted},
+              {"bank_failures", v.bank_failures},
+              {"tolerance", tolerance},
+              {"points", v.points}};
+  if (!sorted.empty()) {
+    out["median_abs_relative_error"] = quantile(sorted, 0.5);
+    out["p95_abs_relative_error"] = quantile(sorted, 0.95);
+    out["max_abs_relative_error"] = sorted.back();
+  }
+  return out;
+}
+
+}  // namespace
+
+int validate(const Args& args) {
+  std::string variant_dir, format = "text";
+  int tp = 0, dp = 0, rank = -1, count = 24, device = 0;
+  std::uint64_t seed = 0;
+  po::options_description desc("harness validate ROOT/VARIANT [options]");
+  desc.add_options()("bundle", po::value(&variant_dir), "bundle variant directory")(
+      "tp", po::value(&tp), "only entries of this TP degree")(
+      "dp", po::value(&dp), "only entries of this DP degree")("rank", po::value(&rank),
+                                                              "only entries of this rank")(
+      "points", po::value(&count)->default_value(24),
+      "random held-out points per component (1-1000)")(
+      "seed", po::value(&seed), "seed of the draw (default: from the clock, printed)")(
+      "device", po::value(&device)->default_value(0), "CUDA device for GPU backends")(
+      "format", po::value(&format), "text | json");
+  po::positional_options_description pos;
+  pos.add("bundle", 1);
+  const auto vm = parse(args, desc, pos);
+  if (!vm) return 0;
+  if (variant_dir.empty()) throw ValidateError("name the bundle variant directory (ROOT/VARIANT)");
+  if (count < 1 || count > kMaxPoints)
+    throw ValidateError("--points must be between 1 and " + std::to_string(kMaxPoints));
+  if (format != "text" && format != "json") throw ValidateError("--format must be text or json");
+  if (!vm->count("seed"))
+    seed = static_cast<std::uint64_t>(std::chrono::system_clock::now().time_since_epoch().count());
+
+  const auto meta = load_bundle_meta(variant_dir);
+  if (meta.empty()) throw ValidateError(variant_dir + ": no bundle here (no meta.yaml)");
+  std::vector<const BundleEntry*> entries;
+  for (const auto& [t, list] : meta.per_tp(Section::moe_components))
+    for (const auto& e : list)
+      if ((!tp || e.target.tp == tp) && (!dp || e.target.dp == dp) &&
+          (rank < 0 || e.target.rank == rank))
+        entries.push_back(&e);
+  if (entries.empty())
+    throw ValidateError(variant_dir + ": no component table matches" +
+                        (tp || dp || rank >= 0 ? " --tp/--dp/--rank" : " (empty bundle)"));
+
+  json report = {{"bundle", variant_dir}, {"seed", seed}, {"entries", json::array()}};
+  bool within = true;
+  std::unique_ptr<Backend> backend;
+  std::unique_ptr<ForwardTimer> timer;
+  for (const auto* e : entries) {
+    const auto label = variant_dir + " " + e->target.label();
+    DeploymentKey key;  // loading first validates the entry (hashes, checksums, table)
+    key.tp = e->target.tp, key.dp = e->target.dp, key.rank = e->target.rank, key.sp = e->target.sp;
+    auto deployment = Deployment::load(variant_dir, key);
+    const auto backend_name = e->contract.value("backend", "");
+    if (!backend || backend->name() != backend_name) {
+      backend = make_backend(backend_name, device);
+      timer = make_forward_timer(backend->timing());
+    }
+    require_same_device_kind(*e, *backend, label);
+    const double tolerance = e->contract.at("fidelity").at("tolerance").get<double>();
+    json entry = {{"target", e->target.to_json()}, {"components", json::array()}};
+    for (const auto c : deployment.components()) {
+      std::set<GridPoint> grid;
+      for (const auto& r : deployment.rows(c)) grid.insert(r.point);
+      const auto points = random_feasible_points(
+          geometry_from_json(e->contract.at("geometry")), e->target, c, grid, count,
+          mix_seed({seed, static_cast<std::uint64_t>(e->target.tp),
+                    static_cast<std::uint64_t>(e->target.dp),
+                    static_cast<std::uint64_t>(e->target.rank), static_cast<std::uint64_t>(c)}));
+      if (points.empty()) continue;  // a table of one row has no interior to validate
+      Validated v{c, {}, {}, 0, 0};
+      for (const auto& p : measure(*backend, *timer, e->contract, e->target, c, points, seed)) {
+        json j = {{"point", {p.point.tokens, p.point.activated, p.point.assignments}},
+                  {"measured_us", *p.time_us}};
+        if (!p.bank_check_passed) {
+          ++v.bank_failures;
+          j["bank_check"] = "failed";
+        } else {
+          try {
+            const double predicted =
+                deployment.query(c, p.point.tokens, p.point.activated, p.point.assignments).time_us;
+            const double error = std::abs(predicted - *p.time_us) / *p.time_us;
+            j["predicted_us"] = predicted;
+            j["relative_error"] = error;
+            v.errors.push_back(error);
+          } catch (const LookupError& err) {
+            ++v.unpredicted;
+            j["unpredicted"] = err.what();
+          }
+        }
+        v.points.push_back(j);
+      }
+      auto stats = statistics_json(v, tolerance);
+      if (stats.contains("p95_abs_relative_error") &&
+          stats["p95_abs_relative_error"].get<double>() > tolerance)
+        within = false;
+      entry["components"].push_back(stats);
+    }
+    report["entries"].push_back(entry);
+  }
+  report["within_tolerance"] = within;
+
+  if (format == "json") {
+    std::cout << report.dump(1) << "\n";
+  } else {
+    std::cout << "validate " << variant_dir << ": seed " << seed
+              << " (rerun with --seed to draw the same points)\n";
+    for (const auto& entry : report["entries"]) {
+      std::cout << "  " << Target::from_json(entry["target"]).label() << "\n";
+      for (const auto& c : entry["components"]) {
+        std::cout << "    " << c["component"].get<std::string>() << ": " << c["count"] << " points";
+        if (c.contains("p95_abs_relative_error"))
+          std::cout << std::fixed << std::setprecision(2) << ", |error| median "
+                    << 100 * c["median_abs_relative_error"].get<double>() << "%, p95 "
+                    << 100 * c["p95_abs_relative_error"].get<double>() << "%, max "
+                    << 100 * c["max_abs_relative_error"].get<double>() << "% (tolerance "
+                    << 100 * c["tolerance"].get<double>() << "%)";
+        std::cout << "; " << c["unpredicted"] << " outside support, " << c["bank_failures"]
+                  << " failing B/2B\n";
+        for (const auto& p : c["points"]) {
+          std::cout << "      " << p["point"].dump() << ": measured " << std::setprecision(3)
+                    << p["measured_us"].get<double>() << " us";
+          if (p.contains("predicted_us"))
+            std::cout << ", bundle " << p["predicted_us"].get<double>() << " us, error "
+                      << 100 * p["relative_error"].get<double>() << "%";
+          if (p.contains("unpredicted")) std::cout << ", " << p["unpredicted"].get<std::string>();
+          if (p.contains("bank_check")) std::cout << ", failed B/2B";
+          std::cout << "\n";
+        }
+        std::cout.unsetf(std::ios::fixed);
+      }
+    }
+    std::cout << (within ? "within tolerance\n" : "OUTSIDE TOLERANCE\n");
+  }
+  return within ? 0 : kOutsideTolerance;
+}
+
+}  // namespace moe::cli

@@ -1,0 +1,112 @@
+"""harness validate on the staircase_model test double: the fresh points it measures must be the
+model's values (restated here), its predictions must be what `harness lookup` answers, its
+statistics must follow from its points, the same seed must draw the same points, and its exit
+status must follow the tolerance. Then every error path: one clear message, a non-zero exit."""
+import json
+import os
+import shutil
+import tempfile
+
+import yaml
+
+from harness_test_lib import HARNESS, SOURCE_DIR, mpirun_cmd, run
+
+TILE = 4
+
+
+def model_us(component, n, a, m):
+    if component == "gate_routing":
+        return 3.0 + 0.02 * n
+    if component == "wrapper":
+        return 5.0 + 0.05 * n
+    if a == 0:
+        return 2.0
+    per, extra = divmod(m, a)
+    tiles = lambda rows: -(-rows // TILE)
+    return 4 + 0.5 * a + 3 * ((a - extra) * tiles(per) + extra * tiles(per + 1)) + 0.01 * m
+
+
+def quantile(sorted_values, q):
+    pos = q * (len(sorted_values) - 1)
+    lo = int(pos)
+    hi = min(lo + 1, len(sorted_values) - 1)
+    return sorted_values[lo] + (pos - lo) * (sorted_values[hi] - sorted_values[lo])
+
+
+def expect_error(args, needle, code=None):
+    p = run([HARNESS, "validate", *args], check=False)
+    assert p.returncode not in (0, 3) if code is None else p.returncode == code, (p.returncode, p.stderr)
+    assert needle in p.stderr, f"expected '{needle}' in:\n{p.stderr}"
+
+
+with tempfile.TemporaryDirectory() as tmp:
+    root = os.path.join(tmp, "bundles")
+    run(mpirun_cmd(1, "acquire", os.path.join(SOURCE_DIR, "tests/data/staircase.yaml"), "--out-root",
+                   root, "--quiet"))
+    bundle = os.path.join(root, "staircase")
+    table = os.path.join(bundle, "tp1/moe_components/dp1_ep1_rank0_sp0/components.csv")
+    rows = {(r.split(",")[0], tuple(int(x) for x in r.split(",")[2:5]))
+            for r in open(table).read().splitlines()[1:]}
+
+    p = run([HARNESS, "validate", bundle, "--points", "10", "--seed", "11", "--format", "json"], check=False)
+    assert p.returncode in (0, 3), p.stderr
+    report = json.loads(p.stdout)
+    assert report["seed"] == 11
+    (entry,) = report["entries"]
+    comps = {c["component"]: c for c in entry["components"]}
+    assert set(comps) == {"gate_routing", "experts", "wrapper"}, comps.keys()
+    within = True
+    for name, c in comps.items():
+        assert c["count"] == len(c["points"]) == 10, (name, c["count"])
+        errors = []
+        for pt in c["points"]:
+            n, a, m = pt["point"]
+            assert (name, (n, a, m)) not in rows, f"{name} {pt['point']} is a table row, not held out"
+            want = model_us(name, n, a, m)
+            assert abs(pt["measured_us"] - want) <= 1e-9 * want, (name, pt, want)
+            query = ["--tp", "1", "--dp", "1", "--component", name, "--tokens", str(n)]
+            if name == "experts":
+                query += ["--activated", str(a), "--assignments", str(m)]
+            looked_up = float(run([HARNESS, "lookup", bundle, *query]).stdout.split()[0])
+            assert abs(pt["predicted_us"] - looked_up) <= 1e-6 * looked_up, (pt, looked_up)
+            errors.append(abs(pt["predicted_us"] - pt["measured_us"]) / pt["measured_us"])
+        errors.sort()
+        assert abs(c["max_abs_relative_error"] - errors[-1]) < 1e-12
+        assert abs(c["median_abs_relative_error"] - quantile(errors, 0.5)) < 1e-12
+        assert abs(c["p95_abs_relative_error"] - quantile(errors, 0.95)) < 1e-12
+        within = within and c["p95_abs_relative_error"] <= c["tolerance"]
+    assert report["within_tolerance"] == within and p.returncode == (0 if within else 3)
+    # Straight-line components are exact between rows; the experts staircase off balanced routing
+    # is where a sample can miss.
+    assert comps["gate_routing"]["max_abs_relative_error"] < 1e-9
+
+    again = json.loads(run([HARNESS, "validate", bundle, "--points", "10", "--seed", "11", "--format", "json"],
+                           check=False).stdout)
+    assert again["entries"] == report["entries"], "the same seed drew different points"
+    other = json.loads(run([HARNESS, "validate", bundle, "--points", "10", "--seed", "12", "--format", "json"],
+                           check=False).stdout)
+    assert [p["point"] for p in other["entries"][0]["components"][1]["points"]] != \
+        [p["point"] for p in report["entries"][0]["components"][1]["points"]], "another seed, same points"
+    text = run([HARNESS, "validate", bundle, "--tp", "1", "--points", "3"], check=False)
+    assert "seed " in text.stdout and ("within tolerance" in text.stdout or "OUTSIDE TOLERANCE" in text.stdout)
+
+    # Error paths.
+    expect_error([os.path.join(tmp, "nowhere")], "no meta.yaml")
+    expect_error([bundle, "--points", "0"], "--points must be between 1 and 1000")
+    expect_error([bundle, "--tp", "4"], "no component table matches --tp/--dp/--rank")
+    expect_error([bundle, "--format", "xml"], "--format must be text or json")
+    expect_error([], "name the bundle variant directory")
+    for name, change, needle in (
+        ("elsewhere", lambda hw: hw["devices"][0].update(device="NVIDIA H200"),
+         "was measured on NVIDIA H200, but this machine's staircase_model backend runs on "
+         "staircase model (no hardware)"),
+        ("anonymous", lambda hw: hw.clear(), "carries no hardware identity"),
+    ):
+        copy = os.path.join(tmp, name)
+        shutil.copytree(bundle, copy)
+        meta_path = os.path.join(copy, "meta.yaml")
+        doc = yaml.safe_load(open(meta_path))
+        change(doc["per_tp"][1]["moe_components"]["entries"][0]["provenance"]["hardware"])
+        yaml.safe_dump(doc, open(meta_path, "w"))
+        expect_error([copy, "--points", "2"], needle)
+print(f"ok: validate measured the model exactly and predicted what lookup answers (within tolerance: {within})")
