@@ -5,6 +5,7 @@
 //   <out_root>/<variant>/meta.yaml                (updated under <variant>/.meta.lock)
 //   <out_root>/<variant>/colocation.yaml          (the co-location verdict)
 //   <out_root>/<variant>/tp<N>/moe_components/dp<D>_ep<E>_rank<r>_sp<0|1>/components.csv
+//                                                                        /held_out.csv
 //                                                                        /samples.jsonl (optional)
 //   <out_root>/<variant>/tp<N>/collectives/dp<D>_ep<E>_rank<r>_sp<0|1>/collectives.csv
 #pragma once
@@ -26,6 +27,12 @@ inline constexpr const char* kComponentsDir = "moe_components";
 inline constexpr const char* kComponentsFile = "components.csv";
 inline constexpr const char* kComponentsHeader =
     "component,mode,tokens,activated_experts,local_assignments,time_us";
+
+// Every held-out point of a component table with the table's prediction (empty: outside the
+// support); coverage.fidelity.held_out_table names it and its SHA-256.
+inline constexpr const char* kHeldOutFile = "held_out.csv";
+inline constexpr const char* kHeldOutHeader =
+    "component,tokens,activated_experts,local_assignments,measured_us,predicted_us";
 
 inline constexpr const char* kCollectivesDir = "collectives";
 inline constexpr const char* kCollectivesFile = "collectives.csv";

@@ -45,7 +45,8 @@ struct TargetWork {
   fs::path dir;          // bundle directory of the target
   std::string rel_path;  // relative to tp<N>/
   std::string csv;
-  std::string samples;  // samples.jsonl content (optional)
+  std::string samples;   // samples.jsonl content (optional)
+  std::string held_out;  // held_out.csv content (component tables)
   json coverage;
 };
 
@@ -104,8 +105,9 @@ PublishReport publish(const StoredAcquisition& acq, const std::string& h5_path,
     w.label = w.target.label();
     w.rel_path = bundle_format::components_path(w.target);
     w.dir = bundle_format::target_dir(variant_dir, w.target, bundle_format::kComponentsDir);
-    std::ostringstream csv, samples;
+    std::ostringstream csv, samples, held_out;
     csv << bundle_format::kComponentsHeader << "\n";
+    held_out << bundle_format::kHeldOutHeader << "\n";
     int rows = 0, checked = 0, failed = 0;
     double max_change = 0;
     bool ok = true, accepted = false;
@@ -176,6 +178,10 @@ PublishReport publish(const StoredAcquisition& acq, const std::string& h5_path,
         ok = false;
       }
       per_component[name] = f->to_json(tolerance);
+      for (const auto& h : f->held_out)
+        held_out << name << "," << h.point.tokens << "," << h.point.activated << ","
+                 << h.point.assignments << "," << format_time(h.measured_us) << ","
+                 << (h.predicted_us ? format_time(*h.predicted_us) : "") << "\n";
       if (options.samples)
         for (const auto index : f->cells) {
           const auto& cell = acq.cells[index];
@@ -203,6 +209,7 @@ PublishReport publish(const StoredAcquisition& acq, const std::string& h5_path,
     if (!ok) continue;
     w.csv = csv.str();
     w.samples = samples.str();
+    w.held_out = held_out.str();
     w.contract = contract.component_table(t);
     SanityBlock table_sanity;
     {
@@ -212,19 +219,22 @@ PublishReport publish(const StoredAcquisition& acq, const std::string& h5_path,
       while (std::getline(rows_in, row))
         table_sanity.add("time_us", std::stod(row.substr(row.rfind(',') + 1)));
     }
-    w.coverage = {{"sanity", table_sanity.to_json()},
-                  {"completion", 1.0},
-                  {"completed_rounds", contract.conditioning.rounds},
-                  {"planned_rounds", contract.conditioning.rounds},
-                  {"rows", rows},
-                  {"table_sha256", sha256_hex(w.csv)},
-                  {"conditioning_summary",
-                   {{"checked_points", checked},
-                    {"failed_points", failed},
-                    {"max_relative_change", max_change}}},
-                  {"fidelity",
-                   {{"status", accepted ? "accepted-with-failures" : "validated"},
-                    {"components", per_component}}}};
+    w.coverage = {
+        {"sanity", table_sanity.to_json()},
+        {"completion", 1.0},
+        {"completed_rounds", contract.conditioning.rounds},
+        {"planned_rounds", contract.conditioning.rounds},
+        {"rows", rows},
+        {"table_sha256", sha256_hex(w.csv)},
+        {"conditioning_summary",
+         {{"checked_points", checked},
+          {"failed_points", failed},
+          {"max_relative_change", max_change}}},
+        {"fidelity",
+         {{"status", accepted ? "accepted-with-failures" : "validated"},
+          {"components", per_component},
+          {"held_out_table",
+           {{"file", bundle_format::kHeldOutFile}, {"sha256", sha256_hex(w.held_out)}}}}}};
     work.push_back(std::move(w));
   }
   // Collective tables beside the MoE tables.
@@ -296,6 +306,8 @@ PublishReport publish(const StoredAcquisition& acq, const std::string& h5_path,
   }
   for (const auto* w : fresh) {
     write_file_atomic(w->dir / fs::path(w->rel_path).filename(), w->csv);
+    if (w->section == Section::moe_components)
+      write_file_atomic(w->dir / bundle_format::kHeldOutFile, w->held_out);
     if (options.samples && w->section == Section::moe_components)
       write_file_atomic(w->dir / bundle_format::kSamplesFile, w->samples);
     json provenance = {{"acquisition_file", fs::absolute(h5_path).string()},

@@ -30,9 +30,15 @@ std::string esc(const std::string& s) {
 const char* kColors[] = {"#1f77b4", "#d62728", "#2ca02c", "#ff7f0e", "#9467bd",
                          "#8c564b", "#e377c2", "#17becf", "#7f7f7f", "#bcbd22"};
 
-// A log-log line plot as inline SVG.
-std::string line_plot(const std::string& title, const std::string& table, const std::string& xlabel,
-                      const std::string& ylabel, const Series& series) {
+enum class PlotStyle {
+  lines,                // one polyline per series through its points
+  points_and_diagonal,  // points only, with the y = x line (predicted against measured)
+};
+
+// A log-log plot as inline SVG.
+std::string log_plot(const std::string& title, const std::string& table, const std::string& xlabel,
+                     const std::string& ylabel, const Series& series,
+                     PlotStyle style = PlotStyle::lines) {
   const double w = 640, h = 360, l = 70, r = 150, t = 30, b = 50;
   double x0 = INFINITY, x1 = 0, y0 = INFINITY, y1 = 0;
   for (const auto& [name, pts] : series)
@@ -40,6 +46,8 @@ std::string line_plot(const std::string& title, const std::string& table, const 
       if (x > 0 && y > 0)
         x0 = std::min(x0, x), x1 = std::max(x1, x), y0 = std::min(y0, y), y1 = std::max(y1, y);
   if (!(x1 > 0)) x0 = 1, x1 = 10, y0 = 1, y1 = 10;
+  if (style == PlotStyle::points_and_diagonal)  // same range on both axes: y = x is diagonal
+    x0 = y0 = std::min(x0, y0), x1 = y1 = std::max(x1, y1);
   const double lx0 = std::log10(x0), lx1 = std::max(std::log10(x1), lx0 + 1e-9);
   const double ly0 = std::log10(y0), ly1 = std::max(std::log10(y1), ly0 + 1e-9);
   const auto px = [&](double x) { return l + (std::log10(x) - lx0) / (lx1 - lx0) * (w - l - r); };
@@ -72,15 +80,20 @@ std::string line_plot(const std::string& title, const std::string& table, const 
     << esc(xlabel) << "</text><text x=\"14\" y=\"" << (t + h - b) / 2
     << "\" transform=\"rotate(-90 14 " << (t + h - b) / 2 << ")\" text-anchor=\"middle\">"
     << esc(ylabel) << "</text>";
+  if (style == PlotStyle::points_and_diagonal)
+    s << "<line class=\"diagonal\" x1=\"" << px(x0) << "\" y1=\"" << py(y0) << "\" x2=\"" << px(x1)
+      << "\" y2=\"" << py(y1) << "\" stroke=\"#888\" stroke-dasharray=\"4 3\"/>";
   int i = 0;
   for (const auto& [name, pts0] : series) {
     auto pts = pts0;
     std::sort(pts.begin(), pts.end());
     const char* c = kColors[i % 10];
-    s << "<polyline fill=\"none\" stroke=\"" << c << "\" stroke-width=\"1.5\" points=\"";
-    for (auto [x, y] : pts)
-      if (x > 0 && y > 0) s << px(x) << "," << py(y) << " ";
-    s << "\"/>";
+    if (style == PlotStyle::lines) {
+      s << "<polyline fill=\"none\" stroke=\"" << c << "\" stroke-width=\"1.5\" points=\"";
+      for (auto [x, y] : pts)
+        if (x > 0 && y > 0) s << px(x) << "," << py(y) << " ";
+      s << "\"/>";
+    }
     for (auto [x, y] : pts)
       if (x > 0 && y > 0)
         s << "<circle cx=\"" << px(x) << "\" cy=\"" << py(y) << "\" r=\"2\" fill=\"" << c << "\"/>";
@@ -133,6 +146,35 @@ std::vector<std::vector<std::string>> read_csv(const fs::path& p) {
   return rows;
 }
 
+// Predicted against measured for every held-out point of a component table (held_out.csv,
+// checked against its SHA-256 in the entry); empty for entries published without one.
+std::string held_out_plot(const fs::path& tp_dir, const BundleEntry& e, const std::string& title) {
+  const auto fidelity = e.coverage.value("fidelity", json::object());
+  if (!fidelity.contains("held_out_table")) return "";
+  const auto path = tp_dir / fs::path(e.path).parent_path() / bundle_format::kHeldOutFile;
+  const auto text = read_file(path);
+  if (sha256_hex(text) != fidelity["held_out_table"].value("sha256", ""))
+    throw BundleError(path.string() + ": checksum mismatch (held_out_table.sha256 in meta.yaml)");
+  Series series;
+  int unpredicted = 0;
+  for (const auto& f : read_csv(path)) {
+    if (f.size() < 6 || f[5].empty()) {
+      ++unpredicted;
+      continue;
+    }
+    series[f.at(0)].push_back({std::stod(f.at(4)), std::stod(f.at(5))});
+  }
+  std::ostringstream out;
+  out << "<p>held-out points of " << esc(title) << ": " << esc(fidelity.value("status", ""))
+      << (unpredicted ? ", " + std::to_string(unpredicted) + " outside the support (not drawn)"
+                      : "")
+      << "</p>"
+      << log_plot(title + ": held-out, predicted vs measured",
+                  "held_out/" + fs::path(e.path).parent_path().string(), "measured (us)",
+                  "predicted by the table (us)", series, PlotStyle::points_and_diagonal);
+  return out.str();
+}
+
 }  // namespace
 
 Report render_report(const fs::path& dir) {
@@ -164,8 +206,9 @@ Report render_report(const fs::path& dir) {
       const std::string title =
           tp_dir_name(tp) + "/" + fs::path(e.path).parent_path().filename().string();
       body << "<h3>" << esc(title) << "</h3>"
-           << line_plot(title, e.path, "tokens (rows)", "time (us)", series);
+           << log_plot(title, e.path, "tokens (rows)", "time (us)", series);
       ++tables;
+      body << held_out_plot(dir / tp_dir_name(tp), e, title);
     }
   for (const auto& [tp, entries] : meta.per_tp(Section::collectives))
     for (const auto& e : entries) {
@@ -177,7 +220,7 @@ Report render_report(const fs::path& dir) {
       const std::string title = "collectives tp" + std::to_string(tp) + "/" +
                                 fs::path(e.path).parent_path().filename().string();
       body << "<h3>" << esc(title) << "</h3>"
-           << line_plot(title, e.path, "bytes", "bus bandwidth (GB/s)", series);
+           << log_plot(title, e.path, "bytes", "bus bandwidth (GB/s)", series);
       ++tables;
     }
   if (const auto verdict = load_colocation(dir)) {

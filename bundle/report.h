@@ -1,5 +1,6 @@
 // The HTML report of a bundle variant: one self-contained page with inline SVG plots of
 // component time vs tokens per target (one line per activated-experts value for `experts`),
+// held-out points predicted against measured per target (with y = x),
 // collective bus bandwidth vs bytes, co-location throughput and family shares, and the sanity
 // block.
 #pragma once

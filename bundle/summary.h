@@ -13,8 +13,8 @@ namespace moe {
 
 struct PointResult {
   GridPoint point;
-  std::optional<double> time_us;  // median of per-round medians (experts: of the 2B arm);
-                                  // nullopt if no complete round
+  std::optional<double> time_us;          // median of per-round medians (experts: of the 2B arm);
+                                          // nullopt if no complete round
   std::optional<double> relative_change;  // experts only: pooled |2B - B| / B
   bool bank_check_passed = true;
 };

@@ -74,6 +74,16 @@ with tempfile.TemporaryDirectory() as tmp:
         (dev,) = hw["devices"]
         assert dev["device"] == "host CPU" and dev["host"] == os.uname().nodename, dev
         assert "state_before" in dev and "state_after" in dev, dev
+        # Every held-out point with the table's prediction, under its own checksum.
+        ho_path = os.path.join(os.path.dirname(path), "held_out.csv")
+        ho = open(ho_path, "rb").read()
+        assert fid["held_out_table"] == {"file": "held_out.csv", "sha256": hashlib.sha256(ho).hexdigest()}
+        ho_rows = list(csv.DictReader(open(ho_path)))
+        assert len(ho_rows) == sum(c["held_out"]["count"] + c["held_out"]["unpredicted"]
+                                   for c in fid["components"].values()), len(ho_rows)
+        for r in ho_rows:
+            if r["predicted_us"]:
+                assert float(r["measured_us"]) > 0 and float(r["predicted_us"]) > 0, r
         cs = e["coverage"]["conditioning_summary"]
         assert set(cs) == {"checked_points", "failed_points", "max_relative_change"}
         assert e["coverage"]["completion"] == 1 and e["coverage"]["completed_rounds"] == 3

@@ -66,8 +66,13 @@ with tempfile.TemporaryDirectory() as tmp:
     page = open(html).read()
     tables = len(re.findall(r"<svg class=\"plot\" data-table=\"moe_components/|<svg class=\"plot\" data-table=\"collectives/",
                             page))
-    csvs = [f for _, _, fs in os.walk(os.path.join(root, "micro")) for f in fs if f.endswith(".csv")]
+    csvs = [f for _, _, fs in os.walk(os.path.join(root, "micro")) for f in fs
+            if f.endswith(".csv") and f != "held_out.csv"]
     assert tables == len(csvs) == 5, (tables, csvs)
+    # Predicted against measured held-out points: one plot per component table, with y = x.
+    held_out_plots = re.findall(r"<svg class=\"plot\" data-table=\"held_out/moe_components/.*?</svg>", page)
+    assert len(held_out_plots) == 3, len(held_out_plots)
+    assert all('class="diagonal"' in p and "<circle" in p for p in held_out_plots)
     assert page.count('data-table="colocation"') == 1
     assert "<h2>Sanity</h2>" in page and "http" not in page.replace("http://www.w3.org/2000/svg", "")
     shot = os.path.join(tmp, "report.png")
