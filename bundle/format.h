@@ -37,7 +37,8 @@ inline constexpr const char* kHeldOutHeader =
 inline constexpr const char* kCollectivesDir = "collectives";
 inline constexpr const char* kCollectivesFile = "collectives.csv";
 inline constexpr const char* kCollectivesHeader =
-    "collective,op,group_size,tokens,bytes,time_us,algbw_gbps,busbw_gbps,model_time_us";
+    "collective,op,group_size,tokens,bytes,time_us,algbw_gbps,busbw_gbps,model_time_us,"
+    "steady_time_us";
 
 // A target's component table relative to tp<N>/ (the `path` of its meta.yaml entry).
 [[nodiscard]] inline std::string components_path(const Target& t) {

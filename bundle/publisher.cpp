@@ -256,7 +256,8 @@ PublishReport publish(const StoredAcquisition& acq, const std::string& h5_path,
     for (const auto& r : c.rows)
       csv << r.name << "," << r.op << "," << r.group_size << "," << r.tokens << "," << r.bytes
           << "," << format_time(r.time_us) << "," << format_time(r.algbw_gbps) << ","
-          << format_time(r.busbw_gbps) << "," << format_time(r.model_time_us) << "\n";
+          << format_time(r.busbw_gbps) << "," << format_time(r.model_time_us) << ","
+          << format_time(r.steady_time_us) << "\n";
     w.csv = csv.str();
     w.contract = contract.collective_table(*mine->target_contract, c.backend);
     w.coverage = {{"rows", c.rows.size()}, {"table_sha256", sha256_hex(w.csv)}};

@@ -1,6 +1,7 @@
 #include "comm/collectives.h"
 
 #include <algorithm>
+#include <chrono>
 #include <cmath>
 #include <stdexcept>
 
@@ -14,6 +15,8 @@ std::string_view to_string(CollectiveOp op) {
       return "reduce_scatter";
     case CollectiveOp::all_reduce:
       return "all_reduce";
+    case CollectiveOp::all_to_all:
+      return "all_to_all";
   }
   return "?";
 }
@@ -41,11 +44,25 @@ double ring_envelope_us(CollectiveOp op, std::span<const std::int64_t> per_rank_
   return steps * (alpha_us + chunk / beta_bytes_per_us);
 }
 
+double steady_state_us(Communicator& c, CollectiveOp op, std::int64_t total_bytes, int iterations) {
+  if (iterations < 1) throw std::invalid_argument("steady state needs at least one op");
+  c.run(op, total_bytes);
+  c.barrier();
+  const auto start = std::chrono::steady_clock::now();
+  for (int i = 0; i < iterations; ++i) c.launch(op, total_bytes);
+  c.synchronize();
+  const double us =
+      std::chrono::duration<double, std::micro>(std::chrono::steady_clock::now() - start).count();
+  return c.average(us / iterations);
+}
+
 std::vector<int> group_members(const Target& t, const std::string& group) {
   const int dp_index = t.rank / t.tp, tp_index = t.rank % t.tp;
   std::vector<int> out;
   if (group == "tp") {
     for (int i = 0; i < t.tp; ++i) out.push_back(dp_index * t.tp + i);
+  } else if (group == "ep") {
+    for (int r = 0; r < t.ep; ++r) out.push_back(r);
   } else if (group == "gather") {
     if (t.sp) {
       for (int r = 0; r < t.ep; ++r) out.push_back(r);
@@ -76,6 +93,13 @@ std::vector<CollectiveCase> collective_cases(const ModelGeometry& g, const Targe
                      rows * g.top_k * 4});
       out.push_back({"reducescatter", CollectiveOp::reduce_scatter, "gather", gather, n,
                      rows * g.hidden * act});
+    }
+    if (t.dp > 1) {
+      // The EP exchange of a DP×EP step: every local row's k hidden-state copies go to their
+      // experts' ranks (dispatch) and the expert outputs come back (combine).
+      const std::int64_t bytes = local * g.top_k * g.hidden * act;
+      out.push_back({"ep_dispatch", CollectiveOp::all_to_all, "ep", t.ep, n, bytes});
+      out.push_back({"ep_combine", CollectiveOp::all_to_all, "ep", t.ep, n, bytes});
     }
     if (t.tp > 1) {
       if (t.sp)

@@ -17,10 +17,13 @@
 
 namespace moe {
 
-enum class CollectiveOp { all_gather, reduce_scatter, all_reduce };
+// all_to_all: the EP exchange (dispatch and combine) as nccl-tests' alltoall: each rank sends an
+// equal chunk of its buffer to every rank (grouped ncclSend/ncclRecv, MPI_Alltoall).
+enum class CollectiveOp { all_gather, reduce_scatter, all_reduce, all_to_all };
 [[nodiscard]] std::string_view to_string(CollectiveOp op);
 
-// nccl-tests bus-bandwidth factor: AllReduce 2(n-1)/n; AllGather, ReduceScatter (n-1)/n.
+// nccl-tests bus-bandwidth factor: AllReduce 2(n-1)/n; AllGather, ReduceScatter, AlltoAll
+// (n-1)/n.
 [[nodiscard]] double bus_factor(CollectiveOp op, int ranks);
 
 struct Bandwidth {
@@ -28,7 +31,7 @@ struct Bandwidth {
   double busbw_gbps;  // algbw * bus_factor
 };
 // `total_bytes` is the whole buffer (nccl-tests convention: the gathered size for AllGather and
-// ReduceScatter, the buffer size for AllReduce).
+// ReduceScatter, the buffer size for AllReduce, one rank's send buffer for AlltoAll).
 [[nodiscard]] Bandwidth bandwidth(CollectiveOp op, int ranks, std::int64_t total_bytes,
                                   double time_us);
 
@@ -43,13 +46,13 @@ struct CollectiveCase {
   std::string name;  // allgather_hidden, allgather_topk_weights, allgather_topk_ids,
                      // reducescatter, tp_allgather, tp_allreduce
   CollectiveOp op;
-  std::string group;  // gather (EP group under SP, DP group otherwise) | tp
+  std::string group;  // gather (EP group under SP, DP group otherwise) | tp | ep (all ranks)
   int group_size;
   std::int64_t tokens;       // per-DP-rank tokens (the local components' token axis)
   std::int64_t total_bytes;  // whole buffer
 };
 
-// Ranks of `group` ("gather" or "tp") containing deployment rank `rank` (TP-major placement:
+// Ranks of `group` ("gather", "tp" or "ep") containing deployment rank `rank` (TP-major placement:
 // rank = dp_index * TP + tp_index).
 [[nodiscard]] std::vector<int> group_members(const Target& t, const std::string& group);
 
@@ -66,13 +69,26 @@ class Communicator {
   [[nodiscard]] virtual int rank() const = 0;
   // Runs `op` once on patterned data and checks every element of the result.
   [[nodiscard]] virtual bool check(CollectiveOp op, std::int64_t total_bytes) = 0;
-  // Per-op times (µs) of `iterations` ops after `warmup` untimed ones: device time from CUDA
-  // events for NCCL, host time between barriers for MPI.
-  [[nodiscard]] virtual std::vector<double> time(CollectiveOp op, std::int64_t total_bytes,
-                                                 int iterations, int warmup) = 0;
-  // One op with no timing (background traffic).
-  virtual void run(CollectiveOp op, std::int64_t total_bytes) = 0;
+  // Queues one op on the communicator's stream (NCCL: asynchronous; MPI: complete on return).
+  virtual void launch(CollectiveOp op, std::int64_t total_bytes) = 0;
+  // Waits for every queued op.
+  virtual void synchronize() = 0;
+  // Host barrier over the group's ranks.
+  virtual void barrier() = 0;
+  // The mean of `value` over the group's ranks.
+  [[nodiscard]] virtual double average(double value) = 0;
+  // One complete op (background traffic).
+  void run(CollectiveOp op, std::int64_t total_bytes) {
+    launch(op, total_bytes);
+    synchronize();
+  }
 };
+
+// The steady-state time of `op` (µs), as nccl-tests reports it by default: one untimed op, a
+// barrier, `iterations` ops back to back, host time until the last completes divided by
+// `iterations`, averaged over the group's ranks (docs/bundle-format.md#collective-tables).
+[[nodiscard]] double steady_state_us(Communicator& c, CollectiveOp op, std::int64_t total_bytes,
+                                     int iterations);
 
 // MPI collectives over a duplicate of `group` (float sums for reductions).
 [[nodiscard]] std::unique_ptr<Communicator> make_mpi_communicator(MPI_Comm group);

@@ -1,4 +1,5 @@
-// The mpi_host communicator: the same collectives over MPI, for machines without GPUs.
+// The mpi_host communicator: the same collectives over MPI, for machines without GPUs. Its ops
+// are blocking, so a host clock around launch() times one op.
 #include <cmath>
 #include <stdexcept>
 #include <string>
@@ -57,24 +58,36 @@ class MpiCommunicator final : public Communicator {
         for (float v : recv)
           if (v != static_cast<float>(size_ * (size_ + 1) / 2)) return false;
         return true;
+      case CollectiveOp::all_to_all: {
+        // total_bytes is this rank's send buffer: one chunk per destination rank.
+        const auto chunk = elements(total_bytes) / size_;
+        if (chunk < 1) return true;
+        send.resize(static_cast<std::size_t>(chunk * size_));
+        for (int to = 0; to < size_; ++to)
+          for (std::int64_t i = 0; i < chunk; ++i)
+            send[to * chunk + i] = static_cast<float>(rank_ * 1000 + to * 10 + i % 7);
+        recv.assign(send.size(), NAN);
+        HARNESS_CHECK_MPI(MPI_Alltoall(send.data(), static_cast<int>(chunk), MPI_FLOAT, recv.data(),
+                                       static_cast<int>(chunk), MPI_FLOAT, comm_));
+        for (int from = 0; from < size_; ++from)
+          for (std::int64_t i = 0; i < chunk; ++i)
+            if (recv[from * chunk + i] != static_cast<float>(from * 1000 + rank_ * 10 + i % 7))
+              return false;
+        return true;
+      }
     }
     return false;
   }
 
-  std::vector<double> time(CollectiveOp op, std::int64_t total_bytes, int iterations,
-                           int warmup) override {
-    for (int i = 0; i < warmup; ++i) run(op, total_bytes);
-    std::vector<double> out;
-    for (int i = 0; i < iterations; ++i) {
-      HARNESS_CHECK_MPI(MPI_Barrier(comm_));
-      const double t0 = MPI_Wtime();
-      run(op, total_bytes);
-      out.push_back((MPI_Wtime() - t0) * 1e6);
-    }
-    return out;
+  void synchronize() override {}
+  void barrier() override { HARNESS_CHECK_MPI(MPI_Barrier(comm_)); }
+  double average(double value) override {
+    double sum = 0;
+    HARNESS_CHECK_MPI(MPI_Allreduce(&value, &sum, 1, MPI_DOUBLE, MPI_SUM, comm_));
+    return sum / size_;
   }
 
-  void run(CollectiveOp op, std::int64_t total_bytes) override {
+  void launch(CollectiveOp op, std::int64_t total_bytes) override {
     const auto per_rank = std::max<std::int64_t>(1, elements(total_bytes) / size_);
     if (static_cast<std::int64_t>(buf_.size()) < per_rank * size_)
       buf_.assign(per_rank * size_, 1.0f);
@@ -93,6 +106,10 @@ class MpiCommunicator final : public Communicator {
       case CollectiveOp::all_reduce:
         HARNESS_CHECK_MPI(
             MPI_Allreduce(buf_.data(), out_.data(), n * size_, MPI_FLOAT, MPI_SUM, comm_));
+        break;
+      case CollectiveOp::all_to_all:
+        HARNESS_CHECK_MPI(
+            MPI_Alltoall(buf_.data(), n, MPI_FLOAT, out_.data(), n, MPI_FLOAT, comm_));
         break;
     }
   }

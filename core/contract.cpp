@@ -271,12 +271,22 @@ json Contract::collective_table(const TargetContract& t,
       {"geometry", geometry_json(geometry)},
       {"target", t.target.to_json()},
       {"backend", collective_backend},
-      {"timing", collective_backend == "nccl" ? "cuda_events" : "host_clock"},
+      {"timing",
+       {{"time_us", collective_backend == "nccl"
+                        ? "cupti_activity: the op's kernel time, ranks aligned by a barrier before "
+                          "each op; median of round medians"
+                        : "host_clock: one blocking op after a barrier; median of round medians"},
+        {"steady_time_us",
+         "nccl-tests default: ops back to back after a barrier, host time per op averaged over "
+         "ranks; median over rounds"}}},
       {"conditioning", {{"rounds", conditioning.rounds}, {"iterations", conditioning.iterations}}},
       {"bandwidth",
        {{"convention", "nccl-tests"},
         {"bus_factor",
-         {{"all_reduce", "2(n-1)/n"}, {"all_gather", "(n-1)/n"}, {"reduce_scatter", "(n-1)/n"}}}}},
+         {{"all_reduce", "2(n-1)/n"},
+          {"all_gather", "(n-1)/n"},
+          {"reduce_scatter", "(n-1)/n"},
+          {"all_to_all", "(n-1)/n"}}}}},
       {"model", "worst-rank ring envelope: steps * (alpha + max_chunk / beta)"},
       {"tokens", tokens == t.grids.end()
                      ? json(nullptr)

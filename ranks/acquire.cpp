@@ -632,7 +632,8 @@ class Acquisition {
   // Collectives: the deployments' NCCL (or MPI host) collectives, from the same plan.
   void collectives() {
     const auto start = Clock::now();
-    const auto coll = measure_collectives(comm_, plan_, ctx_->gpu() ? ctx_->node_rank : -1, *file_);
+    const auto coll = measure_collectives(comm_, plan_, ctx_->gpu() ? ctx_->node_rank : -1, *file_,
+                                          *ctx_->timer);
     double mine = seconds_since(start);
     HARNESS_CHECK_MPI(MPI_Allreduce(&mine, &summary_.collectives_s, 1, MPI_DOUBLE, MPI_SUM, comm_));
     if (campaign_) campaign_->consume(summary_.collectives_s / size_, size_, 0);

@@ -33,10 +33,38 @@ std::unique_ptr<Communicator> communicator(MPI_Comm c, int nccl_device) {
   return nccl_device >= 0 ? make_nccl_communicator(c, nccl_device) : make_mpi_communicator(c);
 }
 
+// Kernel time (µs) of `iterations` ops after `warmup` untimed ones: every op starts after a
+// barrier, so a rank that arrives late is not timed as the collective.
+std::vector<double> aligned_op_times(Communicator& c, ForwardTimer& timer, CollectiveOp op,
+                                     std::int64_t bytes, int iterations, int warmup) {
+  for (int i = 0; i < warmup; ++i) c.run(op, bytes);
+  const std::string label(to_string(op));
+  for (int i = 0; i < iterations; ++i) {
+    c.barrier();
+    timer.begin(label);
+    c.launch(op, bytes);
+    timer.end();
+    c.synchronize();
+  }
+  std::vector<double> out;
+  for (const auto& r : timer.collect()) out.push_back(r.value_us);
+  if (static_cast<int>(out.size()) != iterations)
+    throw std::runtime_error("the timer returned " + std::to_string(out.size()) + " records for " +
+                             std::to_string(iterations) + " " + label + " ops");
+  return out;
+}
+
+CollectiveOp op_of(const std::string& name) {
+  for (auto op : {CollectiveOp::all_gather, CollectiveOp::reduce_scatter, CollectiveOp::all_reduce,
+                  CollectiveOp::all_to_all})
+    if (to_string(op) == name) return op;
+  throw std::invalid_argument("unknown collective op '" + name + "'");
+}
+
 }  // namespace
 
 CollectivesReport measure_collectives(MPI_Comm comm, const Plan& plan, int nccl_device,
-                                      AcquisitionFile& file) {
+                                      AcquisitionFile& file, ForwardTimer& timer) {
   int rank = 0, size = 1;
   HARNESS_CHECK_MPI(MPI_Comm_rank(comm, &rank));
   HARNESS_CHECK_MPI(MPI_Comm_size(comm, &size));
@@ -89,15 +117,19 @@ CollectivesReport measure_collectives(MPI_Comm comm, const Plan& plan, int nccl_
       std::map<std::string, std::unique_ptr<Communicator>> comms;
       comms["tp"] = communicator(tp_comm.get(), nccl_device);
       comms["gather"] = communicator(gather_comm.get(), nccl_device);
+      comms["ep"] = communicator(dep.get(), nccl_device);
       std::vector<CollectiveRow> rows;
       for (const auto& c : collective_cases(job.geometry, t, *tokens)) {
         auto& cm = *comms.at(c.group);
         if (!cm.check(c.op, c.total_bytes))
           throw std::runtime_error(c.name + " over " + std::to_string(c.group_size) +
                                    " ranks returned wrong data (" + backend + ")");
-        std::vector<double> round_medians;
-        for (int r = 0; r < job.rounds; ++r)
-          round_medians.push_back(median(cm.time(c.op, c.total_bytes, job.iterations, 2)));
+        std::vector<double> round_medians, steady;
+        for (int r = 0; r < job.rounds; ++r) {
+          round_medians.push_back(
+              median(aligned_op_times(cm, timer, c.op, c.total_bytes, job.iterations, 2)));
+          steady.push_back(steady_state_us(cm, c.op, c.total_bytes, job.iterations));
+        }
         CollectiveRow row{};
         std::strncpy(row.name, c.name.c_str(), sizeof(row.name) - 1);
         std::strncpy(row.op, std::string(to_string(c.op)).c_str(), sizeof(row.op) - 1);
@@ -105,6 +137,7 @@ CollectivesReport measure_collectives(MPI_Comm comm, const Plan& plan, int nccl_
         row.tokens = c.tokens;
         row.bytes = c.total_bytes;
         row.time_us = *median_of_medians(round_medians);
+        row.steady_time_us = median(steady);
         const auto bw = bandwidth(c.op, c.group_size, c.total_bytes, row.time_us);
         row.algbw_gbps = bw.algbw_gbps;
         row.busbw_gbps = bw.busbw_gbps;
@@ -114,8 +147,7 @@ CollectivesReport measure_collectives(MPI_Comm comm, const Plan& plan, int nccl_
       // best measured bus bandwidth; evaluated at every measured size.
       std::map<std::string, std::pair<double, double>> fit;  // name -> (alpha_us, beta bytes/us)
       for (const auto& row : rows) {
-        const auto op = std::string(row.op) == "all_reduce" ? CollectiveOp::all_reduce
-                                                            : CollectiveOp::all_gather;
+        const auto op = op_of(row.op);
         const double steps =
             op == CollectiveOp::all_reduce ? 2.0 * (row.group_size - 1) : row.group_size - 1.0;
         auto& [alpha, beta] = fit.try_emplace(row.name, 1e300, 0.0).first->second;
@@ -123,10 +155,7 @@ CollectivesReport measure_collectives(MPI_Comm comm, const Plan& plan, int nccl_
         beta = std::max(beta, row.busbw_gbps * 1e3);
       }
       for (auto& row : rows) {
-        const std::string op_name = row.op;
-        const auto op = op_name == "all_reduce"       ? CollectiveOp::all_reduce
-                        : op_name == "reduce_scatter" ? CollectiveOp::reduce_scatter
-                                                      : CollectiveOp::all_gather;
+        const auto op = op_of(row.op);
         const std::int64_t per_rank =
             op == CollectiveOp::all_reduce ? row.bytes : row.bytes / row.group_size;
         const std::vector<std::int64_t> chunks(static_cast<std::size_t>(row.group_size), per_rank);

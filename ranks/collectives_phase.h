@@ -9,6 +9,7 @@
 #include <vector>
 
 #include "core/planner.h"
+#include "ranks/forward_timer.h"
 #include "store/acquisition_file.h"
 
 namespace moe {
@@ -18,8 +19,9 @@ struct CollectivesReport {
   std::vector<std::string> skipped;  // deployments that need more ranks than the job has
 };
 
-// Collective over `comm`. `nccl_device` >= 0 selects NCCL on that device, else mpi_host.
+// Collective over `comm`. `nccl_device` >= 0 selects NCCL on that device, else mpi_host. `timer`
+// times each op (the rank's forward timer: CUPTI kernel time with NCCL, host clock on mpi_host).
 CollectivesReport measure_collectives(MPI_Comm comm, const Plan& plan, int nccl_device,
-                                      AcquisitionFile& file);
+                                      AcquisitionFile& file, ForwardTimer& timer);
 
 }  // namespace moe

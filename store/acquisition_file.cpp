@@ -91,6 +91,8 @@ H5Id collective_type() {
       H5Tinsert(t, "busbw_gbps", HOFFSET(CollectiveRow, busbw_gbps), H5T_NATIVE_DOUBLE));
   HARNESS_CHECK_H5(
       H5Tinsert(t, "model_time_us", HOFFSET(CollectiveRow, model_time_us), H5T_NATIVE_DOUBLE));
+  HARNESS_CHECK_H5(H5Tinsert(t, "steady_time_us", HOFFSET(CollectiveRow, steady_time_us),
+                             H5T_NATIVE_DOUBLE));
   return t;
 }
 

@@ -35,12 +35,14 @@ struct PointMedian {
   double median_2b_us;  // 2B arm (experts), else = median_us
 };
 
-// One measured collective at one size (median of per-round medians), with the analytical
-// worst-rank ring envelope evaluated at the same size.
+// One measured collective at one size, with the analytical worst-rank ring envelope evaluated at
+// the same size. time_us: the op's kernel time (CUPTI, ranks aligned by a barrier before each op;
+// host clock on mpi_host), median of per-round medians; steady_time_us: back-to-back ops as
+// nccl-tests times them by default, median over rounds.
 struct CollectiveRow {
   char name[32];  // allgather_hidden, allgather_topk_weights, allgather_topk_ids, reducescatter,
-                  // tp_*
-  char op[16];    // all_gather | reduce_scatter | all_reduce
+                  // ep_dispatch, ep_combine, tp_*
+  char op[16];    // all_gather | reduce_scatter | all_reduce | all_to_all
   std::int32_t group_size;
   std::int64_t tokens;
   std::int64_t bytes;  // whole buffer
@@ -48,6 +50,7 @@ struct CollectiveRow {
   double algbw_gbps;
   double busbw_gbps;
   double model_time_us;
+  double steady_time_us;
 };
 
 // Rows per stream of the shared file: what a run encoded (measured, about to be committed) and

@@ -1,5 +1,5 @@
-// Run under mpiexec with several ranks: the mpi_host communicator gives correct data and timing
-// rows for every op.
+// Run under mpiexec with several ranks: the mpi_host communicator gives correct data for every op
+// (all-to-all included) and a positive steady-state time, equal on every rank (the group mean).
 #include <mpi.h>
 
 #include <cstdio>
@@ -15,17 +15,18 @@ int main(int argc, char** argv) {
     auto comm = moe::make_mpi_communicator(MPI_COMM_WORLD);
     if (comm->size() != size || comm->rank() != rank || comm->backend() != "mpi_host") ++failures;
     for (auto op : {moe::CollectiveOp::all_gather, moe::CollectiveOp::reduce_scatter,
-                    moe::CollectiveOp::all_reduce})
+                    moe::CollectiveOp::all_reduce, moe::CollectiveOp::all_to_all})
       for (std::int64_t bytes : {std::int64_t{64}, std::int64_t{4096 * 4}, std::int64_t{1 << 20}}) {
         if (!comm->check(op, bytes)) {
           std::fprintf(stderr, "rank %d: %s of %lld bytes returned wrong data\n", rank,
                        std::string(moe::to_string(op)).c_str(), static_cast<long long>(bytes));
           ++failures;
         }
-        const auto t = comm->time(op, bytes, 5, 1);
-        if (t.size() != 5) ++failures;
-        for (double v : t)
-          if (!(v > 0)) ++failures;
+        const double t = moe::steady_state_us(*comm, op, bytes, 5);
+        double lo = 0, hi = 0;
+        MPI_Allreduce(&t, &lo, 1, MPI_DOUBLE, MPI_MIN, MPI_COMM_WORLD);
+        MPI_Allreduce(&t, &hi, 1, MPI_DOUBLE, MPI_MAX, MPI_COMM_WORLD);
+        if (!(t > 0) || lo != hi) ++failures;
       }
   }
   int all = 0;

@@ -45,7 +45,17 @@ TEST(Contract, PublishedTablesCarryTheTargetAndConditioning) {
   EXPECT_EQ(table.at("grids").at("experts").at("sha256"),
             c.targets[1].grids.at(Component::experts).sha256);
   const auto coll = c.collective_table(c.targets[1], "nccl");
-  EXPECT_EQ(coll.at("timing"), "cuda_events");
+  // Both columns name their method: the kernel time and the nccl-tests steady state.
+  EXPECT_EQ(coll.at("timing").at("time_us").get<std::string>().rfind("cupti_activity", 0), 0u);
+  EXPECT_NE(coll.at("timing").at("steady_time_us").get<std::string>().find("nccl-tests"),
+            std::string::npos);
+  EXPECT_EQ(c.collective_table(c.targets[1], "mpi_host")
+                .at("timing")
+                .at("time_us")
+                .get<std::string>()
+                .rfind("host_clock", 0),
+            0u);
+  EXPECT_EQ(coll.at("bandwidth").at("bus_factor").at("all_to_all"), "(n-1)/n");
   EXPECT_EQ(coll.at("tokens").at("points"), c.targets[1].grids.at(Component::gate_routing).points);
 }
 
