@@ -1,5 +1,6 @@
 #include "bundle/hardware.h"
 
+#include <algorithm>
 #include <set>
 #include <stdexcept>
 
@@ -24,9 +25,14 @@ json hardware_identity(const StoredAcquisition& acq) {
         d["host"] = rank.value("host", "");
         d["nccl"] = rank.value("nccl", "");
         d["state_before"] = rank.value("device_state_before", json::object());
+        d["cpu_bindings"] = json::array();
         devices.push_back(d);
         kinds.insert(props.value("device", ""));
       }
+      auto& bindings = devices[it->second]["cpu_bindings"];
+      if (const auto b = rank.value("cpu_binding", ""); !b.empty() &&
+          std::find(bindings.begin(), bindings.end(), b) == bindings.end())
+        bindings.push_back(b);
       for (const auto& e : end)
         if (e.value("rank", -1) == rank.value("rank", -2))
           devices[it->second]["state_after"] = e.value("device_state_after", json::object());

@@ -73,7 +73,8 @@ void print_summary(const AcquireSummary& s, const StoredAcquisition& acq, std::o
 int acquire(const Args& args) {
   JobOptions jo;
   std::string out;
-  bool quiet = false, no_publish = false, samples = false, resume = false, accept = false;
+  bool quiet = false, no_publish = false, samples = false, resume = false, accept = false,
+       keep_binding = false;
   po::options_description desc("mpirun -np N harness acquire [JOB] [options]");
   jo.add_to(desc);
   desc.add_options()("out", po::value(&out),
@@ -85,7 +86,9 @@ int acquire(const Args& args) {
                                                              "publish samples.jsonl per target")(
       "resume", po::bool_switch(&resume), "require an interrupted campaign in --out to continue")(
       "accept-failures", po::bool_switch(&accept),
-      "publish tables that miss the fidelity gate, recorded as accepted-with-failures");
+      "publish tables that miss the fidelity gate, recorded as accepted-with-failures")(
+      "keep-launcher-binding", po::bool_switch(&keep_binding),
+      "bind each rank within the CPU mask mpirun/srun gave it, not the job's whole cpuset");
   po::positional_options_description pos;
   pos.add("job", 1);
   if (!parse(args, desc, pos)) return 0;  // --help was printed
@@ -100,7 +103,7 @@ int acquire(const Args& args) {
   int status = 0;
   MpiSession mpi;
   mpi.run_or_abort("acquire", [&](int rank) {
-    const auto summary = moe::acquire(MPI_COMM_WORLD, job, {out, quiet, command});
+    const auto summary = moe::acquire(MPI_COMM_WORLD, job, {out, quiet, command, keep_binding});
     HARNESS_CHECK_MPI(MPI_Barrier(MPI_COMM_WORLD));
     if (!summary.budget_stop.empty()) {
       if (rank == 0) std::cerr << "harness acquire: " << summary.budget_stop << "\n";

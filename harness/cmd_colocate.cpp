@@ -26,7 +26,9 @@ int colocate(const Args& args) {
       "calibration run before each interval, s")("window",
                                                  po::value(&o.window_forwards)->default_value(50),
                                                  "reference forwards in the family-share window")(
-      "quiet", po::bool_switch(&o.quiet), "no progress lines");
+      "quiet", po::bool_switch(&o.quiet), "no progress lines")(
+      "keep-launcher-binding", po::bool_switch(&o.keep_launcher_binding),
+      "bind each rank within the CPU mask mpirun/srun gave it, not the job's whole cpuset");
   po::positional_options_description pos;
   pos.add("job", 1);
   if (!parse(args, desc, pos)) return 0;  // --help was printed

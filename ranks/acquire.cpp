@@ -88,7 +88,7 @@ struct WaveResult {
 class Acquisition {
  public:
   Acquisition(MPI_Comm comm, const JobSpec& job, const AcquireOptions& options)
-      : comm_(comm), job_(job), options_(options), ctx_(make_rank_context(comm, job.backend)) {}
+      : comm_(comm), job_(job), options_(options), ctx_(make_rank_context(comm, job.backend, options.keep_launcher_binding)) {}
 
   AcquireSummary run() {
     const auto t0 = Clock::now();

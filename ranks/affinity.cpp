@@ -2,6 +2,7 @@
 
 #include <sched.h>
 
+#include <algorithm>
 #include <fstream>
 #include <sstream>
 #include <stdexcept>
@@ -14,9 +15,10 @@ std::string CpuBinding::describe() const {
     if (i) s.push_back(',');
     s.append(std::to_string(cpus[i]));
   }
-  s.append(" (numa ")
-      .append(std::to_string(numa_node))
-      .append(shared ? ", shared)" : ", disjoint)");
+  const bool kept = pool.rfind("launcher binding", 0) == 0;
+  s.append(numa_node >= 0 ? " (numa " + std::to_string(numa_node) : " (no GPU NUMA node known")
+      .append(kept ? ", kept" : shared ? ", shared" : ", disjoint")
+      .append(pool.empty() ? ")" : ", from " + pool + ")");
   return s;
 }
 
@@ -51,6 +53,63 @@ std::vector<int> cpus_of_numa_node(int node) {
   return parse_cpulist(text);
 }
 
+namespace {
+
+std::string first_line(const std::string& path) {
+  std::ifstream f(path);
+  std::string line;
+  std::getline(f, line);
+  return line;
+}
+
+// The effective cpuset of this process' cgroup (v2 unified or v1 cpuset hierarchy); empty when
+// none can be read.
+std::vector<int> cgroup_cpuset() {
+  std::ifstream f("/proc/self/cgroup");
+  for (std::string line; std::getline(f, line);) {
+    const auto a = line.find(':'), b = line.find(':', a + 1);
+    if (a == std::string::npos || b == std::string::npos) continue;
+    const auto controllers = line.substr(a + 1, b - a - 1), path = line.substr(b + 1);
+    std::vector<std::string> candidates;
+    if (controllers.empty())
+      candidates = {"/sys/fs/cgroup" + path + "/cpuset.cpus.effective",
+                    "/sys/fs/cgroup/unified" + path + "/cpuset.cpus.effective"};
+    else if (("," + controllers + ",").find(",cpuset,") != std::string::npos)
+      candidates = {"/sys/fs/cgroup/cpuset" + path + "/cpuset.effective_cpus",
+                    "/sys/fs/cgroup/cpuset" + path + "/cpuset.cpus"};
+    for (const auto& c : candidates)
+      if (auto cpus = parse_cpulist(first_line(c)); !cpus.empty()) return cpus;
+  }
+  return {};
+}
+
+std::vector<int> affinity_mask() {
+  cpu_set_t allowed;
+  CPU_ZERO(&allowed);
+  if (sched_getaffinity(0, sizeof(allowed), &allowed) != 0)
+    throw std::runtime_error("sched_getaffinity failed");
+  std::vector<int> out;
+  for (int c = 0; c < CPU_SETSIZE; ++c)
+    if (CPU_ISSET(c, &allowed)) out.push_back(c);
+  return out;
+}
+
+std::string cpulist(const std::vector<int>& cpus) {
+  std::string s;
+  for (int c : cpus) s += (s.empty() ? "" : ",") + std::to_string(c);
+  return s;
+}
+
+}  // namespace
+
+CpuPool process_cpu_pool(bool keep_launcher_binding) {
+  if (keep_launcher_binding) return {affinity_mask(), "launcher binding"};
+  if (auto cpus = cgroup_cpuset(); !cpus.empty()) return {cpus, "cgroup cpuset"};
+  if (auto cpus = parse_cpulist(first_line("/sys/devices/system/cpu/online")); !cpus.empty())
+    return {cpus, "online CPUs"};
+  return {affinity_mask(), "launcher binding (no cpuset or online list readable)"};
+}
+
 CpuBinding share_of(const std::vector<int>& pool, int slot, int slots) {
   if (pool.empty() || slots < 1) throw std::invalid_argument("no CPUs to bind");
   CpuBinding b;
@@ -66,25 +125,33 @@ CpuBinding share_of(const std::vector<int>& pool, int slot, int slots) {
   return b;
 }
 
-CpuBinding bind_to_cpus(int peer_index, int peers, std::optional<int> numa_node) {
-  std::vector<int> pool;
-  cpu_set_t allowed;
-  CPU_ZERO(&allowed);
-  if (sched_getaffinity(0, sizeof(allowed), &allowed) != 0)
-    throw std::runtime_error("sched_getaffinity failed");
-  if (numa_node)
-    for (int c : cpus_of_numa_node(*numa_node))
-      if (CPU_ISSET(c, &allowed)) pool.push_back(c);
-  if (pool.empty())
-    for (int c = 0; c < CPU_SETSIZE; ++c)
-      if (CPU_ISSET(c, &allowed)) pool.push_back(c);
-  auto b = share_of(pool, peer_index, peers);
+CpuBinding bind_to_cpus(int peer_index, int peers, std::optional<int> numa_node,
+                        bool keep_launcher_binding) {
+  const auto pool = process_cpu_pool(keep_launcher_binding);
+  std::vector<int> local = pool.cpus;
+  if (numa_node) {
+    const auto node = cpus_of_numa_node(*numa_node);
+    local.clear();
+    for (int c : pool.cpus)
+      if (std::find(node.begin(), node.end(), c) != node.end()) local.push_back(c);
+    if (local.empty())
+      throw std::runtime_error(
+          "none of the CPUs this rank may use (" + cpulist(pool.cpus) + ", " + pool.source +
+          ") is on its GPU's NUMA node " + std::to_string(*numa_node) + " (CPUs " +
+          cpulist(node) + ")" +
+          (keep_launcher_binding ? "; drop --keep-launcher-binding or bind the launcher's ranks "
+                                   "to the GPU's NUMA node"
+                                 : "; give the job CPUs on that node"));
+  }
+  // A kept launcher binding is the rank's own already; otherwise the peers split the pool.
+  auto b = keep_launcher_binding ? share_of(local, 0, 1) : share_of(local, peer_index, peers);
   b.numa_node = numa_node.value_or(-1);
+  b.pool = pool.source;
   cpu_set_t set;
   CPU_ZERO(&set);
   for (int c : b.cpus) CPU_SET(c, &set);
   if (sched_setaffinity(0, sizeof(set), &set) != 0)
-    throw std::runtime_error("sched_setaffinity failed");
+    throw std::runtime_error("sched_setaffinity to CPUs " + cpulist(b.cpus) + " failed");
   return b;
 }
 

@@ -261,7 +261,7 @@ json regime_json(const RegimeVerdict& v, const json& solo, const json& coloc) {
 }  // namespace
 
 json colocate(MPI_Comm comm, const JobSpec& job, const ColocateOptions& o) {
-  auto ctx = make_rank_context(comm, job.backend);
+  auto ctx = make_rank_context(comm, job.backend, o.keep_launcher_binding);
   const auto& table = FamilyTable::builtin();
   const auto targets = job.targets();
   const Target target = targets.front();

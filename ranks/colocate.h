@@ -59,6 +59,7 @@ struct ColocateOptions {
   double calibration_s = 0.5;  // calibration run before each interval
   int window_forwards = 50;    // reference forwards in the family-share window
   bool quiet = false;
+  bool keep_launcher_binding = false;  // bind within the launcher's mask (ranks/affinity.h)
 };
 
 // Collective over `comm`. Returns the verdict document (all nodes) on rank 0, null elsewhere.

@@ -1,6 +1,7 @@
 #include "ranks/rank_context.h"
 
 #include <stdexcept>
+#include <vector>
 
 #include "core/checked_call.h"
 
@@ -16,7 +17,8 @@ RankContext::~RankContext() {
 }
 
 std::unique_ptr<RankContext> make_rank_context(MPI_Comm comm,
-                                               const std::string& requested_backend) {
+                                               const std::string& requested_backend,
+                                               bool keep_launcher_binding) {
   auto ctx = std::make_unique<RankContext>();
   HARNESS_CHECK_MPI(MPI_Comm_rank(comm, &ctx->rank));
   HARNESS_CHECK_MPI(MPI_Comm_size(comm, &ctx->size));
@@ -41,9 +43,17 @@ std::unique_ptr<RankContext> make_rank_context(MPI_Comm comm,
     ctx->locality = numa ? "verified numa " + std::to_string(*numa)
                          : "unknown (no NUMA information for the GPU)";
   }
-  ctx->binding = bind_to_cpus(ctx->node_rank, ctx->node_size, numa);
-  if (numa && ctx->binding.numa_node != *numa)
-    throw std::runtime_error("CPU binding is not local to the GPU's NUMA node");
+  // The node's ranks whose GPUs share this rank's NUMA node split its CPUs.
+  std::vector<int> nodes(static_cast<std::size_t>(ctx->node_size));
+  const int mine = numa.value_or(-1);
+  HARNESS_CHECK_MPI(MPI_Allgather(&mine, 1, MPI_INT, nodes.data(), 1, MPI_INT, ctx->node));
+  int peers = 0, index = 0;
+  for (int r = 0; r < ctx->node_size; ++r)
+    if (nodes[static_cast<std::size_t>(r)] == mine) {
+      if (r < ctx->node_rank) ++index;
+      ++peers;
+    }
+  ctx->binding = bind_to_cpus(index, peers, numa, keep_launcher_binding);
   ctx->timer = make_forward_timer(ctx->backend->timing());
   return ctx;
 }

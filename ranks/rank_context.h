@@ -35,8 +35,11 @@ struct RankContext {
 [[nodiscard]] std::string resolve_backend(const std::string& requested);
 
 // Collective over `comm`. `requested_backend` as in the job ("auto" resolves per machine).
-// Throws when a node runs more ranks than it has GPUs in GPU mode.
+// Throws when a node runs more ranks than it has GPUs in GPU mode, or when the CPUs the rank may
+// use have none on its GPU's NUMA node. The ranks of a node whose GPUs share a NUMA node split
+// its CPUs (bind_to_cpus).
 [[nodiscard]] std::unique_ptr<RankContext> make_rank_context(MPI_Comm comm,
-                                                             const std::string& requested_backend);
+                                                             const std::string& requested_backend,
+                                                             bool keep_launcher_binding);
 
 }  // namespace moe
