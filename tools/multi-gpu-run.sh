@@ -2,9 +2,10 @@
 # The multi-GPU validation run on one node, in one go (results and logs under OUT_DIR):
 #   tools/multi-gpu-run.sh BUILD_DIR OUT_DIR NGPU
 # Environment: JOB (default jobs/qwen3-30b-a3b.yaml), BACKEND (default native), STEPS (default
-# "colocate collectives speedup peer report"; a subset runs only those steps), COLLECTIVE_ARGS
-# (default "--components gate_routing --rounds 1"), ACQUIRE_ARGS (default "--rounds 1
-# --grid-factor 4"). The peer step needs PyTorch with CUDA.
+# "colocate collectives speedup nccl-tests report"; a subset runs only those steps),
+# COLLECTIVE_ARGS (default "--components gate_routing"), ACQUIRE_ARGS (default "--rounds 1
+# --grid-factor 4"), COLLECTIVE_JOB (default jobs/qwen3-30b-a3b-collectives.yaml), NCCL_TESTS (an
+# NVIDIA nccl-tests source tree for the nccl-tests step; it is skipped without one).
 #   1. colocate     the gate: the job's TP1/DP1 target on GPU0, the other GPUs as backgrounds
 #                   (their own reference forwards plus NCCL AllReduce among them): solo and
 #                   NGPU-way (4-way after a failed 8-way); OUT/coloc/<variant>/colocation.yaml
@@ -14,7 +15,8 @@
 #                   fast; bundles in OUT/coll-dp<g>, OUT/coll-tp<g>
 #   3. speedup      the NGPU targets TP1/DP<NGPU> acquired at once, then rank 0's cells alone on
 #                   one GPU: speedup = NGPU x serial wall / parallel wall
-#   4. peer         every collective row timed through torch.distributed (tools/nccl_peer.py)
+#   4. nccl-tests   every collective row of 1-64 MiB against nccl-tests built from $NCCL_TESTS
+#                   beside the project (tools/nccl-tests-compare.py), OUT/compare-<g>.csv
 #   5. report       harness inspect and harness report on every bundle
 # Keep NCCL_NVLS_ENABLE=0 (set here) on machines where NVLink multicast is not available.
 set -euo pipefail
@@ -23,9 +25,10 @@ out=${2:?output directory}
 ngpu=${3:?number of GPUs}
 job=${JOB:-jobs/qwen3-30b-a3b.yaml}
 backend=${BACKEND:-native}
-read -r -a coll_args <<<"${COLLECTIVE_ARGS:---components gate_routing --rounds 1}"
+read -r -a coll_args <<<"${COLLECTIVE_ARGS:---components gate_routing}"
+coll_job=${COLLECTIVE_JOB:-jobs/qwen3-30b-a3b-collectives.yaml}
 read -r -a extra <<<"${ACQUIRE_ARGS:---rounds 1 --grid-factor 4}"
-steps=" ${STEPS:-colocate collectives speedup peer report} "
+steps=" ${STEPS:-colocate collectives speedup nccl-tests report} "
 want() { [[ "$steps" == *" $1 "* ]]; }
 harness="$build/harness/harness"
 export NCCL_NVLS_ENABLE=0 OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1
@@ -63,7 +66,7 @@ for g in "${groups[@]}"; do
   want collectives || break
   for shape in "1 $g dp$g" "$g 1 tp$g"; do
     read -r tp dp name <<<"$shape"
-    timed "collectives-$name" "${mpirun[@]}" -np "$g" "$harness" acquire "$job" --tp "$tp" \
+    timed "collectives-$name" "${mpirun[@]}" -np "$g" "$harness" acquire "$coll_job" --tp "$tp" \
       --dp "$dp" --backend "$backend" "${coll_args[@]}" --out "$out/coll-$name/acq" \
       --out-root "$out/coll-$name" || true
   done
@@ -84,20 +87,26 @@ if want speedup; then
   fi
 fi
 
-# 4. peer collective timings
-if want peer; then
+# 4. collective tables against nccl-tests
+coll_variant=$("$harness" plan "$coll_job" --format json | python3 -c 'import json,sys; print(json.load(sys.stdin)["variant"])')
+if want nccl-tests && [ -n "${NCCL_TESTS:-}" ]; then
   for g in "${groups[@]}"; do
+    bundles=()
     for name in "dp$g" "tp$g"; do
-      [ -d "$out/coll-$name/$variant" ] || continue
-      timed "peer-$name" "${mpirun[@]}" -np "$g" python3 tools/nccl_peer.py \
-        --ours "$out/coll-$name/$variant" --out "$out/coll-$name/peer.csv" || true
-      tail -n 4 "$out/peer-$name.log" >>"$summary" || true
+      [ -d "$out/coll-$name/$coll_variant" ] && bundles+=(--bundle "$out/coll-$name/$coll_variant")
     done
+    [ ${#bundles[@]} -gt 0 ] || continue
+    timed "nccl-tests-$g" python3 tools/nccl-tests-compare.py --nccl-tests "$NCCL_TESTS" \
+      --build-dir "$out/nccl-tests-build" --np "$g" "${bundles[@]}" --out "$out/compare-$g.csv" \
+      --mpirun "${mpirun[*]}" || true
+    tail -n 1 "$out/nccl-tests-$g.log" >>"$summary" || true
   done
+elif want nccl-tests; then
+  note "nccl-tests: skipped (set NCCL_TESTS to an nccl-tests source tree)"
 fi
 
 # 5. inspect and report every bundle
-for b in $(want report && echo "$out"/*/"$variant"); do
+for b in $(want report && echo "$out"/*/"$variant" "$out"/*/"$coll_variant"); do
   [ -f "$b/meta.yaml" ] || [ -f "$b/colocation.yaml" ] || continue
   name=$(basename "$(dirname "$b")")
   "$harness" inspect "$b" >"$out/inspect-$name.txt" 2>&1 || true
