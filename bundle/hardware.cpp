@@ -30,8 +30,8 @@ json hardware_identity(const StoredAcquisition& acq) {
         kinds.insert(props.value("device", ""));
       }
       auto& bindings = devices[it->second]["cpu_bindings"];
-      if (const auto b = rank.value("cpu_binding", ""); !b.empty() &&
-          std::find(bindings.begin(), bindings.end(), b) == bindings.end())
+      if (const auto b = rank.value("cpu_binding", "");
+          !b.empty() && std::find(bindings.begin(), bindings.end(), b) == bindings.end())
         bindings.push_back(b);
       for (const auto& e : end)
         if (e.value("rank", -1) == rank.value("rank", -2))

@@ -10,8 +10,8 @@
 namespace moe {
 
 // {runs, devices: [{device, uuid, host, sm_count, memory_bytes, ..., nccl, cpu_bindings,
-// state_before, state_after}]}: one object per distinct (host, device, uuid), state_before from its first
-// run, state_after from its last run that ended. Throws std::runtime_error when the runs name
+// state_before, state_after}]}: one object per distinct (host, device, uuid), state_before from its
+// first run, state_after from its last run that ended. Throws std::runtime_error when the runs name
 // more than one device kind: one table must describe one kind of device.
 [[nodiscard]] nlohmann::json hardware_identity(const StoredAcquisition& acq);
 

@@ -1,4 +1,5 @@
-// harness lookup: component time from a bundle, interpolated inside measured support.
+// harness lookup: component or collective time from a bundle, interpolated inside measured
+// support.
 #include <algorithm>
 #include <iomanip>
 #include <iostream>
@@ -11,13 +12,45 @@ namespace po = boost::program_options;
 
 namespace moe::cli {
 
+namespace {
+
+int lookup_collective(const std::string& variant_dir, const DeploymentKey& key,
+                      const std::string& collective, std::int64_t tokens,
+                      const std::string& format) {
+  const auto table = CollectiveTable::load(variant_dir, key);
+  const auto r = table.query(collective, tokens);
+  if (format == "json") {
+    nlohmann::json rows = nlohmann::json::array();
+    for (const auto& p : r.rows)
+      rows.push_back({{"tokens", p.tokens},
+                      {"bytes", p.bytes},
+                      {"time_us", p.time_us},
+                      {"steady_time_us", p.steady_time_us}});
+    std::cout << nlohmann::json{{"collective", collective},
+                                {"tokens", tokens},
+                                {"bytes", r.bytes},
+                                {"time_us", r.time_us},
+                                {"steady_time_us", r.steady_time_us},
+                                {"exact", r.exact},
+                                {"rows", rows}}
+                     .dump(1)
+              << "\n";
+  } else {
+    std::cout << std::setprecision(10) << r.time_us << "\n";
+  }
+  return 0;
+}
+
+}  // namespace
+
 int lookup(const Args& args) {
-  std::string variant_dir, component, format = "text", sp;
+  std::string variant_dir, component, collective, format = "text", sp;
   DeploymentKey key;
   std::int64_t tokens = 0, activated = 0, assignments = 0;
   bool explain = false;
   po::options_description desc(
-      "harness lookup ROOT/VARIANT --tp T --dp D --rank R --component C --tokens N [options]");
+      "harness lookup ROOT/VARIANT --tp T --dp D --rank R (--component C | --collective NAME) "
+      "--tokens N [options]");
   desc.add_options()("bundle", po::value(&variant_dir),
                      "bundle variant directory (holds meta.yaml)")(
       "tp", po::value(&key.tp)->required(), "TP degree")("dp", po::value(&key.dp)->required(),
@@ -26,24 +59,33 @@ int lookup(const Args& args) {
       "sp", po::value(&sp), "0 or 1 (needed only when both exist)")(
       "expect-device", po::value(&key.expect_device),
       "refuse a table not measured on this device (GPU UUID, or part of its name: H200)")(
-      "component", po::value(&component)->required(),
-      "gate_routing | experts | finalize_copy | wrapper")(
-      "tokens", po::value(&tokens)->required(), "rows (local rows, or expert rows N for experts)")(
+      "component", po::value(&component), "gate_routing | experts | finalize_copy | wrapper")(
+      "collective", po::value(&collective),
+      "a collective of the deployment's table (allgather_hidden, ep_dispatch, tp_allreduce, ...)")(
+      "tokens", po::value(&tokens)->required(),
+      "rows (local rows, expert rows N for experts, per-DP-rank tokens for collectives)")(
       "activated", po::value(&activated), "activated local experts A (experts)")(
       "assignments", po::value(&assignments), "local token-expert assignments M (experts)")(
       "explain", po::bool_switch(&explain), "list the measured vertices and weights used")(
       "format", po::value(&format), "text | json");
   po::positional_options_description pos;
   pos.add("bundle", 1);
-  if (!parse(args, desc, pos)) return 0;  // --help was printed
+  const auto vm = parse(args, desc, pos);
+  if (!vm) return 0;  // --help was printed
   if (variant_dir.empty()) throw LookupError("name the bundle variant directory (ROOT/VARIANT)");
   if (!sp.empty()) {
     if (sp != "0" && sp != "1") throw LookupError("--sp must be 0 or 1");
     key.sp = sp == "1";
   }
   if (format != "text" && format != "json") throw LookupError("--format must be text or json");
+  if (component.empty() == collective.empty())
+    throw LookupError("name exactly one of --component and --collective");
+  if (!collective.empty()) return lookup_collective(variant_dir, key, collective, tokens, format);
   const auto c = parse_component(component);
   if (!c) throw LookupError("unknown component '" + component + "' (" + component_names() + ")");
+  if (*c == Component::experts && (!vm->count("activated") || !vm->count("assignments")))
+    throw LookupError(
+        "experts needs --activated A and --assignments M (the all-remote row is A = M = 0)");
   auto d = Deployment::load(variant_dir, key);
   const auto r = d.query(*c, tokens, activated, assignments);
   if (format == "json") {

@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <cctype>
+#include <cmath>
 #include <sstream>
 
 #include "bundle/bundle_meta.h"
@@ -83,8 +84,9 @@ std::size_t Deployment::cache_hits() const {
   return impl_->hits;
 }
 
-Deployment Deployment::load(const std::filesystem::path& variant_dir, const DeploymentKey& key,
-                            std::size_t cache_capacity) {
+namespace {
+
+BundleMeta load_meta(const std::filesystem::path& variant_dir) {
   BundleMeta meta;
   try {
     meta = load_bundle_meta(variant_dir);
@@ -93,36 +95,57 @@ Deployment Deployment::load(const std::filesystem::path& variant_dir, const Depl
   }
   if (meta.empty())
     throw LookupError(variant_dir.string() + ": no bundle here (meta.yaml missing or empty)");
+  return meta;
+}
+
+// The one entry of `section` for `key`, on the expected device, and its table, checksum checked.
+struct CheckedTable {
   const BundleEntry* entry = nullptr;
-  const auto& tables = meta.per_tp();
-  auto tp = tables.find(key.tp);
-  if (tp != tables.end())
+  std::filesystem::path path;
+  std::string csv;
+};
+
+CheckedTable checked_table(const BundleMeta& meta, Section section,
+                           const std::filesystem::path& variant_dir, const DeploymentKey& key) {
+  CheckedTable out;
+  const std::string what = section == Section::collectives ? "collective table" : "entry";
+  const auto& tables = meta.per_tp(section);
+  if (auto tp = tables.find(key.tp); tp != tables.end())
     for (const auto& e : tp->second) {
       const auto& t = e.target;
       if (t.dp != key.dp || t.rank != key.rank) continue;
       if (key.sp && t.sp != *key.sp) continue;
-      if (entry)
+      if (out.entry)
         throw LookupError("several entries match TP" + std::to_string(key.tp) + " DP" +
                           std::to_string(key.dp) + " rank " + std::to_string(key.rank) +
                           "; pass --sp");
-      entry = &e;
+      out.entry = &e;
     }
-  if (!entry)
-    throw LookupError(variant_dir.string() + ": no entry for TP" + std::to_string(key.tp) + " DP" +
-                      std::to_string(key.dp) + " rank " + std::to_string(key.rank));
-  const auto csv_path = variant_dir / tp_dir_name(key.tp) / entry->path;
-  if (!key.expect_device.empty()) require_device(*entry, key.expect_device, csv_path.string());
-  std::string csv;
+  if (!out.entry)
+    throw LookupError(variant_dir.string() + ": no " + what + " for TP" + std::to_string(key.tp) +
+                      " DP" + std::to_string(key.dp) + " rank " + std::to_string(key.rank));
+  out.path = variant_dir / tp_dir_name(key.tp) / out.entry->path;
+  if (!key.expect_device.empty()) require_device(*out.entry, key.expect_device, out.path.string());
   try {
-    csv = read_file(csv_path);
+    out.csv = read_file(out.path);
   } catch (const std::exception&) {
-    throw LookupError(csv_path.string() + ": table missing");
+    throw LookupError(out.path.string() + ": table missing");
   }
-  const auto want_sha = entry->coverage.value("table_sha256", std::string());
-  if (sha256_hex(csv) != want_sha)
-    throw LookupError(csv_path.string() +
+  if (sha256_hex(out.csv) != out.entry->coverage.value("table_sha256", std::string()))
+    throw LookupError(out.path.string() +
                       ": checksum mismatch (SHA-256 differs from meta.yaml coverage.table_sha256)");
+  return out;
+}
 
+}  // namespace
+
+Deployment Deployment::load(const std::filesystem::path& variant_dir, const DeploymentKey& key,
+                            std::size_t cache_capacity) {
+  const auto meta = load_meta(variant_dir);
+  const auto table = checked_table(meta, Section::moe_components, variant_dir, key);
+  const auto* entry = table.entry;
+  const auto& csv_path = table.path;
+  const auto& csv = table.csv;
   auto impl = std::make_unique<Impl>();
   impl->contract = entry->contract;
   impl->answers.set_capacity(cache_capacity);
@@ -192,6 +215,100 @@ LookupResult Deployment::query(Component c, std::int64_t tokens, std::int64_t ac
   LookupResult r = d.tables->query(c, tokens, activated, assignments);
   if (d.answers.capacity() > 0) d.answers.insert(key, r);
   return r;
+}
+
+}  // namespace moe
+
+namespace moe {
+
+struct CollectiveTable::Impl {
+  nlohmann::json contract;
+  std::map<std::string, std::vector<CollectivePoint>> rows;  // per collective, sorted by tokens
+};
+
+CollectiveTable::CollectiveTable(std::unique_ptr<Impl> impl) : impl_(std::move(impl)) {}
+CollectiveTable::~CollectiveTable() = default;
+CollectiveTable::CollectiveTable(CollectiveTable&&) noexcept = default;
+CollectiveTable& CollectiveTable::operator=(CollectiveTable&&) noexcept = default;
+
+const nlohmann::json& CollectiveTable::contract() const {
+  return impl_->contract;
+}
+
+std::vector<std::string> CollectiveTable::collectives() const {
+  std::vector<std::string> out;
+  for (const auto& [name, rows] : impl_->rows) out.push_back(name);
+  return out;
+}
+
+CollectiveTable CollectiveTable::load(const std::filesystem::path& variant_dir,
+                                      const DeploymentKey& key) {
+  const auto meta = load_meta(variant_dir);
+  const auto table = checked_table(meta, Section::collectives, variant_dir, key);
+  auto impl = std::make_unique<Impl>();
+  impl->contract = table.entry->contract;
+  std::stringstream in(table.csv);
+  std::string line;
+  std::getline(in, line);
+  if (line != bundle_format::kCollectivesHeader)
+    throw LookupError(table.path.string() + ": unexpected header '" + line +
+                      "' (a bundle published before steady_time_us; publish it again)");
+  for (int lineno = 2; std::getline(in, line); ++lineno) {
+    const auto f = split_csv_line(line);
+    const auto bad = [&](const std::string& why) {
+      return LookupError(table.path.string() + ":" + std::to_string(lineno) + ": " + why);
+    };
+    if (f.size() != 10) throw bad("expected 10 fields");
+    CollectivePoint r{};
+    try {
+      r.tokens = std::stoll(f[3]);
+      r.bytes = std::stoll(f[4]);
+      r.time_us = std::stod(f[5]);
+      r.steady_time_us = std::stod(f[9]);
+    } catch (const std::exception&) {
+      throw bad("malformed number");
+    }
+    if (r.tokens < 1 || r.bytes < 1 || !(r.time_us > 0) || !(r.steady_time_us > 0))
+      throw bad("non-positive tokens, bytes or time");
+    impl->rows[f[0]].push_back(r);
+  }
+  for (auto& [name, rows] : impl->rows) {
+    std::sort(rows.begin(), rows.end(),
+              [](const auto& a, const auto& b) { return a.tokens < b.tokens; });
+    for (std::size_t i = 1; i < rows.size(); ++i)
+      if (rows[i].tokens == rows[i - 1].tokens)
+        throw LookupError(table.path.string() + ": " + name + " has two rows at " +
+                          std::to_string(rows[i].tokens) + " tokens");
+  }
+  return CollectiveTable(std::move(impl));
+}
+
+CollectiveResult CollectiveTable::query(const std::string& collective, std::int64_t tokens) const {
+  const auto it = impl_->rows.find(collective);
+  if (it == impl_->rows.end()) {
+    std::string known;
+    for (const auto& name : collectives()) known += (known.empty() ? "" : ", ") + name;
+    throw LookupError("no collective '" + collective + "' in this table (" + known + ")");
+  }
+  const auto& rows = it->second;
+  if (tokens < rows.front().tokens || tokens > rows.back().tokens)
+    throw LookupError(collective + " at " + std::to_string(tokens) +
+                      " tokens is outside the measured range [" +
+                      std::to_string(rows.front().tokens) + ", " +
+                      std::to_string(rows.back().tokens) + "] tokens; never extrapolated");
+  const auto hi = std::lower_bound(rows.begin(), rows.end(), tokens,
+                                   [](const auto& r, std::int64_t t) { return r.tokens < t; });
+  if (hi->tokens == tokens) return {hi->time_us, hi->steady_time_us, hi->bytes, true, {*hi}};
+  const auto lo = std::prev(hi);
+  // Bytes grow linearly with tokens for one collective; time is interpolated linearly in bytes.
+  const double w =
+      static_cast<double>(tokens - lo->tokens) / static_cast<double>(hi->tokens - lo->tokens);
+  const auto lerp = [w](double a, double b) { return a + w * (b - a); };
+  return {lerp(lo->time_us, hi->time_us),
+          lerp(lo->steady_time_us, hi->steady_time_us),
+          std::llround(lerp(static_cast<double>(lo->bytes), static_cast<double>(hi->bytes))),
+          false,
+          {*lo, *hi}};
 }
 
 }  // namespace moe

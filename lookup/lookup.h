@@ -54,4 +54,40 @@ class Deployment {
   std::unique_ptr<Impl> impl_;
 };
 
+// One row of a collective table as lookup reads it.
+struct CollectivePoint {
+  std::int64_t tokens = 0, bytes = 0;
+  double time_us = 0, steady_time_us = 0;
+};
+
+struct CollectiveResult {
+  double time_us = 0;         // kernel time (the column a simulator adds to component times)
+  double steady_time_us = 0;  // nccl-tests' back-to-back figure
+  std::int64_t bytes = 0;     // the buffer at these tokens
+  bool exact = false;         // a measured row
+  std::vector<CollectivePoint> rows;  // the measured rows used (one, or the two that bracket)
+};
+
+// A deployment's collective table (docs/bundle-format.md#collective-tables): loads and checks it
+// like Deployment (entry, device, checksum) and interpolates each collective linearly in bytes
+// between the measured token counts that bracket a query; refuses outside them. Thread-safe
+// (const).
+class CollectiveTable {
+ public:
+  static CollectiveTable load(const std::filesystem::path& variant_dir, const DeploymentKey& key);
+  ~CollectiveTable();
+  CollectiveTable(CollectiveTable&&) noexcept;
+  CollectiveTable& operator=(CollectiveTable&&) noexcept;
+
+  // `tokens` is the per-DP-rank token count (the table's token axis).
+  [[nodiscard]] CollectiveResult query(const std::string& collective, std::int64_t tokens) const;
+  [[nodiscard]] std::vector<std::string> collectives() const;
+  [[nodiscard]] const nlohmann::json& contract() const;
+
+ private:
+  struct Impl;
+  explicit CollectiveTable(std::unique_ptr<Impl> impl);
+  std::unique_ptr<Impl> impl_;
+};
+
 }  // namespace moe

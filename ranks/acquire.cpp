@@ -88,7 +88,10 @@ struct WaveResult {
 class Acquisition {
  public:
   Acquisition(MPI_Comm comm, const JobSpec& job, const AcquireOptions& options)
-      : comm_(comm), job_(job), options_(options), ctx_(make_rank_context(comm, job.backend, options.keep_launcher_binding)) {}
+      : comm_(comm),
+        job_(job),
+        options_(options),
+        ctx_(make_rank_context(comm, job.backend, options.keep_launcher_binding)) {}
 
   AcquireSummary run() {
     const auto t0 = Clock::now();
@@ -632,8 +635,8 @@ class Acquisition {
   // Collectives: the deployments' NCCL (or MPI host) collectives, from the same plan.
   void collectives() {
     const auto start = Clock::now();
-    const auto coll = measure_collectives(comm_, plan_, ctx_->gpu() ? ctx_->node_rank : -1, *file_,
-                                          *ctx_->timer);
+    const auto coll =
+        measure_collectives(comm_, plan_, ctx_->gpu() ? ctx_->node_rank : -1, *file_, *ctx_->timer);
     double mine = seconds_since(start);
     HARNESS_CHECK_MPI(MPI_Allreduce(&mine, &summary_.collectives_s, 1, MPI_DOUBLE, MPI_SUM, comm_));
     if (campaign_) campaign_->consume(summary_.collectives_s / size_, size_, 0);

@@ -16,7 +16,7 @@ namespace moe {
 struct AcquireOptions {
   std::string out_dir;  // holds acquisition.h5 and campaign.json
   bool quiet = false;
-  std::string command;  // the exact command line, recorded in campaign.json
+  std::string command;                 // the exact command line, recorded in campaign.json
   bool keep_launcher_binding = false;  // bind within the launcher's mask (ranks/affinity.h)
 };
 

@@ -17,7 +17,9 @@ std::string CpuBinding::describe() const {
   }
   const bool kept = pool.rfind("launcher binding", 0) == 0;
   s.append(numa_node >= 0 ? " (numa " + std::to_string(numa_node) : " (no GPU NUMA node known")
-      .append(kept ? ", kept" : shared ? ", shared" : ", disjoint")
+      .append(kept     ? ", kept"
+              : shared ? ", shared"
+                       : ", disjoint")
       .append(pool.empty() ? ")" : ", from " + pool + ")");
   return s;
 }
@@ -135,13 +137,13 @@ CpuBinding bind_to_cpus(int peer_index, int peers, std::optional<int> numa_node,
     for (int c : pool.cpus)
       if (std::find(node.begin(), node.end(), c) != node.end()) local.push_back(c);
     if (local.empty())
-      throw std::runtime_error(
-          "none of the CPUs this rank may use (" + cpulist(pool.cpus) + ", " + pool.source +
-          ") is on its GPU's NUMA node " + std::to_string(*numa_node) + " (CPUs " +
-          cpulist(node) + ")" +
-          (keep_launcher_binding ? "; drop --keep-launcher-binding or bind the launcher's ranks "
-                                   "to the GPU's NUMA node"
-                                 : "; give the job CPUs on that node"));
+      throw std::runtime_error("none of the CPUs this rank may use (" + cpulist(pool.cpus) + ", " +
+                               pool.source + ") is on its GPU's NUMA node " +
+                               std::to_string(*numa_node) + " (CPUs " + cpulist(node) + ")" +
+                               (keep_launcher_binding
+                                    ? "; drop --keep-launcher-binding or bind the launcher's ranks "
+                                      "to the GPU's NUMA node"
+                                    : "; give the job CPUs on that node"));
   }
   // A kept launcher binding is the rank's own already; otherwise the peers split the pool.
   auto b = keep_launcher_binding ? share_of(local, 0, 1) : share_of(local, peer_index, peers);

@@ -16,8 +16,7 @@ RankContext::~RankContext() {
   if (node != MPI_COMM_NULL) HARNESS_CHECK_MPI_NOTHROW(MPI_Comm_free(&node));
 }
 
-std::unique_ptr<RankContext> make_rank_context(MPI_Comm comm,
-                                               const std::string& requested_backend,
+std::unique_ptr<RankContext> make_rank_context(MPI_Comm comm, const std::string& requested_backend,
                                                bool keep_launcher_binding) {
   auto ctx = std::make_unique<RankContext>();
   HARNESS_CHECK_MPI(MPI_Comm_rank(comm, &ctx->rank));

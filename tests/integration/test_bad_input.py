@@ -79,6 +79,6 @@ with tempfile.TemporaryDirectory() as tmp:
                   "--tokens", "1"], "--sp must be 0 or 1")
     expect_error([HARNESS, "lookup", tmp, "--tp", "1", "--dp", "1", "--component", "experts", "--tokens", "1",
                   "--format", "xml"], "--format must be text or json")
-    expect_error([HARNESS, "lookup", tmp, "--tp", "1", "--dp", "1", "--component", "experts", "--tokens", "1"],
+    expect_error([HARNESS, "lookup", tmp, "--tp", "1", "--dp", "1", "--component", "gate_routing", "--tokens", "1"],
                  "no bundle here")
 print("ok")

@@ -161,6 +161,34 @@ with tempfile.TemporaryDirectory() as tmp:
     expect_error([HARNESS, "lookup", variant, "--tp", "1", "--dp", "2", "--component", "shared",
                   "--tokens", "4"], "unknown component")
 
+    # Collective lookup: exact at a measured row, linear in bytes between rows, refused outside.
+    coll_csv = os.path.join(variant, "tp1", "collectives", "dp2_ep2_rank0_sp0", "collectives.csv")
+    coll = [r for r in csv.DictReader(open(coll_csv)) if r["collective"] == "ep_dispatch"]
+    coll.sort(key=lambda r: int(r["tokens"]))
+    assert len(coll) >= 2, coll
+    at = json.loads(lookup(variant, "--tp", "1", "--dp", "2", "--collective", "ep_dispatch", "--tokens",
+                           coll[1]["tokens"], "--format", "json").stdout)
+    assert at["exact"] and at["time_us"] == float(coll[1]["time_us"]) and at["bytes"] == int(coll[1]["bytes"])
+    assert at["steady_time_us"] == float(coll[1]["steady_time_us"])
+    lo, hi = next((a, b) for a, b in zip(coll, coll[1:]) if int(b["tokens"]) - int(a["tokens"]) >= 2)
+    mid = (int(lo["tokens"]) + int(hi["tokens"])) // 2
+    got = json.loads(lookup(variant, "--tp", "1", "--dp", "2", "--collective", "ep_dispatch", "--tokens",
+                            str(mid), "--format", "json").stdout)
+    w = (mid - int(lo["tokens"])) / (int(hi["tokens"]) - int(lo["tokens"]))
+    assert not got["exact"] and abs(got["time_us"] - (float(lo["time_us"]) + w * (float(hi["time_us"]) - float(lo["time_us"])))) < 1e-9
+    assert got["bytes"] == round(int(lo["bytes"]) + w * (int(hi["bytes"]) - int(lo["bytes"])))
+    coll_query = ["--tp", "1", "--dp", "2", "--collective"]
+    expect_error([HARNESS, "lookup", variant, *coll_query, "ep_dispatch", "--tokens", str(int(coll[-1]["tokens"]) + 1)],
+                 "outside the measured range")
+    expect_error([HARNESS, "lookup", variant, *coll_query, "all_to_everyone", "--tokens", "4"],
+                 "no collective 'all_to_everyone' in this table (allgather_hidden,")
+    expect_error([HARNESS, "lookup", variant, "--tp", "1", "--dp", "1", "--collective", "ep_dispatch", "--tokens", "4"],
+                 "no collective table for TP1 DP1")
+    expect_error([HARNESS, "lookup", variant, *coll_query, "ep_dispatch", "--component", "gate_routing", "--tokens", "4"],
+                 "name exactly one of --component and --collective")
+    expect_error([HARNESS, "lookup", variant, "--tp", "1", "--dp", "2", "--component", "experts", "--tokens", "6"],
+                 "experts needs --activated A and --assignments M")
+
     # The expected device: a table measured elsewhere is refused, naming both.
     query = ["--tp", "1", "--dp", "2", "--component", "gate_routing", "--tokens", "4"]
     assert lookup(variant, *query, "--expect-device", "host cpu").stdout == lookup(variant, *query).stdout
