@@ -33,10 +33,10 @@ std::unique_ptr<Communicator> communicator(MPI_Comm c, int nccl_device) {
   return nccl_device >= 0 ? make_nccl_communicator(c, nccl_device) : make_mpi_communicator(c);
 }
 
-// Kernel time (µs) of `iterations` ops after `warmup` untimed ones: every op starts after a
-// barrier, so a rank that arrives late is not timed as the collective.
-std::vector<double> aligned_op_times(Communicator& c, ForwardTimer& timer, CollectiveOp op,
-                                     std::int64_t bytes, int iterations, int warmup) {
+}  // namespace
+
+std::vector<double> collective_kernel_times(Communicator& c, ForwardTimer& timer, CollectiveOp op,
+                                            std::int64_t bytes, int iterations, int warmup) {
   for (int i = 0; i < warmup; ++i) c.run(op, bytes);
   const std::string label(to_string(op));
   for (int i = 0; i < iterations; ++i) {
@@ -53,6 +53,8 @@ std::vector<double> aligned_op_times(Communicator& c, ForwardTimer& timer, Colle
                              std::to_string(iterations) + " " + label + " ops");
   return out;
 }
+
+namespace {
 
 CollectiveOp op_of(const std::string& name) {
   for (auto op : {CollectiveOp::all_gather, CollectiveOp::reduce_scatter, CollectiveOp::all_reduce,
@@ -127,7 +129,7 @@ CollectivesReport measure_collectives(MPI_Comm comm, const Plan& plan, int nccl_
         std::vector<double> round_medians, steady;
         for (int r = 0; r < job.rounds; ++r) {
           round_medians.push_back(
-              median(aligned_op_times(cm, timer, c.op, c.total_bytes, job.iterations, 2)));
+              median(collective_kernel_times(cm, timer, c.op, c.total_bytes, job.iterations, 2)));
           steady.push_back(steady_state_us(cm, c.op, c.total_bytes, job.iterations));
         }
         CollectiveRow row{};

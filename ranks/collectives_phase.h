@@ -8,6 +8,7 @@
 #include <string>
 #include <vector>
 
+#include "comm/collectives.h"
 #include "core/planner.h"
 #include "ranks/forward_timer.h"
 #include "store/acquisition_file.h"
@@ -18,6 +19,13 @@ struct CollectivesReport {
   int tables = 0;                    // target tables written by this run
   std::vector<std::string> skipped;  // deployments that need more ranks than the job has
 };
+
+// Kernel time (µs) of `iterations` ops after `warmup` untimed ones, timed by `timer` (CUPTI: the
+// NCCL kernel; host clock: the blocking MPI op). Every op starts after a barrier of the group, so
+// a rank that arrives late is not timed as the collective.
+[[nodiscard]] std::vector<double> collective_kernel_times(Communicator& c, ForwardTimer& timer,
+                                                          CollectiveOp op, std::int64_t bytes,
+                                                          int iterations, int warmup);
 
 // Collective over `comm`. `nccl_device` >= 0 selects NCCL on that device, else mpi_host. `timer`
 // times each op (the rank's forward timer: CUPTI kernel time with NCCL, host clock on mpi_host).

@@ -1,5 +1,6 @@
 #include "store/acquisition_file.h"
 
+#include <array>
 #include <cstring>
 #include <exception>
 #include <filesystem>
@@ -8,6 +9,7 @@
 #include "core/checked_call.h"
 #include "core/contract.h"
 #include "core/files.h"
+#include "core/statistics.h"
 #include "store/hdf5_handle.h"
 #include "store/mpi_gather.h"
 
@@ -91,8 +93,8 @@ H5Id collective_type() {
       H5Tinsert(t, "busbw_gbps", HOFFSET(CollectiveRow, busbw_gbps), H5T_NATIVE_DOUBLE));
   HARNESS_CHECK_H5(
       H5Tinsert(t, "model_time_us", HOFFSET(CollectiveRow, model_time_us), H5T_NATIVE_DOUBLE));
-  HARNESS_CHECK_H5(H5Tinsert(t, "steady_time_us", HOFFSET(CollectiveRow, steady_time_us),
-                             H5T_NATIVE_DOUBLE));
+  HARNESS_CHECK_H5(
+      H5Tinsert(t, "steady_time_us", HOFFSET(CollectiveRow, steady_time_us), H5T_NATIVE_DOUBLE));
   return t;
 }
 
@@ -325,21 +327,69 @@ RecordCounts StoredAcquisition::complete_rows() const {
   return n;
 }
 
+namespace {
+
+// A round's record in the commit exchange: cell, round, 3 sizes, point-order seed, rank, and its
+// SHA-256 as 4 words, so that every rank can write the same (collective) attributes.
+constexpr std::size_t kCommitRecord = 11;
+
+template <typename T>
+void append_bytes(std::string& out, const T& v) {
+  out.append(reinterpret_cast<const char*>(&v), sizeof(v));
+}
+
+std::string hex_of_words(const long long* words) {
+  std::string out;
+  char buf[17];
+  for (int i = 0; i < 4; ++i) {
+    std::snprintf(buf, sizeof(buf), "%016llx", static_cast<unsigned long long>(words[i]));
+    out += buf;
+  }
+  return out;
+}
+
+}  // namespace
+
+std::string round_sha256(const CellRound& r) {
+  std::string bytes;
+  append_bytes(bytes, r.point_order_seed);
+  for (const auto& x : r.samples) {
+    append_bytes(bytes, x.point), append_bytes(bytes, x.round), append_bytes(bytes, x.arm);
+    append_bytes(bytes, x.bank), append_bytes(bytes, x.forward), append_bytes(bytes, x.value_us);
+    append_bytes(bytes, x.activity_count), append_bytes(bytes, x.name_hash);
+  }
+  for (const auto& x : r.checks) {
+    append_bytes(bytes, x.point), append_bytes(bytes, x.round), append_bytes(bytes, x.bank);
+    append_bytes(bytes, x.relative_error), append_bytes(bytes, x.pass);
+  }
+  for (const auto& x : r.medians) {
+    append_bytes(bytes, x.point), append_bytes(bytes, x.round), append_bytes(bytes, x.median_us);
+    append_bytes(bytes, x.median_b_us), append_bytes(bytes, x.median_2b_us);
+  }
+  return sha256_hex(bytes);
+}
+
 void AcquisitionFile::commit(const std::vector<std::pair<int, const CellRound*>>& mine) {
-  // Every rank learns every (cell, round, sizes) so that metadata is created collectively.
+  // Every rank learns every (cell, round, sizes, digest) so that metadata is created
+  // collectively.
   std::vector<long long> local;
-  for (const auto& [cell, r] : mine)
+  for (const auto& [cell, r] : mine) {
     local.insert(local.end(), {cell, r->round, static_cast<long long>(r->samples.size()),
                                static_cast<long long>(r->checks.size()),
                                static_cast<long long>(r->medians.size()),
                                static_cast<long long>(r->point_order_seed), impl_->rank});
+    const auto digest = round_sha256(*r);
+    for (int w = 0; w < 4; ++w)
+      local.push_back(static_cast<long long>(
+          std::stoull(digest.substr(static_cast<std::size_t>(16 * w), 16), nullptr, 16)));
+  }
   std::vector<long long> all;
   for (const auto& part : gather_vectors(impl_->comm, local))
     all.insert(all.end(), part.begin(), part.end());
 
   const auto stype = sample_type(), ctype = check_type(), mtype = median_type();
   std::size_t mine_index = 0;
-  for (std::size_t i = 0; i + 7 <= all.size(); i += 7) {
+  for (std::size_t i = 0; i + kCommitRecord <= all.size(); i += kCommitRecord) {
     const int cell = static_cast<int>(all[i]), round = static_cast<int>(all[i + 1]);
     const auto& info = impl_->cells.at(static_cast<std::size_t>(cell));
     auto cg = H5_OPEN(H5Gopen2(impl_->file, ("cells/" + info.id).c_str(), H5P_DEFAULT), H5Gclose);
@@ -349,6 +399,7 @@ void AcquisitionFile::commit(const std::vector<std::pair<int, const CellRound*>>
     auto rg =
         H5_OPEN(H5Gcreate2(cg, name.c_str(), H5P_DEFAULT, H5P_DEFAULT, H5P_DEFAULT), H5Gclose);
     write_int_attr(rg, "point_order_seed", all[i + 5]);
+    write_string_attr(rg, "sha256", hex_of_words(&all[i + 7]));
     auto ds = create_dataset(rg, "samples", stype, static_cast<std::size_t>(all[i + 2]));
     auto dc = create_dataset(rg, "checks", ctype, static_cast<std::size_t>(all[i + 3]));
     auto dm = create_dataset(rg, "medians", mtype, static_cast<std::size_t>(all[i + 4]));
@@ -361,7 +412,7 @@ void AcquisitionFile::commit(const std::vector<std::pair<int, const CellRound*>>
   }
   HARNESS_CHECK_H5(H5Fflush(impl_->file, H5F_SCOPE_GLOBAL));
   // Completion flags only after the data is durable.
-  for (std::size_t i = 0; i + 7 <= all.size(); i += 7) {
+  for (std::size_t i = 0; i + kCommitRecord <= all.size(); i += kCommitRecord) {
     const auto& info = impl_->cells.at(static_cast<std::size_t>(all[i]));
     auto d =
         H5_OPEN(H5Dopen2(impl_->file, ("cells/" + info.id + "/rounds_done").c_str(), H5P_DEFAULT),
@@ -516,6 +567,42 @@ std::vector<CellInfo> read_cell_infos(const std::string& path) {
   return out;
 }
 
+namespace {
+
+// A complete round must match the SHA-256 stored with it, and every stored median must be the
+// median of its samples (all forwards; per bank arm) — a file edited or damaged after it was
+// written is refused, not published.
+void verify_round(hid_t round_group, const CellRound& r, const std::string& cell) {
+  const auto where = "cell " + cell + " round " + std::to_string(r.round);
+  if (H5Aexists(round_group, "sha256") <= 0)
+    throw FileError(where + " has no sha256 (written by an older harness); acquire it again");
+  if (read_string_attr(round_group, "sha256") != round_sha256(r))
+    throw FileError(where +
+                    ": its data does not match its SHA-256 (the file was modified or "
+                    "damaged after it was written)");
+  std::map<std::int32_t, std::array<std::vector<double>, 3>> values;  // point -> all, B, 2B
+  for (const auto& s : r.samples) {
+    auto& v = values[s.point];
+    v[0].push_back(s.value_us);
+    if (s.arm == static_cast<std::int8_t>(Arm::banks)) v[1].push_back(s.value_us);
+    if (s.arm == static_cast<std::int8_t>(Arm::double_banks)) v[2].push_back(s.value_us);
+  }
+  for (const auto& m : r.medians) {
+    const auto it = values.find(m.point);
+    if (it == values.end())
+      throw FileError(where + ": point " + std::to_string(m.point) +
+                      " has a median but no samples");
+    const auto& v = it->second;
+    const double all = median(v[0]);
+    const double b = v[1].empty() ? all : median(v[1]), b2 = v[2].empty() ? all : median(v[2]);
+    if (m.median_us != all || m.median_b_us != b || m.median_2b_us != b2)
+      throw FileError(where + ": the stored median of point " + std::to_string(m.point) +
+                      " is not the median of its samples");
+  }
+}
+
+}  // namespace
+
 StoredAcquisition read_acquisition(const std::string& path) {
   const auto file = open_for_reading(path);
   const hid_t f = file;
@@ -544,6 +631,7 @@ StoredAcquisition read_acquisition(const std::string& path) {
         cr.samples = read_all<Sample>(rg, "samples", stype);
         cr.checks = read_all<CorrectnessCheck>(rg, "checks", ctype);
         cr.medians = read_all<PointMedian>(rg, "medians", mtype);
+        verify_round(rg, cr, name);
         c.rounds.push_back(std::move(cr));
       }
       out.cells.push_back(std::move(c));

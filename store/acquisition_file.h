@@ -10,7 +10,7 @@
 //   /cells/<cell>              attrs cell (JSON: target, component, planned rounds)
 //   /cells/<cell>/points       [P] {tokens, activated, assignments}
 //   /cells/<cell>/rounds_done  [R] int8, 1 once round r is complete
-//   /cells/<cell>/round_<r>/{samples, medians, checks}   attr point_order_seed
+//   /cells/<cell>/round_<r>/{samples, medians, checks}   attrs point_order_seed, sha256
 //   /collectives/<target>      [*] CollectiveRow, attr backend
 //   /fidelity/evaluation_<n>   [bytes] JSON of the n-th held-out evaluation (the last is final)
 #pragma once
@@ -90,6 +90,10 @@ class AcquisitionFile {
   std::unique_ptr<Impl> impl_;
   bool resumed_ = false;
 };
+
+// SHA-256 (hex) of a round's data, over every field of its samples, checks and medians and its
+// point-order seed in a fixed byte order: stored with the round, checked by every reader.
+[[nodiscard]] std::string round_sha256(const CellRound& r);
 
 // Serial, while no rank holds the file open collectively (rank 0 between refinement stages):
 // appends one held-out evaluation (JSON text) as /fidelity/evaluation_<n>; returns n.

@@ -1,15 +1,44 @@
 // GPU tests (label `gpu`): CUPTI per-forward attribution on the real device; skipped without one.
 #include <gtest/gtest.h>
+#include <mpi.h>
 
+#include <cstdlib>
 #include <map>
 #include <set>
 
+#include "comm/collectives.h"
 #include "kernels/workload.h"
+#include "ranks/collectives_phase.h"
 #include "ranks/forward_timer.h"
 #include "ranks/protocol.h"
 
 namespace moe {
 namespace {
+
+// The collectives' kernel column: every aligned op of a (one-rank) NCCL communicator yields one
+// positive CUPTI record, all-to-all included, and the steady-state figure is positive.
+TEST(CuptiTimer, TimesEachCollectiveOpOnTheDevice) {
+  if (cuda_device_count() == 0) GTEST_SKIP() << "no CUDA device";
+  int initialized = 0;
+  MPI_Initialized(&initialized);
+  if (!initialized) {
+    MPI_Init(nullptr, nullptr);
+    std::atexit([] { MPI_Finalize(); });
+  }
+  auto comm = make_nccl_communicator(MPI_COMM_SELF, 0);
+  auto timer = make_cupti_timer();
+  for (auto op : {CollectiveOp::all_gather, CollectiveOp::reduce_scatter, CollectiveOp::all_reduce,
+                  CollectiveOp::all_to_all}) {
+    const auto times = collective_kernel_times(*comm, *timer, op, 8 << 20, 5, 2);
+    ASSERT_EQ(times.size(), 5u) << to_string(op);
+    for (double t : times) {
+      EXPECT_GT(t, 0.0) << to_string(op);
+      EXPECT_LT(t, 1e5) << to_string(op);
+    }
+    EXPECT_GT(steady_state_us(*comm, op, 8 << 20, 5), 0.0) << to_string(op);
+  }
+  EXPECT_EQ(timer->dropped(), 0u);
+}
 
 TEST(CuptiTimer, PerForwardSumsArePositiveStableAndNothingIsDropped) {
   if (cuda_device_count() == 0) GTEST_SKIP() << "no CUDA device";
