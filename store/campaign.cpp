@@ -172,22 +172,28 @@ void CampaignState::written(const RecordCounts& n) {
 }
 
 void CampaignState::reconcile(const RecordCounts& in_file) {
-  const auto enc = counts_of(doc_["records"]["encoded"]),
-             wr = counts_of(doc_["records"]["written"]);
+  auto& records = doc_["records"];
+  const auto enc = counts_of(records.value("encoded", nlohmann::json::object())),
+             wr = counts_of(records.value("written", nlohmann::json::object()));
   if (in_file == wr && enc == wr) return;
-  if (in_file == enc) {
-    doc_["records"]["written"] = counts_json(enc);  // the last commit finished before the stop
-  } else if (in_file == wr) {
-    auto lost = counts_of(doc_["records"]["lost_in_flight"]);
-    lost += {enc.samples - wr.samples, enc.medians - wr.medians, enc.checks - wr.checks};
-    doc_["records"]["lost_in_flight"] = counts_json(lost);  // the round in flight was lost
-    doc_["records"]["encoded"] = counts_json(wr);
-  } else {
+  const auto between = [](const RecordCounts& lo, const RecordCounts& x, const RecordCounts& hi) {
+    return lo.samples <= x.samples && x.samples <= hi.samples && lo.medians <= x.medians &&
+           x.medians <= hi.medians && lo.checks <= x.checks && x.checks <= hi.checks;
+  };
+  // The last commit stopped somewhere between "encoded" and "written": the rounds whose flags
+  // were set (all, none, or some ranks' before a kill) are written; the rest was lost in flight
+  // and is measured again.
+  if (!between(wr, in_file, enc))
     throw std::runtime_error("record counters do not balance: the file holds " +
                              counts_json(in_file).dump() + " rows in complete rounds, " +
                              path_.string() + " accounts for " + counts_json(wr).dump() +
                              " written and " + counts_json(enc).dump() + " encoded");
-  }
+  auto lost = counts_of(records.value("lost_in_flight", nlohmann::json::object()));
+  lost +=
+      {enc.samples - in_file.samples, enc.medians - in_file.medians, enc.checks - in_file.checks};
+  records["lost_in_flight"] = counts_json(lost);
+  records["written"] = counts_json(in_file);
+  records["encoded"] = counts_json(in_file);
   save();
 }
 
