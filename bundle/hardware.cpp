@@ -4,6 +4,8 @@
 #include <set>
 #include <stdexcept>
 
+#include "core/files.h"
+
 namespace moe {
 
 using nlohmann::json;
@@ -45,6 +47,39 @@ json hardware_identity(const StoredAcquisition& acq) {
                              "); one table describes one kind of device");
   }
   return {{"runs", acq.runs.size()}, {"devices", devices}};
+}
+
+namespace {
+
+json rank0_of(const std::string& list) {
+  for (const auto& r : json::parse(list))
+    if (r.value("rank", -1) == 0) return r;
+  return json::object();
+}
+
+}  // namespace
+
+json run_history(const StoredAcquisition& acq) {
+  json out = json::array();
+  for (std::size_t i = 0; i < acq.runs.size(); ++i) {
+    const auto start = rank0_of(acq.runs[i].start);
+    json run = {{"run", i}};
+    for (const char* k : {"started_utc", "command", "harness_revision", "harness_binary_sha256",
+                          "family_table_sha256"})
+      if (start.contains(k)) run[k] = start[k];
+    if (start.contains("job_text")) run["job_sha256"] = sha256_hex(start["job_text"]);
+    if (!acq.runs[i].end.empty()) {
+      const auto end = rank0_of(acq.runs[i].end);
+      run["ended_utc"] = end.value("ended_utc", "");
+      run["complete"] = end.value("complete", false);
+    }
+    out.push_back(run);
+  }
+  return out;
+}
+
+std::string latest_job_text(const StoredAcquisition& acq) {
+  return acq.runs.empty() ? std::string() : rank0_of(acq.runs.back().start).value("job_text", "");
 }
 
 }  // namespace moe

@@ -15,4 +15,11 @@ namespace moe {
 // more than one device kind: one table must describe one kind of device.
 [[nodiscard]] nlohmann::json hardware_identity(const StoredAcquisition& acq);
 
+// One object per run of the acquisition, from rank 0's provenance: started_utc, command,
+// harness_revision, harness_binary_sha256, family_table_sha256, job_sha256, and, for a run that
+// ended, ended_utc and complete.
+[[nodiscard]] nlohmann::json run_history(const StoredAcquisition& acq);
+// The job text the latest run read (empty when the file predates it).
+[[nodiscard]] std::string latest_job_text(const StoredAcquisition& acq);
+
 }  // namespace moe

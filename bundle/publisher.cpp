@@ -88,10 +88,11 @@ PublishReport publish(const StoredAcquisition& acq, const std::string& h5_path,
   const fs::path variant_dir = fs::path(out_root) / variant;
 
   std::vector<ComponentFidelity> fidelity;
-  json hardware;
+  json hardware, runs;
   try {
     fidelity = evaluate_fidelity(acq, summarize(acq));
     hardware = hardware_identity(acq);
+    runs = run_history(acq);
   } catch (const std::exception& e) {
     throw PublishError("nothing published from '" + h5_path + "': " + e.what());
   }
@@ -314,7 +315,9 @@ PublishReport publish(const StoredAcquisition& acq, const std::string& h5_path,
     json provenance = {{"acquisition_file", fs::absolute(h5_path).string()},
                        {"harness_revision", attr("harness_revision")},
                        {"published_utc", utc_now()},
-                       {"hardware", hardware}};
+                       {"hardware", hardware},
+                       {"runs", runs},
+                       {"job_text", latest_job_text(acq)}};
     meta.add({w->target, w->rel_path, w->contract, "", w->coverage, provenance}, w->section);
     report.published.push_back(w->label);
   }

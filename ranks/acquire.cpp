@@ -93,7 +93,22 @@ class Acquisition {
         options_(options),
         ctx_(make_rank_context(comm, job.backend, options.keep_launcher_binding)) {}
 
+  // Rank 0 records the run's outcome in campaign.json (a failure with its reason).
   AcquireSummary run() {
+    try {
+      auto summary = measure_all();
+      if (campaign_)
+        campaign_->set_outcome(summary.budget_stop.empty() ? "complete" : "budget_stop",
+                               summary.budget_stop);
+      return summary;
+    } catch (const std::exception& e) {
+      if (campaign_) campaign_->set_outcome("failed", e.what());
+      throw;
+    }
+  }
+
+ private:
+  AcquireSummary measure_all() {
     const auto t0 = Clock::now();
     agree();
     resume();
@@ -113,7 +128,6 @@ class Acquisition {
     return finish(t0, true);
   }
 
- private:
   // Agree: every rank computes the contract from the one plan; all must match rank 0's. Rank 0
   // takes writer.lock, and the shared file is opened (or checked against the contract) and its
   // cells declared.
@@ -380,7 +394,15 @@ class Acquisition {
                        {"device_state_before", backend.live_state()},
                        {"nccl", nccl_version()},
                        {"timer", ctx_->timer->method()}};
-    file_->write_provenance(prov.dump());
+    auto mine = prov;
+    if (rank_ == 0) {  // once per run: what was run, with which binary and family table
+      mine["command"] = options_.command;
+      mine["job_text"] =
+          job_.source == "<embedded default>" ? default_job_yaml() : read_file(job_.source);
+      mine["harness_binary_sha256"] = executable_sha256();
+      mine["family_table_sha256"] = FamilyTable::builtin().sha256();
+    }
+    file_->write_provenance(mine.dump());
   }
 
   // Resume: which cell rounds the file already holds, the placement regime from the variant's

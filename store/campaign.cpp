@@ -156,6 +156,14 @@ void CampaignState::set_phase(const std::string& phase) {
   save();
 }
 
+void CampaignState::set_outcome(const std::string& outcome, const std::string& reason) {
+  auto& run = doc_["runs"].back();
+  run["outcome"] = outcome;
+  run["ended_utc"] = utc_now();
+  if (!reason.empty()) run["reason"] = reason;
+  save();
+}
+
 void CampaignState::encoded(const RecordCounts& n) {
   auto e = counts_of(doc_["records"]["encoded"]);
   e += n;

@@ -23,6 +23,7 @@ with tempfile.TemporaryDirectory() as tmp:
     assert p.returncode != 0 and "budget: wave round 0" in p.stderr and "stopping before it" in p.stderr, p.stderr
     state = json.load(open(os.path.join(out, "campaign.json")))
     assert state["phase"] == "stopped: budget" and state["cell_rounds_done"] == 0
+    assert state["runs"][-1]["outcome"] == "budget_stop" and "budget" in state["runs"][-1]["reason"], state["runs"]
 
     # 2. Enough budget; SIGKILL the whole job (every process) after some rounds.
     proc = subprocess.Popen(mpirun_cmd(2, *base), stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
@@ -59,6 +60,8 @@ with tempfile.TemporaryDirectory() as tmp:
     assert state["phase"] == "complete" and len(state["runs"]) == 3
     assert state["device_seconds_consumed"] > consumed
     assert all(len(r["harness_sha256"]) == 64 for r in state["runs"])
+    # Each run's outcome: the budget stop, the killed run (none: it could not say), the resume.
+    assert [r.get("outcome") for r in state["runs"]] == ["budget_stop", None, "complete"], state["runs"]
 
     # Where the time went, and measured costs: the summary names every phase with its share, and
     # campaign.json records seconds per point-round that `plan` predicts from (and says so).

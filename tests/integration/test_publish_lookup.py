@@ -74,6 +74,13 @@ with tempfile.TemporaryDirectory() as tmp:
         (dev,) = hw["devices"]
         assert dev["device"] == "host CPU" and dev["host"] == os.uname().nodename, dev
         assert "state_before" in dev and "state_after" in dev, dev
+        # What was run: the job text, the binary and family table it ran with, per run.
+        job_text = open(job).read()
+        assert e["provenance"]["job_text"] == job_text
+        (r0,) = e["provenance"]["runs"]
+        assert r0["job_sha256"] == hashlib.sha256(job_text.encode()).hexdigest(), r0
+        assert len(r0["harness_binary_sha256"]) == 64 and len(r0["family_table_sha256"]) == 64, r0
+        assert r0["complete"] is True and r0["command"].startswith("harness acquire"), r0
         # Every held-out point with the table's prediction, under its own checksum.
         ho_path = os.path.join(os.path.dirname(path), "held_out.csv")
         ho = open(ho_path, "rb").read()
