@@ -383,6 +383,7 @@ class Acquisition {
     const auto& backend = *ctx_->backend;
     const json prov = {{"rank", rank_},
                        {"node_local_rank", ctx_->node_rank},
+                       {"cuda_device", ctx_->device},
                        {"gpu_numa_locality", ctx_->locality},
                        {"host", un.nodename},
                        {"pid", static_cast<long>(getpid())},
@@ -657,8 +658,7 @@ class Acquisition {
   // Collectives: the deployments' NCCL (or MPI host) collectives, from the same plan.
   void collectives() {
     const auto start = Clock::now();
-    const auto coll =
-        measure_collectives(comm_, plan_, ctx_->gpu() ? ctx_->node_rank : -1, *file_, *ctx_->timer);
+    const auto coll = measure_collectives(comm_, plan_, ctx_->device, *file_, *ctx_->timer);
     double mine = seconds_since(start);
     HARNESS_CHECK_MPI(MPI_Allreduce(&mine, &summary_.collectives_s, 1, MPI_DOUBLE, MPI_SUM, comm_));
     if (campaign_) campaign_->consume(summary_.collectives_s / size_, size_, 0);

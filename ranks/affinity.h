@@ -1,5 +1,5 @@
 // CPU binding: each rank gets a disjoint share of the CPUs the job may use, local to its GPU's
-// NUMA node (docs/design.md#cpu-binding). The pool is the process' cgroup cpuset (or every
+// NUMA node (docs/cli.md#acquire). The pool is the process' cgroup cpuset (or every
 // online CPU), not the affinity mask a launcher handed down — `mpirun` binds each rank to one core
 // or one socket by default — unless the user asks to keep the launcher's binding.
 #pragma once

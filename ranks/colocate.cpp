@@ -180,7 +180,7 @@ void announce_done(MPI_Comm node, int node_size) {
 // Background rank: closed-loop component forwards and collectives among the background ranks
 // until the target announces the end of the phase.
 void background_loop(RankContext& ctx, ReferenceForward& work, MPI_Comm bg, int bg_rank) {
-  auto comm = ctx.gpu() ? make_nccl_communicator(bg, ctx.node_rank) : make_mpi_communicator(bg);
+  auto comm = ctx.gpu() ? make_nccl_communicator(bg, ctx.device) : make_mpi_communicator(bg);
   const std::int64_t bytes = ctx.gpu() ? (32LL << 20) : (256LL << 10);
   int stop_msg = 0, stop = 0, arrived = 0;
   MPI_Request req = MPI_REQUEST_NULL;

@@ -4,12 +4,29 @@
 #include <vector>
 
 #include "core/checked_call.h"
+#include "store/mpi_gather.h"
 
 namespace moe {
 
 std::string resolve_backend(const std::string& requested) {
   if (requested != "auto") return requested;
   return cuda_device_count() > 0 ? "native" : "cpu_reference";
+}
+
+int select_device(int node_rank, int node_size, int visible) {
+  if (visible >= node_size) return node_rank;
+  if (visible == 1) return 0;
+  throw std::runtime_error(
+      "this node runs " + std::to_string(node_size) + " ranks and each sees " +
+      std::to_string(visible) + " GPUs: give every rank its own GPU (one visible GPU per task, " +
+      "e.g. srun --gpus-per-task=1, or at least one visible GPU per rank of the node)");
+}
+
+std::optional<std::pair<int, int>> shared_device(const std::vector<std::string>& ids) {
+  for (std::size_t i = 0; i < ids.size(); ++i)
+    for (std::size_t j = i + 1; j < ids.size(); ++j)
+      if (ids[i] == ids[j]) return std::pair{static_cast<int>(i), static_cast<int>(j)};
+  return std::nullopt;
 }
 
 RankContext::~RankContext() {
@@ -32,12 +49,18 @@ std::unique_ptr<RankContext> make_rank_context(MPI_Comm comm, const std::string&
     ctx->locality = "cpu backend";
   } else {
     const int devices = cuda_device_count();
-    if (ctx->node_size > devices)
-      throw std::runtime_error("backend " + name + " needs one GPU per rank, but this node runs " +
-                               std::to_string(ctx->node_size) + " ranks and has " +
-                               std::to_string(devices) + " GPUs");
-    ctx->backend = make_backend(name, ctx->node_rank);
+    if (devices == 0) throw std::runtime_error("backend " + name + " needs a GPU; none is visible");
+    ctx->device = select_device(ctx->node_rank, ctx->node_size, devices);
+    ctx->backend = make_backend(name, ctx->device);
     const auto props = ctx->backend->device_properties();
+    // Each task seeing one GPU as device 0 is only right when the launcher gave them different
+    // GPUs: compare the UUIDs of the node's ranks.
+    const auto uuids = gather_strings(ctx->node, props.count("uuid") ? props.at("uuid") : "");
+    if (const auto pair = shared_device(uuids))
+      throw std::runtime_error("node-local ranks " + std::to_string(pair->first) + " and " +
+                               std::to_string(pair->second) + " would share GPU " +
+                               uuids[static_cast<std::size_t>(pair->first)] +
+                               ": give every rank its own GPU");
     if (auto it = props.find("pci_bus_id"); it != props.end()) numa = numa_node_of_pci(it->second);
     ctx->locality = numa ? "verified numa " + std::to_string(*numa)
                          : "unknown (no NUMA information for the GPU)";

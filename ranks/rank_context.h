@@ -6,7 +6,10 @@
 #include <mpi.h>
 
 #include <memory>
+#include <optional>
 #include <string>
+#include <utility>
+#include <vector>
 
 #include "kernels/workload.h"
 #include "ranks/affinity.h"
@@ -17,6 +20,7 @@ namespace moe {
 struct RankContext {
   int rank = 0, size = 1;            // in the job's communicator
   int node_rank = 0, node_size = 1;  // on this node
+  int device = -1;                   // CUDA device of a GPU backend (select_device), else -1
   MPI_Comm node = MPI_COMM_NULL;     // ranks of this node (owned)
   std::unique_ptr<Backend> backend;
   std::unique_ptr<ForwardTimer> timer;
@@ -29,6 +33,14 @@ struct RankContext {
   RankContext& operator=(const RankContext&) = delete;
   ~RankContext();
 };
+
+// The CUDA device of node-local rank `node_rank` of `node_size` when `visible` devices are
+// visible to the process: with at least one per rank (mpirun, srun --gpus-per-node) the node-local
+// rank's; with exactly one (srun --gpus-per-task=1 gives each task its own GPU as device 0)
+// device 0. Throws naming the counts otherwise.
+[[nodiscard]] int select_device(int node_rank, int node_size, int visible);
+// The first two node-local ranks whose device ids are equal (ranks that would share a GPU).
+[[nodiscard]] std::optional<std::pair<int, int>> shared_device(const std::vector<std::string>& ids);
 
 // The backend a job resolves to on this machine ("auto" -> native with a GPU, the faster CUDA
 // backend at every size `harness bench experts` measures; else cpu_reference).
