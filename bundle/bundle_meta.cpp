@@ -7,6 +7,7 @@
 
 #include "bundle/format.h"
 #include "core/files.h"
+#include "core/yaml_error.h"
 
 namespace moe {
 
@@ -178,7 +179,24 @@ std::string BundleMeta::to_yaml() const {
   return std::string(out.c_str()) + "\n";
 }
 
+namespace {
+
+BundleMeta parse_bundle_meta(const std::filesystem::path& variant_dir);
+
+}  // namespace
+
 BundleMeta load_bundle_meta(const std::filesystem::path& variant_dir) {
+  try {
+    return parse_bundle_meta(variant_dir);
+  } catch (const YAML::Exception& e) {
+    throw BundleError((variant_dir / bundle_format::kMetaFile).string() +
+                      ": corrupt meta.yaml: " + describe_yaml_error(e));
+  }
+}
+
+namespace {
+
+BundleMeta parse_bundle_meta(const std::filesystem::path& variant_dir) {
   BundleMeta meta;
   meta.variant = variant_dir.filename().string();
   const auto path = variant_dir / bundle_format::kMetaFile;
@@ -186,9 +204,8 @@ BundleMeta load_bundle_meta(const std::filesystem::path& variant_dir) {
   YAML::Node root;
   try {
     root = YAML::Load(read_file(path));
-  } catch (const YAML::ParserException& e) {
-    throw BundleError(path.string() + ": corrupt meta.yaml (malformed YAML at line " +
-                      std::to_string(e.mark.line + 1) + "): " + e.msg);
+  } catch (const YAML::Exception& e) {
+    throw BundleError(path.string() + ": corrupt meta.yaml: " + describe_yaml_error(e));
   }
   const auto fail = [&](const std::string& why) {
     throw BundleError(path.string() + ": corrupt meta.yaml: " + why);
@@ -249,6 +266,8 @@ BundleMeta load_bundle_meta(const std::filesystem::path& variant_dir) {
   }
   return meta;
 }
+
+}  // namespace
 
 void save_bundle_meta(const std::filesystem::path& variant_dir, const BundleMeta& meta) {
   write_file_atomic(variant_dir / bundle_format::kMetaFile, meta.to_yaml());

@@ -10,6 +10,7 @@
 #include <sstream>
 
 #include "core/files.h"
+#include "core/yaml_error.h"
 
 namespace moe {
 
@@ -243,9 +244,8 @@ JobSpec parse_job(const std::string& yaml_text, const std::string& source) {
   YAML::Node root;
   try {
     root = YAML::Load(yaml_text);
-  } catch (const YAML::ParserException& e) {
-    throw JobError("job " + source + ": malformed YAML at line " + std::to_string(e.mark.line + 1) +
-                   ", column " + std::to_string(e.mark.column + 1) + ": " + e.msg);
+  } catch (const YAML::Exception& e) {
+    throw JobError("job " + source + ": " + describe_yaml_error(e));
   }
   if (!root.IsMap()) throw JobError("job " + source + ": top level must be a mapping");
   JobSpec job;
@@ -317,6 +317,8 @@ JobSpec parse_job(const std::string& yaml_text, const std::string& source) {
     }
   } catch (const JobError& e) {
     throw JobError(std::string(e.what()) + " [" + source + "]");
+  } catch (const YAML::Exception& e) {
+    throw JobError("job " + source + ": " + describe_yaml_error(e));
   }
   if (job.variant.empty()) job.variant = job.geometry.name;
   if (job.capture_sizes.empty() && job.graph_mode != GraphMode::none &&

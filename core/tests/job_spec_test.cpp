@@ -147,7 +147,15 @@ TEST(JobSpec, FidelitySettingsParseAndBadOnesAreNamed) {
 
 TEST(JobSpec, MalformedYamlNamesTheLine) {
   const auto msg = error_of("model:\n  preset: tiny\ndeployment: [1,\n  tp: 1\n");
-  EXPECT_NE(msg.find("malformed YAML at line"), std::string::npos) << msg;
+  EXPECT_NE(msg.find("line 5, column 1: malformed YAML"), std::string::npos) << msg;
+  EXPECT_NE(msg.find("malformed YAML"), std::string::npos) << msg;
+}
+
+// Found by fuzz_job: a key that is not a scalar escaped as yaml-cpp's TypedBadConversion.
+TEST(JobSpec, AKeyOfTheWrongYamlTypeNamesTheLineNotTheLibrary) {
+  const auto msg = error_of("? [a, b]\n: 1\n");
+  EXPECT_NE(msg.find("line 1, column 3: a value has the wrong type"), std::string::npos) << msg;
+  EXPECT_EQ(msg.find("yaml-cpp"), std::string::npos) << msg;
 }
 
 TEST(JobSpec, ExplicitGeometryWithoutPreset) {

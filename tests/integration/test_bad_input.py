@@ -40,6 +40,19 @@ with tempfile.TemporaryDirectory() as tmp:
     bad = os.path.join(tmp, "bad.yaml")
     open(bad, "w").write("model:\n  preset: tiny\n  hiden_size: 3\n")
     expect_error([HARNESS, "plan", bad], "did you mean 'hidden_size'")
+    # Values of the wrong YAML type (found by fuzz_job / fuzz_meta): the line and what was wrong,
+    # never yaml-cpp's own exception text.
+    for text, needle in (("? [a, b]\n: 1\n", "line 1, column 3: a value has the wrong type"),
+                         ("model:\n  preset: [tiny]\n", "'model.preset' has an invalid value")):
+        open(bad, "w").write(text)
+        p = run([HARNESS, "plan", bad], check=False)
+        assert p.returncode != 0 and needle in p.stderr and "yaml-cpp" not in p.stderr, p.stderr
+    variant = os.path.join(tmp, "v")
+    os.makedirs(variant)
+    open(os.path.join(variant, "meta.yaml"), "w").write("schema_version: 1\nper_tp:\n  1: 5\n")
+    p = run([HARNESS, "lookup", variant, "--tp", "1", "--dp", "1", "--component", "gate_routing", "--tokens", "1"],
+            check=False)
+    assert p.returncode != 0 and "corrupt meta.yaml" in p.stderr and "yaml-cpp" not in p.stderr, p.stderr
     # --out that cannot be a directory: the reason, never a claim that a lock is held.
     blocker = os.path.join(tmp, "a-file")
     open(blocker, "w").write("x")
