@@ -217,6 +217,30 @@ double estimate_forward_seconds(const ModelGeometry& g, Component c, const GridP
          kernels * d.launch_overhead_s;
 }
 
+MemoryEstimate estimate_memory(const JobSpec& job, const TargetPlan& t) {
+  const auto& g = job.geometry;
+  const std::int64_t w = bytes_of(g.weight_dtype);
+  const bool experts =
+      std::any_of(t.components.begin(), t.components.end(),
+                  [](const ComponentGrid& c) { return c.component == Component::experts; });
+  MemoryEstimate m;
+  if (experts)  // the 2B arm's banks are allocated for the whole cell round
+    m.weight_bytes += 2LL * t.weight_banks * t.ownership.local_experts * g.expert_weight_bytes();
+  m.weight_bytes +=
+      static_cast<std::int64_t>(g.shared.count) * 3 * g.hidden * g.shared.intermediate * w +
+      static_cast<std::int64_t>(g.experts) * g.hidden * bytes_of(g.router_dtype);
+  std::int64_t rows = 1;
+  for (const auto& c : t.components)
+    for (const auto& p : c.points) rows = std::max(rows, p.tokens);
+  // Per row: input, output and the reference's fp32 copies of hidden states (6 x H x 4 bytes),
+  // k expert activations of I values and their routes, and the intermediate of the shared experts.
+  const std::int64_t per_row =
+      6LL * g.hidden * 4 + static_cast<std::int64_t>(g.top_k) * (2LL * g.intermediate * 4 + 16) +
+      2LL * g.shared.count * g.shared.intermediate * 4;
+  m.buffer_bytes = rows * per_row;
+  return m;
+}
+
 Plan make_plan(const JobSpec& job, std::optional<std::int64_t> l2_bytes) {
   Plan plan{job, nominal_device(job.backend), std::nullopt, {}};
   if (l2_bytes) plan.device.l2_bytes = *l2_bytes;

@@ -126,6 +126,17 @@ struct Plan {
   [[nodiscard]] PlanEstimate estimate(const TargetPlan& t, Component c) const;
 };
 
+// Device memory one rank needs for a target (docs/cli.md#plan): the weights it allocates at
+// once — the experts cell's 2B banks of its local experts, the shared experts, the router — plus
+// the buffers of its largest point (activations, routes, outputs and the verification
+// reference's fp32 copies), an estimate of what `acquire` holds at its peak.
+struct MemoryEstimate {
+  std::int64_t weight_bytes = 0;
+  std::int64_t buffer_bytes = 0;
+  [[nodiscard]] std::int64_t total() const { return weight_bytes + buffer_bytes; }
+};
+[[nodiscard]] MemoryEstimate estimate_memory(const JobSpec& job, const TargetPlan& t);
+
 // "measured (...)" or "nominal (...)": the model `estimate` uses, for the user.
 [[nodiscard]] std::string cost_model_description(const Plan& plan);
 

@@ -32,11 +32,15 @@ json plan_json(const Plan& plan) {
                        {"forwards", e.forwards},
                        {"estimated_device_s", e.device_seconds}});
     }
-    targets.push_back({{"target", t.target.to_json()},
-                       {"local_experts", t.ownership.local_experts},
-                       {"first_expert", t.ownership.first_expert},
-                       {"weight_banks", t.weight_banks},
-                       {"components", comps}});
+    const auto mem = estimate_memory(plan.job, t);
+    targets.push_back(
+        {{"target", t.target.to_json()},
+         {"local_experts", t.ownership.local_experts},
+         {"first_expert", t.ownership.first_expert},
+         {"weight_banks", t.weight_banks},
+         {"memory_per_rank_bytes",
+          {{"weights", mem.weight_bytes}, {"buffers", mem.buffer_bytes}, {"total", mem.total()}}},
+         {"components", comps}});
   }
   const auto total = plan.estimate();
   return {{"job", plan.job.source},
@@ -80,6 +84,11 @@ void print_text(const Plan& plan, std::ostream& os) {
        << t.target.ep << "  experts [" << t.ownership.first_expert << ","
        << t.ownership.first_expert + t.ownership.local_experts << ")  weight banks "
        << t.weight_banks << "\n";
+    const auto mem = estimate_memory(plan.job, t);
+    const auto gib = [](std::int64_t b) { return static_cast<double>(b) / (1LL << 30); };
+    os << "  memory per rank (estimate): " << std::setprecision(3) << gib(mem.total())
+       << " GiB (weights " << gib(mem.weight_bytes) << ", buffers " << gib(mem.buffer_bytes)
+       << "); acquire refuses a GPU with less\n";
     for (const auto& grid : t.components) {
       const auto e = plan.estimate(t, grid.component);
       os << "  " << std::left << std::setw(14) << to_string(grid.component) << std::right

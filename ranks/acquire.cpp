@@ -135,6 +135,7 @@ class Acquisition {
     HARNESS_CHECK_MPI(MPI_Comm_rank(comm_, &rank_));
     HARNESS_CHECK_MPI(MPI_Comm_size(comm_, &size_));
     plan_ = make_plan(job_, ctx_->backend->cache_bytes());
+    require_device_memory();
     const auto contract_text = Contract::of(plan_, ctx_->backend->name(), ctx_->timer->method(),
                                             ctx_->backend->cache_bytes())
                                    .dump();
@@ -201,6 +202,26 @@ class Acquisition {
     for (const auto& info : earlier_stages) add_stored_cell(info);
     declare();
     write_provenance();
+  }
+
+  // Refuses, before anything is written, a plan whose largest target needs more device memory per
+  // rank than this GPU has (harness plan prints the estimate).
+  void require_device_memory() const {
+    const auto props = ctx_->backend->device_properties();
+    const auto it = props.find("memory_bytes");
+    if (it == props.end()) return;  // host backends
+    const auto have = std::stoll(it->second);
+    for (const auto& t : plan_.targets)
+      if (const auto need = estimate_memory(job_, t); need.total() > have) {
+        const auto gib = [](std::int64_t b) {
+          return std::to_string(static_cast<double>(b) / (1LL << 30)).substr(0, 5);
+        };
+        throw std::runtime_error(
+            "target " + t.target.label() + " needs about " + gib(need.total()) +
+            " GiB of device memory per rank (weights " + gib(need.weight_bytes) +
+            " GiB; harness plan), this GPU has " + gib(have) +
+            " GiB: use a deployment with more experts ranks (EP) or fewer tokens");
+      }
   }
 
   // The file's description of a cell of target `t`.

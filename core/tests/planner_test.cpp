@@ -221,3 +221,26 @@ TEST(Estimate, MeasuredCostsReplaceTheNominalModelAndSaySo) {
 
 }  // namespace
 }  // namespace moe
+
+namespace moe {
+namespace {
+
+// The weights are exact: 2B banks of the local experts' gate/up/down matrices, the shared experts
+// and the router; an EP2 rank holds half the experts.
+TEST(Planner, MemoryEstimateCountsTheBanksOfTheLocalExperts) {
+  auto job = load_job_file(std::string(HARNESS_SOURCE_DIR) + "/jobs/qwen3-30b-a3b.yaml");
+  const auto plan = make_plan(job, std::int64_t{60} << 20);
+  const auto& g = job.geometry;
+  for (const auto& t : plan.targets) {
+    const auto m = estimate_memory(job, t);
+    const std::int64_t expert = 3LL * g.hidden * g.intermediate * 2;  // bf16
+    EXPECT_EQ(m.weight_bytes,
+              2LL * t.weight_banks * t.ownership.local_experts * expert +
+                  static_cast<std::int64_t>(g.experts) * g.hidden * bytes_of(g.router_dtype))
+        << t.target.label();
+    EXPECT_GT(m.buffer_bytes, 0);
+  }
+}
+
+}  // namespace
+}  // namespace moe
