@@ -10,6 +10,7 @@
 #include <sstream>
 
 #include "core/files.h"
+#include "core/hf_config.h"
 #include "core/yaml_error.h"
 
 namespace moe {
@@ -131,12 +132,30 @@ GraphMode graph_mode_of(const YAML::Node& n) {
   return it->second;
 }
 
-ModelGeometry parse_model(const YAML::Node& m) {
-  check_keys(m, "model",
-             {"preset", "name", "hidden_size", "moe_intermediate_size", "num_experts", "top_k",
-              "renormalize", "weight_dtype", "router_dtype", "shared_experts", "num_layers"});
+// `model.config` names a Hugging Face config.json, relative to the job file's directory.
+ModelGeometry parse_model(const YAML::Node& m, const std::string& source) {
+  check_keys(
+      m, "model",
+      {"preset", "config", "name", "hidden_size", "moe_intermediate_size", "num_experts", "top_k",
+       "renormalize", "weight_dtype", "router_dtype", "shared_experts", "num_layers"});
   ModelGeometry g;
-  if (auto p = m["preset"]) {
+  if (m["preset"] && m["config"])
+    throw JobError("job: model.preset and model.config both name a model" + where(m["config"]));
+  if (auto c = m["config"]) {
+    auto path = std::filesystem::path(scalar<std::string>(c, "model.config"));
+    if (path.is_relative()) path = std::filesystem::path(source).parent_path() / path;
+    std::string text;
+    try {
+      text = read_file(path);
+    } catch (const std::exception&) {
+      throw JobError("job: model.config: cannot read '" + path.string() + "'" + where(c));
+    }
+    try {
+      g = geometry_from_hf_config(text, path.string());
+    } catch (const std::invalid_argument& e) {
+      throw JobError(std::string("job: ") + e.what());
+    }
+  } else if (auto p = m["preset"]) {
     const auto name = scalar<std::string>(p, "model.preset");
     auto found = find_preset(name);
     if (!found) {
@@ -254,7 +273,7 @@ JobSpec parse_job(const std::string& yaml_text, const std::string& source) {
     check_keys(
         root, "",
         {"model", "deployment", "tokens", "graph", "measurement", "fidelity", "output", "budget"});
-    job.geometry = parse_model(required(root, "model", "model"));
+    job.geometry = parse_model(required(root, "model", "model"), source);
 
     auto d = required(root, "deployment", "deployment");
     check_keys(d, "deployment", {"tp", "dp", "ep", "ranks", "sp"});
@@ -441,6 +460,7 @@ std::vector<Target> JobSpec::targets() const {
 }
 
 void apply_overrides(JobSpec& job, const JobOverrides& o) {
+  if (o.geometry) job.geometry = *o.geometry;
   if (o.tp) job.tp = *o.tp;
   if (o.dp) job.dp = *o.dp;
   if (o.ep) job.ep = *o.ep;

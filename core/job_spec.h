@@ -102,6 +102,7 @@ struct JobOverrides {
   std::optional<std::string> backend, out_root;
   std::optional<double> grid_factor, gpu_hours;
   std::optional<std::vector<Component>> components;
+  std::optional<ModelGeometry> geometry;  // --model-config
 };
 void apply_overrides(JobSpec& job, const JobOverrides& o);
 

@@ -29,7 +29,7 @@ void print_publish_report(const PublishReport& r, std::ostream& os);
 // Options shared by every subcommand that reads a job: [JOB] --tp --dp --ep --rank ...
 struct JobOptions {
   std::string job_path;
-  std::string tp, dp, ep, ranks, backend, out_root, components;
+  std::string tp, dp, ep, ranks, backend, out_root, components, model_config;
   int rounds = 0, iterations = 0;
   double grid_factor = 0, gpu_hours = 0;
   void add_to(boost::program_options::options_description& desc);

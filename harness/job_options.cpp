@@ -1,5 +1,7 @@
 #include <iostream>
 
+#include "core/files.h"
+#include "core/hf_config.h"
 #include "harness/commands.h"
 
 namespace po = boost::program_options;
@@ -19,7 +21,10 @@ void JobOptions::add_to(po::options_description& desc) {
       "auto | cpu_reference | cublas_grouped | native | staircase_model (test double)")(
       "components", po::value(&components),
       "measure only these components, e.g. gate_routing (collectives are measured either way)")(
-      "gpu-hours", po::value(&gpu_hours), "device-time budget in GPU-hours (overrides the job)");
+      "gpu-hours", po::value(&gpu_hours), "device-time budget in GPU-hours (overrides the job)")(
+      "model-config", po::value(&model_config),
+      "geometry from a Hugging Face config.json (Qwen3-MoE, DeepSeek-V3, Mixtral; overrides the "
+      "job's model)");
 }
 
 JobSpec JobOptions::load() const {
@@ -36,6 +41,19 @@ JobSpec JobOptions::load() const {
   if (!components.empty()) o.components = parse_component_list(components, "--components");
   if (!out_root.empty()) o.out_root = out_root;
   if (gpu_hours != 0) o.gpu_hours = gpu_hours;
+  if (!model_config.empty()) {
+    std::string text;
+    try {
+      text = read_file(model_config);
+    } catch (const std::exception&) {
+      throw JobError("--model-config: cannot read '" + model_config + "'");
+    }
+    try {
+      o.geometry = geometry_from_hf_config(text, model_config);
+    } catch (const std::invalid_argument& e) {
+      throw JobError(std::string("--model-config: ") + e.what());
+    }
+  }
   apply_overrides(job, o);
   return job;
 }

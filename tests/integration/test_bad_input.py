@@ -23,6 +23,12 @@ expect_error([HARNESS, "plan", qwen, "--tp", "1,2", "--dp", "1,2", "--ep", "3"],
 expect_error([HARNESS, "plan", "/nonexistent.yaml"], "cannot open job file")
 expect_error([HARNESS, "plan", job, "--backend", "cuda"], "unknown backend 'cuda'")
 expect_error([HARNESS, "nonsense"], "unknown command")
+# Geometry from a Hugging Face config.json.
+p = run([HARNESS, "plan", job, "--tp", "1", "--dp", "1", "--model-config",
+         os.path.join(SOURCE_DIR, "tests/data/hf/mixtral.json")])
+assert "mixtral (H=4096 I=14336 E=8 k=2" in p.stdout, p.stdout
+expect_error([HARNESS, "plan", job, "--model-config", "/nonexistent/config.json"],
+             "--model-config: cannot read '/nonexistent/config.json'")
 expect_error([HARNESS, "plan", job, "--components", "gate_routng"], "did you mean 'gate_routing'")
 expect_error([HARNESS, "plan", job, "--tp", "1", "--dp", "1", "--components", "finalize_copy"],
              "selects no component of any target")
