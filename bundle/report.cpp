@@ -238,13 +238,35 @@ Report render_report(const fs::path& dir) {
       body << bar_plot("node " + n.value("host", "?") + ": family shares and throughput", bars);
     }
   }
+  // What the page shows: backend, device, geometry and when, from the first component table.
+  std::string header;
+  for (const auto& [tp, entries] : meta.per_tp(Section::moe_components))
+    for (const auto& e : entries) {
+      if (!header.empty()) break;
+      const auto backend = e.contract.value("backend", "?");
+      const auto& geo = e.contract.value("geometry", json::object());
+      const auto devices =
+          e.provenance.value("hardware", json::object()).value("devices", json::array());
+      header = "backend " + backend + " · device " +
+               (devices.empty() ? std::string("unknown") : devices[0].value("device", "?")) +
+               " · geometry " + geo.value("name", "?") +
+               " (H=" + geo.value("hidden_size", json(0)).dump() +
+               ", I=" + geo.value("moe_intermediate_size", json(0)).dump() +
+               ", E=" + geo.value("num_experts", json(0)).dump() +
+               ", k=" + geo.value("top_k", json(0)).dump() + ") · published " +
+               e.provenance.value("published_utc", "?");
+      if (backend == "cpu_reference" || backend == "staircase_model")
+        header += "</p><p class=\"warning\"><b>CPU RUN: host-side figures of the " + backend +
+                  " backend, not GPU data</b>";
+    }
   const auto sj = sanity.to_json();
   std::ostringstream page;
   page << "<!DOCTYPE html><html><head><meta charset=\"utf-8\"><title>harness report: "
        << esc(meta.variant)
        << "</title><style>body{font-family:sans-serif;margin:24px}table{border-collapse:collapse}"
        << "td,th{border:1px solid #999;padding:2px 8px}</style></head><body><h1>harness report: "
-       << esc(meta.variant) << "</h1><p>" << tables << " tables</p>" << body.str()
+       << esc(meta.variant) << "</h1><p class=\"header\">" << header << "</p><p>" << tables
+       << " tables</p>" << body.str()
        << "<h2>Sanity</h2><table><tr><th>family</th><th>finite</th><th>missing</th><th>min</"
           "th><th>max</th>"
        << "<th>distinct</th></tr>";

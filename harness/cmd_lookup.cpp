@@ -14,10 +14,21 @@ namespace moe::cli {
 
 namespace {
 
+// Tables of the host backends time CPU code or a model: usable to test a simulator's plumbing,
+// never as GPU data; say so on stderr (stdout keeps the number).
+void warn_if_not_device_data(const nlohmann::json& contract) {
+  const auto backend = contract.value("backend", "");
+  if (backend == "cpu_reference" || backend == "staircase_model" || backend == "mpi_host")
+    std::cerr << "harness lookup: warning: this table was measured with the " << backend
+              << " backend on the host, not on a GPU: use it to test plumbing, not as device "
+                 "time\n";
+}
+
 int lookup_collective(const std::string& variant_dir, const DeploymentKey& key,
                       const std::string& collective, std::int64_t tokens,
                       const std::string& format) {
   const auto table = CollectiveTable::load(variant_dir, key);
+  warn_if_not_device_data(table.contract());
   const auto r = table.query(collective, tokens);
   if (format == "json") {
     nlohmann::json rows = nlohmann::json::array();
@@ -87,6 +98,7 @@ int lookup(const Args& args) {
     throw LookupError(
         "experts needs --activated A and --assignments M (the all-remote row is A = M = 0)");
   auto d = Deployment::load(variant_dir, key);
+  warn_if_not_device_data(d.contract());
   const auto r = d.query(*c, tokens, activated, assignments);
   if (format == "json") {
     nlohmann::json v = nlohmann::json::array();

@@ -199,6 +199,7 @@ with tempfile.TemporaryDirectory() as tmp:
     # The expected device: a table measured elsewhere is refused, naming both.
     query = ["--tp", "1", "--dp", "2", "--component", "gate_routing", "--tokens", "4"]
     assert lookup(variant, *query, "--expect-device", "host cpu").stdout == lookup(variant, *query).stdout
+    assert "not on a GPU: use it to test plumbing" in lookup(variant, *query).stderr
     expect_error([HARNESS, "lookup", variant, *query, "--expect-device", "H200"],
                  "was measured on host CPU (host " + os.uname().nodename + "), not on the expected device 'H200'")
     no_identity = os.path.join(tmp, "no_identity")

@@ -74,6 +74,9 @@ with tempfile.TemporaryDirectory() as tmp:
     assert len(held_out_plots) == 3, len(held_out_plots)
     assert all('class="diagonal"' in p and "<circle" in p for p in held_out_plots)
     assert page.count('data-table="colocation"') == 1
+    # The header says what the page shows, and that a CPU run is not GPU data.
+    assert "backend cpu_reference · device host CPU · geometry tiny (H=64, I=32, E=8, k=2)" in page, page[:600]
+    assert "CPU RUN: host-side figures of the cpu_reference backend" in page
     assert "<h2>Sanity</h2>" in page and "http" not in page.replace("http://www.w3.org/2000/svg", "")
     shot = os.path.join(tmp, "report.png")
     subprocess.run([chromium, "--headless", "--no-sandbox", "--disable-gpu", f"--screenshot={shot}",
