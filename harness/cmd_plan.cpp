@@ -4,6 +4,7 @@
 #include <iostream>
 #include <map>
 #include <nlohmann/json.hpp>
+#include <set>
 
 #include "core/contract.h"
 #include "core/planner.h"
@@ -69,7 +70,50 @@ json plan_json(const Plan& plan) {
             {"estimated_held_s", total.held_seconds}}}};
 }
 
-void print_text(const Plan& plan, std::ostream& os) {
+// "45 s", "12 min 5 s", "3.2 h", "4.1 days": durations a reader takes in at a glance.
+std::string human_duration(double seconds) {
+  char buf[64];
+  if (seconds < 60)
+    std::snprintf(buf, sizeof(buf), "%.3g s", seconds);
+  else if (seconds < 3600)
+    std::snprintf(buf, sizeof(buf), "%d min %d s", static_cast<int>(seconds / 60),
+                  static_cast<int>(seconds) % 60);
+  else if (seconds < 86400 * 2)
+    std::snprintf(buf, sizeof(buf), "%.3g h", seconds / 3600);
+  else
+    std::snprintf(buf, sizeof(buf), "%.3g days", seconds / 86400);
+  return buf;
+}
+
+// Every grid point (--verbose): token rows, and the (A, M) pairs of each experts row.
+void print_points(const ComponentGrid& grid, std::ostream& os) {
+  if (grid.component != Component::experts) {
+    os << "    tokens:";
+    for (const auto& p : grid.points) os << " " << p.tokens;
+    os << "\n";
+    return;
+  }
+  std::map<std::int64_t, std::vector<GridPoint>> by_n;
+  for (const auto& p : grid.points) by_n[p.tokens].push_back(p);
+  for (const auto& [n, pts] : by_n) {
+    os << "    N=" << n << " (A,M):";
+    for (const auto& p : pts) os << " (" << p.activated << "," << p.assignments << ")";
+    os << "\n";
+  }
+}
+
+// One line per component grid by default: its token range and rows.
+void print_summary(const ComponentGrid& grid, std::ostream& os) {
+  std::set<std::int64_t> rows;
+  std::int64_t max_a = 0;
+  for (const auto& p : grid.points) rows.insert(p.tokens), max_a = std::max(max_a, p.activated);
+  if (rows.empty()) return;
+  os << "    " << rows.size() << " token rows " << *rows.begin() << ".." << *rows.rbegin();
+  if (grid.component == Component::experts) os << ", A up to " << max_a;
+  os << "\n";
+}
+
+void print_text(const Plan& plan, bool verbose, std::ostream& os) {
   const auto& g = plan.job.geometry;
   os << "job " << plan.job.source << ": " << g.name << " (H=" << g.hidden << " I=" << g.intermediate
      << " E=" << g.experts << " k=" << g.top_k << ", shared " << g.shared.count << "x"
@@ -93,20 +137,11 @@ void print_text(const Plan& plan, std::ostream& os) {
       const auto e = plan.estimate(t, grid.component);
       os << "  " << std::left << std::setw(14) << to_string(grid.component) << std::right
          << grid.points.size() << " points, " << e.forwards << " forwards, ~"
-         << std::setprecision(3) << e.device_seconds << " s\n";
-      if (grid.component != Component::experts) {
-        os << "    tokens:";
-        for (const auto& p : grid.points) os << " " << p.tokens;
-        os << "\n";
-        continue;
-      }
-      std::map<std::int64_t, std::vector<GridPoint>> by_n;
-      for (const auto& p : grid.points) by_n[p.tokens].push_back(p);
-      for (const auto& [n, pts] : by_n) {
-        os << "    N=" << n << " (A,M):";
-        for (const auto& p : pts) os << " (" << p.activated << "," << p.assignments << ")";
-        os << "\n";
-      }
+         << human_duration(e.device_seconds) << "\n";
+      if (verbose)
+        print_points(grid, os);
+      else
+        print_summary(grid, os);
     }
   }
   const auto total = plan.estimate();
@@ -119,9 +154,11 @@ void print_text(const Plan& plan, std::ostream& os) {
      << " cells), measured only where held-out errors exceed " << plan.job.fidelity.tolerance * 100
      << "% and not in this estimate\n";
   os << "total: " << total.points << " points, " << total.forwards << " forwards, estimated "
-     << std::setprecision(4) << total.device_seconds << " s of timed device work and "
-     << total.held_seconds
-     << " s of device time held (one device)\ncost model: " << cost_model_description(plan) << "\n";
+     << human_duration(total.device_seconds) << " of timed device work and "
+     << human_duration(total.held_seconds) << " of device time held (one "
+     << plan.device.name.substr(plan.device.name.find(' ') + 1)
+     << ")\ncost model: " << cost_model_description(plan) << "\n";
+  if (!verbose) os << "(--verbose lists every grid point)\n";
 }
 
 }  // namespace
@@ -132,7 +169,9 @@ int plan(const Args& args) {
   po::options_description desc("harness plan [JOB] [options]");
   jo.add_to(desc);
   std::string campaign;
+  bool verbose = false;
   desc.add_options()("format", po::value(&format), "text | json")(
+      "verbose", po::bool_switch(&verbose), "list every grid point (text)")(
       "campaign", po::value(&campaign),
       "acquisition directory whose measured costs predict the time (default: acquire's --out, "
       "<out_root>/acquisitions/<variant>)");
@@ -150,7 +189,7 @@ int plan(const Args& args) {
   if (format == "json")
     std::cout << plan_json(p).dump(1) << "\n";
   else
-    print_text(p, std::cout);
+    print_text(p, verbose, std::cout);
   return 0;
 }
 

@@ -23,6 +23,13 @@ expect_error([HARNESS, "plan", qwen, "--tp", "1,2", "--dp", "1,2", "--ep", "3"],
 expect_error([HARNESS, "plan", "/nonexistent.yaml"], "cannot open job file")
 expect_error([HARNESS, "plan", job, "--backend", "cuda"], "unknown backend 'cuda'")
 expect_error([HARNESS, "nonsense"], "unknown command")
+# plan: a summary by default (DeepSeek-V3 used to print 541 lines of (A, M) pairs), every point
+# with --verbose, durations a reader takes in.
+deepseek = os.path.join(SOURCE_DIR, "jobs/deepseek-v3.yaml")
+short, full = run([HARNESS, "plan", deepseek]).stdout, run([HARNESS, "plan", deepseek, "--verbose"]).stdout
+assert len(short.splitlines()) < 150 and "N=" not in short and "(--verbose lists every grid point)" in short
+assert "N=1 (A,M):" in full and len(full.splitlines()) > len(short.splitlines())
+assert " of device time held (one H200)" in short and (" min " in short or " h " in short), short[-400:]
 # Geometry from a Hugging Face config.json.
 p = run([HARNESS, "plan", job, "--tp", "1", "--dp", "1", "--model-config",
          os.path.join(SOURCE_DIR, "tests/data/hf/mixtral.json")])
