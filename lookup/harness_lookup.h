@@ -1,0 +1,56 @@
+/* The lookup library's C API (docs/bundle-format.md#reading-a-bundle): open a bundle's tables for
+ * one deployment, query component and collective times, close. No exception crosses it: every
+ * call returns HARNESS_LOOKUP_OK or an error code, and harness_lookup_last_error() gives the
+ * message of this thread's last failing call. A handle may be queried from several threads at
+ * once (queries are serialized on the handle); open and close are not concurrent with queries. */
+#ifndef HARNESS_LOOKUP_H
+#define HARNESS_LOOKUP_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+enum {
+  HARNESS_LOOKUP_OK = 0,
+  HARNESS_LOOKUP_ERROR = 1,         /* the bundle, the table or the query was refused */
+  HARNESS_LOOKUP_INVALID_ARGUMENT = 2 /* a null pointer or an unknown component name */
+};
+
+typedef struct harness_lookup harness_lookup;
+
+/* Opens the tables of deployment (tp, dp, rank) of the bundle variant directory `variant_dir`.
+ * `sp`: 0 or 1, or -1 when the deployment has only one entry. `expect_device`: NULL, or a GPU
+ * UUID or part of its name; tables measured elsewhere are refused. */
+int harness_lookup_open(const char* variant_dir, int tp, int dp, int rank, int sp,
+                        const char* expect_device, harness_lookup** out);
+
+/* Component time (µs): `component` is gate_routing, experts, finalize_copy or wrapper; local
+ * components use `tokens` only, experts (N, A, M). `exact` (may be NULL) is set to 1 for a
+ * measured row. */
+int harness_lookup_component(harness_lookup* h, const char* component, int64_t tokens,
+                             int64_t activated, int64_t assignments, double* time_us, int* exact);
+
+/* `count` queries of one component; out_us[i] is NaN where query i was refused, and the call
+ * returns HARNESS_LOOKUP_ERROR with the first refusal's message when any was. */
+int harness_lookup_component_batch(harness_lookup* h, const char* component, size_t count,
+                                   const int64_t* tokens, const int64_t* activated,
+                                   const int64_t* assignments, double* out_us);
+
+/* A collective of the deployment's collective table at per-DP-rank `tokens`: kernel time,
+ * steady-state time and bytes (each pointer may be NULL). */
+int harness_lookup_collective(harness_lookup* h, const char* collective, int64_t tokens,
+                              double* time_us, double* steady_time_us, int64_t* bytes);
+
+/* The message of this thread's last failing call ("" when none). Valid until the next call. */
+const char* harness_lookup_last_error(void);
+
+void harness_lookup_close(harness_lookup* h);
+
+#ifdef __cplusplus
+}
+#endif
+
+#endif /* HARNESS_LOOKUP_H */

@@ -1,0 +1,74 @@
+"""The C API (lookup/harness_lookup.h) from a C program: its answers equal `harness lookup` at grid
+rows and between them, refusals carry the library's message and code, a batch marks refused
+queries NaN, collectives are answered, 4 threads querying one handle get the sequential answers,
+and the program links no MPI, HDF5, CUDA or Boost library."""
+import os
+import random
+import subprocess
+import tempfile
+
+from harness_test_lib import HARNESS, SOURCE_DIR, mpirun_cmd, run
+
+CONSUMER = os.path.join(os.path.dirname(os.path.dirname(HARNESS)), "lookup", "lookup_c_consumer")
+
+
+def consume(variant, tp, dp, lines):
+    p = subprocess.run([CONSUMER, variant, str(tp), str(dp)], input="\n".join(lines) + "\n",
+                       capture_output=True, text=True, check=True)
+    return p.stdout.splitlines()
+
+
+def cli(variant, tp, dp, *query):
+    p = run([HARNESS, "lookup", variant, "--tp", str(tp), "--dp", str(dp), *query], check=False)
+    return float(p.stdout.split()[0]) if p.returncode == 0 else None
+
+
+with tempfile.TemporaryDirectory() as tmp:
+    run(mpirun_cmd(2, "acquire", os.path.join(SOURCE_DIR, "tests/data/micro.yaml"), "--out",
+                   os.path.join(tmp, "acq"), "--out-root", tmp, "--quiet"))
+    variant = os.path.join(tmp, "micro")
+    table = os.path.join(variant, "tp1/moe_components/dp2_ep2_rank0_sp0/components.csv")
+    rows = [r.split(",") for r in open(table).read().splitlines()[1:]]
+    rng = random.Random(5)
+    queries = [(r[0], int(r[2]), int(r[3]), int(r[4])) for r in rows[::3]]
+    for _ in range(20):
+        n = rng.randint(1, 16)
+        a = rng.randint(1, min(4, 2 * n))
+        queries.append(("experts", n, a, rng.randint(a, n * min(2, a))))
+    queries.append(("gate_routing", 7, 0, 0))
+    out = consume(variant, 1, 2, [f"component {c} {n} {a} {m}" for c, n, a, m in queries] +
+                  ["component experts 100000 1 1", "component shared 1 0 0",
+                   "batch experts 4 2 4 100000 1 1", "collective ep_dispatch 3",
+                   "collective no_such 3"])
+    answered = 0
+    for (c, n, a, m), line in zip(queries, out):
+        args = ["--component", c, "--tokens", str(n)] + (["--activated", str(a), "--assignments", str(m)]
+                                                         if c == "experts" else [])
+        want = cli(variant, 1, 2, *args)
+        if want is None:
+            assert line.startswith("error 1: "), (c, n, a, m, line)
+        else:
+            got = float(line.split()[0])
+            assert abs(got - want) <= 1e-9 * want, (c, n, a, m, got, want)
+            answered += 1
+    tail = out[len(queries):]
+    assert tail[0].startswith("error 1: ") and "outside the measured support" in tail[0], tail[0]
+    assert tail[1] == "error 2: unknown component 'shared'", tail[1]
+    batch = tail[2].split()
+    assert batch[1] == "nan" and batch[2:4] == ["status", "1"] and "query 1:" in tail[2], tail[2]
+    assert abs(float(batch[0]) - cli(variant, 1, 2, "--component", "experts", "--tokens", "4",
+                                     "--activated", "2", "--assignments", "4")) < 1e-6
+    coll = tail[3].split()
+    want = run([HARNESS, "lookup", variant, "--tp", "1", "--dp", "2", "--collective", "ep_dispatch",
+                "--tokens", "3", "--format", "json"]).stdout
+    import json
+    want = json.loads(want)
+    assert abs(float(coll[0]) - want["time_us"]) < 1e-9 and int(coll[2]) == want["bytes"], (coll, want)
+    assert tail[4].startswith("error 1: no collective 'no_such'"), tail[4]
+    assert out[-1] == "threads: identical", out[-1]
+    assert answered >= 10, answered
+
+    libs = subprocess.run(["ldd", CONSUMER], capture_output=True, text=True).stdout
+    for lib in ("libmpi", "libhdf5", "libcuda", "libcudart", "libboost"):
+        assert lib not in libs, f"the C consumer links {lib}:\n{libs}"
+print(f"ok: {answered} C API answers equal harness lookup; refusals, batch, collectives, threads")
