@@ -4,9 +4,11 @@
 
 #include <mpi.h>
 
+#include <chrono>
 #include <functional>
 #include <iostream>
 #include <string>
+#include <thread>
 
 #include "core/checked_call.h"
 
@@ -30,13 +32,17 @@ class MpiSession {
   MpiSession(const MpiSession&) = delete;
   MpiSession& operator=(const MpiSession&) = delete;
 
-  // Runs `body(rank)`; on an exception prints one error line and aborts every rank with 1.
+  // Runs `body(rank)`; on an exception prints one error line and aborts every rank with 1. An
+  // error every rank meets (a refused plan, an unusable --out) is printed once, by rank 0: the
+  // other ranks wait a moment before printing, and rank 0's abort ends them first. An error of
+  // one rank alone is still printed by that rank.
   int run_or_abort(const std::string& command, const std::function<void(int)>& body) {
     int rank = 0;
     HARNESS_CHECK_MPI(MPI_Comm_rank(MPI_COMM_WORLD, &rank));
     try {
       body(rank);
     } catch (const std::exception& e) {
+      if (rank != 0) std::this_thread::sleep_for(std::chrono::seconds(2));
       std::cerr << "harness " << command << " (rank " << rank << "): error: " << e.what()
                 << std::endl;
       MPI_Abort(MPI_COMM_WORLD, 1);

@@ -73,6 +73,10 @@ with tempfile.TemporaryDirectory() as tmp:
         p = run(mpirun_cmd(1, "acquire", job, "--out", out_dir, "--no-publish"), check=False)
         assert p.returncode != 0 and reason in p.stderr and "holds" not in p.stderr, p.stderr
     assert open(blocker).read() == "x"
+    # An error every rank meets is printed once, by rank 0, not once per rank.
+    p = run(mpirun_cmd(3, "acquire", job, "--out", blocker, "--no-publish"), check=False)
+    errors = [line for line in p.stderr.splitlines() if "error:" in line]
+    assert p.returncode != 0 and len(errors) == 1 and "(rank 0)" in errors[0], p.stderr
     escaping = os.path.join(tmp, "escaping.yaml")
     open(escaping, "w").write(open(job).read().replace("variant: micro", 'variant: ".."'))
     expect_error([HARNESS, "plan", escaping], "output.variant '..' names a directory above")
