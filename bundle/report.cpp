@@ -10,6 +10,7 @@
 #include "bundle/format.h"
 #include "bundle/sanity.h"
 #include "core/files.h"
+#include "core/job_spec.h"
 
 namespace moe {
 
@@ -255,7 +256,7 @@ Report render_report(const fs::path& dir) {
                ", E=" + geo.value("num_experts", json(0)).dump() +
                ", k=" + geo.value("top_k", json(0)).dump() + ") · published " +
                e.provenance.value("published_utc", "?");
-      if (backend == "cpu_reference" || backend == "staircase_model")
+      if (host_backend(backend))
         header += "</p><p class=\"warning\"><b>CPU RUN: host-side figures of the " + backend +
                   " backend, not GPU data</b>";
     }

@@ -459,6 +459,10 @@ std::vector<Target> JobSpec::targets() const {
   return out;
 }
 
+bool host_backend(std::string_view backend) {
+  return backend == "cpu_reference" || backend == "staircase_model";
+}
+
 void apply_overrides(JobSpec& job, const JobOverrides& o) {
   if (o.geometry) job.geometry = *o.geometry;
   if (o.tp) job.tp = *o.tp;

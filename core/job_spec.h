@@ -5,6 +5,7 @@
 #include <optional>
 #include <stdexcept>
 #include <string>
+#include <string_view>
 #include <vector>
 
 #include "core/component.h"
@@ -109,6 +110,10 @@ void apply_overrides(JobSpec& job, const JobOverrides& o);
 // Checks every value-level rule (positive sizes, k <= E, capture sizes within the budget,
 // targets resolvable). parse_job and apply_overrides call it.
 void validate(const JobSpec& job);
+
+// True for the backends that run on the host CPU (cpu_reference and its staircase_model test
+// double): no GPU needed, host-side figures, never device data.
+[[nodiscard]] bool host_backend(std::string_view backend);
 
 // "gate_routing,experts" -> components; names the option and the unknown name in the error.
 [[nodiscard]] std::vector<Component> parse_component_list(const std::string& text,

@@ -188,7 +188,7 @@ int forwards_per_arm(int iterations, int banks) {
 }
 
 DeviceModel nominal_device(std::string_view backend) {
-  if (backend == "cpu_reference" || backend == "staircase_model")
+  if (host_backend(backend))
     return {"nominal host CPU", 10e9, 2e9, 0.0, 0, 2e-4, 2e-3};  // no cache conditioning
   // Host overheads per point-round measured on an H200 node: the Qwen3-30B-A3B TP1/DP1 native
   // acquisition spends about 36 s per round verifying 265 expert points (docs/measurement.md).

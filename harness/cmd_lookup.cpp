@@ -5,6 +5,7 @@
 #include <iostream>
 #include <nlohmann/json.hpp>
 
+#include "core/job_spec.h"
 #include "harness/commands.h"
 #include "lookup/lookup.h"
 
@@ -18,7 +19,7 @@ namespace {
 // never as GPU data; say so on stderr (stdout keeps the number).
 void warn_if_not_device_data(const nlohmann::json& contract) {
   const auto backend = contract.value("backend", "");
-  if (backend == "cpu_reference" || backend == "staircase_model" || backend == "mpi_host")
+  if (host_backend(backend) || backend == "mpi_host")
     std::cerr << "harness lookup: warning: this table was measured with the " << backend
               << " backend on the host, not on a GPU: use it to test plumbing, not as device "
                  "time\n";

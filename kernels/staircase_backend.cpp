@@ -84,10 +84,6 @@ std::unique_ptr<Backend> make_staircase_backend() {
   return std::make_unique<StaircaseBackend>();
 }
 
-bool host_backend(const std::string& name) {
-  return name == "cpu_reference" || name == "staircase_model";
-}
-
 std::unique_ptr<Backend> make_backend(const std::string& name, int device) {
   if (name == "cpu_reference") return make_cpu_backend();
   if (name == "staircase_model") return make_staircase_backend();

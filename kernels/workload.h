@@ -67,8 +67,7 @@ class Backend {
 [[nodiscard]] std::unique_ptr<Backend> make_cpu_backend();
 // Any backend by name: cpu_reference, staircase_model (host), or a CUDA backend on `device`.
 [[nodiscard]] std::unique_ptr<Backend> make_backend(const std::string& name, int device);
-// True for the backends that run on the host CPU (no GPU needed).
-[[nodiscard]] bool host_backend(const std::string& name);
+
 // Throws std::runtime_error when the build has no CUDA or no device is present.
 [[nodiscard]] std::unique_ptr<Backend> make_cuda_backend(const std::string& name, int device);
 // Number of visible CUDA devices (0 in a build without CUDA).

@@ -4,6 +4,7 @@
 #include <vector>
 
 #include "core/checked_call.h"
+#include "core/job_spec.h"
 #include "store/mpi_gather.h"
 
 namespace moe {
