@@ -66,6 +66,14 @@ json ComponentFidelity::to_json(double tolerance) const {
           {"failed_points", failed_points}};
 }
 
+void HeldOutStatistics::set_errors(const std::vector<double>& errors) {
+  count = static_cast<int>(errors.size());
+  if (errors.empty()) return;
+  median = quantile(errors, 0.5);
+  p95 = quantile(errors, 0.95);
+  max = *std::max_element(errors.begin(), errors.end());
+}
+
 std::vector<ComponentFidelity> evaluate_fidelity(const StoredAcquisition& acq,
                                                  const std::vector<CellSummary>& summaries) {
   const auto contract = Contract::parse(acq.contract_json);
@@ -143,12 +151,7 @@ std::vector<ComponentFidelity> evaluate_fidelity(const StoredAcquisition& acq,
       }
       f.held_out.push_back(std::move(h));
     }
-    f.statistics.count = static_cast<int>(errors.size());
-    if (!errors.empty()) {
-      f.statistics.median = quantile(errors, 0.5);
-      f.statistics.p95 = quantile(errors, 0.95);
-      f.statistics.max = *std::max_element(errors.begin(), errors.end());
-    }
+    f.statistics.set_errors(errors);
     out.push_back(std::move(f));
   }
   return out;

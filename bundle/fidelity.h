@@ -49,6 +49,8 @@ struct HeldOutStatistics {
   int unpredicted = 0;                  // outside the support
   int bank_failures = 0;                // held-out points whose B/2B control failed (left out)
   double median = 0, p95 = 0, max = 0;  // of |relative error|
+  // Sets count, median, p95 and max from the predicted points' |relative error|s.
+  void set_errors(const std::vector<double>& errors);
 };
 
 struct ComponentFidelity {

@@ -12,11 +12,11 @@
 #include <set>
 
 #include "bundle/bundle_meta.h"
+#include "bundle/fidelity.h"
 #include "bundle/summary.h"
 #include "core/contract.h"
 #include "core/refinement.h"
 #include "core/seed.h"
-#include "core/statistics.h"
 #include "harness/commands.h"
 #include "lookup/lookup.h"
 #include "ranks/forward_timer.h"
@@ -85,22 +85,22 @@ struct Validated {
   Component component;
   std::vector<json> points;
   std::vector<double> errors;
-  int unpredicted = 0, bank_failures = 0;
+  HeldOutStatistics statistics;  // unpredicted and bank_failures counted while measuring
 };
 
-json statistics_json(const Validated& v, double tolerance) {
-  auto sorted = v.errors;
-  std::sort(sorted.begin(), sorted.end());
+json statistics_json(Validated& v, double tolerance) {
+  v.statistics.set_errors(v.errors);
+  const auto& s = v.statistics;
   json out = {{"component", to_string(v.component)},
-              {"count", sorted.size()},
-              {"unpredicted", v.unpredicted},
-              {"bank_failures", v.bank_failures},
+              {"count", s.count},
+              {"unpredicted", s.unpredicted},
+              {"bank_failures", s.bank_failures},
               {"tolerance", tolerance},
               {"points", v.points}};
-  if (!sorted.empty()) {
-    out["median_abs_relative_error"] = quantile(sorted, 0.5);
-    out["p95_abs_relative_error"] = quantile(sorted, 0.95);
-    out["max_abs_relative_error"] = sorted.back();
+  if (s.count > 0) {
+    out["median_abs_relative_error"] = s.median;
+    out["p95_abs_relative_error"] = s.p95;
+    out["max_abs_relative_error"] = s.max;
   }
   return out;
 }
@@ -170,12 +170,12 @@ int validate(const Args& args) {
                     static_cast<std::uint64_t>(e->target.dp),
                     static_cast<std::uint64_t>(e->target.rank), static_cast<std::uint64_t>(c)}));
       if (points.empty()) continue;  // a table of one row has no interior to validate
-      Validated v{c, {}, {}, 0, 0};
+      Validated v{c, {}, {}, {}};
       for (const auto& p : measure(*backend, *timer, e->contract, e->target, c, points, seed)) {
         json j = {{"point", {p.point.tokens, p.point.activated, p.point.assignments}},
                   {"measured_us", *p.time_us}};
         if (!p.bank_check_passed) {
-          ++v.bank_failures;
+          ++v.statistics.bank_failures;
           j["bank_check"] = "failed";
         } else {
           try {
@@ -186,7 +186,7 @@ int validate(const Args& args) {
             j["relative_error"] = error;
             v.errors.push_back(error);
           } catch (const LookupError& err) {
-            ++v.unpredicted;
+            ++v.statistics.unpredicted;
             j["unpredicted"] = err.what();
           }
         }
