@@ -9,12 +9,21 @@
 
 namespace moe {
 
-std::string CpuBinding::describe() const {
+namespace {
+
+std::string cpulist(const std::vector<int>& cpus) {
   std::string s;
   for (std::size_t i = 0; i < cpus.size(); ++i) {
     if (i) s.push_back(',');
     s.append(std::to_string(cpus[i]));
   }
+  return s;
+}
+
+}  // namespace
+
+std::string CpuBinding::describe() const {
+  std::string s = cpulist(cpus);
   const bool kept = pool.rfind("launcher binding", 0) == 0;
   s.append(numa_node >= 0 ? " (numa " + std::to_string(numa_node) : " (no GPU NUMA node known")
       .append(kept     ? ", kept"
@@ -94,12 +103,6 @@ std::vector<int> affinity_mask() {
   for (int c = 0; c < CPU_SETSIZE; ++c)
     if (CPU_ISSET(c, &allowed)) out.push_back(c);
   return out;
-}
-
-std::string cpulist(const std::vector<int>& cpus) {
-  std::string s;
-  for (int c : cpus) s += (s.empty() ? "" : ",") + std::to_string(c);
-  return s;
 }
 
 }  // namespace
