@@ -59,3 +59,23 @@ def check_complete(path, expect_rounds):
                     assert set(smp["arm"].tolist()) == {1, 2}, f"{name}: both bank arms"
                 out[name][r] = smp
     return out
+
+
+# The staircase_model backend's times, restated here independently of kernels/staircase_backend.h:
+# experts pay 3 us per started tile of STAIRCASE_TILE rows of each active expert (rows spread over
+# the A experts as evenly as the stimulus spreads them), the other components are lines in N.
+STAIRCASE_TILE = 4
+
+
+def staircase_time_us(component, n, a=0, m=0):
+    if component == "gate_routing":
+        return 3.0 + 0.02 * n
+    if component == "finalize_copy":
+        return 1.0 + 0.01 * n
+    if component == "wrapper":
+        return 5.0 + 0.05 * n
+    if a == 0:
+        return 2.0
+    per, extra = divmod(m, a)
+    tiles = lambda rows: -(-rows // STAIRCASE_TILE)
+    return 4 + 0.5 * a + 3 * ((a - extra) * tiles(per) + extra * tiles(per + 1)) + 0.01 * m

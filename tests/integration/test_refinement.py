@@ -17,18 +17,11 @@ import tempfile
 import h5py
 import yaml
 
-from harness_test_lib import HARNESS, MPI_ENV, SOURCE_DIR, check_complete, mpirun_cmd, run
+from harness_test_lib import (HARNESS, MPI_ENV, SOURCE_DIR, check_complete, mpirun_cmd, run,
+                              staircase_time_us)
 
 JOB = os.path.join(SOURCE_DIR, "tests/data/staircase.yaml")
-E, K, TILE = 8, 2, 4  # the tiny preset and the model's tile height
-
-
-def model_us(n, a, m):
-    if a == 0:
-        return 2.0
-    per, extra = divmod(m, a)
-    tiles = lambda rows: -(-rows // TILE)
-    return 4 + 0.5 * a + 3 * ((a - extra) * tiles(per) + extra * tiles(per + 1)) + 0.01 * m
+E, K = 8, 2  # the tiny preset
 
 
 def lookup(bundle, n, a, m):
@@ -76,7 +69,7 @@ with tempfile.TemporaryDirectory() as tmp:
     worst = 0.0
     for n in range(1, 65):
         a, m = round(E * (1 - (1 - K / E) ** n)), n * K
-        want = model_us(n, a, m)
+        want = staircase_time_us("experts", n, a, m)
         worst = max(worst, abs(lookup(bundle, n, a, m) - want) / want)
     assert worst <= 0.02, f"balanced-routing lookup misses the staircase by {worst:.1%}"
     planned = entry(bundle)["contract"]["grids"]["experts"]["points"]

@@ -9,22 +9,7 @@ import tempfile
 
 import yaml
 
-from harness_test_lib import HARNESS, SOURCE_DIR, mpirun_cmd, run
-
-TILE = 4
-
-
-def model_us(component, n, a, m):
-    if component == "gate_routing":
-        return 3.0 + 0.02 * n
-    if component == "wrapper":
-        return 5.0 + 0.05 * n
-    if a == 0:
-        return 2.0
-    per, extra = divmod(m, a)
-    tiles = lambda rows: -(-rows // TILE)
-    return 4 + 0.5 * a + 3 * ((a - extra) * tiles(per) + extra * tiles(per + 1)) + 0.01 * m
-
+from harness_test_lib import HARNESS, SOURCE_DIR, mpirun_cmd, run, staircase_time_us
 
 def quantile(sorted_values, q):
     pos = q * (len(sorted_values) - 1)
@@ -62,7 +47,7 @@ with tempfile.TemporaryDirectory() as tmp:
         for pt in c["points"]:
             n, a, m = pt["point"]
             assert (name, (n, a, m)) not in rows, f"{name} {pt['point']} is a table row, not held out"
-            want = model_us(name, n, a, m)
+            want = staircase_time_us(name, n, a, m)
             assert abs(pt["measured_us"] - want) <= 1e-9 * want, (name, pt, want)
             query = ["--tp", "1", "--dp", "1", "--component", name, "--tokens", str(n)]
             if name == "experts":
