@@ -169,7 +169,14 @@ int validate(const Args& args) {
           mix_seed({seed, static_cast<std::uint64_t>(e->target.tp),
                     static_cast<std::uint64_t>(e->target.dp),
                     static_cast<std::uint64_t>(e->target.rank), static_cast<std::uint64_t>(c)}));
-      if (points.empty()) continue;  // a table of one row has no interior to validate
+      if (points.empty()) {  // a table of one token row has no interior: said, not dropped
+        entry["components"].push_back(
+            {{"component", to_string(c)},
+             {"count", 0},
+             {"points", json::array()},
+             {"skipped", "no feasible point between the table's token rows"}});
+        continue;
+      }
       Validated v{c, {}, {}, {}};
       for (const auto& p : measure(*backend, *timer, e->contract, e->target, c, points, seed)) {
         json j = {{"point", {p.point.tokens, p.point.activated, p.point.assignments}},
@@ -211,6 +218,10 @@ int validate(const Args& args) {
       std::cout << "  " << Target::from_json(entry["target"]).label() << "\n";
       for (const auto& c : entry["components"]) {
         std::cout << "    " << c["component"].get<std::string>() << ": " << c["count"] << " points";
+        if (c.contains("skipped")) {
+          std::cout << " (skipped: " << c["skipped"].get<std::string>() << ")\n";
+          continue;
+        }
         if (c.contains("p95_abs_relative_error"))
           std::cout << std::fixed << std::setprecision(2) << ", |error| median "
                     << 100 * c["median_abs_relative_error"].get<double>() << "%, p95 "

@@ -74,7 +74,8 @@ with tempfile.TemporaryDirectory() as tmp:
                   f"resume failed:\n{p.stdout}\n{p.stderr}")
             continue
         after = check_complete(h5, int(ROUNDS))
-        if any(key not in {(n, r) for n in after for r in after[n]} for key in before):
+        complete_after = {(n, r) for n in after for r in after[n]}
+        if any(key not in complete_after for key in before):
             lost += 1
             continue
         if any(not (after[name][r] == samples).all() for (name, r), samples in before.items()):

@@ -75,6 +75,19 @@ with tempfile.TemporaryDirectory() as tmp:
     text = run([HARNESS, "validate", bundle, "--tp", "1", "--points", "3"], check=False)
     assert "seed " in text.stdout and ("within tolerance" in text.stdout or "OUTSIDE TOLERANCE" in text.stdout)
 
+    # A table of one token row has no interior: each component is reported as skipped, not left out.
+    one_row = os.path.join(tmp, "one_row.yaml")
+    open(one_row, "w").write(open(os.path.join(SOURCE_DIR, "tests/data/staircase.yaml")).read()
+                             .replace("max_num_batched_tokens: 64", "max_num_batched_tokens: 1")
+                             .replace("max_num_seqs: 16", "max_num_seqs: 1")
+                             .replace("variant: staircase", "variant: one_row"))
+    run(mpirun_cmd(1, "acquire", one_row, "--out-root", root, "--quiet"))
+    p = run([HARNESS, "validate", os.path.join(root, "one_row"), "--format", "json", "--seed", "1"])
+    comps = p and json.loads(p.stdout)["entries"][0]["components"]
+    assert comps and all(c["count"] == 0 and "skipped" in c for c in comps), comps
+    p = run([HARNESS, "validate", os.path.join(root, "one_row"), "--seed", "1"])
+    assert "(skipped: no feasible point between the table's token rows)" in p.stdout, p.stdout
+
     # Error paths.
     expect_error([os.path.join(tmp, "nowhere")], "no meta.yaml")
     expect_error([bundle, "--points", "0"], "--points must be between 1 and 1000")
