@@ -78,6 +78,35 @@ json run_history(const StoredAcquisition& acq) {
   return out;
 }
 
+json placement_of(const StoredAcquisition& acq) {
+  json runs = json::array();
+  bool verified = !acq.runs.empty();
+  std::set<int> regimes;
+  std::set<std::string> gates;
+  for (std::size_t i = 0; i < acq.runs.size(); ++i) {
+    std::map<std::string, json> nodes;  // host -> the placement its ranks recorded
+    for (const auto& rank : json::parse(acq.runs[i].start)) {
+      const auto p = rank.value("placement", json::object());
+      const auto gate = p.value("gate", "not recorded (the run predates placement records)");
+      json node = {{"host", rank.value("host", "")}, {"gate", gate}};
+      if (p.contains("regime")) {
+        node["regime"] = p["regime"];
+        regimes.insert(p["regime"].get<int>());
+      }
+      if (p.contains("ranks_on_node")) node["ranks_on_node"] = p["ranks_on_node"];
+      if (p.contains("verdict_created_utc")) node["verdict_created_utc"] = p["verdict_created_utc"];
+      if (p.contains("verdict_profile")) node["verdict_profile"] = p["verdict_profile"];
+      gates.insert(gate);
+      verified = verified && (gate == "verified" || gate.starts_with("not needed"));
+      nodes.emplace(node["host"].get<std::string>(), node);
+    }
+    json list = json::array();
+    for (auto& [host, node] : nodes) list.push_back(node);
+    runs.push_back({{"run", i}, {"nodes", list}});
+  }
+  return {{"verified", verified}, {"regimes", regimes}, {"gates", gates}, {"runs", runs}};
+}
+
 std::string latest_job_text(const StoredAcquisition& acq) {
   return acq.runs.empty() ? std::string() : rank0_of(acq.runs.back().start).value("job_text", "");
 }

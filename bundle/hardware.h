@@ -19,6 +19,11 @@ namespace moe {
 // harness_revision, harness_binary_sha256, family_table_sha256, job_sha256, and, for a run that
 // ended, ended_utc and complete.
 [[nodiscard]] nlohmann::json run_history(const StoredAcquisition& acq);
+// How each run placed its ranks (docs/colocation.md#the-gate-gates), from every rank's provenance:
+// {verified, regimes, gates, runs: [{run, nodes: [{host, gate, regime, ranks_on_node, ...}]}]}.
+// `verified` is false when any node of any run measured without a passing verdict
+// (--unverified) or did not record its placement.
+[[nodiscard]] nlohmann::json placement_of(const StoredAcquisition& acq);
 // The job text the latest run read (empty when the file predates it).
 [[nodiscard]] std::string latest_job_text(const StoredAcquisition& acq);
 

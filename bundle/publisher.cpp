@@ -88,11 +88,14 @@ PublishReport publish(const StoredAcquisition& acq, const std::string& h5_path,
   const fs::path variant_dir = fs::path(out_root) / variant;
 
   std::vector<ComponentFidelity> fidelity;
-  json hardware, runs;
+  json hardware, runs, placement, placement_summary;
   try {
     fidelity = evaluate_fidelity(acq, summarize(acq));
     hardware = hardware_identity(acq);
     runs = run_history(acq);
+    placement = placement_of(acq);
+    placement_summary = placement;
+    placement_summary.erase("runs");  // per run, in the provenance
   } catch (const std::exception& e) {
     throw PublishError("nothing published from '" + h5_path + "': " + e.what());
   }
@@ -212,6 +215,7 @@ PublishReport publish(const StoredAcquisition& acq, const std::string& h5_path,
     w.samples = samples.str();
     w.held_out = held_out.str();
     w.contract = contract.component_table(t);
+    w.contract["placement"] = placement_summary;  // the co-location regime: a condition
     SanityBlock table_sanity;
     {
       std::istringstream rows_in(w.csv);
@@ -261,6 +265,7 @@ PublishReport publish(const StoredAcquisition& acq, const std::string& h5_path,
           << format_time(r.steady_time_us) << "\n";
     w.csv = csv.str();
     w.contract = contract.collective_table(*mine->target_contract, c.backend);
+    w.contract["placement"] = placement_summary;
     w.coverage = {{"rows", c.rows.size()}, {"table_sha256", sha256_hex(w.csv)}};
     work.push_back(std::move(w));
   }
@@ -317,6 +322,7 @@ PublishReport publish(const StoredAcquisition& acq, const std::string& h5_path,
                        {"published_utc", utc_now()},
                        {"hardware", hardware},
                        {"runs", runs},
+                       {"placement", placement["runs"]},
                        {"job_text", latest_job_text(acq)}};
     meta.add({w->target, w->rel_path, w->contract, "", w->coverage, provenance}, w->section);
     report.published.push_back(w->label);

@@ -259,6 +259,10 @@ Report render_report(const fs::path& dir) {
       if (host_backend(backend))
         header += "</p><p class=\"warning\"><b>CPU RUN: host-side figures of the " + backend +
                   " backend, not GPU data</b>";
+      if (!e.contract.value("placement", json::object()).value("verified", false))
+        header +=
+            "</p><p class=\"warning\"><b>UNVERIFIED PLACEMENT: several ranks per node measured "
+            "without a passing co-location verdict (or the placement was not recorded)</b>";
     }
   const auto sj = sanity.to_json();
   std::ostringstream page;

@@ -74,7 +74,9 @@ int acquire(const Args& args) {
   JobOptions jo;
   std::string out;
   bool quiet = false, no_publish = false, samples = false, resume = false, accept = false,
-       keep_binding = false;
+       keep_binding = false, unverified = false, raise_budget = false;
+  double max_age_h = 168;
+  WatchdogLimits watchdog;
   po::options_description desc("mpirun -np N harness acquire [JOB] [options]");
   jo.add_to(desc);
   desc.add_options()("out", po::value(&out),
@@ -88,12 +90,25 @@ int acquire(const Args& args) {
       "accept-failures", po::bool_switch(&accept),
       "publish tables that miss the fidelity gate, recorded as accepted-with-failures")(
       "keep-launcher-binding", po::bool_switch(&keep_binding),
-      "bind each rank within the CPU mask mpirun/srun gave it, not the job's whole cpuset");
+      "bind each rank within the CPU mask mpirun/srun gave it, not the job's whole cpuset")(
+      "unverified", po::bool_switch(&unverified),
+      "measure several ranks per node without a co-location verdict (every entry is marked)")(
+      "verdict-max-age", po::value(&max_age_h)->default_value(168),
+      "hours after which a co-location verdict is refused as stale")(
+      "raise-budget", po::bool_switch(&raise_budget),
+      "accept a GPU-hour budget larger than the one the campaign started with (recorded)")(
+      "watchdog-factor", po::value(&watchdog.factor)->default_value(10),
+      "abort the job when a point, collective or wave takes this many times its expected time")(
+      "watchdog-floor", po::value(&watchdog.floor_s)->default_value(300),
+      "seconds no point, collective or wave is aborted before");
   po::positional_options_description pos;
   pos.add("job", 1);
   if (!parse(args, desc, pos)) return 0;  // --help was printed
   const auto job = jo.load();             // bad input fails here, before MPI or any device work
   if (out.empty()) out = default_acquisition_dir(job);
+  if (!(max_age_h > 0)) throw JobError("--verdict-max-age must be a positive number of hours");
+  if (!(watchdog.factor >= 1) || !(watchdog.floor_s > 0))
+    throw JobError("--watchdog-factor must be >= 1 and --watchdog-floor > 0 seconds");
 
   // Re-running the same command always resumes; --resume also insists that there is a campaign.
   if (resume && !std::filesystem::exists(std::filesystem::path(out) / "campaign.json"))
@@ -103,7 +118,9 @@ int acquire(const Args& args) {
   int status = 0;
   MpiSession mpi;
   mpi.run_or_abort("acquire", [&](int rank) {
-    const auto summary = moe::acquire(MPI_COMM_WORLD, job, {out, quiet, command, keep_binding});
+    const auto summary = moe::acquire(
+        MPI_COMM_WORLD, job,
+        {out, quiet, command, keep_binding, unverified, max_age_h, raise_budget, watchdog});
     HARNESS_CHECK_MPI(MPI_Barrier(MPI_COMM_WORLD));
     if (!summary.budget_stop.empty()) {
       if (rank == 0) std::cerr << "harness acquire: " << summary.budget_stop << "\n";

@@ -16,6 +16,7 @@
 #include "core/files.h"
 #include "harness/commands.h"
 #include "store/acquisition_file.h"
+#include "store/campaign.h"
 
 namespace po = boost::program_options;
 namespace fs = std::filesystem;
@@ -56,24 +57,35 @@ json inspect_file(const std::string& path) {
     j["complete"] = f.complete;
     fidelity.push_back(j);
   }
-  const auto sanity = sanity_of(acq, summaries);
+  auto sanity = sanity_of(acq, summaries);
+  // The campaign's own count of dropped activity records (summed over ranks at every commit).
+  json dropped = nullptr, campaign_problem = nullptr;
+  if (const auto state = fs::path(path).parent_path() / kCampaignFile; fs::exists(state)) {
+    try {
+      dropped = load_campaign_document(state)["records"].value("dropped", std::int64_t{0});
+      if (dropped.get<std::int64_t>() != 0)
+        sanity.flag(dropped.dump() + " activity records were dropped (campaign.json)");
+    } catch (const std::exception& e) {
+      campaign_problem = e.what();
+      sanity.flag(e.what());
+    }
+  }
   const auto json_contract = json::parse(acq.contract_json);
   const fs::path variant =
       fs::path(acq.attributes.count("out_root") ? acq.attributes.at("out_root") : "") /
       (acq.attributes.count("variant") ? acq.attributes.at("variant") : "");
-  return {
-      {"kind", "acquisition"},
-      {"file", path},
-      {"backend", json_contract.value("backend", "")},
-      {"timing", json_contract.value("timing", "")},
-      {"cells", cells},
-      {"fidelity", fidelity},
-      {"collective_tables", acq.collectives.size()},
-      {"fidelity_evaluations_recorded", acq.fidelity_evaluations.size()},
-      {"dropped_records", 0},
-      {"dropped_records_note", "zero by construction: a run aborts on any dropped activity record"},
-      {"colocation", colocation_of(variant)},
-      {"sanity", sanity.to_json()}};
+  return {{"kind", "acquisition"},
+          {"file", path},
+          {"backend", json_contract.value("backend", "")},
+          {"timing", json_contract.value("timing", "")},
+          {"cells", cells},
+          {"fidelity", fidelity},
+          {"collective_tables", acq.collectives.size()},
+          {"fidelity_evaluations_recorded", acq.fidelity_evaluations.size()},
+          {"dropped_records", dropped},  // null: no campaign.json beside the file
+          {"campaign_problem", campaign_problem},
+          {"colocation", colocation_of(variant)},
+          {"sanity", sanity.to_json()}};
 }
 
 json inspect_bundle(const fs::path& dir) {
@@ -122,6 +134,7 @@ json inspect_bundle(const fs::path& dir) {
             sanity.add("held_out_p95", c["held_out"]["p95_abs_relative_error"].get<double>());
         }
         if (e.provenance.contains("hardware")) item["hardware"] = e.provenance["hardware"];
+        if (e.contract.contains("placement")) item["placement"] = e.contract["placement"];
         if (e.coverage.contains("conditioning_summary")) {
           item["conditioning_summary"] = e.coverage["conditioning_summary"];
           sanity.add("failed_points", e.coverage["conditioning_summary"].value("failed_points", 0),
@@ -173,7 +186,12 @@ void print_text(const json& r, std::ostream& os) {
       os << "  " << c["cell"].get<std::string>() << ": " << c["rounds_complete"] << "/"
          << c["rounds_planned"] << " rounds, " << c["points"] << " points, B/2B failed "
          << c["bank_failed_points"] << "/" << c["bank_checked_points"] << "\n";
-    os << "  collective tables: " << r["collective_tables"] << "; dropped records: 0\n";
+    os << "  collective tables: " << r["collective_tables"] << "; dropped records: "
+       << (r["dropped_records"].is_null() ? std::string("unknown (no campaign.json)")
+                                          : r["dropped_records"].dump())
+       << "\n";
+    if (!r["campaign_problem"].is_null())
+      os << "  campaign.json: " << r["campaign_problem"].get<std::string>() << "\n";
     os << "  held-out evaluations recorded by refinement: " << r["fidelity_evaluations_recorded"]
        << " (/fidelity; the statistics below are recomputed from the rounds)\n";
     print_fidelity(r["fidelity"], os);
@@ -194,6 +212,14 @@ void print_text(const json& r, std::ostream& os) {
         os << " " << d.value("device", "?") << (d.contains("uuid") ? " " : "")
            << d.value("uuid", "") << " (host " << d.value("host", "?") << ")";
       os << ": " << e["path"].get<std::string>() << "\n";
+    }
+    for (const auto& e : r["entries"]) {
+      const auto p = e.value("placement", json::object());
+      os << "  placement of " << e["path"].get<std::string>() << ": "
+         << (p.empty() ? std::string("not recorded")
+                       : std::string(p["verified"].get<bool>() ? "verified" : "UNVERIFIED") +
+                             ", regimes " + p["regimes"].dump() + ", " + p["gates"].dump())
+         << "\n";
     }
     for (const auto& e : r["entries"])
       if (e.contains("fidelity")) {

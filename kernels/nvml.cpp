@@ -21,7 +21,8 @@ class Nvml {
     return nvml.ok_ ? &nvml : nullptr;
   }
   int (*handle_by_bus)(const char*, Device*) = nullptr;
-  int (*clock)(Device, int, unsigned*) = nullptr;  // type: 1 = SM, 2 = memory
+  int (*clock)(Device, int, unsigned*) = nullptr;      // type: 1 = SM, 2 = memory
+  int (*max_clock)(Device, int, unsigned*) = nullptr;  // the same types
   int (*temperature)(Device, int, unsigned*) = nullptr;
   int (*processes)(Device, unsigned*, ProcessInfo*) = nullptr;
 
@@ -33,10 +34,11 @@ class Nvml {
     handle_by_bus =
         reinterpret_cast<decltype(handle_by_bus)>(dlsym(lib, "nvmlDeviceGetHandleByPciBusId_v2"));
     clock = reinterpret_cast<decltype(clock)>(dlsym(lib, "nvmlDeviceGetClockInfo"));
+    max_clock = reinterpret_cast<decltype(max_clock)>(dlsym(lib, "nvmlDeviceGetMaxClockInfo"));
     temperature = reinterpret_cast<decltype(temperature)>(dlsym(lib, "nvmlDeviceGetTemperature"));
     processes = reinterpret_cast<decltype(processes)>(
         dlsym(lib, "nvmlDeviceGetComputeRunningProcesses_v3"));
-    ok_ = init && handle_by_bus && clock && temperature && processes && init() == 0;
+    ok_ = init && handle_by_bus && clock && max_clock && temperature && processes && init() == 0;
   }
   bool ok_ = false;
 };
@@ -52,6 +54,7 @@ std::map<std::string, std::string> nvml_live_state(const std::string& pci_bus_id
   std::map<std::string, std::string> out;
   unsigned sm = 0, mem = 0, temp = 0;
   if (nvml->clock(dev, 1, &sm) == 0) out["sm_clock_mhz"] = std::to_string(sm);
+  if (nvml->max_clock(dev, 1, &sm) == 0) out["sm_clock_max_mhz"] = std::to_string(sm);
   if (nvml->clock(dev, 2, &mem) == 0) out["mem_clock_mhz"] = std::to_string(mem);
   if (nvml->temperature(dev, 0, &temp) == 0) out["temperature_c"] = std::to_string(temp);
   unsigned count = 64;

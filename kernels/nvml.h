@@ -7,7 +7,7 @@
 
 namespace moe {
 
-// {sm_clock_mhz, mem_clock_mhz, temperature_c, gpu_processes} of the GPU at `pci_bus_id`, or
+// {sm_clock_mhz, sm_clock_max_mhz, mem_clock_mhz, temperature_c, gpu_processes} of the GPU at `pci_bus_id`, or
 // {nvml: why not} when NVML or the device is unavailable.
 [[nodiscard]] std::map<std::string, std::string> nvml_live_state(const std::string& pci_bus_id);
 

@@ -26,6 +26,7 @@
 #include "ranks/families.h"
 #include "ranks/protocol.h"
 #include "ranks/rank_context.h"
+#include "ranks/watchdog.h"
 #include "store/acquisition_file.h"
 #include "store/campaign.h"
 #include "store/mpi_gather.h"
@@ -91,7 +92,8 @@ class Acquisition {
       : comm_(comm),
         job_(job),
         options_(options),
-        ctx_(make_rank_context(comm, job.backend, options.keep_launcher_binding)) {}
+        ctx_(make_rank_context(comm, job.backend, options.keep_launcher_binding)),
+        watchdog_(ctx_->rank, options.watchdog) {}
 
   // Rank 0 records the run's outcome in campaign.json (a failure with its reason).
   AcquireSummary run() {
@@ -120,6 +122,9 @@ class Acquisition {
         if (!go) break;
         if (*go == 0) continue;  // every cell of this round is complete
         const auto wave_start = Clock::now();
+        const WatchdogScope wave(&watchdog_, "wave",
+                                 "the wave of round " + std::to_string(r) + " (measure and commit)",
+                                 wave_wall_estimate_);
         commit(r, measure(r), wave_start, measure_start);
       }
       if (stopped_by_budget()) return finish(t0, false);
@@ -136,6 +141,7 @@ class Acquisition {
     HARNESS_CHECK_MPI(MPI_Comm_size(comm_, &size_));
     plan_ = make_plan(job_, ctx_->backend->cache_bytes());
     require_device_memory();
+    choose_regime();  // before anything is written: a refused placement leaves no trace
     const auto contract_text = Contract::of(plan_, ctx_->backend->name(), ctx_->timer->method(),
                                             ctx_->backend->cache_bytes())
                                    .dump();
@@ -192,6 +198,7 @@ class Acquisition {
     // Refinement stages an earlier run of this acquisition added (their points live only in the
     // file): read before the collective open, declared after the planned cells.
     const auto earlier_stages = stage_cells_in_file();
+    require_campaign_state();
     file_ = std::make_unique<AcquisitionFile>(comm_, path_, identity_);
 
     for (const auto& t : plan_.targets)
@@ -202,6 +209,22 @@ class Acquisition {
     for (const auto& info : earlier_stages) add_stored_cell(info);
     declare();
     write_provenance();
+  }
+
+  // Refuses, before the file is opened, a campaign whose state is gone while the file holds
+  // complete rounds: the device time they consumed would be lost from the budget. (A file without
+  // complete rounds is what a kill before the first commit leaves: that resumes.)
+  void require_campaign_state() const {
+    const auto state = std::filesystem::path(options_.out_dir) / kCampaignFile;
+    std::int64_t rows = 0;
+    if (rank_ == 0 && std::filesystem::exists(path_) && !std::filesystem::exists(state))
+      rows = read_acquisition(path_).complete_rows().samples;
+    HARNESS_CHECK_MPI(MPI_Bcast(&rows, 1, MPI_INT64_T, 0, comm_));
+    if (rows > 0)
+      throw std::runtime_error(
+          state.string() + " is missing although " + path_ + " holds " + std::to_string(rows) +
+          " samples in complete rounds: the device time this campaign consumed is unknown; "
+          "restore it, or start a new campaign in another --out");
   }
 
   // Refuses, before anything is written, a plan whose largest target needs more device memory per
@@ -415,7 +438,8 @@ class Acquisition {
                        {"device", backend.device_properties()},
                        {"device_state_before", backend.live_state()},
                        {"nccl", nccl_version()},
-                       {"timer", ctx_->timer->method()}};
+                       {"timer", ctx_->timer->method()},
+                       {"placement", placement_}};
     auto mine = prov;
     if (rank_ == 0) {  // once per run: what was run, with which binary and family table
       mine["command"] = options_.command;
@@ -448,35 +472,67 @@ class Acquisition {
         std::cerr << ", resuming (" << summary_.rounds_resumed << " cell rounds already complete)";
       std::cerr << "\n";
     }
-    choose_regime();
     if (rank_ == 0) {
       const std::string job_text =
           job_.source == "<embedded default>" ? default_job_yaml() : read_file(job_.source);
-      campaign_ =
-          std::make_unique<CampaignState>(options_.out_dir, options_.command, job_text,
-                                          FamilyTable::builtin().sha256(), job_.gpu_hours * 3600.0);
+      const auto out = std::filesystem::path(options_.out_dir);
+      campaign_ = std::make_unique<CampaignState>(out, options_.command, job_text,
+                                                  FamilyTable::builtin().sha256(),
+                                                  job_.gpu_hours * 3600.0, options_.raise_budget);
+      watchdog_.beat_into(out / kHeartbeatFile);
       campaign_->reconcile(file_->complete_rows());
     }
   }
 
   // The co-location verdict of this variant (harness colocate) decides how many ranks of a node
-  // measure at once; without one, every rank measures (recorded as unverified).
+  // measure at once (docs/colocation.md#the-gate-gates): a node with several ranks needs a
+  // passing verdict of this backend, node and family table, younger than the maximum age, or the
+  // explicit --unverified. Collective: every rank refuses together, with every node's reason.
   void choose_regime() {
-    regime_ = ctx_->node_size;
-    summary_.colocation = "unverified (no colocation.yaml for this backend)";
     const auto variant_dir = std::filesystem::path(job_.out_root) / job_.variant;
     const auto where = (variant_dir / bundle_format::kColocationFile).string();
-    if (const auto verdict = load_colocation(variant_dir);
-        verdict && verdict->value("backend", "") == ctx_->backend->name()) {
-      const auto allowed = allowed_regime(*verdict);
-      if (!allowed && ctx_->node_size > 1)
-        throw std::runtime_error("the co-location gate stopped (" + where +
-                                 "): run one rank per node, or fix the node and run harness "
-                                 "colocate again");
-      regime_ = std::clamp(allowed.value_or(1), 1, ctx_->node_size);
-      summary_.colocation = "regime " + std::to_string(regime_) + " from " + where;
+    std::string problem;
+    if (ctx_->node_size == 1) {
+      regime_ = 1;
+      placement_ = {{"regime", 1}, {"gate", "not needed (one rank on the node)"}};
+    } else if (options_.unverified) {
+      regime_ = ctx_->node_size;
+      placement_ = {{"regime", regime_}, {"gate", "unverified (--unverified)"}};
+    } else {
+      GateRequirement req{
+          ctx_->backend->name(), FamilyTable::builtin().sha256(), ctx_->host,
+          ctx_->node_gpu_uuids,  options_.verdict_max_age_hours,  std::time(nullptr)};
+      const auto verdict = load_colocation(variant_dir);
+      const auto decision = check_verdict(verdict, req);
+      if (decision.regime) {
+        regime_ = std::clamp(*decision.regime, 1, ctx_->node_size);
+        placement_ = {{"regime", regime_},
+                      {"gate", "verified"},
+                      {"verdict", where},
+                      {"verdict_created_utc", verdict->value("created_utc", "")},
+                      {"verdict_profile",
+                       verdict->value("profile", nlohmann::json::object()).value("name", "")}};
+      } else if (ctx_->node_rank == 0) {
+        problem = "host " + ctx_->host + " (" + std::to_string(ctx_->node_size) +
+                  " ranks): " + decision.problem;
+      }
     }
+    std::string refusal;
+    for (const auto& p : gather_strings(comm_, problem, 0))
+      if (!p.empty()) refusal += "\n  " + p;
+    refusal = broadcast_string(comm_, refusal);
+    if (!refusal.empty())
+      throw std::runtime_error(
+          "several ranks per node measure only with a passing co-location verdict (" + where +
+          "):" + refusal + "\nget one on this allocation with `mpirun -np " +
+          std::to_string(size_) + " harness colocate " + job_.source +
+          "` (same --out-root), run one rank per node, or pass --unverified (every entry is then "
+          "marked unverified)");
     slots_ = (ctx_->node_size + regime_ - 1) / regime_;
+    placement_["ranks_on_node"] = ctx_->node_size;
+    summary_.colocation = "regime " + std::to_string(regime_) + ", " +
+                          placement_["gate"].get<std::string>() +
+                          (placement_.contains("verdict") ? " from " + where : "");
   }
 
   [[nodiscard]] bool mine(std::size_t c) const {
@@ -551,10 +607,11 @@ class Acquisition {
   std::optional<int> reserve(int r) {
     if (!round_left(r)) return 0;
     const double estimate = wave_estimate(r);
+    wave_wall_estimate_ = estimate / size_;
     int go = 1;
     if (rank_ == 0) {
       try {
-        campaign_->reserve("round " + std::to_string(r), estimate);
+        campaign_->reserve("round " + std::to_string(r), estimate, size_);
       } catch (const BudgetError& e) {
         summary_.budget_stop = e.what();
         go = 0;
@@ -584,8 +641,25 @@ class Acquisition {
                     << point_done << "/" << spec.points.size() << "   " << std::flush;
         };
         const bool show = rank_ == 0 && !options_.quiet && isatty(STDERR_FILENO);
-        out.rounds.push_back(measure_cell_round(*ctx_->backend, *ctx_->timer, spec,
-                                                show ? std::function<void()>(live) : nullptr));
+        // Each point is watched for what this cell's points cost so far.
+        const double per_point =
+            cell_cost_[c] / static_cast<double>(std::max<std::int64_t>(1, cell.points()));
+        const auto watch_point = [&] {
+          watchdog_.expect("operation",
+                           "cell " + cell.info.id + " round " + std::to_string(r) + " point " +
+                               std::to_string(point_done) + " of " +
+                               std::to_string(spec.points.size()),
+                           per_point);
+        };
+        watch_point();
+        out.rounds.push_back(measure_cell_round(*ctx_->backend, *ctx_->timer, spec, [&] {
+          if (show)
+            live();
+          else
+            ++point_done;
+          watch_point();
+        }));
+        watchdog_.done("operation");
         if (show) std::cerr << "\n";
         out.cells.push_back(static_cast<int>(c));
         out.points += cell.points();
@@ -643,6 +717,12 @@ class Acquisition {
     HARNESS_CHECK_MPI(MPI_Allreduce(send, recv, 3, MPI_INT64_T, MPI_SUM, comm_));
     const RecordCounts all_rows{recv[0], recv[1], recv[2]};
     summary_.timed_forwards += all_rows.samples;
+    // Activity records the tracer dropped since the last wave, summed over ranks.
+    std::int64_t my_dropped = static_cast<std::int64_t>(ctx_->timer->dropped() - dropped_seen_),
+                 all_dropped = 0;
+    dropped_seen_ = ctx_->timer->dropped();
+    HARNESS_CHECK_MPI(MPI_Allreduce(&my_dropped, &all_dropped, 1, MPI_INT64_T, MPI_SUM, comm_));
+    if (rank_ == 0) campaign_->dropped(all_dropped);
     if (rank_ == 0) campaign_->encoded(all_rows);
     file_->commit(mine);
     if (rank_ == 0) campaign_->written(all_rows);
@@ -679,10 +759,12 @@ class Acquisition {
   // Collectives: the deployments' NCCL (or MPI host) collectives, from the same plan.
   void collectives() {
     const auto start = Clock::now();
-    const auto coll = measure_collectives(comm_, plan_, ctx_->device, *file_, *ctx_->timer);
+    const auto coll =
+        measure_collectives(comm_, plan_, ctx_->device, *file_, *ctx_->timer, &watchdog_);
     double mine = seconds_since(start);
     HARNESS_CHECK_MPI(MPI_Allreduce(&mine, &summary_.collectives_s, 1, MPI_DOUBLE, MPI_SUM, comm_));
-    if (campaign_) campaign_->consume(summary_.collectives_s / size_, size_, 0);
+    // Every device was held until the last rank finished (the reduction waited for it).
+    if (campaign_) campaign_->consume(seconds_since(start), size_, 0);
     summary_.collective_tables = coll.tables;
     summary_.collectives_skipped = coll.skipped;
     if (campaign_) campaign_->set_phase("complete");
@@ -719,7 +801,11 @@ class Acquisition {
   std::vector<Cell> cells_;
   std::unique_ptr<CampaignState> campaign_;
   int regime_ = 1, slots_ = 1;
-  std::vector<double> cell_cost_;  // seconds of one round of each of this rank's cells
+  nlohmann::json placement_;  // how this node's regime was decided (provenance)
+  Watchdog watchdog_;
+  double wave_wall_estimate_ = 0;   // seconds the reserved wave is expected to take
+  std::uint64_t dropped_seen_ = 0;  // the timer's dropped records already accounted
+  std::vector<double> cell_cost_;   // seconds of one round of each of this rank's cells
   std::int64_t total_points_ = 0, done_points_ = 0, resumed_points_ = 0;
   AcquireSummary summary_;
 };

@@ -9,6 +9,7 @@
 #include <vector>
 
 #include "core/job_spec.h"
+#include "ranks/watchdog.h"
 #include "store/records.h"
 
 namespace moe {
@@ -18,6 +19,11 @@ struct AcquireOptions {
   bool quiet = false;
   std::string command;                 // the exact command line, recorded in campaign.json
   bool keep_launcher_binding = false;  // bind within the launcher's mask (ranks/affinity.h)
+  // Several ranks per node measure without a co-location verdict; every entry says so.
+  bool unverified = false;
+  double verdict_max_age_hours = 168;  // an older verdict is refused
+  bool raise_budget = false;           // accept a budget larger than the campaign's (recorded)
+  WatchdogLimits watchdog;
 };
 
 struct AcquireSummary {

@@ -66,7 +66,8 @@ CollectiveOp op_of(const std::string& name) {
 }  // namespace
 
 CollectivesReport measure_collectives(MPI_Comm comm, const Plan& plan, int nccl_device,
-                                      AcquisitionFile& file, ForwardTimer& timer) {
+                                      AcquisitionFile& file, ForwardTimer& timer,
+                                      Watchdog* watchdog) {
   int rank = 0, size = 1;
   HARNESS_CHECK_MPI(MPI_Comm_rank(comm, &rank));
   HARNESS_CHECK_MPI(MPI_Comm_size(comm, &size));
@@ -123,6 +124,12 @@ CollectivesReport measure_collectives(MPI_Comm comm, const Plan& plan, int nccl_
       std::vector<CollectiveRow> rows;
       for (const auto& c : collective_cases(job.geometry, t, *tokens)) {
         auto& cm = *comms.at(c.group);
+        // Expected: every op of the case at 1 GB/s plus 1 ms, far slower than any real fabric.
+        const double ops = 1.0 + job.rounds * (2.0 * job.iterations + 2.0);
+        const WatchdogScope watch(watchdog, "operation",
+                                  "collective " + c.name + " of " + std::to_string(c.total_bytes) +
+                                      " bytes over " + std::to_string(c.group_size) + " ranks",
+                                  ops * (1e-3 + static_cast<double>(c.total_bytes) / 1e9));
         if (!cm.check(c.op, c.total_bytes))
           throw std::runtime_error(c.name + " over " + std::to_string(c.group_size) +
                                    " ranks returned wrong data (" + backend + ")");

@@ -11,6 +11,7 @@
 #include "comm/collectives.h"
 #include "core/planner.h"
 #include "ranks/forward_timer.h"
+#include "ranks/watchdog.h"
 #include "store/acquisition_file.h"
 
 namespace moe {
@@ -29,7 +30,9 @@ struct CollectivesReport {
 
 // Collective over `comm`. `nccl_device` >= 0 selects NCCL on that device, else mpi_host. `timer`
 // times each op (the rank's forward timer: CUPTI kernel time with NCCL, host clock on mpi_host).
+// `watchdog` (optional) watches each collective case.
 CollectivesReport measure_collectives(MPI_Comm comm, const Plan& plan, int nccl_device,
-                                      AcquisitionFile& file, ForwardTimer& timer);
+                                      AcquisitionFile& file, ForwardTimer& timer,
+                                      Watchdog* watchdog = nullptr);
 
 }  // namespace moe

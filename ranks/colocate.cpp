@@ -10,6 +10,8 @@
 #include <fstream>
 #include <iostream>
 #include <map>
+#include <set>
+#include <sstream>
 #include <thread>
 
 #include "comm/collectives.h"
@@ -17,9 +19,11 @@
 #include "core/files.h"
 #include "core/planner.h"
 #include "core/roofline.h"
+#include "core/statistics.h"
 #include "core/timestamp.h"
 #include "ranks/protocol.h"
 #include "ranks/rank_context.h"
+#include "store/campaign.h"
 #include "store/colocation_file.h"
 #include "store/mpi_gather.h"
 
@@ -27,11 +31,97 @@ namespace moe {
 
 using nlohmann::json;
 
+PhaseFigures combine_intervals(const std::vector<IntervalFigures>& intervals) {
+  if (intervals.empty()) throw std::invalid_argument("a gate phase needs at least one interval");
+  PhaseFigures p;
+  std::vector<double> t;
+  std::map<std::string, std::vector<double>> shares;
+  std::map<std::string, double> other_us;
+  for (const auto& i : intervals) {
+    t.push_back(i.throughput);
+    for (const auto& [family, share] : i.shares) shares[family];
+    for (const auto& [name, us] : i.other_us) other_us[name] += us;
+  }
+  double total_us = 0;
+  for (const auto& i : intervals) {
+    for (auto& [family, values] : shares) {
+      const auto it = i.shares.find(family);
+      values.push_back(it == i.shares.end() ? 0.0 : it->second);  // absent from a window: 0
+    }
+  }
+  p.throughput = median(t);
+  p.throughput_min = *std::min_element(t.begin(), t.end());
+  p.throughput_max = *std::max_element(t.begin(), t.end());
+  for (const auto& [family, values] : shares) p.shares.shares[family] = median(values);
+  p.shares.total_us = 1;
+  for (const auto& [name, us] : other_us) total_us += us;
+  // Unmatched kernels as a share of the `other` median: scaled so the list adds up to it.
+  std::vector<std::pair<std::string, double>> unmatched(other_us.begin(), other_us.end());
+  std::sort(unmatched.begin(), unmatched.end(), [](const auto& a, const auto& b) {
+    return a.second > b.second || (a.second == b.second && a.first < b.first);
+  });
+  if (unmatched.size() > 20) unmatched.resize(20);
+  for (auto& [name, us] : unmatched) us = total_us > 0 ? us / total_us * p.shares.other() : 0.0;
+  p.unmatched = std::move(unmatched);
+  return p;
+}
+
+std::vector<std::string> contamination(const json& samples, const std::vector<long>& node_pids,
+                                       int busy_ranks, const ContaminationLimits& limits) {
+  std::set<std::string> found;
+  for (const auto& s : samples) {
+    const auto& device = s.value("device", json::object());
+    const auto number = [&](const char* key) -> std::optional<double> {
+      if (!device.contains(key)) return std::nullopt;
+      const auto& v = device[key];
+      return v.is_string() ? std::stod(v.get<std::string>()) : v.get<double>();
+    };
+    const auto clock = number("sm_clock_mhz"), max_clock = number("sm_clock_max_mhz");
+    if (clock && max_clock && *max_clock > 0 && *clock < limits.min_clock_fraction * *max_clock)
+      found.insert("SM clock " + std::to_string(std::lround(*clock)) + " MHz below " +
+                   std::to_string(std::lround(100 * limits.min_clock_fraction)) + "% of its " +
+                   std::to_string(std::lround(*max_clock)) + " MHz maximum");
+    if (device.contains("gpu_processes")) {
+      std::vector<long> on_gpu;
+      std::stringstream list(device["gpu_processes"].get<std::string>());
+      for (std::string pid; std::getline(list, pid, ',');)
+        if (!pid.empty()) on_gpu.push_back(std::stol(pid));
+      std::vector<long> foreign;
+      for (long pid : on_gpu)
+        if (std::find(node_pids.begin(), node_pids.end(), pid) == node_pids.end())
+          foreign.push_back(pid);
+      // In a container the driver may list host-namespace pids that match none of ours: then
+      // only the count can tell, and one process (the rank that owns the GPU) is ours.
+      const bool comparable = foreign.size() < on_gpu.size();
+      const std::size_t extra = comparable ? foreign.size() : on_gpu.size() - 1;
+      if (!on_gpu.empty() && extra > 0) {
+        std::string pids;
+        for (long pid : foreign) pids += (pids.empty() ? "" : ",") + std::to_string(pid);
+        found.insert(std::to_string(extra) + " foreign GPU process(es) (" +
+                     (comparable ? "pids " + pids : "by count; pids not comparable: " + pids) +
+                     ")");
+      }
+    }
+    const auto& load = s.value("load_average", json::array());
+    const int cpus = s.value("online_cpus", 0);
+    if (!load.empty() && cpus > 0) {
+      const double foreign_load = load[0].get<double>() - busy_ranks;
+      if (foreign_load > limits.max_foreign_load_per_cpu * cpus)
+        found.insert("host load " + std::to_string(load[0].get<double>()) + " exceeds the gate's " +
+                     std::to_string(busy_ranks) + " busy ranks by more than " +
+                     std::to_string(limits.max_foreign_load_per_cpu) + " per CPU of " +
+                     std::to_string(cpus));
+    }
+  }
+  return {found.begin(), found.end()};
+}
+
 RegimeVerdict decide(const RegimeFigures& f) {
   RegimeVerdict v;
   v.regime = f.regime;
-  v.throughput_ratio = f.throughput_solo > 0 ? f.throughput_coloc / f.throughput_solo : 0.0;
-  std::vector<std::pair<std::string, double>> solo(f.solo.shares.begin(), f.solo.shares.end());
+  v.throughput_ratio = f.solo.throughput > 0 ? f.coloc.throughput / f.solo.throughput : 0.0;
+  std::vector<std::pair<std::string, double>> solo(f.solo.shares.shares.begin(),
+                                                   f.solo.shares.shares.end());
   std::erase_if(solo, [](const auto& p) { return p.first == "other"; });
   std::sort(solo.begin(), solo.end(), [](const auto& a, const auto& b) {
     return a.second > b.second || (a.second == b.second && a.first < b.first);
@@ -39,20 +129,36 @@ RegimeVerdict decide(const RegimeFigures& f) {
   if (solo.size() > 3) solo.resize(3);
   bool shares_ok = true;
   for (const auto& [family, share] : solo) {
-    auto it = f.coloc.shares.find(family);
-    const double c = it == f.coloc.shares.end() ? 0.0 : it->second;
+    auto it = f.coloc.shares.shares.find(family);
+    const double c = it == f.coloc.shares.shares.end() ? 0.0 : it->second;
     FamilyCheck fc{family, share, c, std::fabs(c - share),
                    std::fabs(c - share) < kColocationTolerance};
     shares_ok = shares_ok && fc.pass;
     v.f3.push_back(fc);
   }
   const bool throughput_ok = std::fabs(v.throughput_ratio - 1.0) < kColocationTolerance;
-  if (!f.solo.classifiable() || !f.coloc.classifiable())
-    v.reason = "unclassifiable window (more than 30% of kernel time in `other`)";
-  else if (!throughput_ok)
+  const auto joined = [](const std::vector<std::string>& reasons) {
+    std::string out;
+    for (const auto& r : reasons) out += (out.empty() ? "" : "; ") + r;
+    return out;
+  };
+  if (!f.solo.shares.classifiable()) {
+    v.stop = true;
+    v.reason = "unclassifiable solo window (" + std::to_string(100 * f.solo.shares.other()) +
+               "% of kernel time in `other`); top unmatched kernels:";
+    for (const auto& [name, share] : f.solo.unmatched)
+      v.reason += " " + name + " (" + std::to_string(100 * share) + "%)";
+  } else if (!f.solo.contamination.empty()) {
+    v.reason = "solo phase contaminated: " + joined(f.solo.contamination);
+  } else if (!f.coloc.contamination.empty()) {
+    v.reason = "co-located phase contaminated: " + joined(f.coloc.contamination);
+  } else if (!f.coloc.shares.classifiable()) {
+    v.reason = "unclassifiable co-located window (more than 30% of kernel time in `other`)";
+  } else if (!throughput_ok) {
     v.reason = "throughput changed by " + std::to_string(100 * (v.throughput_ratio - 1)) + "%";
-  else if (!shares_ok)
+  } else if (!shares_ok) {
     v.reason = "an F3 family share moved by 3 points or more";
+  }
   v.passed = v.reason.empty();
   return v;
 }
@@ -74,14 +180,48 @@ GateVerdict run_gate(const std::vector<int>& regimes,
       g.allowed = r;
       break;
     }
+    if (g.tried.back().stop) break;
   }
   return g;
 }
 
-std::optional<int> allowed_regime(const json& verdict) {
-  if (!verdict.contains("allowed_regime") || verdict["allowed_regime"].is_null())
-    return std::nullopt;
-  return verdict["allowed_regime"].get<int>();
+int gate_exit_status(const json& verdict) {
+  if (verdict.value("passed", false)) return kGatePassed;
+  for (const auto& n : verdict.value("nodes", json::array()))
+    if (n.value("unclassifiable", false)) return kGateUnclassified;
+  return kGateStopped;
+}
+
+GateDecision check_verdict(const std::optional<json>& verdict, const GateRequirement& req) {
+  const auto fail = [](std::string why) { return GateDecision{std::nullopt, std::move(why)}; };
+  if (!verdict) return fail("there is no co-location verdict");
+  const auto& v = *verdict;
+  if (v.value("backend", "") != req.backend)
+    return fail("the verdict is for backend " + v.value("backend", "?") + ", not " + req.backend);
+  const auto family = v.value("family_table", json::object()).value("sha256", "");
+  if (family != req.family_table_sha256)
+    return fail("the verdict was made with another operator-family table (sha256 " +
+                family.substr(0, 12) + ", this harness has " +
+                req.family_table_sha256.substr(0, 12) + ")");
+  const auto created = parse_utc(v.value("created_utc", ""));
+  if (!created) return fail("the verdict records no valid created_utc");
+  const double age_h = std::difftime(req.now, *created) / 3600.0;
+  if (age_h > req.max_age_hours)
+    return fail("the verdict is " + std::to_string(std::lround(age_h)) +
+                " hours old, older than the maximum of " +
+                std::to_string(std::lround(req.max_age_hours)) + " hours (--verdict-max-age)");
+  const auto nodes = v.value("nodes", json::array());
+  const auto node = std::find_if(nodes.begin(), nodes.end(),
+                                 [&](const json& n) { return n.value("host", "") == req.host; });
+  if (node == nodes.end()) return fail("the verdict holds no entry for host " + req.host);
+  auto uuids = node->value("gpu_uuids", std::vector<std::string>{});
+  std::sort(uuids.begin(), uuids.end());
+  if (uuids != req.gpu_uuids)
+    return fail("the verdict for host " + req.host +
+                " was made on other GPUs (UUIDs differ: the node's GPUs changed)");
+  if (!node->contains("allowed_regime") || (*node)["allowed_regime"].is_null())
+    return fail("the co-location gate stopped on host " + req.host + " (no regime passed)");
+  return {(*node)["allowed_regime"].get<int>(), ""};
 }
 
 namespace {
@@ -96,7 +236,10 @@ double seconds_since(clock_type::time_point t) {
 json environment(const Backend& b) {
   double l[3] = {0, 0, 0};
   getloadavg(l, 3);
-  return {{"utc", utc_now()}, {"load_average", {l[0], l[1], l[2]}}, {"device", b.live_state()}};
+  return {{"utc", utc_now()},
+          {"load_average", {l[0], l[1], l[2]}},
+          {"online_cpus", sysconf(_SC_NPROCESSORS_ONLN)},
+          {"device", b.live_state()}};
 }
 
 // One reference MoE forward of the target cell: its components at a fixed reference point.
@@ -200,49 +343,84 @@ void background_loop(RankContext& ctx, ReferenceForward& work, MPI_Comm bg, int 
   }
 }
 
-struct TargetFigures {
-  double throughput = 0;
-  FamilyShares shares;
-  json detail;
-};
+// The phase figures as recorded in the verdict, and back (every rank of the node decides from
+// the target rank's figures).
+json phase_json(const PhaseFigures& p) {
+  json unmatched = json::array();
+  for (const auto& [name, share] : p.unmatched) unmatched.push_back({name, share});
+  return {{"throughput_per_s", p.throughput},
+          {"throughput_min_per_s", p.throughput_min},
+          {"throughput_max_per_s", p.throughput_max},
+          {"throughput_spread", p.spread()},
+          {"shares", p.shares.shares},
+          {"other_share", p.shares.other()},
+          {"unmatched_kernels", unmatched},
+          {"contamination", p.contamination}};
+}
 
-// Target rank: calibrate, then the clean interval (throughput), then the family-share window.
-TargetFigures measure_target(RankContext& ctx, ReferenceForward& work, const FamilyTable& table,
-                             const ColocateOptions& o) {
-  TargetFigures f;
-  const json before = environment(*ctx.backend);
+PhaseFigures phase_of(const json& j) {
+  PhaseFigures p;
+  p.throughput = j.at("throughput_per_s").get<double>();
+  p.throughput_min = j.at("throughput_min_per_s").get<double>();
+  p.throughput_max = j.at("throughput_max_per_s").get<double>();
+  p.shares.shares = j.at("shares").get<std::map<std::string, double>>();
+  p.shares.total_us = 1;
+  for (const auto& u : j.at("unmatched_kernels"))
+    p.unmatched.emplace_back(u[0].get<std::string>(), u[1].get<double>());
+  p.contamination = j.at("contamination").get<std::vector<std::string>>();
+  return p;
+}
+
+// Target rank, one phase: warm-up to steady state, then the profile's clean intervals, each a
+// throughput run (closed loop, one synchronization at its end) followed by a family-share window;
+// the environment is sampled after every throughput run, while the device is still hot.
+json measure_target(RankContext& ctx, ReferenceForward& work, const FamilyTable& table,
+                    const ColocateOptions& o, const std::vector<long>& node_pids, int busy_ranks) {
+  const auto& profile = o.profile;
   auto t = clock_type::now();
-  long calib = 0;
-  while (seconds_since(t) < o.calibration_s) {
-    work.run(static_cast<int>(calib++), nullptr);
+  long warm = 0;
+  while (seconds_since(t) < profile.warmup_s || warm < 3) {
+    work.run(static_cast<int>(warm++), nullptr);
     work.synchronize();
   }
-  const double rate = static_cast<double>(calib) / seconds_since(t);
-  const long forwards = std::max<long>(10, std::lround(rate * o.interval_s));
-  t = clock_type::now();
-  for (long i = 0; i < forwards; ++i) work.run(static_cast<int>(i), nullptr);
-  work.synchronize();
-  const double elapsed = seconds_since(t);
-  f.throughput = static_cast<double>(forwards) / elapsed;
-  const json after = environment(*ctx.backend);
-  (void)ctx.timer->collect();
-  for (int i = 0; i < o.window_forwards; ++i) work.run(i, ctx.timer.get());
-  work.synchronize();
-  std::vector<std::pair<std::string, double>> acts;
-  for (const auto& r : ctx.timer->collect())
-    acts.insert(acts.end(), r.activities.begin(), r.activities.end());
-  f.shares = family_shares(table, acts);
-  f.detail = {{"calibration_forwards_per_s", rate},
-              {"interval_forwards", forwards},
-              {"interval_s", elapsed},
-              {"throughput_per_s", f.throughput},
-              {"window_forwards", o.window_forwards},
-              {"window_activities", acts.size()},
-              {"shares", f.shares.shares},
-              {"other_share", f.shares.other()},
-              {"environment_before", before},
-              {"environment_after", after}};
-  return f;
+  double rate = static_cast<double>(warm) / seconds_since(t);
+  const double interval_s = profile.measure_s / profile.intervals;
+  std::vector<IntervalFigures> intervals;
+  json per_interval = json::array(), samples = json::array({environment(*ctx.backend)});
+  for (int i = 0; i < profile.intervals; ++i) {
+    const long forwards = std::max<long>(10, std::lround(rate * interval_s));
+    t = clock_type::now();
+    for (long f = 0; f < forwards; ++f) work.run(static_cast<int>(f), nullptr);
+    work.synchronize();
+    const double elapsed = seconds_since(t);
+    samples.push_back(environment(*ctx.backend));
+    IntervalFigures figures;
+    figures.throughput = rate = static_cast<double>(forwards) / elapsed;
+    (void)ctx.timer->collect();
+    for (int f = 0; f < profile.window_forwards; ++f) work.run(f, ctx.timer.get());
+    work.synchronize();
+    std::vector<std::pair<std::string, double>> acts;
+    for (const auto& r : ctx.timer->collect())
+      acts.insert(acts.end(), r.activities.begin(), r.activities.end());
+    const auto shares = family_shares(table, acts);
+    figures.shares = shares.shares;
+    for (const auto& [name, us] : acts)
+      if (table.classify(name) == "other") figures.other_us[name] += us;
+    per_interval.push_back({{"forwards", forwards},
+                            {"seconds", elapsed},
+                            {"throughput_per_s", figures.throughput},
+                            {"window_activities", acts.size()},
+                            {"shares", figures.shares}});
+    intervals.push_back(std::move(figures));
+  }
+  auto phase = combine_intervals(intervals);
+  phase.contamination = contamination(samples, node_pids, busy_ranks, o.limits);
+  auto j = phase_json(phase);
+  j["warmup_forwards"] = warm;
+  j["intervals"] = per_interval;
+  j["busy_ranks"] = busy_ranks;
+  j["environment"] = samples;
+  return j;
 }
 
 json regime_json(const RegimeVerdict& v, const json& solo, const json& coloc) {
@@ -261,6 +439,7 @@ json regime_json(const RegimeVerdict& v, const json& solo, const json& coloc) {
 }  // namespace
 
 json colocate(MPI_Comm comm, const JobSpec& job, const ColocateOptions& o) {
+  const auto start = clock_type::now();
   auto ctx = make_rank_context(comm, job.backend, o.keep_launcher_binding);
   const auto& table = FamilyTable::builtin();
   const auto targets = job.targets();
@@ -269,32 +448,35 @@ json colocate(MPI_Comm comm, const JobSpec& job, const ColocateOptions& o) {
                         mix_seed({job.seed, 0xc010ULL, static_cast<std::uint64_t>(ctx->rank)}));
   HARNESS_CHECK_MPI(MPI_Barrier(comm));
 
-  std::optional<TargetFigures> solo;
-  json solo_json;
+  std::vector<long> node_pids(static_cast<std::size_t>(ctx->node_size));
+  const long pid = getpid();
+  HARNESS_CHECK_MPI(MPI_Allgather(&pid, 1, MPI_LONG, node_pids.data(), 1, MPI_LONG, ctx->node));
+
+  std::optional<json> solo_json;
   std::map<int, json> coloc_json;
   const auto measure = [&](int regime) -> RegimeFigures {
     // Solo once (everything else on the node idle), then this regime's co-located run.
-    if (!solo) {
+    if (!solo_json) {
+      json mine;
       if (ctx->node_rank == 0) {
-        solo = measure_target(*ctx, work, table, o);
+        mine = measure_target(*ctx, work, table, o, node_pids, 1);
         announce_done(ctx->node, ctx->node_size);
       } else {
         wait_for_done(ctx->node);
-        solo = TargetFigures{};
       }
-      solo_json = solo->detail;
+      solo_json = json::parse(broadcast_string(ctx->node, ctx->node_rank == 0 ? mine.dump() : ""));
     }
     MPI_Comm bg = MPI_COMM_NULL;
     const bool background = ctx->node_rank >= 1 && ctx->node_rank < regime;
     HARNESS_CHECK_MPI(
         MPI_Comm_split(ctx->node, background ? 1 : MPI_UNDEFINED, ctx->node_rank, &bg));
-    TargetFigures co;
+    json co;
     if (ctx->node_rank == 0) {
       int started = 0;
       if (regime > 1)
         HARNESS_CHECK_MPI(
             MPI_Recv(&started, 1, MPI_INT, 1, kStartedTag, ctx->node, MPI_STATUS_IGNORE));
-      co = measure_target(*ctx, work, table, o);
+      co = measure_target(*ctx, work, table, o, node_pids, regime);
       announce_done(ctx->node, ctx->node_size);
     } else if (background) {
       int bg_rank = 0;
@@ -304,22 +486,14 @@ json colocate(MPI_Comm comm, const JobSpec& job, const ColocateOptions& o) {
       wait_for_done(ctx->node);
     }
     if (bg != MPI_COMM_NULL) HARNESS_CHECK_MPI(MPI_Comm_free(&bg));
-    HARNESS_CHECK_MPI(MPI_Barrier(ctx->node));
     // Everyone on the node needs the figures to agree on the decision.
-    double t[2] = {solo->throughput, co.throughput};
-    HARNESS_CHECK_MPI(MPI_Bcast(t, 2, MPI_DOUBLE, 0, ctx->node));
-    const auto sj = json::parse(broadcast_string(
-        ctx->node, ctx->node_rank == 0
-                       ? json({{"s", solo->shares.shares}, {"c", co.shares.shares}}).dump()
-                       : ""));
-    RegimeFigures f{regime, t[0], t[1], {}, {}};
-    f.solo.shares = sj["s"].get<std::map<std::string, double>>();
-    f.coloc.shares = sj["c"].get<std::map<std::string, double>>();
-    f.solo.total_us = f.coloc.total_us = 1;
-    coloc_json[regime] = co.detail;
+    co = json::parse(broadcast_string(ctx->node, ctx->node_rank == 0 ? co.dump() : ""));
+    RegimeFigures f{regime, phase_of(*solo_json), phase_of(co)};
+    coloc_json[regime] = co;
     if (ctx->rank == 0 && !o.quiet)
-      std::cerr << "colocate: node of rank 0, " << regime << "-way: T_solo " << t[0]
-                << "/s, T_coloc " << t[1] << "/s\n";
+      std::cerr << "colocate: node of rank 0, " << regime << "-way: T_solo " << f.solo.throughput
+                << "/s (spread " << 100 * f.solo.spread() << "%), T_coloc " << f.coloc.throughput
+                << "/s (spread " << 100 * f.coloc.spread() << "%)\n";
     return f;
   };
   const auto regimes = candidate_regimes(ctx->node_size);
@@ -331,18 +505,19 @@ json colocate(MPI_Comm comm, const JobSpec& job, const ColocateOptions& o) {
     node_result = {{"ranks_on_node", 1},
                    {"allowed_regime", 1},
                    {"note", "one rank on this node: solo only (measured twice: solo and repeat)"},
-                   {"solo", solo_json},
+                   {"solo", *solo_json},
                    {"repeat", coloc_json[1]}};
   } else {
     gate = run_gate(regimes, measure);
     json tried = json::array();
     for (const auto& v : gate.tried)
-      tried.push_back(regime_json(v, solo_json, coloc_json[v.regime]));
+      tried.push_back(regime_json(v, *solo_json, coloc_json[v.regime]));
     node_result = {
         {"ranks_on_node", ctx->node_size},
         {"regimes_tried", tried},
         {"allowed_regime", gate.allowed ? json(*gate.allowed) : json(nullptr)},
         {"largest_available_regime", regimes.front()},
+        {"unclassifiable", !gate.tried.empty() && gate.tried.back().stop},
         {"note", regimes.front() < 8
                      ? "fewer than 8 ranks on this node: the largest available regime was used"
                      : ""}};
@@ -350,6 +525,7 @@ json colocate(MPI_Comm comm, const JobSpec& job, const ColocateOptions& o) {
   char host[256] = {};
   gethostname(host, sizeof(host) - 1);
   node_result["host"] = host;
+  node_result["gpu_uuids"] = ctx->node_gpu_uuids;
   node_result["target"] = {{"tp", target.tp},
                            {"dp", target.dp},
                            {"ep", target.ep},
@@ -385,6 +561,15 @@ json colocate(MPI_Comm comm, const JobSpec& job, const ColocateOptions& o) {
                                   "GPU co-location verdict"
                                 : "GPU run"},
                   {"tolerance", kColocationTolerance},
+                  {"profile",
+                   {{"name", o.profile.name},
+                    {"warmup_s", o.profile.warmup_s},
+                    {"measure_s", o.profile.measure_s},
+                    {"intervals", o.profile.intervals},
+                    {"window_forwards", o.profile.window_forwards}}},
+                  {"contamination_limits",
+                   {{"min_clock_fraction", o.limits.min_clock_fraction},
+                    {"max_foreign_load_per_cpu", o.limits.max_foreign_load_per_cpu}}},
                   {"family_table",
                    {{"version", table.version()},
                     {"sha256", table.sha256()},
@@ -393,6 +578,9 @@ json colocate(MPI_Comm comm, const JobSpec& job, const ColocateOptions& o) {
                   {"created_utc", utc_now()},
                   {"nodes", nodes}};
   write_colocation_file(o.out_dir, verdict, table.sha256());
+  // The gate held every device of the job: charged to the campaign of this acquisition directory.
+  charge_campaign(o.out_dir, "co-location gate (" + o.profile.name + " profile)",
+                  seconds_since(start) * ctx->size);
   return verdict;
 }
 

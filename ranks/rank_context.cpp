@@ -1,5 +1,8 @@
 #include "ranks/rank_context.h"
 
+#include <unistd.h>
+
+#include <algorithm>
 #include <stdexcept>
 #include <vector>
 
@@ -43,6 +46,9 @@ std::unique_ptr<RankContext> make_rank_context(MPI_Comm comm, const std::string&
       MPI_Comm_split_type(comm, MPI_COMM_TYPE_SHARED, ctx->rank, MPI_INFO_NULL, &ctx->node));
   HARNESS_CHECK_MPI(MPI_Comm_rank(ctx->node, &ctx->node_rank));
   HARNESS_CHECK_MPI(MPI_Comm_size(ctx->node, &ctx->node_size));
+  char host[256] = {};
+  gethostname(host, sizeof(host) - 1);
+  ctx->host = host;
   const auto name = resolve_backend(requested_backend);
   std::optional<int> numa;
   if (host_backend(name)) {
@@ -57,6 +63,8 @@ std::unique_ptr<RankContext> make_rank_context(MPI_Comm comm, const std::string&
     // Each task seeing one GPU as device 0 is only right when the launcher gave them different
     // GPUs: compare the UUIDs of the node's ranks.
     const auto uuids = gather_strings(ctx->node, props.count("uuid") ? props.at("uuid") : "");
+    ctx->node_gpu_uuids = uuids;
+    std::sort(ctx->node_gpu_uuids.begin(), ctx->node_gpu_uuids.end());
     if (const auto pair = shared_device(uuids))
       throw std::runtime_error("node-local ranks " + std::to_string(pair->first) + " and " +
                                std::to_string(pair->second) + " would share GPU " +

@@ -18,10 +18,12 @@
 namespace moe {
 
 struct RankContext {
-  int rank = 0, size = 1;            // in the job's communicator
-  int node_rank = 0, node_size = 1;  // on this node
-  int device = -1;                   // CUDA device of a GPU backend (select_device), else -1
-  MPI_Comm node = MPI_COMM_NULL;     // ranks of this node (owned)
+  int rank = 0, size = 1;                   // in the job's communicator
+  int node_rank = 0, node_size = 1;         // on this node
+  int device = -1;                          // CUDA device of a GPU backend (select_device), else -1
+  MPI_Comm node = MPI_COMM_NULL;            // ranks of this node (owned)
+  std::string host;                         // gethostname
+  std::vector<std::string> node_gpu_uuids;  // the GPUs of this node's ranks, sorted (GPU backends)
   std::unique_ptr<Backend> backend;
   std::unique_ptr<ForwardTimer> timer;
   CpuBinding binding;

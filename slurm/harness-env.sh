@@ -32,9 +32,15 @@ launch() {
 harness_run() {
   harness_args
   echo "harness: job ${SLURM_JOB_ID:-?} on ${SLURM_JOB_NODELIST:-?}, ${SLURM_NTASKS:-?} tasks: ${args[*]}"
-  if [ "${COLOCATE:-0}" = 1 ]; then launch "$HARNESS" colocate "${args[@]}" --quiet; fi
+  if [ "${COLOCATE:-0}" = 1 ]; then
+    # shellcheck disable=SC2086 # COLOCATE_ARGS is a list of options (e.g. --quick)
+    launch "$HARNESS" colocate "${args[@]}" ${COLOCATE_ARGS:-} --quiet
+  fi
   local out=()
   [ -n "${OUT:-}" ] && out=(--out "$OUT")
+  # Several tasks per node need the gate's verdict (COLOCATE=1, now or in an earlier job of the
+  # same OUT_ROOT) or UNVERIFIED=1, which marks every entry.
+  [ "${UNVERIFIED:-0}" = 1 ] && out+=(--unverified)
   # acquire ends with the rank-0 publisher; re-submitting the same job resumes.
   launch "$HARNESS" acquire "${args[@]}" "${out[@]}" --quiet
 }

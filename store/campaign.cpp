@@ -2,6 +2,7 @@
 
 #include <unistd.h>
 
+#include <chrono>
 #include <ctime>
 
 #include "core/files.h"
@@ -20,12 +21,66 @@ RecordCounts counts_of(const nlohmann::json& j) {
           j.value("checks", std::int64_t{0})};
 }
 
+// The SHA-256 of the document without its digest.
+std::string digest_of(nlohmann::json doc) {
+  doc.erase("digest");
+  return sha256_hex(doc.dump());
+}
+
+void save_document(const std::filesystem::path& path, nlohmann::json doc) {
+  doc["digest"] = digest_of(doc);
+  write_file_atomic(path, doc.dump(1));
+}
+
+double seconds_between(const std::string& from_utc, std::filesystem::file_time_type to) {
+  const auto from = parse_utc(from_utc);
+  if (!from) return 0;
+  const auto to_sys =
+      std::chrono::time_point_cast<std::chrono::seconds>(std::chrono::file_clock::to_sys(to));
+  return std::max(0.0, static_cast<double>(to_sys.time_since_epoch().count() - *from));
+}
+
 }  // namespace
+
+nlohmann::json load_campaign_document(const std::filesystem::path& path) {
+  nlohmann::json doc;
+  try {
+    doc = nlohmann::json::parse(read_file(path));
+  } catch (const nlohmann::json::exception& e) {
+    throw std::runtime_error(path.string() + " is corrupt (" + e.what() +
+                             "); it was left untouched");
+  }
+  if (!doc.is_object() || !doc.contains("digest"))
+    throw std::runtime_error(path.string() +
+                             " has no digest (an older harness wrote it, or it was replaced): the "
+                             "budget and record accounting cannot be trusted; start a new "
+                             "campaign in another --out");
+  if (!doc["digest"].is_string() || doc["digest"].get<std::string>() != digest_of(doc))
+    throw std::runtime_error(path.string() +
+                             " was edited outside the harness (its digest does not match its "
+                             "content): the budget and record accounting cannot be trusted; "
+                             "restore it, or start a new campaign in another --out");
+  return doc;
+}
+
+void charge_campaign(const std::filesystem::path& dir, const std::string& what,
+                     double device_seconds) {
+  const auto path = dir / kCampaignFile;
+  nlohmann::json doc =
+      std::filesystem::exists(path)
+          ? load_campaign_document(path)
+          : nlohmann::json{{"schema", "campaign/1"}, {"device_seconds_consumed", 0.0}};
+  doc["device_seconds_consumed"] = doc.value("device_seconds_consumed", 0.0) + device_seconds;
+  doc["charges"].push_back(
+      {{"what", what}, {"device_seconds", device_seconds}, {"utc", utc_now()}});
+  std::filesystem::create_directories(dir);
+  save_document(path, doc);
+}
 
 void check_record_balance(const std::filesystem::path& dir, const RecordCounts& rows_in_file) {
   const auto state = dir / kCampaignFile;
   if (!std::filesystem::exists(state)) return;
-  const auto doc = nlohmann::json::parse(read_file(state));
+  const auto doc = load_campaign_document(state);
   if (!doc.contains("records")) return;
   const auto& w = doc["records"]["written"];
   if (w.value("samples", std::int64_t{-1}) != rows_in_file.samples ||
@@ -49,7 +104,7 @@ std::string executable_sha256() {
 
 CampaignState::CampaignState(const std::filesystem::path& dir, const std::string& command,
                              const std::string& job_text, const std::string& families,
-                             double budget_seconds)
+                             double budget_seconds, bool raise_budget)
     : path_(dir / kCampaignFile), budget_(budget_seconds) {
   char host[256] = {};
   gethostname(host, sizeof(host) - 1);
@@ -57,13 +112,8 @@ CampaignState::CampaignState(const std::filesystem::path& dir, const std::string
                               {"started_utc", utc_now()},
                               {"host", host},
                               {"harness_sha256", executable_sha256()}};
-  if (std::filesystem::exists(path_)) {
-    try {
-      doc_ = nlohmann::json::parse(read_file(path_));
-    } catch (const nlohmann::json::exception& e) {
-      throw std::runtime_error(path_.string() + " is corrupt (" + e.what() +
-                               "); it was left untouched");
-    }
+  if (std::filesystem::exists(path_)) doc_ = load_campaign_document(path_);
+  if (doc_.contains("job_sha256")) {
     if (doc_.value("family_table_sha256", "") != families)
       throw std::runtime_error(
           "refusing to resume " + path_.string() +
@@ -71,22 +121,54 @@ CampaignState::CampaignState(const std::filesystem::path& dir, const std::string
     if (doc_.value("job_sha256", "") != sha256_hex(job_text))
       doc_["job_changes"].push_back(utc_now());
   } else {
-    doc_ = {
-        {"schema", "campaign/1"},
-        {"job_sha256", sha256_hex(job_text)},
-        {"family_table_sha256", families},
-        {"device_seconds_consumed", 0.0},
-        {"records", {{"encoded", counts_json({})}, {"written", counts_json({})}, {"dropped", 0}}},
-        {"cell_rounds_done", 0},
-        {"runs", nlohmann::json::array()}};
+    // A new campaign, or one that so far holds only charges (the co-location gate).
+    doc_["schema"] = "campaign/1";
+    doc_["job_sha256"] = sha256_hex(job_text);
+    doc_["family_table_sha256"] = families;
+    doc_["device_seconds_consumed"] = doc_.value("device_seconds_consumed", 0.0);
+    doc_["records"] = {{"encoded", counts_json({})}, {"written", counts_json({})}, {"dropped", 0}};
+    doc_["cell_rounds_done"] = 0;
+    doc_["runs"] = nlohmann::json::array();
   }
-  doc_["budget_seconds"] = budget_;
+  if (!doc_.contains("budget_seconds")) {
+    doc_["budget_seconds"] = budget_;
+  } else if (const double fixed = doc_["budget_seconds"].get<double>(); budget_ != fixed) {
+    if (budget_ > fixed && !raise_budget)
+      throw BudgetError("the campaign in " + path_.string() + " was started with a budget of " +
+                        std::to_string(fixed / 3600) + " GPU-hours; " +
+                        std::to_string(budget_ / 3600) +
+                        " raises it: pass --raise-budget to do so (it is recorded)");
+    doc_["budget_changes"].push_back({{"utc", utc_now()},
+                                      {"from_seconds", fixed},
+                                      {"to_seconds", budget_},
+                                      {"command", command}});
+    doc_["budget_seconds"] = budget_;
+  }
+  // A wave whose run was killed still held its devices until the run's last heartbeat.
+  if (doc_.contains("reservation")) {
+    const auto r = doc_["reservation"];
+    const auto heartbeat = dir / kHeartbeatFile;
+    const double held = std::filesystem::exists(heartbeat)
+                            ? seconds_between(r.value("started_utc", ""),
+                                              std::filesystem::last_write_time(heartbeat))
+                            : 0.0;
+    const double charged = held * r.value("devices", 1);
+    doc_["device_seconds_consumed"] = consumed_seconds() + charged;
+    auto wave = r;
+    wave["held_seconds"] = held;
+    wave["charged_device_seconds"] = charged;
+    wave["charged_from"] = std::filesystem::exists(heartbeat)
+                               ? "the interrupted run's last heartbeat"
+                               : "nothing (no heartbeat file): 0 charged";
+    doc_["interrupted_waves"].push_back(wave);
+    doc_.erase("reservation");
+  }
   doc_["runs"].push_back(run);
   doc_["phase"] = "started";
   save();
 }
 
-void CampaignState::reserve(const std::string& wave, double estimate_seconds) {
+void CampaignState::reserve(const std::string& wave, double estimate_seconds, int devices) {
   const double consumed = consumed_seconds();
   if (consumed + estimate_seconds > budget_) {
     doc_["phase"] = "stopped: budget";
@@ -99,11 +181,16 @@ void CampaignState::reserve(const std::string& wave, double estimate_seconds) {
   }
   doc_["phase"] = "measuring " + wave;
   doc_["reserved_seconds"] = estimate_seconds;
+  doc_["reservation"] = {{"wave", wave},
+                         {"estimate_device_seconds", estimate_seconds},
+                         {"devices", devices},
+                         {"started_utc", utc_now()}};
   save();
 }
 
 void CampaignState::consume(double wall_seconds, int devices, int cell_rounds_done) {
   doc_["device_seconds_consumed"] = consumed_seconds() + wall_seconds * devices;
+  doc_.erase("reservation");
   doc_["cell_rounds_done"] = doc_.value("cell_rounds_done", 0) + cell_rounds_done;
   doc_["updated_utc"] = utc_now();
   save();
@@ -145,9 +232,9 @@ std::optional<MeasuredCost> read_measured_cost(const std::filesystem::path& dir)
   const auto path = dir / kCampaignFile;
   if (!std::filesystem::exists(path)) return std::nullopt;
   try {
-    return cost_of(nlohmann::json::parse(read_file(path)), "campaign.json of " + dir.string());
+    return cost_of(load_campaign_document(path), "campaign.json of " + dir.string());
   } catch (const nlohmann::json::exception& e) {
-    throw std::runtime_error(path.string() + " is corrupt (" + e.what() + ")");
+    throw std::runtime_error(path.string() + " is malformed (" + e.what() + ")");
   }
 }
 
@@ -175,7 +262,12 @@ void CampaignState::written(const RecordCounts& n) {
   auto w = counts_of(doc_["records"]["written"]);
   w += n;
   doc_["records"]["written"] = counts_json(w);
-  doc_["records"]["dropped"] = 0;  // a run aborts on any dropped activity record
+  save();
+}
+
+void CampaignState::dropped(std::int64_t n) {
+  if (n == 0) return;
+  doc_["records"]["dropped"] = doc_["records"].value("dropped", std::int64_t{0}) + n;
   save();
 }
 
@@ -206,7 +298,7 @@ void CampaignState::reconcile(const RecordCounts& in_file) {
 }
 
 void CampaignState::save() const {
-  write_file_atomic(path_, doc_.dump(1));
+  save_document(path_, doc_);
 }
 
 }  // namespace moe

@@ -22,18 +22,36 @@ class BudgetError : public std::runtime_error {
 };
 
 inline constexpr const char* kCampaignFile = "campaign.json";
+// Rewritten every second by rank 0 while a run is alive (ranks/watchdog.h): its modification time
+// is when an interrupted run was last alive.
+inline constexpr const char* kHeartbeatFile = "campaign.heartbeat";
+
+// campaign.json with its digest checked: throws std::runtime_error naming the file when it is not
+// JSON or was edited outside the harness (its `digest`, the SHA-256 of the rest, differs).
+[[nodiscard]] nlohmann::json load_campaign_document(const std::filesystem::path& path);
+
+// Charges `device_seconds` of work outside acquire (the co-location gate) to the campaign of
+// `dir`, creating the state when there is none yet; recorded under `charges`.
+void charge_campaign(const std::filesystem::path& dir, const std::string& what,
+                     double device_seconds);
 
 class CampaignState {
  public:
   // Loads `dir`/campaign.json or starts a new state. A state whose operator-family table SHA-256
   // (`families`) differs (a semantic condition of the gate and of the recorded shares) refuses to
   // resume, naming it; a different binary or host is recorded in the history but does not block.
+  // The budget is fixed when the campaign starts: a larger one is refused (BudgetError) unless
+  // `raise_budget`, and every change is recorded under `budget_changes`. A wave reserved by an
+  // interrupted run is charged here: its devices x the time from its start to the run's last
+  // heartbeat (kHeartbeatFile), recorded under `interrupted_waves`.
   CampaignState(const std::filesystem::path& dir, const std::string& command,
-                const std::string& job_text, const std::string& families, double budget_seconds);
+                const std::string& job_text, const std::string& families, double budget_seconds,
+                bool raise_budget = false);
 
-  // Refuses (BudgetError) to start a wave whose conservative estimate would exceed the budget.
-  void reserve(const std::string& wave, double estimate_seconds);
-  // Accounts a finished wave: measured wall time x devices held.
+  // Refuses (BudgetError) to start a wave whose conservative estimate would exceed the budget;
+  // otherwise records the reservation (wave, estimate, devices, start) before the wave starts.
+  void reserve(const std::string& wave, double estimate_seconds, int devices);
+  // Accounts a finished wave (measured wall time x devices held) and releases its reservation.
   void consume(double wall_seconds, int devices, int cell_rounds_done);
   void set_phase(const std::string& phase);
   // The outcome of this run, in its entry of `runs`: "complete", "budget_stop" or "failed", with
@@ -53,6 +71,9 @@ class CampaignState {
   // and anything else (rows the counters cannot explain) is rejected.
   void encoded(const RecordCounts& n);
   void written(const RecordCounts& n);
+  // Activity records the tracers reported dropped (summed over ranks); the publisher refuses a
+  // campaign with any.
+  void dropped(std::int64_t n);
   void reconcile(const RecordCounts& in_file);
   [[nodiscard]] double consumed_seconds() const {
     return doc_.value("device_seconds_consumed", 0.0);

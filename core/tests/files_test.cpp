@@ -5,6 +5,8 @@
 
 #include <filesystem>
 
+#include "core/timestamp.h"
+
 namespace moe {
 namespace {
 
@@ -66,6 +68,16 @@ TEST(Files, PathComponentsStayInsideTheirRoot) {
       EXPECT_NE(std::string(e.what()).find("--variant"), std::string::npos) << e.what();
     }
   }
+}
+
+TEST(Timestamps, ParseUtcReadsWhatUtcNowWritesAndNothingElse) {
+  const auto now = std::time(nullptr);
+  EXPECT_EQ(parse_utc(utc_string(now)), now);
+  EXPECT_EQ(parse_utc("1970-01-01T00:01:40Z"), 100);
+  EXPECT_FALSE(parse_utc("2026-12-01T00:00:00"));
+  EXPECT_FALSE(parse_utc("2026-13-01T00:00:00Z"));
+  EXPECT_FALSE(parse_utc("2026-12-01T00:00:00Zjunk"));
+  EXPECT_FALSE(parse_utc(""));
 }
 
 }  // namespace

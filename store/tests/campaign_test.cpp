@@ -2,8 +2,12 @@
 
 #include <gtest/gtest.h>
 
+#include <chrono>
 #include <filesystem>
 #include <fstream>
+
+#include "core/files.h"
+#include "core/timestamp.h"
 
 namespace moe {
 namespace {
@@ -72,6 +76,93 @@ TEST_F(Campaign, RowsTheCountersCannotExplainAreRefused) {
   auto s = state();
   EXPECT_THROW(s.reconcile({120, 12, 24}), std::runtime_error);
   EXPECT_THROW(s.reconcile({90, 9, 18}), std::runtime_error);
+}
+
+nlohmann::json document(const fs::path& dir) {
+  std::ifstream f(dir / kCampaignFile);
+  return nlohmann::json::parse(f);
+}
+
+TEST_F(Campaign, TheBudgetIsFixedAtTheStartAndRaisedOnlyExplicitly) {
+  (void)state();  // 3600 s
+  EXPECT_THROW(CampaignState(dir_, "harness acquire --gpu-hours 2", "job", "f", 7200), BudgetError);
+  EXPECT_EQ(document(dir_)["budget_seconds"], 3600.0) << "a refused raise changes nothing";
+  (void)CampaignState(dir_, "harness acquire --gpu-hours 2 --raise-budget", "job", "f", 7200, true);
+  (void)CampaignState(dir_, "harness acquire --gpu-hours 0.5", "job", "f", 1800);  // lowering
+  const auto doc = document(dir_);
+  EXPECT_EQ(doc["budget_seconds"], 1800.0);
+  ASSERT_EQ(doc["budget_changes"].size(), 2u);
+  EXPECT_EQ(doc["budget_changes"][0]["to_seconds"], 7200.0);
+  EXPECT_EQ(doc["budget_changes"][0]["command"], "harness acquire --gpu-hours 2 --raise-budget");
+  EXPECT_EQ(doc["budget_changes"][1]["to_seconds"], 1800.0);
+}
+
+TEST_F(Campaign, AnEditedOrDigestlessStateIsRefused) {
+  (void)state();
+  auto doc = document(dir_);
+  doc["device_seconds_consumed"] = 0.5;  // someone hands back budget
+  std::ofstream(dir_ / kCampaignFile) << doc.dump(1);
+  try {
+    (void)state();
+    FAIL() << "an edited campaign.json was accepted";
+  } catch (const std::runtime_error& e) {
+    EXPECT_NE(std::string(e.what()).find("edited outside the harness"), std::string::npos)
+        << e.what();
+  }
+  EXPECT_THROW((void)read_measured_cost(dir_), std::runtime_error);
+  EXPECT_THROW(check_record_balance(dir_, {}), std::runtime_error);
+  doc.erase("digest");
+  std::ofstream(dir_ / kCampaignFile) << doc.dump(1);
+  try {
+    (void)state();
+    FAIL() << "a campaign.json without digest was accepted";
+  } catch (const std::runtime_error& e) {
+    EXPECT_NE(std::string(e.what()).find("has no digest"), std::string::npos) << e.what();
+  }
+}
+
+TEST_F(Campaign, AnInterruptedWaveIsChargedFromItsStartToTheLastHeartbeat) {
+  {
+    auto s = state();
+    s.reserve("round 3", 100, 4);
+    EXPECT_EQ(document(dir_)["reservation"]["devices"], 4);
+  }
+  // The run died 30 s after the wave started: its heartbeat file was last written then.
+  auto doc = document(dir_);
+  const auto started = *parse_utc(doc["reservation"]["started_utc"].get<std::string>());
+  std::ofstream(dir_ / kHeartbeatFile) << "0\n";
+  const auto beat =
+      std::chrono::file_clock::from_sys(std::chrono::system_clock::from_time_t(started + 30));
+  fs::last_write_time(dir_ / kHeartbeatFile, beat);
+  auto s = state();
+  doc = document(dir_);
+  EXPECT_FALSE(doc.contains("reservation"));
+  ASSERT_EQ(doc["interrupted_waves"].size(), 1u);
+  EXPECT_EQ(doc["interrupted_waves"][0]["wave"], "round 3");
+  EXPECT_DOUBLE_EQ(doc["interrupted_waves"][0]["held_seconds"].get<double>(), 30.0);
+  EXPECT_DOUBLE_EQ(s.consumed_seconds(), 120.0) << "4 devices x 30 s";
+  // A finished wave releases its reservation: nothing is charged twice.
+  s.reserve("round 4", 10, 4);
+  s.consume(2.0, 4, 1);
+  EXPECT_FALSE(document(dir_).contains("reservation"));
+  EXPECT_DOUBLE_EQ(state().consumed_seconds(), 128.0);
+}
+
+TEST_F(Campaign, TheGateAndDroppedRecordsAreCharged) {
+  charge_campaign(dir_, "co-location gate (quick profile)", 12.5);  // before any acquire
+  auto s = state();
+  EXPECT_DOUBLE_EQ(s.consumed_seconds(), 12.5);
+  charge_campaign(dir_, "co-location gate (default profile)", 7.5);
+  EXPECT_DOUBLE_EQ(state().consumed_seconds(), 20.0);
+  auto doc = document(dir_);
+  ASSERT_EQ(doc["charges"].size(), 2u);
+  EXPECT_EQ(doc["charges"][1]["what"], "co-location gate (default profile)");
+  EXPECT_EQ(doc["job_sha256"], sha256_hex("job"));
+  auto again = state();
+  again.written({10, 1, 1});
+  again.dropped(3);
+  EXPECT_EQ(records()["dropped"], 3);
+  EXPECT_THROW(check_record_balance(dir_, {10, 1, 1}), std::runtime_error) << "dropped records";
 }
 
 }  // namespace

@@ -15,7 +15,7 @@ job = os.path.join(SOURCE_DIR, "tests/data/micro.yaml")
 with tempfile.TemporaryDirectory() as tmp:
     out = os.path.join(tmp, "acq")
     root = os.path.join(tmp, "bundles")
-    p = run(mpirun_cmd(nranks, "acquire", job, "--out", out, "--out-root", root))
+    p = run(mpirun_cmd(nranks, "acquire", "--unverified", job, "--out", out, "--out-root", root))
     m = re.search(r"(\d+) cells \((\d+) complete\)", p.stdout)
     assert m and m.group(1) == m.group(2), p.stdout
     h5 = os.path.join(out, "acquisition.h5")
@@ -31,7 +31,7 @@ with tempfile.TemporaryDirectory() as tmp:
     collectives = 2 if nranks >= 2 else 0
     assert f"3 component tables and {collectives} collective tables published" in p.stdout, p.stdout
     # Re-running the same command measures nothing again and publishes nothing new.
-    p = run(mpirun_cmd(nranks, "acquire", job, "--out", out, "--out-root", root))
+    p = run(mpirun_cmd(nranks, "acquire", "--unverified", job, "--out", out, "--out-root", root))
     assert f"cell rounds measured now 0, resumed {2 * len(cells)}" in p.stdout, p.stdout
     assert f"already published (unchanged)" in p.stdout and f", {3 + collectives} already" in p.stdout, p.stdout
 print(f"ok: {nranks} ranks")

@@ -17,7 +17,7 @@ def expect_error(cmd, needle):
 # EP mismatch fails before any work (no output directory is created).
 with tempfile.TemporaryDirectory() as tmp:
     out = os.path.join(tmp, "never")
-    expect_error(mpirun_cmd(2, "acquire", qwen, "--tp", "1,2", "--dp", "1,2", "--ep", "3", "--out", out), "EP 3")
+    expect_error(mpirun_cmd(2, "acquire", "--unverified", qwen, "--tp", "1,2", "--dp", "1,2", "--ep", "3", "--out", out), "EP 3")
     assert not os.path.exists(out), "work started before the EP check"
 expect_error([HARNESS, "plan", qwen, "--tp", "1,2", "--dp", "1,2", "--ep", "3"], "EP 3")
 expect_error([HARNESS, "plan", "/nonexistent.yaml"], "cannot open job file")
@@ -74,7 +74,7 @@ with tempfile.TemporaryDirectory() as tmp:
         assert p.returncode != 0 and reason in p.stderr and "holds" not in p.stderr, p.stderr
     assert open(blocker).read() == "x"
     # An error every rank meets is printed once, by rank 0, not once per rank.
-    p = run(mpirun_cmd(3, "acquire", job, "--out", blocker, "--no-publish"), check=False)
+    p = run(mpirun_cmd(3, "acquire", "--unverified", job, "--out", blocker, "--no-publish"), check=False)
     errors = [line for line in p.stderr.splitlines() if "error:" in line]
     assert p.returncode != 0 and len(errors) == 1 and "(rank 0)" in errors[0], p.stderr
     escaping = os.path.join(tmp, "escaping.yaml")
@@ -82,11 +82,11 @@ with tempfile.TemporaryDirectory() as tmp:
     expect_error([HARNESS, "plan", escaping], "output.variant '..' names a directory above")
 
     out = os.path.join(tmp, "acq")
-    run(mpirun_cmd(2, "acquire", job, "--out", out, "--out-root", os.path.join(tmp, "bundles")))
+    run(mpirun_cmd(2, "acquire", "--unverified", job, "--out", out, "--out-root", os.path.join(tmp, "bundles")))
     h5 = os.path.join(out, "acquisition.h5")
     sha = file_sha(h5)
     # A changed semantic condition is a new contract: refused, file untouched.
-    expect_error(mpirun_cmd(2, "acquire", job, "--out", out, "--iterations", "4", "--no-publish"),
+    expect_error(mpirun_cmd(2, "acquire", "--unverified", job, "--out", out, "--iterations", "4", "--no-publish"),
                  "different contract")
     assert file_sha(h5) == sha, "existing file modified by a refused run"
     # A corrupt file is an error, never overwritten.
@@ -95,7 +95,7 @@ with tempfile.TemporaryDirectory() as tmp:
     with open(os.path.join(corrupt, "acquisition.h5"), "wb") as f:
         f.write(b"this is not HDF5" * 100)
     sha = file_sha(os.path.join(corrupt, "acquisition.h5"))
-    expect_error(mpirun_cmd(2, "acquire", job, "--out", corrupt, "--no-publish"), "corrupt")
+    expect_error(mpirun_cmd(2, "acquire", "--unverified", job, "--out", corrupt, "--no-publish"), "corrupt")
     assert file_sha(os.path.join(corrupt, "acquisition.h5")) == sha
 # Read-side commands: each bad input is one clear error.
 with tempfile.TemporaryDirectory() as tmp:

@@ -24,7 +24,7 @@ def cli(variant, tp, dp, *query):
 
 
 with tempfile.TemporaryDirectory() as tmp:
-    run(mpirun_cmd(2, "acquire", os.path.join(SOURCE_DIR, "tests/data/micro.yaml"), "--out",
+    run(mpirun_cmd(2, "acquire", "--unverified", os.path.join(SOURCE_DIR, "tests/data/micro.yaml"), "--out",
                    os.path.join(tmp, "acq"), "--out-root", tmp, "--quiet"))
     variant = os.path.join(tmp, "micro")
     table = os.path.join(variant, "tp1/moe_components/dp2_ep2_rank0_sp0/components.csv")

@@ -16,7 +16,7 @@ from harness_test_lib import HARNESS, MPI_ENV, SOURCE_DIR, check_complete, file_
 job = os.path.join(SOURCE_DIR, "tests/data/micro.yaml")
 with tempfile.TemporaryDirectory() as tmp:
     out, root = os.path.join(tmp, "acq"), os.path.join(tmp, "bundles")
-    base = ["acquire", job, "--out", out, "--out-root", root, "--rounds", "20"]
+    base = ["acquire", "--unverified", job, "--out", out, "--out-root", root, "--rounds", "20"]
 
     # 1. A budget too small for the first wave: stop before it, with a clear message.
     p = run(mpirun_cmd(2, *base, "--gpu-hours", "0.000001"), check=False)
@@ -25,8 +25,13 @@ with tempfile.TemporaryDirectory() as tmp:
     assert state["phase"] == "stopped: budget" and state["cell_rounds_done"] == 0
     assert state["runs"][-1]["outcome"] == "budget_stop" and "budget" in state["runs"][-1]["reason"], state["runs"]
 
+    # The budget is fixed by the campaign's start: raising it takes --raise-budget, recorded.
+    p = run(mpirun_cmd(2, *base), check=False)
+    assert p.returncode != 0 and "pass --raise-budget" in p.stderr, p.stderr
+    assert json.load(open(os.path.join(out, "campaign.json")))["budget_seconds"] < 1
+
     # 2. Enough budget; SIGKILL the whole job (every process) after some rounds.
-    proc = subprocess.Popen(mpirun_cmd(2, *base), stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+    proc = subprocess.Popen(mpirun_cmd(2, *base, "--raise-budget"), stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
                             env=MPI_ENV, start_new_session=True)
     for line in proc.stderr:
         if "committed round 1" in line:
@@ -45,6 +50,7 @@ with tempfile.TemporaryDirectory() as tmp:
     proc.wait()
     state = json.load(open(os.path.join(out, "campaign.json")))
     assert state["cell_rounds_done"] >= 22 and state["device_seconds_consumed"] > 0, state
+    assert len(state["budget_changes"]) == 1 and "--raise-budget" in state["budget_changes"][0]["command"]
     consumed = state["device_seconds_consumed"]
     with h5py.File(os.path.join(out, "acquisition.h5"), "r") as f:
         done = sum(int(c["rounds_done"][()].sum()) for c in f["cells"].values())
@@ -59,6 +65,10 @@ with tempfile.TemporaryDirectory() as tmp:
     state = json.load(open(os.path.join(out, "campaign.json")))
     assert state["phase"] == "complete" and len(state["runs"]) == 3
     assert state["device_seconds_consumed"] > consumed
+    # The killed run's reserved wave (if the kill caught one) was charged from its heartbeat.
+    for wave in state.get("interrupted_waves", []):
+        assert wave["devices"] == 2 and wave["charged_device_seconds"] == 2 * wave["held_seconds"], wave
+    assert "reservation" not in state
     assert all(len(r["harness_sha256"]) == 64 for r in state["runs"])
     # Each run's outcome: the budget stop, the killed run (none: it could not say), the resume.
     assert [r.get("outcome") for r in state["runs"]] == ["budget_stop", None, "complete"], state["runs"]
@@ -81,7 +91,8 @@ with tempfile.TemporaryDirectory() as tmp:
     p = run([HARNESS, "plan", job, "--campaign", broken])
     assert "is corrupt" in p.stderr and "cost model: nominal" in p.stdout, (p.stdout, p.stderr)
 
-    # Record counters balance with the file; tampered counters are rejected by publish and resume.
+    # Record counters balance with the file; a campaign.json edited outside the harness (its
+    # digest no longer matches) or missing is refused by publish and resume, and nothing changes.
     rec = state["records"]
     with h5py.File(os.path.join(out, "acquisition.h5"), "r") as f:
         samples = sum(len(c[f"round_{r}"]["samples"]) for c in f["cells"].values() for r in range(20))
@@ -91,13 +102,20 @@ with tempfile.TemporaryDirectory() as tmp:
     tampered["records"] = json.loads(json.dumps(rec))
     tampered["records"]["written"]["samples"] -= 1
     tampered["records"]["encoded"]["samples"] -= 1
+    original = open(os.path.join(out, "campaign.json")).read()
     json.dump(tampered, open(os.path.join(out, "campaign.json"), "w"))
     p = run([HARNESS, "publish", os.path.join(out, "acquisition.h5"), "--out-root", os.path.join(tmp, "other")],
             check=False)
-    assert p.returncode != 0 and "do not balance" in p.stderr, p.stderr
+    assert p.returncode != 0 and "edited outside the harness" in p.stderr, p.stderr
     p = run(mpirun_cmd(2, *base), check=False)
-    assert p.returncode != 0 and "do not balance" in p.stderr, p.stderr
-    json.dump(state, open(os.path.join(out, "campaign.json"), "w"))
+    assert p.returncode != 0 and "edited outside the harness" in p.stderr, p.stderr
+    os.remove(os.path.join(out, "campaign.json"))
+    sha = file_sha(os.path.join(out, "acquisition.h5"))
+    p = run(mpirun_cmd(2, *base), check=False)
+    assert p.returncode != 0 and "campaign.json is missing although" in p.stderr, p.stderr
+    assert not os.path.exists(os.path.join(out, "campaign.json"))
+    assert file_sha(os.path.join(out, "acquisition.h5")) == sha
+    open(os.path.join(out, "campaign.json"), "w").write(original)
 
     # 4. An edited job (geometry) refuses to resume, naming the change; nothing is modified.
     edited = os.path.join(tmp, "edited.yaml")
@@ -107,7 +125,7 @@ with tempfile.TemporaryDirectory() as tmp:
     text = open(job).read().replace("preset: tiny", "preset: tiny\n  top_k: 3")
     open(edited, "w").write(text)
     sha = file_sha(os.path.join(out, "acquisition.h5"))
-    p = run(mpirun_cmd(2, "acquire", edited, "--out", out, "--out-root", root, "--rounds", "20"), check=False)
+    p = run(mpirun_cmd(2, "acquire", "--unverified", edited, "--out", out, "--out-root", root, "--rounds", "20"), check=False)
     assert p.returncode != 0 and "different contract (differs in: geometry" in p.stderr, p.stderr
     assert file_sha(os.path.join(out, "acquisition.h5")) == sha
 print("ok")

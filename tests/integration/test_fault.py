@@ -26,7 +26,7 @@ with tempfile.TemporaryDirectory() as tmp:
     out = os.path.join(tmp, "acq")
     h5 = os.path.join(out, "acquisition.h5")
     root = os.path.join(tmp, "bundles")
-    proc = subprocess.Popen(mpirun_cmd(3, "acquire", job, "--out", out, "--rounds", ROUNDS, "--out-root", root),
+    proc = subprocess.Popen(mpirun_cmd(3, "acquire", "--unverified", job, "--out", out, "--rounds", ROUNDS, "--out-root", root),
                             stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=MPI_ENV)
     # Wait until at least one round is committed, then kill a rank mid-run.
     for line in proc.stderr:
@@ -47,7 +47,7 @@ with tempfile.TemporaryDirectory() as tmp:
     assert complete_before >= 11, f"expected round 0 complete for all 11 cells, got {complete_before}"
     assert complete_before < 11 * int(ROUNDS), "the kill landed after the run finished"
 
-    p = run(mpirun_cmd(3, "acquire", job, "--out", out, "--rounds", ROUNDS, "--out-root", root))
+    p = run(mpirun_cmd(3, "acquire", "--unverified", job, "--out", out, "--rounds", ROUNDS, "--out-root", root))
     assert "3 component tables and 2 collective tables published" in p.stdout, p.stdout
     assert f"resumed {complete_before}" in p.stdout, p.stdout
     after = check_complete(h5, int(ROUNDS))

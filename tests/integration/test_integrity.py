@@ -33,7 +33,7 @@ def attr_text(v):
 
 with tempfile.TemporaryDirectory() as tmp:
     acq = os.path.join(tmp, "acq")
-    run(mpirun_cmd(2, "acquire", os.path.join(SOURCE_DIR, "tests/data/micro.yaml"), "--out", acq,
+    run(mpirun_cmd(2, "acquire", "--unverified", os.path.join(SOURCE_DIR, "tests/data/micro.yaml"), "--out", acq,
                    "--no-publish", "--quiet"))
     h5 = os.path.join(acq, "acquisition.h5")
     rounds = 0

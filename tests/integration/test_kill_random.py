@@ -1,8 +1,9 @@
 """Randomized kill test: SIGKILL one rank or the whole job at instants spread over an acquisition
 (rounds, refinement, collectives, publish), re-run the same command, and require every trial to end
 with a clean resume: the run completes and publishes, every planned round is in the file once, and
-no round completed before the kill was measured again. Prints trials / clean resumes / lost /
-duplicated."""
+no round completed before the kill was measured again, and the device time is charged: what the
+campaign had consumed is kept, and a wave the kill interrupted is charged from its heartbeat.
+Prints trials / clean resumes / lost / duplicated / uncharged."""
 import os
 import random
 import signal
@@ -10,6 +11,8 @@ import subprocess
 import sys
 import tempfile
 import time
+
+import json
 
 import h5py
 
@@ -39,14 +42,14 @@ def children(pid):
 
 with tempfile.TemporaryDirectory() as tmp:
     def command(d):
-        return mpirun_cmd(2, "acquire", JOB, "--rounds", ROUNDS, "--out", os.path.join(d, "acq"),
+        return mpirun_cmd(2, "acquire", "--unverified", JOB, "--rounds", ROUNDS, "--out", os.path.join(d, "acq"),
                           "--out-root", os.path.join(d, "bundles"), "--quiet")
 
     t0 = time.monotonic()
     run(command(os.path.join(tmp, "reference")))
     duration = time.monotonic() - t0
     rng = random.Random(20261201)
-    clean = lost = duplicated = 0
+    clean = lost = duplicated = uncharged = 0
     for trial in range(TRIALS):
         d = os.path.join(tmp, f"trial{trial}")
         h5 = os.path.join(d, "acq", "acquisition.h5")
@@ -68,6 +71,8 @@ with tempfile.TemporaryDirectory() as tmp:
                 os.kill(rng.choice(ranks), signal.SIGKILL)
         proc.wait(timeout=120)
         before = complete_rounds(h5)
+        state_path = os.path.join(d, "acq", "campaign.json")
+        state = json.load(open(state_path)) if os.path.exists(state_path) else {}
         p = run(command(d), check=False)
         if p.returncode != 0:
             print(f"trial {trial} (kill at {instant:.2f} s, {'job' if whole_job else 'rank'}): "
@@ -81,10 +86,19 @@ with tempfile.TemporaryDirectory() as tmp:
         if any(not (after[name][r] == samples).all() for (name, r), samples in before.items()):
             duplicated += 1
             continue
+        resumed = json.load(open(state_path))
+        waves = resumed.get("interrupted_waves", [])
+        if (resumed["device_seconds_consumed"] < state.get("device_seconds_consumed", 0)
+                + sum(w["charged_device_seconds"] for w in waves)
+                or ("reservation" in state) != bool(waves) or "reservation" in resumed):
+            print(f"trial {trial}: device time not charged: before {state}\nafter {resumed}")
+            uncharged += 1
+            continue
         if not os.path.exists(os.path.join(d, "bundles", "micro", "meta.yaml")):
             print(f"trial {trial}: nothing published after the resume")
             continue
         clean += 1
-    print(f"kill trials: {TRIALS}, clean resumes: {clean}, lost: {lost}, duplicated: {duplicated} "
+    print(f"kill trials: {TRIALS}, clean resumes: {clean}, lost: {lost}, duplicated: {duplicated}, "
+          f"uncharged: {uncharged} "
           f"(run of {duration:.1f} s, kills spread over it)")
     assert clean == TRIALS, "every kill must end in a clean resume"

@@ -40,7 +40,7 @@ print(f"{size:12d} {size // 2:12d}  bfloat16     sum      -1  {size / 1000:8.2f}
 
 with tempfile.TemporaryDirectory() as tmp:
     root = os.path.join(tmp, "bundles")
-    run(mpirun_cmd(2, "acquire", os.path.join(SOURCE_DIR, "tests/data/micro.yaml"), "--out",
+    run(mpirun_cmd(2, "acquire", "--unverified", os.path.join(SOURCE_DIR, "tests/data/micro.yaml"), "--out",
                    os.path.join(tmp, "acq"), "--out-root", root, "--quiet"))
     bins = os.path.join(tmp, "bin")
     os.makedirs(bins)

@@ -39,7 +39,7 @@ with tempfile.TemporaryDirectory() as tmp:
     job = os.path.join(SOURCE_DIR, "jobs/tiny.yaml")
     acq = os.path.join(tmp, "acq")
     root = os.path.join(tmp, "bundles")
-    p = run(mpirun_cmd(4, "acquire", job, "--out", acq, "--out-root", root, "--quiet"))
+    p = run(mpirun_cmd(4, "acquire", "--unverified", job, "--out", acq, "--out-root", root, "--quiet"))
     assert "3 component tables and 2 collective tables published" in p.stdout, p.stdout
     variant = os.path.join(root, "tiny")
 
@@ -257,11 +257,11 @@ with tempfile.TemporaryDirectory() as tmp:
     # An acquisition directory is single-writer too.
     with open(os.path.join(acq, "writer.lock"), "w") as f:
         fcntl.flock(f, fcntl.LOCK_EX | fcntl.LOCK_NB)
-        expect_error(mpirun_cmd(2, "acquire", job, "--out", acq), "another acquisition holds")
+        expect_error(mpirun_cmd(2, "acquire", "--unverified", job, "--out", acq), "another acquisition holds")
 
     # A changed semantic condition is a new contract: refused, nothing overwritten.
     acq2 = os.path.join(tmp, "acq2")
-    run(mpirun_cmd(2, "acquire", job, "--out", acq2, "--iterations", "4", "--no-publish", "--quiet"))
+    run(mpirun_cmd(2, "acquire", "--unverified", job, "--out", acq2, "--iterations", "4", "--no-publish", "--quiet"))
     expect_error([HARNESS, "publish", os.path.join(acq2, "acquisition.h5"), "--out-root", root, "--accept-failures"],
                  "different contract")
     assert tree_digest(root) == before

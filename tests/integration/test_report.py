@@ -58,9 +58,10 @@ def png_colors(path):
 job = os.path.join(SOURCE_DIR, "tests/data/micro.yaml")
 with tempfile.TemporaryDirectory() as tmp:
     root = os.path.join(tmp, "bundles")
-    run(mpirun_cmd(2, "acquire", job, "--out", os.path.join(tmp, "acq"), "--out-root", root, "--quiet"))
-    run(mpirun_cmd(2, "colocate", job, "--out", os.path.join(tmp, "acq"), "--out-root", root, "--interval", "0.3",
-                   "--calibration", "0.1", "--window", "5"))
+    run(mpirun_cmd(2, "acquire", "--unverified", job, "--out", os.path.join(tmp, "acq"), "--out-root", root, "--quiet"))
+    p = run(mpirun_cmd(2, "colocate", job, "--out", os.path.join(tmp, "acq"), "--out-root", root, "--quick"),
+            check=False)
+    assert p.returncode in (0, 3), p.stderr  # passed, or stopped: the report shows either
     html = os.path.join(tmp, "report.html")
     p = run([HARNESS, "report", os.path.join(root, "micro"), "--out", html])
     page = open(html).read()

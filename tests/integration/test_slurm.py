@@ -100,7 +100,7 @@ PartitionName=debug Nodes={host} Default=YES MaxTime=INFINITE State=UP OverSubsc
     root = os.path.join(tmp, "bundles")
     job_env = dict(env, JOB=os.path.join(SOURCE_DIR, "jobs/tiny.yaml"), BACKEND="cpu_reference", GPUS_PER_TASK="0",
                    OUT_ROOT=root, OUT=os.path.join(tmp, "acq"), HARNESS=HARNESS, ROUNDS="2",
-                   TP_DEGREES="1", DP_DEGREES="1,2")
+                   TP_DEGREES="1", DP_DEGREES="1,2", UNVERIFIED="1")
     sub = subprocess.run(["sbatch", "--parsable", "--gpus-per-task=0", "--ntasks-per-node=2", "--cpus-per-task=1",
                           f"--output={tmp}/job-%j.out", os.path.join(SOURCE_DIR, "slurm/single-node.sbatch")],
                          capture_output=True, text=True, env=job_env, cwd=SOURCE_DIR)
