@@ -1,0 +1,195 @@
+"""A real Slurm cluster on this machine for the integration tests: munge, slurmctld and slurmd
+(Debian's slurm-wlm) with a generated configuration in a temporary directory. With `nodes`, every
+node is its own slurmd in its own UTS and network namespace (its own hostname and address), joined
+to the controller by a veth pair on a bridge: ranks on different nodes are on different hosts as
+far as Slurm, PMIx and MPI can tell, and share only the filesystem. Exits 77 (skipped) when Slurm or
+munge is not installed or we are not root."""
+import os
+import random
+import shutil
+import signal
+import socket
+import subprocess
+import sys
+import tempfile
+import time
+
+SKIP = 77
+
+
+def require_slurm():
+    for tool in ("munged", "slurmctld", "slurmd", "sbatch", "squeue"):
+        if not shutil.which(tool) and not os.path.exists(f"/usr/sbin/{tool}"):
+            print(f"skipped: {tool} not installed")
+            sys.exit(SKIP)
+    if os.geteuid() != 0:
+        print("skipped: slurmd needs root")
+        sys.exit(SKIP)
+
+
+def sbin(tool):
+    return shutil.which(tool) or f"/usr/sbin/{tool}"
+
+
+def read_pid(path, timeout=20):
+    end = time.time() + timeout
+    while time.time() < end:
+        try:
+            return int(open(path).read().strip())
+        except (OSError, ValueError):
+            time.sleep(0.2)
+    raise RuntimeError(f"no pid file {path}")
+
+
+class SlurmCluster:
+    def __init__(self, nodes=None):
+        require_slurm()
+        self.tmp = tempfile.mkdtemp(prefix="harness-slurm-")
+        self.host = socket.gethostname()
+        self.nodes = nodes
+        self.pids = []        # daemons we started, stopped in reverse order
+        self.holders = []     # processes that hold the nodes' namespaces
+        self.links = []       # links we created in this namespace
+        self.env = dict(os.environ, SLURM_CONF=os.path.join(self.tmp, "slurm.conf"))
+
+    def run(self, *cmd, ns=None, **kw):
+        prefix = ["nsenter", "-t", str(ns), "--net", "--uts"] if ns else []
+        return subprocess.run(prefix + list(cmd), check=True, env=self.env, **kw)
+
+    def __enter__(self):
+        try:
+            self._start()
+        except BaseException:
+            self.__exit__(None, None, None)
+            raise
+        return self
+
+    def _start(self):
+        tmp = self.tmp
+        os.makedirs(os.path.join(tmp, "state"))
+        key = os.path.join(tmp, "munge.key")
+        with open(key, "wb") as f:
+            f.write(os.urandom(1024))
+        os.chmod(key, 0o400)
+        sock = os.path.join(tmp, "munge.socket")
+        self.run(sbin("munged"), "--force", f"--socket={sock}", f"--key-file={key}", f"--pid-file={tmp}/munged.pid",
+                 f"--log-file={tmp}/munged.log", f"--seed-file={tmp}/munge.seed")
+        self.pids.append(read_pid(f"{tmp}/munged.pid"))
+        port = random.randint(20000, 40000)
+        cpus = os.cpu_count()
+        if self.nodes:
+            subnet = f"10.{random.randint(64, 127)}.{random.randint(0, 255)}"
+            bridge = f"hb{random.randint(0, 0xffff):04x}"
+            self.run("ip", "link", "add", bridge, "type", "bridge")
+            self.links.append(bridge)
+            self.run("ip", "addr", "add", f"{subnet}.1/24", "dev", bridge)
+            self.run("ip", "link", "set", bridge, "up")
+            controller = f"{self.host}({subnet}.1)"
+            node_lines = "\n".join(f"NodeName={n} NodeAddr={subnet}.{i + 2} CPUs={cpus} RealMemory=1000 State=UNKNOWN"
+                                   for i, n in enumerate(self.nodes))
+            partition = ",".join(self.nodes)
+        else:
+            controller = self.host
+            node_lines = f"NodeName={self.host} CPUs={cpus} RealMemory=1000 State=UNKNOWN"
+            partition = self.host
+        open(self.env["SLURM_CONF"], "w").write(f"""ClusterName=harness-test
+SlurmctldHost={controller}
+SlurmUser=root
+SlurmdUser=root
+AuthType=auth/munge
+AuthInfo=socket={sock}
+StateSaveLocation={tmp}/state
+SlurmdSpoolDir={tmp}/spool-%n
+TmpFS={tmp}/tmp-%n
+SlurmctldPidFile={tmp}/slurmctld.pid
+SlurmdPidFile={tmp}/slurmd-%n.pid
+SlurmctldPort={port}
+SlurmdPort={port + 1}
+ProctrackType=proctrack/linuxproc
+TaskPlugin=task/none
+SchedulerType=sched/builtin
+SelectType=select/cons_tres
+SelectTypeParameters=CR_Core
+ReturnToService=2
+MpiDefault=none
+JobCompType=jobcomp/none
+AccountingStorageType=accounting_storage/none
+SlurmctldLogFile={tmp}/slurmctld.log
+SlurmdLogFile={tmp}/slurmd-%n.log
+{node_lines}
+PartitionName=debug Nodes={partition} Default=YES MaxTime=INFINITE State=UP OverSubscribe=YES
+""")
+        self.run(sbin("slurmctld"), "-f", self.env["SLURM_CONF"])
+        self.pids.append(read_pid(f"{tmp}/slurmctld.pid"))
+        for i, name in enumerate(self.nodes or [self.host]):
+            os.makedirs(os.path.join(tmp, f"spool-{name}"))
+            os.makedirs(os.path.join(tmp, f"tmp-{name}"))  # PMIx's per-node directories
+            ns = None
+            if self.nodes:
+                holder = subprocess.Popen(["unshare", "--uts", "--net", "sleep", "infinity"])
+                self.holders.append(holder)
+                for _ in range(50):  # until the holder runs in its own namespace
+                    if os.readlink(f"/proc/{holder.pid}/ns/net") != os.readlink("/proc/self/ns/net"):
+                        break
+                    time.sleep(0.05)
+                ns = holder.pid
+                outer, inner = f"{self.links[0]}a{i}", f"{self.links[0]}b{i}"
+                self.run("ip", "link", "add", outer, "type", "veth", "peer", "name", inner)
+                self.run("ip", "link", "set", inner, "netns", str(ns))
+                self.run("ip", "link", "set", outer, "master", self.links[0])
+                self.run("ip", "link", "set", outer, "up")
+                self.run("hostname", name, ns=ns)
+                self.run("ip", "addr", "add", f"{subnet}.{i + 2}/24", "dev", inner, ns=ns)
+                self.run("ip", "link", "set", inner, "up", ns=ns)
+                self.run("ip", "link", "set", "lo", "up", ns=ns)
+            self.run(sbin("slurmd"), "-f", self.env["SLURM_CONF"], ns=ns)
+            self.pids.append(read_pid(f"{tmp}/slurmd-{name}.pid"))
+        end = time.time() + 90
+        while time.time() < end:
+            out = subprocess.run(["sinfo", "-h", "-N", "-o", "%N %T"], capture_output=True, text=True,
+                                 env=self.env).stdout
+            if out.count("idle") == len(self.nodes or [self.host]):
+                return
+            time.sleep(0.5)
+        raise RuntimeError(f"the nodes never became idle ({out!r}):\n{self.logs()}")
+
+    def submit(self, script, sbatch_args, job_env, timeout=300):
+        """Submits `script`, waits for the job to leave the queue, returns (job id, its output)."""
+        sub = subprocess.run(["sbatch", "--parsable", *sbatch_args, f"--output={self.tmp}/job-%j.out", script],
+                             capture_output=True, text=True, env=dict(self.env, **job_env),
+                             cwd=os.path.dirname(os.path.dirname(script)))
+        assert sub.returncode == 0, sub.stderr
+        job_id = sub.stdout.strip().split(";")[0]
+        end = time.time() + timeout
+        while time.time() < end:
+            q = subprocess.run(["squeue", "-h", "-j", job_id], capture_output=True, text=True, env=self.env).stdout
+            if not q.strip():
+                return job_id, open(f"{self.tmp}/job-{job_id}.out").read()
+            time.sleep(1)
+        raise RuntimeError(f"job {job_id} did not finish in {timeout} s")
+
+    def logs(self):
+        """The tail of every daemon log, for a failure message."""
+        return "".join(f"--- {f}\n" + open(os.path.join(self.tmp, f)).read()[-1500:]
+                       for f in sorted(os.listdir(self.tmp)) if f.endswith(".log"))
+
+    def __exit__(self, *exc):
+        for pid in reversed(self.pids):
+            try:
+                os.kill(pid, signal.SIGTERM)
+            except ProcessLookupError:
+                pass
+        for pid in self.pids:
+            for _ in range(50):
+                try:
+                    os.kill(pid, 0)
+                    time.sleep(0.1)
+                except ProcessLookupError:
+                    break
+        for holder in self.holders:  # the namespaces (and the veth ends inside) go with them
+            holder.kill()
+            holder.wait()
+        for link in self.links:
+            subprocess.run(["ip", "link", "del", link], capture_output=True)
+        shutil.rmtree(self.tmp, ignore_errors=True)
+        return False
