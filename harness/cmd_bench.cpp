@@ -10,6 +10,10 @@
 // that rotate through enough weight banks that no bank stays in L2. Reported: median µs, the
 // floor max((weight + activation bytes) / bandwidth, flops / GEMM rate), the ratio to the
 // floor and native/cublas_grouped. gate_routing and finalize_copy rows use their byte floors.
+//
+//   harness bench experts --sweep                # 64 N from 1 to 8192, native, Qwen3-30B-A3B
+// prints every point with its kernel configuration and ratio to the floor, then the checks of
+// docs/native-backend.md#the-sweep: time close to monotone in N, and no cliff between neighbours.
 #include <cxxabi.h>
 
 #include <algorithm>
@@ -23,6 +27,7 @@
 #include "core/planner.h"
 #include "core/roofline.h"
 #include "core/statistics.h"
+#include "core/sweep.h"
 #include "harness/commands.h"
 #include "kernels/device_peaks.h"
 #include "kernels/workload.h"
@@ -48,7 +53,8 @@ struct Row {
   GridPoint point;
   int banks = 1;
   double median_us = 0, min_us = 0, max_us = 0, max_error = 0;
-  std::string kernels;  // "name=us;..." of the forward closest to the median, in start order
+  std::string kernels;        // "name=us;..." of the forward closest to the median, in start order
+  std::string configuration;  // the kernel configuration the workload chose (native: its tile)
   Floor floor;
   std::optional<double> native_over_cublas;
 };
@@ -76,6 +82,7 @@ Row measure(Backend& backend, ForwardTimer& timer, const WorkloadSpec& spec,
   row.point = spec.point;
   row.banks = spec.banks;
   auto w = backend.make(spec, std::move(weights));
+  row.configuration = w->configuration();
   // Correct first: a backend that does not match the reference gets no time.
   for (double e : w->verify()) row.max_error = std::max(row.max_error, e);
   if (!(row.max_error <= backend.tolerance()))
@@ -115,7 +122,7 @@ void write_csv(const std::string& path, const std::vector<Row>& rows, const Devi
   if (!os) throw std::runtime_error("cannot write " + path);
   os << "component,model,backend,tokens,activated,assignments,banks,median_us,min_us,max_us,"
         "floor_us,floor_bound,floor_bytes,floor_flops,ratio_to_floor,native_over_cublas,"
-        "max_rel_error,copy_gbps,gemm_tflops,device,kernels\n";
+        "max_rel_error,copy_gbps,gemm_tflops,device,kernels,configuration\n";
   os << std::setprecision(6);
   for (const auto& r : rows) {
     os << r.component << ',' << r.model << ',' << r.backend << ',' << r.point.tokens << ','
@@ -124,7 +131,8 @@ void write_csv(const std::string& path, const std::vector<Row>& rows, const Devi
        << r.floor.bytes << ',' << r.floor.flops << ',' << r.median_us / r.floor.us << ',';
     if (r.native_over_cublas) os << *r.native_over_cublas;
     os << ',' << r.max_error << ',' << peaks.copy_bytes_per_s / 1e9 << ','
-       << peaks.bf16_flops_per_s / 1e12 << ',' << device << ",\"" << r.kernels << "\"\n";
+       << peaks.bf16_flops_per_s / 1e12 << ',' << device << ",\"" << r.kernels << "\",\""
+       << r.configuration << "\"\n";
   }
   if (!os.flush()) throw std::runtime_error("cannot write " + path);
 }
@@ -149,19 +157,73 @@ void print_table(const std::vector<Row>& rows, std::ostream& os) {
   }
 }
 
+// The sweep's checks (core/sweep.h) per model and backend, with every point's configuration.
+bool print_sweep(const std::vector<Row>& rows, std::ostream& os) {
+  std::map<std::pair<std::string, std::string>, std::vector<const Row*>> series;
+  for (const auto& r : rows)
+    if (r.component == "experts") series[{r.model, r.backend}].push_back(&r);
+  bool passed = true;
+  for (const auto& [key, points] : series) {
+    os << "\nsweep " << key.first << " " << key.second << ":\n"
+       << "       N  rows/expert        us    floor  ratio  configuration\n";
+    std::vector<SweepPoint> sweep;
+    for (const auto* r : points) {
+      const double per_expert =
+          r->point.activated ? static_cast<double>(r->point.assignments) / r->point.activated : 0.0;
+      os << std::fixed << std::setw(8) << r->point.tokens << std::setw(13) << std::setprecision(1)
+         << per_expert << std::setw(10) << r->median_us << std::setw(9) << r->floor.us
+         << std::setw(7) << std::setprecision(2) << r->median_us / r->floor.us << "  "
+         << r->configuration << "\n"
+         << std::defaultfloat;
+      sweep.push_back({r->point.tokens, r->median_us, r->floor.us});
+    }
+    const auto check = check_sweep(sweep);
+    passed = passed && check.passed();
+    os << "  monotone (every N2 > N1 at least 0.97 x time(N1)): "
+       << (check.drops.empty() ? "yes" : "NO, " + std::to_string(check.drops.size()) + " pairs")
+       << "\n";
+    for (std::size_t i = 0; i < std::min<std::size_t>(5, check.drops.size()); ++i) {
+      const auto& d = check.drops[i];
+      os << "    N=" << d.n2 << " takes " << d.t2 << " us, " << 100 * (1 - d.t2 / d.t1)
+         << "% less than N=" << d.n1 << " (" << d.t1 << " us)\n";
+    }
+    os << "  cliffs (a step more than 10% beyond its floor ratio): "
+       << (check.cliffs.empty() ? "none" : std::to_string(check.cliffs.size())) << "\n";
+    for (const auto& c : check.cliffs)
+      os << "    N=" << c.n1 << " -> " << c.n2 << ": time x" << c.time_ratio << ", floor x"
+         << c.floor_ratio << " (+" << 100 * c.excess() << "%)\n";
+  }
+  return passed;
+}
+
 int bench_experts(const Args& args) {
   std::string models = "qwen3-30b-a3b,qwen3-235b-a22b,deepseek-v3",
               tokens = "1,16,64,256,1024,4096", backends = "native,cublas_grouped",
               components = "experts,gate_routing,finalize_copy", csv = "bench-experts.csv";
   int iterations = 20, device = 0;
+  bool sweep = false;
   po::options_description desc("harness bench experts [options]");
   desc.add_options()("models", po::value(&models), "comma-separated model presets")(
       "tokens", po::value(&tokens), "comma-separated N")("backends", po::value(&backends),
                                                          "comma-separated CUDA backends")(
       "components", po::value(&components), "experts, gate_routing, finalize_copy")(
       "iterations", po::value(&iterations), "timed forwards per point (at least one rotation)")(
-      "device", po::value(&device), "CUDA device index")("csv", po::value(&csv), "CSV output");
-  if (!parse(args, desc, {})) return 0;
+      "device", po::value(&device), "CUDA device index")("csv", po::value(&csv), "CSV output")(
+      "sweep", po::bool_switch(&sweep),
+      "64 token counts from 1 to 8192 (native, experts, Qwen3-30B-A3B unless given) and the "
+      "monotonicity and cliff checks");
+  const auto parsed = parse(args, desc, {});
+  if (!parsed) return 0;  // --help was printed
+  const auto& given = *parsed;
+  if (sweep) {
+    if (given.count("tokens"))
+      throw std::invalid_argument("--sweep chooses the token counts; leave out --tokens");
+    tokens.clear();
+    for (const auto n : sweep_tokens(1, 8192, 64)) tokens += std::to_string(n) + ",";
+    if (!given.count("models")) models = "qwen3-30b-a3b";
+    if (!given.count("backends")) backends = "native";
+    if (!given.count("components")) components = "experts";
+  }
   if (iterations < 1) throw std::invalid_argument("--iterations must be at least 1");
   std::vector<ModelGeometry> geometries;
   for (const auto& m : split_list(models)) {
@@ -232,6 +294,7 @@ int bench_experts(const Args& args) {
                 << r.kernels << "\n";
   write_csv(csv, rows, peaks, device_name);
   std::cout << "wrote " << csv << "\n";
+  if (sweep && !print_sweep(rows, std::cout)) return 3;  // the checks failed (docs/cli.md)
   return 0;
 }
 

@@ -156,7 +156,7 @@ class ExpertsWorkload final : public CudaWorkload {
         out_(row_elements()) {
     routes_ = make_expert_routes(spec.point.tokens, spec.point.activated, spec.point.assignments,
                                  g_, own_, rng_);
-    engine_ = std::make_unique<ExpertsEngine>(g_, own_, rows_, s_, blas_, native);
+    engine_ = std::make_unique<ExpertsEngine>(g_, own_, routes_, s_, blas_, native);
     engine_->upload_routes(routes_);
     lanes_ = routed_lanes(routes_, own_);
     HARNESS_CHECK(cudaStreamSynchronize(s_));
@@ -164,6 +164,7 @@ class ExpertsWorkload final : public CudaWorkload {
 
   void forward(int b) override { engine_->forward(x_.get(), bank(b), out_.get()); }
   bool take_route_error() override { return engine_->take_flag(); }
+  std::string configuration() const override { return engine_->configuration(); }
 
  private:
   int verified_banks() const override { return static_cast<int>(weights_->banks.size()); }

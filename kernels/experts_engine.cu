@@ -1,3 +1,6 @@
+#include <cstdlib>
+#include <stdexcept>
+#include <string>
 #include <vector>
 
 #include "kernels/cuda_common.cuh"
@@ -96,19 +99,47 @@ __global__ void combine_rows(const bf16* y2, const int* lane_pos, const float* w
 
 }  // namespace
 
-ExpertsEngine::ExpertsEngine(const ModelGeometry& g, const ExpertOwnership& own, int rows,
-                             cudaStream_t s, cublasHandle_t blas, bool native)
+namespace {
+
+// Local assignments per distinct local expert (the grid's M / A).
+double rows_per_active_expert(const Routes& r, const ExpertOwnership& own) {
+  std::vector<int> count(static_cast<std::size_t>(own.local_experts), 0);
+  int lanes = 0, active = 0;
+  for (const int id : r.ids)
+    if (id >= own.first_expert && id < own.first_expert + own.local_experts) {
+      ++lanes;
+      if (count[static_cast<std::size_t>(id - own.first_expert)]++ == 0) ++active;
+    }
+  return active ? static_cast<double>(lanes) / active : 0.0;
+}
+
+// The tile by cost, or HARNESS_NATIVE_TILE=narrow|medium|wide: a diagnostic that forces one tile
+// (the per-tile sweeps of docs/native-backend.md#tile-choice measure each tile's cost this way).
+NativeTile tile_for(const Routes& routes, const ExpertOwnership& own) {
+  if (const char* forced = std::getenv("HARNESS_NATIVE_TILE")) {
+    for (const auto t : {NativeTile::narrow, NativeTile::medium, NativeTile::wide})
+      if (std::string(forced) == to_string(t)) return t;
+    throw std::invalid_argument(std::string("HARNESS_NATIVE_TILE=") + forced +
+                                ": expected narrow, medium or wide");
+  }
+  return native_tile_for(rows_per_active_expert(routes, own));
+}
+
+}  // namespace
+
+ExpertsEngine::ExpertsEngine(const ModelGeometry& g, const ExpertOwnership& own,
+                             const Routes& routes, cudaStream_t s, cublasHandle_t blas, bool native)
     : g_(g),
       own_(own),
-      rows_(rows),
+      rows_(routes.rows),
       s_(s),
       blas_(blas),
-      lanes_(static_cast<std::size_t>(rows) * g.top_k),
+      lanes_(static_cast<std::size_t>(routes.rows) * g.top_k),
       ids_(lanes_),
       weights_(lanes_),
       flag_(1) {
   if (native)
-    native_ = std::make_unique<NativeExperts>(g, own, rows, native_tile_for(g, rows), s);
+    native_ = std::make_unique<NativeExperts>(g, own, rows_, tile_for(routes, own), s);
   else
     scratch_ = std::make_unique<CublasScratch>(g, own, lanes_);
   HARNESS_CHECK(cudaMemsetAsync(flag_.get(), 0, sizeof(int), s_));
@@ -177,6 +208,10 @@ void ExpertsEngine::forward(const bf16* x, const DeviceMlp& w, bf16* out) {
   combine_rows<<<static_cast<unsigned>(rows_), 128, 0, s_>>>(c.y2.get(), c.lane_pos.get(),
                                                              c.clean_weights.get(), k, h, out);
   HARNESS_CHECK(cudaGetLastError());
+}
+
+std::string ExpertsEngine::configuration() const {
+  return native_ ? native_->configuration() : "cuBLAS grouped GEMMs";
 }
 
 bool ExpertsEngine::take_flag() {

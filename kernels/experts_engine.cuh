@@ -6,6 +6,7 @@
 #include <cublas_v2.h>
 
 #include <memory>
+#include <string>
 
 #include "core/geometry.h"
 #include "kernels/cuda_memory.h"
@@ -40,14 +41,17 @@ struct CublasScratch {
 
 class ExpertsEngine {
  public:
-  // `native` runs NativeExperts; `cublas_grouped` the cuBLAS sequence.
-  ExpertsEngine(const ModelGeometry& g, const ExpertOwnership& own, int rows, cudaStream_t s,
-                cublasHandle_t blas, bool native);
+  // `native` runs NativeExperts with the tile chosen for the routes' rows per active local expert;
+  // otherwise the cuBLAS sequence. The routes are uploaded by upload_routes.
+  ExpertsEngine(const ModelGeometry& g, const ExpertOwnership& own, const Routes& routes,
+                cudaStream_t s, cublasHandle_t blas, bool native);
   void upload_routes(const Routes& r);
   // out [rows][H] = the routed experts' combined output for x [rows][H] with weights `w`.
   void forward(const bf16* x, const DeviceMlp& w, bf16* out);
   // Reads and clears the sticky route-error flag.
   [[nodiscard]] bool take_flag();
+  // The kernel configuration (native: the tile and why), for benchmarks.
+  [[nodiscard]] std::string configuration() const;
 
  private:
   ModelGeometry g_;

@@ -1,5 +1,6 @@
 #include <algorithm>
 #include <array>
+#include <cmath>
 #include <cstdlib>
 #include <stdexcept>
 #include <string>
@@ -626,11 +627,36 @@ const char* to_string(NativeTile t) {
   return "?";
 }
 
-NativeTile native_tile_for(const ModelGeometry& g, std::int64_t rows) {
-  const double per_expert = static_cast<double>(rows) * g.top_k / std::max(1, g.experts);
-  if (per_expert <= NarrowTile::kTokens) return NativeTile::narrow;
-  if (per_expert <= 1.5 * MediumTile::kTokens) return NativeTile::medium;
-  return NativeTile::wide;
+// Each tile streams its expert's whole weight block for its token rows, so a forward costs about
+// (tiles per expert) x (cost of one tile); a wider tile costs more (its token rows' loads and
+// flops) but needs fewer tiles. Tile costs relative to a full medium tile, from the H200 bench
+// (docs/native-backend.md#tile-choice): narrow 16 rows 309 us, medium 64 rows 376 us, wide 112
+// rows 476 us at Qwen3-30B-A3B EP1.
+constexpr double kNarrowCost = 309.0 / 376.0, kMediumCost = 1.0, kWideCost = 476.0 / 376.0;
+
+double native_tile_cost(NativeTile t, double rows_per_expert) {
+  const double tiles = std::max(1.0, std::ceil(rows_per_expert / tokens_of(t)));
+  switch (t) {
+    case NativeTile::narrow:
+      return tiles * kNarrowCost;
+    case NativeTile::medium:
+      return tiles * kMediumCost;
+    case NativeTile::wide:
+      return tiles * kWideCost;
+  }
+  return tiles;
+}
+
+NativeTile native_tile_for(double rows_per_expert) {
+  NativeTile best = NativeTile::narrow;
+  for (const auto t : {NativeTile::medium, NativeTile::wide})
+    if (native_tile_cost(t, rows_per_expert) < native_tile_cost(best, rows_per_expert)) best = t;
+  return best;
+}
+
+std::string NativeExperts::configuration() const {
+  return std::string(to_string(tile_)) + " tile (" + std::to_string(tokens_of(tile_)) + " tokens" +
+         (tile_ != NativeTile::narrow && wgmma_ ? ", wgmma)" : ")");
 }
 
 NativeExperts::NativeExperts(const ModelGeometry& g, const ExpertOwnership& own, int rows,

@@ -20,6 +20,7 @@
 #pragma once
 
 #include <cstdint>
+#include <string>
 
 #include "core/geometry.h"
 #include "kernels/cuda_memory.h"
@@ -28,8 +29,11 @@ namespace moe::cuda {
 
 enum class NativeTile { narrow, medium, wide };
 [[nodiscard]] const char* to_string(NativeTile t);
-// The tile used for `rows` tokens: by expected rows per expert under balanced routing.
-[[nodiscard]] NativeTile native_tile_for(const ModelGeometry& g, std::int64_t rows);
+// The tile that minimises the predicted cost of the padded work when each active expert has
+// `rows_per_expert` rows (docs/native-backend.md#tile-choice).
+[[nodiscard]] NativeTile native_tile_for(double rows_per_expert);
+// Its predicted cost, in units of one full medium tile: tiles per expert x the tile's cost.
+[[nodiscard]] double native_tile_cost(NativeTile t, double rows_per_expert);
 
 class NativeExperts {
  public:
@@ -44,6 +48,8 @@ class NativeExperts {
   // [rows][k] routes; invalid lanes become padding and set *flag.
   void forward(const bf16* x, const int* ids, const float* weights, const bf16* w13, const bf16* w2,
                bf16* out, int* flag);
+  // "medium tile (64 tokens, wgmma)".
+  [[nodiscard]] std::string configuration() const;
 
  private:
   ModelGeometry g_;

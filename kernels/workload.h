@@ -42,6 +42,9 @@ class Workload {
   virtual void synchronize() = 0;
   // Reads and clears the sticky route-validation flag (docs/measurement.md).
   [[nodiscard]] virtual bool take_route_error() = 0;
+  // The kernel configuration this workload chose, when it has a choice (the native experts'
+  // tile); empty otherwise. Reported by benchmarks.
+  [[nodiscard]] virtual std::string configuration() const { return {}; }
 };
 
 class Backend {

@@ -65,7 +65,7 @@ DeviceExpertsResult run_experts_on_device(const std::string& backend, int device
   // Copies from pageable memory on the legacy stream may still be landing, and the engine's
   // stream does not wait for that stream.
   HARNESS_CHECK(cudaDeviceSynchronize());
-  ExpertsEngine engine(g, own, routes.rows, stream.get(), blas.get(), backend == "native");
+  ExpertsEngine engine(g, own, routes, stream.get(), blas.get(), backend == "native");
   engine.upload_routes(routes);
   engine.forward(dx.get(), mlp, out.get());
   HARNESS_CHECK(cudaStreamSynchronize(stream.get()));
