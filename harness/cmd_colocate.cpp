@@ -18,7 +18,7 @@ int colocate(const Args& args) {
   JobOptions jo;
   ColocateOptions o;
   po::options_description desc("mpirun -np N harness colocate [JOB] [options]");
-  jo.add_to(desc);
+  jo.add_to(desc, false);
   bool quick = false;
   const GateProfile defaults;
   std::optional<double> warmup, measure;

@@ -32,7 +32,9 @@ struct JobOptions {
   std::string tp, dp, ep, ranks, backend, out_root, components, model_config;
   int rounds = 0, iterations = 0;
   double grid_factor = 0, gpu_hours = 0;
-  void add_to(boost::program_options::options_description& desc);
+  // Every job option (plan, acquire); `measurement` false: only what chooses the geometry, the
+  // deployments and the backend (colocate measures one reference forward, not the grid).
+  void add_to(boost::program_options::options_description& desc, bool measurement = true);
   [[nodiscard]] JobSpec load() const;
 };
 

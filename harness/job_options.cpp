@@ -8,23 +8,24 @@ namespace po = boost::program_options;
 
 namespace moe::cli {
 
-void JobOptions::add_to(po::options_description& desc) {
+void JobOptions::add_to(po::options_description& desc, bool measurement) {
   desc.add_options()("job", po::value(&job_path), "job YAML (default: the embedded default job)")(
       "tp", po::value(&tp), "TP degrees, e.g. 1,2 (overrides the job)")(
       "dp", po::value(&dp), "DP degrees, e.g. 1,2 (overrides the job)")(
       "ep", po::value(&ep), "EP filter over TP*DP, e.g. 2")(
       "rank", po::value(&ranks), "rank filter within each deployment, e.g. 0")(
-      "rounds", po::value(&rounds), "independent rounds (overrides the job)")(
-      "iterations", po::value(&iterations), "minimum forwards per round (overrides the job)")(
-      "grid-factor", po::value(&grid_factor), "geometric grid factor (overrides the job)")(
       "backend", po::value(&backend),
       "auto | cpu_reference | cublas_grouped | native | staircase_model (test double)")(
-      "components", po::value(&components),
-      "measure only these components, e.g. gate_routing (collectives are measured either way)")(
-      "gpu-hours", po::value(&gpu_hours), "device-time budget in GPU-hours (overrides the job)")(
       "model-config", po::value(&model_config),
       "geometry from a Hugging Face config.json (Qwen3-MoE, DeepSeek-V3, Mixtral; overrides the "
       "job's model)");
+  if (!measurement) return;
+  desc.add_options()("rounds", po::value(&rounds), "independent rounds (overrides the job)")(
+      "iterations", po::value(&iterations), "minimum forwards per round (overrides the job)")(
+      "grid-factor", po::value(&grid_factor), "geometric grid factor (overrides the job)")(
+      "components", po::value(&components),
+      "measure only these components, e.g. gate_routing (collectives are measured either way)")(
+      "gpu-hours", po::value(&gpu_hours), "device-time budget in GPU-hours (overrides the job)");
 }
 
 JobSpec JobOptions::load() const {

@@ -1,6 +1,8 @@
 // harness: measurement harness for Mixture-of-Experts layers. See README.md and docs/cli.md.
+#include <algorithm>
 #include <boost/program_options/errors.hpp>
 #include <functional>
+#include <iomanip>
 #include <iostream>
 #include <map>
 
@@ -37,7 +39,11 @@ commands() {
 
 void usage(std::ostream& os) {
   os << "usage: harness <command> [options]   (harness <command> --help)\n\ncommands:\n";
-  for (const auto& [name, entry] : commands()) os << "  " << name << "\t" << entry.second << "\n";
+  std::size_t width = 0;
+  for (const auto& [name, entry] : commands()) width = std::max(width, name.size());
+  for (const auto& [name, entry] : commands())
+    os << "  " << std::left << std::setw(static_cast<int>(width) + 2) << name << entry.second
+       << "\n";
 }
 
 }  // namespace

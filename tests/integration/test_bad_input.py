@@ -111,4 +111,20 @@ with tempfile.TemporaryDirectory() as tmp:
                   "--format", "xml"], "--format must be text or json")
     expect_error([HARNESS, "lookup", tmp, "--tp", "1", "--dp", "1", "--component", "gate_routing", "--tokens", "1"],
                  "no bundle here")
+
+# Help: the command list is aligned in columns (no tabs), and each subcommand lists its own options.
+top = run([HARNESS, "--help"]).stdout
+assert "\t" not in top, top
+starts = {line.index(line.split()[1]) for line in top.splitlines() if line.startswith("  ")}
+assert len(starts) == 1, top  # every description starts in the same column
+def options(*command):
+    return set(w for w in run([HARNESS, *command, "--help"]).stdout.split() if w.startswith("--"))
+colocate, plan, acquire = options("colocate"), options("plan"), options("acquire")
+assert {"--quick", "--tp", "--backend"} <= colocate and not {"--rounds", "--gpu-hours", "--unverified"} & colocate
+assert {"--verbose", "--rounds", "--campaign"} <= plan and not {"--unverified", "--quick"} & plan
+assert {"--unverified", "--raise-budget", "--watchdog-floor", "--rounds"} <= acquire and "--quick" not in acquire
+expect_error([HARNESS, "acquire", "--watchdog-factor", "0.5"], "--watchdog-factor must be >= 1")
+expect_error([HARNESS, "acquire", "--verdict-max-age", "0"], "--verdict-max-age must be a positive")
+expect_error([HARNESS, "colocate", "--intervals", "0"], "--intervals and --window >= 1")
+expect_error([HARNESS, "colocate", "--min-clock-fraction", "1.5"], "--min-clock-fraction must be in [0, 1]")
 print("ok")
