@@ -28,6 +28,10 @@ inline constexpr const char* kComponentsFile = "components.csv";
 inline constexpr const char* kComponentsHeader =
     "component,mode,tokens,activated_experts,local_assignments,time_us";
 
+// The triangulation of a component table's experts rows (docs/bundle-format.md#interpolation);
+// coverage.triangulation names it and its SHA-256.
+inline constexpr const char* kTriangulationFile = "triangulation.json";
+
 // Every held-out point of a component table with the table's prediction (empty: outside the
 // support); coverage.fidelity.held_out_table names it and its SHA-256.
 inline constexpr const char* kHeldOutFile = "held_out.csv";

@@ -20,6 +20,7 @@
 #include "core/contract.h"
 #include "core/files.h"
 #include "core/timestamp.h"
+#include "lookup/tables.h"
 #include "store/acquisition_file.h"
 #include "store/campaign.h"
 
@@ -45,8 +46,9 @@ struct TargetWork {
   fs::path dir;          // bundle directory of the target
   std::string rel_path;  // relative to tp<N>/
   std::string csv;
-  std::string samples;   // samples.jsonl content (optional)
-  std::string held_out;  // held_out.csv content (component tables)
+  std::string samples;        // samples.jsonl content (optional)
+  std::string held_out;       // held_out.csv content (component tables)
+  std::string triangulation;  // triangulation.json content (empty: no experts rows with A > 0)
   json coverage;
 };
 
@@ -110,6 +112,7 @@ PublishReport publish(const StoredAcquisition& acq, const std::string& h5_path,
     w.rel_path = bundle_format::components_path(w.target);
     w.dir = bundle_format::target_dir(variant_dir, w.target, bundle_format::kComponentsDir);
     std::ostringstream csv, samples, held_out;
+    std::map<Component, std::vector<TableRow>> published;  // the rows of csv, in its order
     csv << bundle_format::kComponentsHeader << "\n";
     held_out << bundle_format::kHeldOutHeader << "\n";
     int rows = 0, checked = 0, failed = 0;
@@ -173,6 +176,7 @@ PublishReport publish(const StoredAcquisition& acq, const std::string& h5_path,
         if (!p.bank_check_passed) continue;  // listed in coverage.fidelity.failed_points
         csv << name << ",eager," << p.point.tokens << "," << p.point.activated << ","
             << p.point.assignments << "," << format_time(*p.time_us) << "\n";
+        published[component].push_back({p.point, *p.time_us});
         ++published_points;
       }
       rows += published_points;
@@ -216,6 +220,24 @@ PublishReport publish(const StoredAcquisition& acq, const std::string& h5_path,
     w.held_out = held_out.str();
     w.contract = contract.component_table(t);
     w.contract["placement"] = placement_summary;  // the co-location regime: a condition
+    // The triangulation every reader interpolates the experts rows over (lookup uses it, it does
+    // not triangulate again): the one of the rows as published.
+    json triangulation_coverage = nullptr;
+    try {
+      const ComponentTables published_tables(
+          published, {contract.geometry.experts, contract.geometry.top_k,
+                      ExpertOwnership::of(contract.geometry, t.target).local_experts});
+      if (const auto mesh = published_tables.experts_mesh()) {
+        w.triangulation = triangulation_json(*mesh);
+        triangulation_coverage = {{"file", bundle_format::kTriangulationFile},
+                                  {"sha256", sha256_hex(w.triangulation)},
+                                  {"dimension", mesh->dimension},
+                                  {"simplices", mesh->simplices.size()}};
+      }
+    } catch (const LookupError& e) {
+      problems.push_back(w.label + ": " + e.what());
+      continue;
+    }
     SanityBlock table_sanity;
     {
       std::istringstream rows_in(w.csv);
@@ -231,6 +253,7 @@ PublishReport publish(const StoredAcquisition& acq, const std::string& h5_path,
         {"planned_rounds", contract.conditioning.rounds},
         {"rows", rows},
         {"table_sha256", sha256_hex(w.csv)},
+        {"triangulation", triangulation_coverage},
         {"conditioning_summary",
          {{"checked_points", checked},
           {"failed_points", failed},
@@ -315,6 +338,8 @@ PublishReport publish(const StoredAcquisition& acq, const std::string& h5_path,
     write_file_atomic(w->dir / fs::path(w->rel_path).filename(), w->csv);
     if (w->section == Section::moe_components)
       write_file_atomic(w->dir / bundle_format::kHeldOutFile, w->held_out);
+    if (!w->triangulation.empty())
+      write_file_atomic(w->dir / bundle_format::kTriangulationFile, w->triangulation);
     if (options.samples && w->section == Section::moe_components)
       write_file_atomic(w->dir / bundle_format::kSamplesFile, w->samples);
     json provenance = {{"acquisition_file", fs::absolute(h5_path).string()},

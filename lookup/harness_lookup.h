@@ -15,7 +15,7 @@ extern "C" {
 
 enum {
   HARNESS_LOOKUP_OK = 0,
-  HARNESS_LOOKUP_ERROR = 1,         /* the bundle, the table or the query was refused */
+  HARNESS_LOOKUP_ERROR = 1,           /* the bundle, the table or the query was refused */
   HARNESS_LOOKUP_INVALID_ARGUMENT = 2 /* a null pointer or an unknown component name */
 };
 

@@ -191,8 +191,35 @@ Deployment Deployment::load(const std::filesystem::path& variant_dir, const Depl
     if (!(r.time_us > 0) || r.point.tokens < 1) throw bad("non-positive tokens or time");
     rows[*comp].push_back(r);
   }
+  // The experts rows with A > 0 interpolate over the triangulation the publisher stored, so that
+  // every reader of the bundle gets the same answer (docs/bundle-format.md#interpolation).
+  std::optional<Triangulation> mesh;
+  if (const auto ex = rows.find(Component::experts);
+      ex != rows.end() && std::any_of(ex->second.begin(), ex->second.end(),
+                                      [](const TableRow& r) { return r.point.activated > 0; })) {
+    const auto path = csv_path.parent_path() / bundle_format::kTriangulationFile;
+    const auto& cov = entry->coverage.value("triangulation", nlohmann::json());
+    if (!cov.is_object())
+      throw LookupError(csv_path.string() +
+                        ": the entry records no triangulation (coverage.triangulation; published "
+                        "by an older harness): publish the acquisition again");
+    std::string text;
+    try {
+      text = read_file(path);
+    } catch (const std::exception&) {
+      throw LookupError(path.string() + ": triangulation missing");
+    }
+    if (sha256_hex(text) != cov.value("sha256", std::string()))
+      throw LookupError(path.string() +
+                        ": checksum mismatch (SHA-256 differs from coverage.triangulation)");
+    try {
+      mesh = triangulation_from_json(text);
+    } catch (const LookupError& e) {
+      throw LookupError(path.string() + ": " + e.what());
+    }
+  }
   try {
-    impl->tables.emplace(rows, polytope);
+    impl->tables.emplace(rows, polytope, mesh);
   } catch (const LookupError& e) {
     throw LookupError(csv_path.string() + ": " + e.what());
   }

@@ -100,10 +100,7 @@ SimplexInterpolator::SimplexInterpolator(std::vector<Point> points) : points_(st
       Simplex s;
       s.v[0] = order[i];
       s.v[1] = order[i + 1];
-      const double len = projected_[order[i + 1]][0] - projected_[order[i]][0];
-      if (len <= 1e-14) continue;  // duplicate position
-      s.inverse[0] = 1.0 / len;
-      simplices_.push_back(s);
+      if (prepare(s)) simplices_.push_back(s);  // not at a duplicate position
     }
     build_buckets();
     return;
@@ -134,18 +131,55 @@ SimplexInterpolator::SimplexInterpolator(std::vector<Point> points) : points_(st
     bool valid = true;
     for (int k = 0; k <= dim_; ++k)
       valid = valid && s.v[static_cast<std::size_t>(k)] < points_.size();
-    if (!valid) continue;  // the point at infinity added by Qz
-    double m[9];
-    const auto& v0 = projected_[s.v[0]];
-    for (int r = 0; r < dim_; ++r)
-      for (int c = 0; c < dim_; ++c)
-        m[r * dim_ + c] =
-            projected_[s.v[static_cast<std::size_t>(c + 1)]][static_cast<std::size_t>(r)] -
-            v0[static_cast<std::size_t>(r)];
-    if (!invert(dim_, m, s.inverse.data())) continue;  // flat simplex
+    if (!valid) continue;                     // the point at infinity added by Qz
+    if (prepare(s)) simplices_.push_back(s);  // flat simplices are left out
+  }
+  build_buckets();
+}
+
+SimplexInterpolator::SimplexInterpolator(std::vector<Point> points, const Triangulation& t)
+    : points_(std::move(points)),
+      scale_(t.scale),
+      origin_(t.origin),
+      basis_(t.basis),
+      dim_(t.dimension) {
+  if (points_.empty()) throw std::invalid_argument("no measured points to interpolate");
+  if (dim_ < 0 || dim_ > 3 || static_cast<int>(basis_.size()) != dim_)
+    throw std::invalid_argument("triangulation: dimension " + std::to_string(dim_) + " with " +
+                                std::to_string(basis_.size()) + " basis vectors");
+  for (int a = 0; a < 3; ++a)
+    if (!(scale_[a] > 0)) throw std::invalid_argument("triangulation: scale must be positive");
+  for (const auto& p : points_) projected_.push_back(project(p));
+  if (dim_ == 0) return;
+  for (const auto& given : t.simplices) {
+    Simplex s;
+    s.v = given;
+    for (int k = 0; k <= dim_; ++k)
+      if (s.v[static_cast<std::size_t>(k)] >= points_.size())
+        throw std::invalid_argument(
+            "triangulation: simplex vertex " + std::to_string(s.v[static_cast<std::size_t>(k)]) +
+            " is not one of the " + std::to_string(points_.size()) + " points");
+    if (!prepare(s)) throw std::invalid_argument("triangulation: a simplex is flat");
     simplices_.push_back(s);
   }
   build_buckets();
+}
+
+Triangulation SimplexInterpolator::triangulation() const {
+  Triangulation t{dim_, scale_, origin_, basis_, {}};
+  for (const auto& s : simplices_) t.simplices.push_back(s.v);
+  return t;
+}
+
+bool SimplexInterpolator::prepare(Simplex& s) const {
+  double m[9];
+  const auto& v0 = projected_[s.v[0]];
+  for (int r = 0; r < dim_; ++r)
+    for (int c = 0; c < dim_; ++c)
+      m[r * dim_ + c] =
+          projected_[s.v[static_cast<std::size_t>(c + 1)]][static_cast<std::size_t>(r)] -
+          v0[static_cast<std::size_t>(r)];
+  return invert(dim_, m, s.inverse.data());
 }
 
 void SimplexInterpolator::build_buckets() {

@@ -12,6 +12,16 @@
 
 namespace moe {
 
+// The triangulation of a table's points as a bundle stores it (docs/bundle-format.md#
+// interpolation): the frame that normalises and projects a point onto the points' affine hull
+// (y = basis . (p / scale - origin)) and the simplices as indices into the points.
+struct Triangulation {
+  int dimension = 0;
+  std::array<double, 3> scale{1, 1, 1}, origin{};
+  std::vector<std::array<double, 3>> basis;           // `dimension` orthonormal rows
+  std::vector<std::array<std::size_t, 4>> simplices;  // dimension + 1 vertices used
+};
+
 class SimplexInterpolator {
  public:
   using Point = std::array<double, 3>;
@@ -20,9 +30,13 @@ class SimplexInterpolator {
     double weight;
   };
 
-  // Throws std::invalid_argument when there are no points.
+  // Triangulates the points (Delaunay, Qhull). Throws std::invalid_argument when there are none.
   explicit SimplexInterpolator(std::vector<Point> points);
+  // Uses a stored triangulation of the points. Throws std::invalid_argument naming what is
+  // inconsistent (a vertex index out of range, a flat simplex, a frame of the wrong size).
+  SimplexInterpolator(std::vector<Point> points, const Triangulation& t);
 
+  [[nodiscard]] Triangulation triangulation() const;
   [[nodiscard]] int dimension() const { return dim_; }
   [[nodiscard]] std::size_t simplex_count() const { return simplices_.size(); }
   // Barycentric weights of `q` (sum 1, all >= 0), or nullopt when `q` is outside the support.
@@ -35,6 +49,8 @@ class SimplexInterpolator {
   };
   [[nodiscard]] std::array<double, 3> project(
       const Point& p) const;  // normalized, in the hull basis
+  // The simplex's inverse edge matrix (false when it is flat).
+  [[nodiscard]] bool prepare(Simplex& s) const;
 
   std::vector<Point> points_;
   Point scale_{1, 1, 1};

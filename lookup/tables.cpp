@@ -1,6 +1,7 @@
 #include "lookup/tables.h"
 
 #include <algorithm>
+#include <nlohmann/json.hpp>
 #include <string>
 #include <unordered_map>
 
@@ -68,7 +69,8 @@ ComponentTables::ComponentTables(ComponentTables&&) noexcept = default;
 ComponentTables& ComponentTables::operator=(ComponentTables&&) noexcept = default;
 
 ComponentTables::ComponentTables(const std::map<Component, std::vector<TableRow>>& rows,
-                                 ExpertPolytope polytope)
+                                 ExpertPolytope polytope,
+                                 const std::optional<Triangulation>& experts_mesh)
     : impl_(std::make_unique<Impl>()) {
   auto& d = *impl_;
   d.polytope = polytope;
@@ -104,7 +106,79 @@ ComponentTables::ComponentTables(const std::map<Component, std::vector<TableRow>
     }
     std::sort(d.all_remote.rows.begin(), d.all_remote.rows.end(), by_tokens);
     no_duplicates(d.all_remote, "experts (all remote)");
-    if (!pts.empty()) d.experts = std::make_unique<SimplexInterpolator>(std::move(pts));
+    if (pts.empty()) continue;
+    try {
+      d.experts = experts_mesh
+                      ? std::make_unique<SimplexInterpolator>(std::move(pts), *experts_mesh)
+                      : std::make_unique<SimplexInterpolator>(std::move(pts));
+    } catch (const std::invalid_argument& e) {
+      throw LookupError(std::string("experts: ") + e.what());
+    }
+  }
+}
+
+std::optional<Triangulation> ComponentTables::experts_mesh() const {
+  if (!impl_->experts) return std::nullopt;
+  return impl_->experts->triangulation();
+}
+
+namespace {
+
+nlohmann::json frame_vector(const std::array<double, 3>& v) {
+  return {v[0], v[1], v[2]};
+}
+
+std::array<double, 3> frame_vector(const nlohmann::json& j, const char* what) {
+  if (!j.is_array() || j.size() != 3)
+    throw LookupError(std::string("triangulation: ") + what + " must have 3 numbers");
+  return {j[0].get<double>(), j[1].get<double>(), j[2].get<double>()};
+}
+
+}  // namespace
+
+std::string triangulation_json(const Triangulation& t) {
+  nlohmann::json basis = nlohmann::json::array(), simplices = nlohmann::json::array();
+  for (const auto& b : t.basis) basis.push_back(frame_vector(b));
+  for (const auto& s : t.simplices) {
+    nlohmann::json v = nlohmann::json::array();
+    for (int k = 0; k <= t.dimension; ++k) v.push_back(s[static_cast<std::size_t>(k)]);
+    simplices.push_back(v);
+  }
+  return nlohmann::json{{"schema", "triangulation/1"},
+                        {"points",
+                         "experts rows of components.csv with activated_experts > 0, "
+                         "in file order, as (tokens, activated_experts, "
+                         "local_assignments)"},
+                        {"dimension", t.dimension},
+                        {"scale", frame_vector(t.scale)},
+                        {"origin", frame_vector(t.origin)},
+                        {"basis", basis},
+                        {"simplices", simplices}}
+      .dump();
+}
+
+Triangulation triangulation_from_json(const std::string& text) {
+  try {
+    const auto j = nlohmann::json::parse(text);
+    if (j.value("schema", "") != "triangulation/1")
+      throw LookupError("triangulation: schema is not triangulation/1");
+    Triangulation t;
+    t.dimension = j.at("dimension").get<int>();
+    if (t.dimension < 0 || t.dimension > 3)
+      throw LookupError("triangulation: dimension must be 0 to 3");
+    t.scale = frame_vector(j.at("scale"), "scale");
+    t.origin = frame_vector(j.at("origin"), "origin");
+    for (const auto& b : j.at("basis")) t.basis.push_back(frame_vector(b, "a basis vector"));
+    for (const auto& s : j.at("simplices")) {
+      if (!s.is_array() || static_cast<int>(s.size()) != t.dimension + 1)
+        throw LookupError("triangulation: every simplex needs dimension + 1 vertex indices");
+      std::array<std::size_t, 4> v{};
+      for (std::size_t k = 0; k < s.size(); ++k) v[k] = s[k].get<std::size_t>();
+      t.simplices.push_back(v);
+    }
+    return t;
+  } catch (const nlohmann::json::exception& e) {
+    throw LookupError(std::string("triangulation: malformed (") + e.what() + ")");
   }
 }
 

@@ -6,10 +6,13 @@
 #include <cstdint>
 #include <map>
 #include <memory>
+#include <optional>
 #include <stdexcept>
+#include <string>
 #include <vector>
 
 #include "core/component.h"
+#include "lookup/simplex_interpolator.h"
 
 namespace moe {
 
@@ -43,9 +46,12 @@ struct ExpertPolytope {
 class ComponentTables {
  public:
   // Local components interpolate piecewise-linearly over tokens; `experts` rows with A = M = 0
-  // over tokens, the others over the Delaunay triangulation of (N, A, M). Rows must have
-  // positive tokens and times (the caller validates). Throws LookupError on duplicate rows.
-  ComponentTables(const std::map<Component, std::vector<TableRow>>& rows, ExpertPolytope polytope);
+  // over tokens, the others (in their order) over a triangulation of (N, A, M): `experts_mesh`
+  // when given (a bundle's stored one), else their Delaunay triangulation. Rows must have
+  // positive tokens and times (the caller validates). Throws LookupError on duplicate rows or a
+  // stored triangulation that does not fit them.
+  ComponentTables(const std::map<Component, std::vector<TableRow>>& rows, ExpertPolytope polytope,
+                  const std::optional<Triangulation>& experts_mesh = std::nullopt);
   ~ComponentTables();
   ComponentTables(ComponentTables&&) noexcept;
   ComponentTables& operator=(ComponentTables&&) noexcept;
@@ -55,10 +61,22 @@ class ComponentTables {
   // violated constraint) or a point outside the measured support. Thread-safe (const).
   [[nodiscard]] LookupResult query(Component c, std::int64_t tokens, std::int64_t activated = 0,
                                    std::int64_t assignments = 0) const;
+  // The triangulation of the `experts` rows with A > 0 (nullopt when there are none): what the
+  // publisher stores so that every reader interpolates over the same simplices.
+  [[nodiscard]] std::optional<Triangulation> experts_mesh() const;
 
  private:
   struct Impl;
   std::unique_ptr<Impl> impl_;
 };
+
+}  // namespace moe
+
+namespace moe {
+
+// A triangulation as stored in a bundle (triangulation.json, docs/bundle-format.md#interpolation),
+// and back; from_json throws LookupError naming what is missing or malformed.
+[[nodiscard]] std::string triangulation_json(const Triangulation& t);
+[[nodiscard]] Triangulation triangulation_from_json(const std::string& text);
 
 }  // namespace moe

@@ -8,6 +8,8 @@
 #include <fstream>
 #include <random>
 
+#include "lookup/tables.h"
+
 namespace moe {
 namespace {
 
@@ -88,6 +90,61 @@ TEST(SimplexInterpolator, OneDimensionalSupport) {
   EXPECT_NEAR(n, 3.0, 1e-12);
   EXPECT_FALSE(s.locate({9.0, 8.0, 72.0}));
   EXPECT_TRUE(s.locate({8.0, 8.0, 64.0}));
+}
+
+// A bundle stores the triangulation; a reader that uses it answers exactly like the reader that
+// triangulated, and a triangulation that does not fit the points is refused.
+TEST(SimplexInterpolator, AStoredTriangulationAnswersBitForBitAndIsChecked) {
+  std::mt19937 rng(3);
+  std::uniform_int_distribution<int> n(1, 400), a(1, 60);
+  std::vector<SimplexInterpolator::Point> pts;
+  for (int i = 0; i < 300; ++i) {
+    const double tokens = n(rng), active = a(rng);
+    pts.push_back({tokens, active, active + std::floor(tokens / 3)});  // a full 3-D cloud
+  }
+  const SimplexInterpolator fresh(pts);
+  ASSERT_EQ(fresh.dimension(), 3);
+  const auto mesh = triangulation_from_json(triangulation_json(fresh.triangulation()));
+  const SimplexInterpolator stored(pts, mesh);
+  EXPECT_EQ(stored.simplex_count(), fresh.simplex_count());
+  std::uniform_real_distribution<double> u(0, 1);
+  int inside = 0;
+  for (int i = 0; i < 2000; ++i) {
+    // Inside the hull (a random convex combination of four points), or anywhere in the box.
+    SimplexInterpolator::Point q{1 + 399 * u(rng), 1 + 59 * u(rng), 1 + 190 * u(rng)};
+    if (i % 2 == 0) {
+      q = {0, 0, 0};
+      double w[4], sum = 0;
+      for (double& x : w) sum += (x = u(rng));
+      for (int k = 0; k < 4; ++k) {
+        const auto& p = pts[static_cast<std::size_t>(rng() % pts.size())];
+        for (int c = 0; c < 3; ++c) q[c] += w[k] / sum * p[c];
+      }
+    }
+    const auto w1 = fresh.locate(q), w2 = stored.locate(q);
+    ASSERT_EQ(w1.has_value(), w2.has_value());
+    if (!w1) continue;
+    ++inside;
+    ASSERT_EQ(w1->size(), w2->size());
+    for (std::size_t k = 0; k < w1->size(); ++k) {
+      EXPECT_EQ((*w1)[k].vertex, (*w2)[k].vertex);
+      EXPECT_EQ((*w1)[k].weight, (*w2)[k].weight);  // the same arithmetic: bit for bit
+    }
+  }
+  EXPECT_GT(inside, 500);
+  auto bad = mesh;
+  bad.simplices[0][1] = pts.size();
+  EXPECT_THROW(SimplexInterpolator(pts, bad), std::invalid_argument);
+  bad = mesh;
+  bad.simplices[0][1] = bad.simplices[0][0];  // flat
+  EXPECT_THROW(SimplexInterpolator(pts, bad), std::invalid_argument);
+  bad = mesh;
+  bad.basis.pop_back();
+  EXPECT_THROW(SimplexInterpolator(pts, bad), std::invalid_argument);
+  EXPECT_THROW((void)triangulation_from_json("{}"), LookupError);
+  EXPECT_THROW((void)triangulation_from_json(R"({"schema":"triangulation/1","dimension":2,
+      "scale":[1,1,1],"origin":[0,0,0],"basis":[],"simplices":[[0,1]]})"),
+               LookupError);
 }
 
 }  // namespace

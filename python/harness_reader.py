@@ -1,0 +1,183 @@
+"""A pure-Python reader of harness bundles: loads one deployment's component table and answers
+queries exactly as the lookup library does, following docs/bundle-format.md#interpolation and
+nothing else (no harness code, no Qhull). Needs PyYAML for meta.yaml.
+
+    from harness_reader import ComponentTable
+    t = ComponentTable("out/qwen3-30b-a3b", tp=1, dp=1)
+    t.query("experts", tokens=1500, activated=128, assignments=12000)   # microseconds
+"""
+import csv
+import hashlib
+import io
+import json
+import os
+
+import yaml
+
+HULL_TOLERANCE = 1e-6      # |frame(y) - q/scale|, normalized coordinates
+WEIGHT_TOLERANCE = 1e-9    # barycentric weights down to -1e-9 count as inside
+NEGLIGIBLE_WEIGHT = 1e-12  # weights at or below it are round-off of a query on a face
+
+
+class LookupError(Exception):
+    pass
+
+
+def _sha256(data):
+    return hashlib.sha256(data).hexdigest()
+
+
+def _invert(d, m):
+    """The inverse of a d x d row-major matrix (d <= 3) by the explicit formulas; None if flat."""
+    if d == 1:
+        return None if abs(m[0]) < 1e-14 else [1.0 / m[0]]
+    if d == 2:
+        det = m[0] * m[3] - m[1] * m[2]
+        if abs(det) < 1e-14:
+            return None
+        return [m[3] / det, -m[1] / det, -m[2] / det, m[0] / det]
+    det = (m[0] * (m[4] * m[8] - m[5] * m[7]) - m[1] * (m[3] * m[8] - m[5] * m[6])
+           + m[2] * (m[3] * m[7] - m[4] * m[6]))
+    if abs(det) < 1e-14:
+        return None
+    return [(m[4] * m[8] - m[5] * m[7]) / det, (m[2] * m[7] - m[1] * m[8]) / det,
+            (m[1] * m[5] - m[2] * m[4]) / det, (m[5] * m[6] - m[3] * m[8]) / det,
+            (m[0] * m[8] - m[2] * m[6]) / det, (m[2] * m[3] - m[0] * m[5]) / det,
+            (m[3] * m[7] - m[4] * m[6]) / det, (m[1] * m[6] - m[0] * m[7]) / det,
+            (m[0] * m[4] - m[1] * m[3]) / det]
+
+
+class _Mesh:
+    """The stored triangulation over the experts rows with A > 0."""
+
+    def __init__(self, points, t):
+        self.points = points
+        self.d = t["dimension"]
+        self.scale, self.origin, self.basis = t["scale"], t["origin"], t["basis"]
+        self.projected = [self.project(p) for p in points]
+        self.simplices = []
+        for v in t["simplices"]:
+            if len(v) != self.d + 1 or any(not 0 <= i < len(points) for i in v):
+                raise LookupError("triangulation: a simplex does not index the points")
+            v0 = self.projected[v[0]]
+            m = [self.projected[v[c + 1]][r] - v0[r] for r in range(self.d) for c in range(self.d)]
+            inverse = _invert(self.d, m)
+            if inverse is None:
+                raise LookupError("triangulation: a simplex is flat")
+            self.simplices.append((v, inverse))
+
+    def project(self, p):
+        d = [p[a] / self.scale[a] - self.origin[a] for a in range(3)]
+        return [d[0] * b[0] + d[1] * b[1] + d[2] * b[2] for b in self.basis]
+
+    def locate(self, q):
+        y = self.project(q)
+        back = list(self.origin)
+        for b, yb in zip(self.basis, y):
+            for a in range(3):
+                back[a] += yb * b[a]
+        if any(abs(back[a] - q[a] / self.scale[a]) > HULL_TOLERANCE for a in range(3)):
+            return None  # off the points' affine hull
+        if self.d == 0:
+            return [(0, 1.0)] if tuple(q) == tuple(self.points[0]) else None
+        for v, inverse in self.simplices:  # the first simplex, in file order, that holds q
+            v0 = self.projected[v[0]]
+            lam, rest, inside = [0.0] * (self.d + 1), 1.0, True
+            for r in range(self.d):
+                l = 0.0
+                for c in range(self.d):
+                    l += inverse[r * self.d + c] * (y[c] - v0[c])
+                lam[r + 1] = l
+                rest -= l
+                if l < -WEIGHT_TOLERANCE:
+                    inside = False
+                    break
+            if not inside or rest < -WEIGHT_TOLERANCE:
+                continue
+            lam[0] = rest
+            total = 0.0
+            for l in lam:
+                total += max(0.0, l)
+            return [(v[k], max(0.0, lam[k]) / total) for k in range(self.d + 1) if max(0.0, lam[k]) > 0]
+        return None
+
+
+def _token_table(rows, tokens, what):
+    """Piecewise linear over tokens; exact at a row; refuses outside the rows."""
+    rows = sorted(rows)
+    for n, t in rows:
+        if n == tokens:
+            return t
+    if not rows or tokens < rows[0][0] or tokens > rows[-1][0]:
+        raise LookupError(f"{what}: tokens={tokens} is outside the measured support")
+    hi = next(i for i, (n, _) in enumerate(rows) if n > tokens)
+    (n0, t0), (n1, t1) = rows[hi - 1], rows[hi]
+    w = (tokens - n0) / (n1 - n0)
+    return (1 - w) * t0 + w * t1
+
+
+class ComponentTable:
+    def __init__(self, variant_dir, tp, dp, rank=0, sp=None):
+        meta = yaml.safe_load(open(os.path.join(variant_dir, "meta.yaml")))
+        entries = [e for e in meta["per_tp"].get(tp, {}).get("moe_components", {}).get("entries", [])
+                   if e["target"]["dp"] == dp and e["target"]["rank"] == rank
+                   and (sp is None or e["target"]["sp"] == bool(sp))]
+        if len(entries) != 1:
+            raise LookupError(f"{len(entries)} entries for TP{tp} DP{dp} rank {rank}")
+        entry = entries[0]
+        path = os.path.join(variant_dir, f"tp{tp}", entry["path"])
+        data = open(path, "rb").read()
+        if _sha256(data) != entry["coverage"]["table_sha256"]:
+            raise LookupError(f"{path}: checksum mismatch")
+        geometry, ownership = entry["contract"]["geometry"], entry["contract"]["expert_ownership"]
+        self.e, self.k, self.l = geometry["num_experts"], geometry["top_k"], ownership["local_experts"]
+        self.local, self.all_remote, experts = {}, [], []
+        for r in csv.DictReader(io.StringIO(data.decode())):
+            n, a, m = int(r["tokens"]), int(r["activated_experts"]), int(r["local_assignments"])
+            t = float(r["time_us"])
+            if r["component"] != "experts":
+                self.local.setdefault(r["component"], []).append((n, t))
+            elif a == 0:
+                self.all_remote.append((n, t))
+            else:
+                experts.append(((n, a, m), t))
+        self.exact = {p: t for p, t in experts}
+        self.times = [t for _, t in experts]
+        self.mesh = None
+        if experts:
+            cov = entry["coverage"]["triangulation"]
+            tri = open(os.path.join(os.path.dirname(path), cov["file"]), "rb").read()
+            if _sha256(tri) != cov["sha256"]:
+                raise LookupError("triangulation checksum mismatch")
+            self.mesh = _Mesh([tuple(float(c) for c in p) for p, _ in experts], json.loads(tri))
+
+    def _feasible(self, n, a, m):
+        e, k, l = self.e, self.k, self.l
+        if n < 1:
+            return False
+        if a == 0 and m == 0:
+            return e - l >= k
+        return 1 <= a <= l and m >= a and m >= n * max(0, k - (e - l)) and m <= n * min(k, a)
+
+    def query(self, component, tokens, activated=0, assignments=0):
+        if component != "experts":
+            if component not in self.local:
+                raise LookupError(f"{component}: no measured rows")
+            return _token_table(self.local[component], tokens, component)
+        if not self._feasible(tokens, activated, assignments):
+            raise LookupError(f"experts: ({tokens}, {activated}, {assignments}) is impossible here")
+        if activated == 0:
+            return _token_table(self.all_remote, tokens, "experts (all remote)")
+        if (tokens, activated, assignments) in self.exact:
+            return self.exact[(tokens, activated, assignments)]
+        w = self.mesh.locate((float(tokens), float(activated), float(assignments))) if self.mesh else None
+        if w is None:
+            raise LookupError("experts: outside the measured support")
+        kept = 0.0
+        for _, weight in w:
+            kept += weight if weight > NEGLIGIBLE_WEIGHT else 0
+        value = 0.0
+        for v, weight in w:
+            if weight > NEGLIGIBLE_WEIGHT:
+                value += weight / kept * self.times[v]
+        return value

@@ -1,0 +1,92 @@
+"""Reproducible interpolation: python/harness_reader.py, written from docs/bundle-format.md's
+interpolation section alone (the stored triangulation, no harness code, no Qhull), answers like
+the lookup library (through its C API) within 1e-12 relative at every published row and at
+random feasible queries between them, and refuses the same queries; an edited triangulation.json
+is refused by both."""
+import os
+import random
+import subprocess
+import sys
+import tempfile
+
+import yaml
+
+from harness_test_lib import HARNESS, SOURCE_DIR, mpirun_cmd, run
+
+sys.path.insert(0, os.path.join(SOURCE_DIR, "python"))
+import harness_reader  # noqa: E402
+
+CONSUMER = os.path.join(os.path.dirname(os.path.dirname(HARNESS)), "lookup", "lookup_c_consumer")
+
+
+def library(variant, tp, dp, queries):
+    answers = []
+    for first in range(0, len(queries), 200):  # the consumer takes at most 256 queries a run
+        chunk = queries[first:first + 200]
+        lines = [f"component {c} {n} {a} {m}" for c, n, a, m in chunk]
+        out = subprocess.run([CONSUMER, variant, str(tp), str(dp)], input="\n".join(lines) + "\n",
+                             capture_output=True, text=True, check=True).stdout.splitlines()
+        answers += [None if line.startswith("error") else float(line.split()[0]) for line in out[:len(chunk)]]
+    return answers
+
+
+with tempfile.TemporaryDirectory() as tmp:
+    run(mpirun_cmd(2, "acquire", "--unverified", os.path.join(SOURCE_DIR, "tests/data/micro.yaml"), "--out",
+                   os.path.join(tmp, "acq"), "--out-root", tmp, "--quiet"))
+    variant = os.path.join(tmp, "micro")
+    meta = yaml.safe_load(open(os.path.join(variant, "meta.yaml")))
+    rng = random.Random(12)
+    compared = refused = 0
+    worst = 0.0
+    for entry in meta["per_tp"][1]["moe_components"]["entries"]:
+        dp, rank = entry["target"]["dp"], entry["target"]["rank"]
+        if rank != 0:
+            continue
+        table = harness_reader.ComponentTable(variant, tp=1, dp=dp)
+        cov = entry["coverage"]["triangulation"]
+        assert cov and cov["file"] == "triangulation.json" and cov["simplices"] >= 1, cov
+        rows = [r.split(",") for r in open(os.path.join(variant, "tp1", entry["path"])).read().splitlines()[1:]]
+        queries = [(r[0], int(r[2]), int(r[3]), int(r[4])) for r in rows]
+        experts = [q for q in queries if q[0] == "experts" and q[2] > 0]
+        n_max = max(q[1] for q in experts)
+        a_max = max(q[2] for q in experts)
+        for _ in range(400):  # feasible for the deployment: M in [max(A, N(k-(E-L))), N min(k, A)]
+            n = rng.randint(1, n_max)
+            a = rng.randint(1, a_max)
+            lo, hi = max(a, n * max(0, table.k - (table.e - table.l))), n * min(table.k, a)
+            queries.append(("experts", n, a, rng.randint(lo, hi) if lo <= hi else lo))
+        for c in ("gate_routing", "finalize_copy"):
+            queries += [(c, rng.randint(1, 40), 0, 0) for _ in range(20)]
+        want = library(variant, 1, dp, queries)
+        for q, w in zip(queries, want):
+            try:
+                got = table.query(*q)
+            except harness_reader.LookupError:
+                got = None
+            assert (got is None) == (w is None), (dp, q, got, w)
+            if w is None:
+                refused += 1
+                continue
+            assert abs(got - w) <= 1e-12 * abs(w), (dp, q, got, w, abs(got - w) / w)
+            worst = max(worst, abs(got - w) / abs(w))
+            compared += 1
+        interior = sum(1 for q, w in zip(queries[len(rows):], want[len(rows):]) if w is not None and q[0] == "experts")
+        assert interior >= 20, f"DP{dp}: only {interior} interpolated experts queries"
+    assert compared > 200 and refused > 20, (compared, refused)
+
+    # An edited triangulation is refused by both readers.
+    entry = meta["per_tp"][1]["moe_components"]["entries"][0]
+    tri = os.path.join(variant, "tp1", os.path.dirname(entry["path"]), "triangulation.json")
+    text = open(tri).read()
+    open(tri, "w").write(text.replace('"simplices":[[', '"simplices":[[0,', 1) if '"simplices":[[' in text
+                         else text + " ")
+    p = run([HARNESS, "lookup", variant, "--tp", "1", "--dp", str(entry["target"]["dp"]), "--component",
+             "experts", "--tokens", "3", "--activated", "2", "--assignments", "4"], check=False)
+    assert p.returncode != 0 and "triangulation.json: checksum mismatch" in p.stderr, p.stderr
+    try:
+        harness_reader.ComponentTable(variant, tp=1, dp=entry["target"]["dp"])
+        raise AssertionError("the Python reader accepted an edited triangulation")
+    except harness_reader.LookupError:
+        pass
+print(f"python reader: {compared} answers equal the library's within 1e-12 (largest relative difference "
+      f"{worst:.1e}), {refused} refusals agree")
