@@ -5,6 +5,7 @@ like `harness lookup` on a published bundle, at grid rows and between them, refu
 refuses, and link no MPI, HDF5, CUDA or Boost library."""
 import os
 import random
+import sys
 import subprocess
 import tempfile
 
@@ -38,6 +39,14 @@ with tempfile.TemporaryDirectory() as tmp:
                     "-o", pc_program, *flags, f"-Wl,-rpath,{prefix}/lib", "-lpthread", "-lm"], check=True)
     programs = {"C (CMake)": os.path.join(consumer, "consumer_c"), "C++ (CMake)": os.path.join(consumer, "consumer_cpp"),
                 "C (pkg-config)": pc_program}
+    # The README's examples of reading a bundle from C and C++, built the way it says.
+    run([sys.executable, os.path.join(SOURCE_DIR, "tests/readme_examples.py"), tmp])
+    readme_c, readme_cpp = os.path.join(tmp, "readme_c"), os.path.join(tmp, "readme_cpp")
+    subprocess.run(["cc", "-std=c11", "-Wall", "-Werror", os.path.join(tmp, "example.c"), "-o", readme_c, *flags,
+                    f"-Wl,-rpath,{prefix}/lib"], check=True)
+    subprocess.run(["c++", "-std=c++20", "-Wall", "-Werror", os.path.join(tmp, "example.cpp"), "-o", readme_cpp,
+                    f"-I{prefix}/include/harness", f"-L{prefix}/lib", "-lharness_lookup",
+                    f"-Wl,-rpath,{prefix}/lib"], check=True)
     for name, program in programs.items():
         libs = subprocess.run(["ldd", program], capture_output=True, text=True, check=True).stdout
         assert f"{prefix}/lib/libharness_lookup.so" in libs, (name, libs)
@@ -74,4 +83,9 @@ with tempfile.TemporaryDirectory() as tmp:
                 answered[name] += 1
         assert float(got[len(queries)].split()[0]) > 0, (name, got[len(queries)])
     assert len(set(answered.values())) == 1 and min(answered.values()) >= len(rows) // 2, answered
+    want = float(run([HARNESS, "lookup", variant, "--tp", "1", "--dp", "2", "--component", "experts", "--tokens", "3",
+                      "--activated", "2", "--assignments", "4"]).stdout.split()[0])
+    for program in (readme_c, readme_cpp):
+        line = subprocess.run([program, variant], capture_output=True, text=True, check=True).stdout.strip()
+        assert line.startswith("experts ") and abs(float(line.split()[1]) - want) < 1e-4, (program, line, want)
 print(f"installed package: {len(programs)} consumers answered {answered} queries like the CLI")

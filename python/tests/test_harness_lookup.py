@@ -1,0 +1,98 @@
+"""The Python package against the CLI: the same answers at every published row and at random
+points, NaN in a batch exactly where the CLI refuses, explain's vertices, collectives, errors."""
+import json
+import math
+import os
+import random
+
+import numpy as np
+import pytest
+
+import harness_lookup as hl
+from conftest import harness
+
+
+def rows(variant, dp):
+    path = os.path.join(variant, "tp1", "moe_components", f"dp{dp}_ep{dp}_rank0_sp0", "components.csv")
+    return [r.split(",") for r in open(path).read().splitlines()[1:]]
+
+
+def cli(variant, dp, component, n, a=0, m=0):
+    args = ["lookup", variant, "--tp", "1", "--dp", str(dp), "--component", component, "--tokens", str(n),
+            "--format", "json"]
+    if component == "experts":
+        args += ["--activated", str(a), "--assignments", str(m)]
+    p = harness(*args, check=False)
+    return json.loads(p.stdout)["time_us"] if p.returncode == 0 else None
+
+
+def points(variant, dp, count=60, seed=3):
+    published = [(r[0], int(r[2]), int(r[3]), int(r[4])) for r in rows(variant, dp)]
+    rng = random.Random(seed)
+    experts = [p for p in published if p[0] == "experts"]
+    n_max, a_max = max(p[1] for p in experts), max(p[2] for p in experts)
+    bundle = hl.Bundle(variant, 1, dp)
+    g = json.loads(bundle.contract_json)
+    e, k, l = g["geometry"]["num_experts"], g["geometry"]["top_k"], g["expert_ownership"]["local_experts"]
+    random_points = []
+    for _ in range(count):
+        n, a = rng.randint(1, n_max), rng.randint(1, a_max)
+        lo, hi = max(a, n * max(0, k - (e - l))), n * min(k, a)
+        random_points.append(("experts", n, a, rng.randint(lo, hi) if lo <= hi else lo))
+    random_points += [("gate_routing", rng.randint(1, 40), 0, 0) for _ in range(10)]
+    return published + random_points
+
+
+@pytest.mark.parametrize("dp", [1, 2])
+def test_answers_equal_the_cli(variant, dp):
+    bundle = hl.Bundle(variant, 1, dp)
+    answered = 0
+    for c, n, a, m in points(variant, dp):
+        want = cli(variant, dp, c, n, a, m)
+        if want is None:
+            with pytest.raises(hl.LookupError):
+                bundle.query(c, n, a, m)
+        else:
+            assert bundle.query(c, n, a, m) == pytest.approx(want, rel=1e-12)
+            answered += 1
+    assert answered >= 20
+
+
+def test_batch_is_the_single_queries_with_nan_where_refused(variant):
+    bundle = hl.Bundle(variant, 1, 2)
+    pts = [p for p in points(variant, 2) if p[0] == "experts"]
+    n = np.array([p[1] for p in pts], dtype=np.int64)
+    a = np.array([p[2] for p in pts], dtype=np.int64)
+    m = np.array([p[3] for p in pts], dtype=np.int64)
+    got = bundle.query_batch("experts", n, a, m)
+    assert got.shape == (len(pts),)
+    refused = 0
+    for value, (c, ni, ai, mi) in zip(got, pts):
+        try:
+            assert value == bundle.query(c, ni, ai, mi)
+        except hl.LookupError:
+            assert math.isnan(value)
+            refused += 1
+    assert 0 < refused < len(pts)
+    local = bundle.query_batch("gate_routing", np.array([1, 2, 3], dtype=np.int64))
+    assert list(local) == [bundle.query("gate_routing", t) for t in (1, 2, 3)]
+    with pytest.raises(hl.LookupError, match="same length"):
+        bundle.query_batch("experts", n, a[:-1], m)
+
+
+def test_explain_collectives_and_errors(variant):
+    bundle = hl.Bundle(variant, 1, 2)
+    assert set(bundle.components) >= {"gate_routing", "experts"}
+    r = [row for row in rows(variant, 2) if row[0] == "experts" and int(row[3]) > 0][0]
+    ex = bundle.explain("experts", int(r[2]), int(r[3]), int(r[4]))
+    assert ex["exact"] and ex["vertices"][0]["weight"] == 1.0 and ex["time_us"] == float(r[5])
+    c = bundle.collective("ep_dispatch", 3)
+    assert c["time_us"] > 0 and c["bytes"] > 0
+    with pytest.raises(hl.LookupError, match="unknown component 'shared'"):
+        bundle.query("shared", 1)
+    with pytest.raises(hl.LookupError, match="outside the measured support"):
+        bundle.query("experts", 100000, 1, 1)
+    with pytest.raises(ValueError):  # LookupError is a ValueError
+        hl.Bundle(variant, 1, 7)
+    with pytest.raises(hl.LookupError, match="measured"):
+        hl.Bundle(variant, 1, 2, expect_device="H200")
