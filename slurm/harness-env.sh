@@ -6,16 +6,19 @@ GPUS_PER_TASK=${GPUS_PER_TASK:-1}
 export NCCL_NVLS_ENABLE=${NCCL_NVLS_ENABLE:-0}
 if [ -n "${RUNTIME_LIBS:-}" ]; then export LD_LIBRARY_PATH="$RUNTIME_LIBS:${LD_LIBRARY_PATH:-}"; fi
 
+# gate_args: what chooses the job, its deployments and backend (colocate takes these);
+# args: those and what shapes the measurement (acquire).
 harness_args() {
-  args=()
-  [ -n "${JOB:-}" ] && args+=("$JOB")
-  [ -n "${TP_DEGREES:-}" ] && args+=(--tp "$TP_DEGREES")
-  [ -n "${DP_DEGREES:-}" ] && args+=(--dp "$DP_DEGREES")
-  [ -n "${EP_DEGREES:-}" ] && args+=(--ep "$EP_DEGREES")
+  gate_args=()
+  [ -n "${JOB:-}" ] && gate_args+=("$JOB")
+  [ -n "${TP_DEGREES:-}" ] && gate_args+=(--tp "$TP_DEGREES")
+  [ -n "${DP_DEGREES:-}" ] && gate_args+=(--dp "$DP_DEGREES")
+  [ -n "${EP_DEGREES:-}" ] && gate_args+=(--ep "$EP_DEGREES")
+  [ -n "${BACKEND:-}" ] && gate_args+=(--backend "$BACKEND")
+  [ -n "${OUT_ROOT:-}" ] && gate_args+=(--out-root "$OUT_ROOT")
+  args=("${gate_args[@]}")
   [ -n "${ROUNDS:-}" ] && args+=(--rounds "$ROUNDS")
   [ -n "${ITERATIONS:-}" ] && args+=(--iterations "$ITERATIONS")
-  [ -n "${BACKEND:-}" ] && args+=(--backend "$BACKEND")
-  [ -n "${OUT_ROOT:-}" ] && args+=(--out-root "$OUT_ROOT")
   return 0
 }
 
@@ -34,7 +37,7 @@ harness_run() {
   echo "harness: job ${SLURM_JOB_ID:-?} on ${SLURM_JOB_NODELIST:-?}, ${SLURM_NTASKS:-?} tasks: ${args[*]}"
   if [ "${COLOCATE:-0}" = 1 ]; then
     # shellcheck disable=SC2086 # COLOCATE_ARGS is a list of options (e.g. --quick)
-    launch "$HARNESS" colocate "${args[@]}" ${COLOCATE_ARGS:-} --quiet
+    launch "$HARNESS" colocate "${gate_args[@]}" ${COLOCATE_ARGS:-} --quiet
   fi
   local out=()
   [ -n "${OUT:-}" ] && out=(--out "$OUT")
