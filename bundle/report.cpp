@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <cstdint>
 #include <map>
 #include <nlohmann/json.hpp>
 #include <sstream>
@@ -28,8 +29,22 @@ std::string esc(const std::string& s) {
   return o;
 }
 
-const char* kColors[] = {"#1f77b4", "#d62728", "#2ca02c", "#ff7f0e", "#9467bd",
-                         "#8c564b", "#e377c2", "#17becf", "#7f7f7f", "#bcbd22"};
+// A series keeps its colour in every plot of a report: the components and collectives have fixed
+// colours, other series (experts A=...) one chosen by their name.
+const char* kColors[] = {"#1f77b4", "#d62728", "#2ca02c", "#ff7f0e", "#9467bd", "#8c564b",
+                         "#e377c2", "#17becf", "#7f7f7f", "#bcbd22", "#393b79", "#637939",
+                         "#8c6d31", "#843c39", "#7b4173", "#3182bd", "#e6550d", "#31a354"};
+
+const char* colour_of(const std::string& series) {
+  static const std::map<std::string, const char*> fixed = {{"gate_routing", "#1f77b4"},
+                                                           {"finalize_copy", "#2ca02c"},
+                                                           {"wrapper", "#ff7f0e"},
+                                                           {"experts", "#d62728"}};
+  if (const auto it = fixed.find(series); it != fixed.end()) return it->second;
+  std::uint32_t h = 2166136261u;  // FNV-1a
+  for (const unsigned char c : series) h = (h ^ c) * 16777619u;
+  return kColors[h % (sizeof(kColors) / sizeof(kColors[0]))];
+}
 
 enum class PlotStyle {
   lines,                // one polyline per series through its points
@@ -88,7 +103,7 @@ std::string log_plot(const std::string& title, const std::string& table, const s
   for (const auto& [name, pts0] : series) {
     auto pts = pts0;
     std::sort(pts.begin(), pts.end());
-    const char* c = kColors[i % 10];
+    const char* c = colour_of(name);
     if (style == PlotStyle::lines) {
       s << "<polyline fill=\"none\" stroke=\"" << c << "\" stroke-width=\"1.5\" points=\"";
       for (auto [x, y] : pts)

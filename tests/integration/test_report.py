@@ -75,6 +75,14 @@ with tempfile.TemporaryDirectory() as tmp:
     assert len(held_out_plots) == 3, len(held_out_plots)
     assert all('class="diagonal"' in p and "<circle" in p for p in held_out_plots)
     assert page.count('data-table="colocation"') == 1
+    # A series keeps its colour across plots: every legend entry of one name has one colour.
+    legend = {}
+    for colour, name in re.findall(r'<rect x="[^"]+" y="[^"]+" width="10" height="10" fill="([^"]+)"/>'
+                                   r'<text x="[^"]+" y="[^"]+">([^<]+)</text>', page):
+        legend.setdefault(name, set()).add(colour)
+    assert {"gate_routing", "wrapper"} <= legend.keys() and any(n.startswith("experts A=") for n in legend), legend
+    assert all(len(c) == 1 for c in legend.values()), legend
+    assert sum(1 for n in legend if n == "gate_routing") == 1 and page.count(">gate_routing</text>") >= 3
     # The header says what the page shows, and that a CPU run is not GPU data.
     assert "backend cpu_reference · device host CPU · geometry tiny (H=64, I=32, E=8, k=2)" in page, page[:600]
     assert "CPU RUN: host-side figures of the cpu_reference backend" in page
