@@ -1,6 +1,7 @@
-// components.csv and the lookup query path: the input is a table put into a valid bundle
-// (fuzz/bundle, its checksum updated so the reader gets past it) followed, after a line "#?",
-// by queries "component,N,A,M" per line. Loading and every query either answer or throw one
+// components.csv, the stored triangulation and the lookup query path: the input is a table put
+// into a valid bundle (fuzz/bundle, its checksum updated so the reader gets past it), then after a
+// line "#^" the triangulation.json put beside it (its checksum updated too), then after a line
+// "#?" queries "component,N,A,M" per line. Loading and every query either answer or throw one
 // LookupError.
 #include <unistd.h>
 
@@ -19,6 +20,7 @@ namespace {
 namespace fs = std::filesystem;
 
 const std::string kFixtureSha = "0cc6ee2e50d5f2c3610b278ffd149d060a6d1ea4d05518ba63c8aaf352b36be2";
+const std::string kTriangulationSha(64, '0');  // the fixture's placeholder
 
 struct Scratch {
   fs::path dir, csv;
@@ -42,10 +44,16 @@ extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size
   auto& s = scratch();
   const std::string input(reinterpret_cast<const char*>(data), size);
   const auto split = input.find("\n#?\n");
-  const std::string table = input.substr(0, split);
+  const std::string head = input.substr(0, split);
+  const auto mesh_at = head.find("\n#^\n");
+  const std::string table = head.substr(0, mesh_at);
+  const std::string mesh = mesh_at == std::string::npos ? "" : head.substr(mesh_at + 4);
   std::ofstream(s.csv, std::ios::binary | std::ios::trunc) << table;
+  std::ofstream(s.csv.parent_path() / "triangulation.json", std::ios::binary | std::ios::trunc)
+      << mesh;
   std::string meta = s.meta;
   meta.replace(meta.find(kFixtureSha), kFixtureSha.size(), moe::sha256_hex(table));
+  meta.replace(meta.find(kTriangulationSha), kTriangulationSha.size(), moe::sha256_hex(mesh));
   std::ofstream(s.dir / "meta.yaml", std::ios::binary | std::ios::trunc) << meta;
   try {
     auto d = moe::Deployment::load(s.dir, moe::DeploymentKey{});
