@@ -105,10 +105,22 @@ std::string log_plot(const std::string& title, const std::string& table, const s
     std::sort(pts.begin(), pts.end());
     const char* c = colour_of(name);
     if (style == PlotStyle::lines) {
-      s << "<polyline fill=\"none\" stroke=\"" << c << "\" stroke-width=\"1.5\" points=\"";
-      for (auto [x, y] : pts)
-        if (x > 0 && y > 0) s << px(x) << "," << py(y) << " ";
-      s << "\"/>";
+      // A NaN value is a gap: the line stops there and starts again after it.
+      bool open = false;
+      for (auto [x, y] : pts) {
+        if (std::isnan(y)) {
+          if (open) s << "\"/>";
+          open = false;
+          continue;
+        }
+        if (!(x > 0 && y > 0)) continue;
+        if (!open)
+          s << "<polyline class=\"series\" data-series=\"" << esc(name)
+            << "\" fill=\"none\" stroke=\"" << c << "\" stroke-width=\"1.5\" points=\"";
+        open = true;
+        s << px(x) << "," << py(y) << " ";
+      }
+      if (open) s << "\"/>";
     }
     for (auto [x, y] : pts)
       if (x > 0 && y > 0)
@@ -214,6 +226,19 @@ Report render_report(const fs::path& dir) {
         if (!fresh && m > it->second.first) it->second = {m, t};
         times.push_back(t);
         sanity.add("time_us", t);
+      }
+      // Where the point the line would follow failed the weight-bank control and was left out,
+      // the line has a gap rather than a step to a smaller M (which would zig-zag).
+      const auto failed = e.coverage.value("fidelity", json::object())
+                              .value("components", json::object())
+                              .value("experts", json::object())
+                              .value("failed_points", json::array());
+      for (const auto& p : failed) {
+        if (!p.is_array() || p.size() != 3) continue;
+        auto& line = lines["experts A=" + p[1].dump()];
+        const double n = p[0].get<double>(), m = p[2].get<double>();
+        if (const auto it = line.find(n); it == line.end() || it->second.first < m)
+          line[n] = {m, std::nan("")};
       }
       Series series;
       for (const auto& [label, by_n] : lines)

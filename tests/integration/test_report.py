@@ -9,6 +9,8 @@ import tempfile
 import zlib
 import struct
 
+import yaml
+
 from harness_test_lib import HARNESS, SOURCE_DIR, mpirun_cmd, run
 
 chromium = shutil.which("chromium") or shutil.which("chromium-browser") or shutil.which("google-chrome")
@@ -87,6 +89,30 @@ with tempfile.TemporaryDirectory() as tmp:
     assert "backend cpu_reference · device host CPU · geometry tiny (H=64, I=32, E=8, k=2)" in page, page[:600]
     assert "CPU RUN: host-side figures of the cpu_reference backend" in page
     assert "<h2>Sanity</h2>" in page and "http" not in page.replace("http://www.w3.org/2000/svg", "")
+    # A left-out point breaks its experts line (a gap), instead of a step to a smaller M.
+    meta_path = os.path.join(root, "micro", "meta.yaml")
+    meta_text = open(meta_path).read()
+    meta = yaml.safe_load(meta_text)
+    entry = meta["per_tp"][1]["moe_components"]["entries"][0]
+    rows = [r.split(",") for r in open(os.path.join(root, "micro", "tp1", entry["path"])).read().splitlines()[1:]]
+    by_a = {}
+    for r in rows:
+        if r[0] == "experts" and int(r[3]) > 0:
+            by_a.setdefault(int(r[3]), {}).setdefault(int(r[2]), []).append(int(r[4]))
+    a, ns = max(by_a.items(), key=lambda kv: len(kv[1]))
+    n = sorted(ns)[len(ns) // 2]
+    def series_lines(html_text, table, name):
+        svg = re.search(r'<svg class="plot" data-table="' + re.escape(table) + r'".*?</svg>', html_text, re.S).group(0)
+        return len(re.findall(r'<polyline class="series" data-series="' + re.escape(name) + '"', svg))
+    assert series_lines(page, entry["path"], f"experts A={a}") == 1
+    assert meta_text.count("failed_points: []") >= 1
+    open(meta_path, "w").write(meta_text.replace("failed_points: []", f"failed_points: [[{n}, {a}, {max(ns[n]) + 1}]]", 1))
+    assert yaml.safe_load(open(meta_path))["per_tp"][1]["moe_components"]["entries"][0]["coverage"]["fidelity"][
+        "components"]["experts"]["failed_points"] == [[n, a, max(ns[n]) + 1]]
+    run([HARNESS, "report", os.path.join(root, "micro"), "--out", html])
+    gapped = open(html).read()
+    assert series_lines(gapped, entry["path"], f"experts A={a}") == 2, (a, n)
+    open(meta_path, "w").write(meta_text)
     shot = os.path.join(tmp, "report.png")
     subprocess.run([chromium, "--headless", "--no-sandbox", "--disable-gpu", f"--screenshot={shot}",
                     "--window-size=1000,1600", f"file://{html}"], check=True, capture_output=True, timeout=120)
