@@ -126,5 +126,6 @@ assert {"--unverified", "--raise-budget", "--watchdog-floor", "--rounds"} <= acq
 expect_error([HARNESS, "acquire", "--watchdog-factor", "0.5"], "--watchdog-factor must be >= 1")
 expect_error([HARNESS, "acquire", "--verdict-max-age", "0"], "--verdict-max-age must be a positive")
 expect_error([HARNESS, "colocate", "--intervals", "0"], "--intervals and --window >= 1")
+expect_error([HARNESS, "bench", "experts", "--sweep", "--tokens", "4"], "--sweep chooses the token counts")
 expect_error([HARNESS, "colocate", "--min-clock-fraction", "1.5"], "--min-clock-fraction must be in [0, 1]")
 print("ok")

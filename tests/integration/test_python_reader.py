@@ -88,5 +88,9 @@ with tempfile.TemporaryDirectory() as tmp:
         raise AssertionError("the Python reader accepted an edited triangulation")
     except harness_reader.LookupError:
         pass
+    os.remove(tri)
+    p = run([HARNESS, "lookup", variant, "--tp", "1", "--dp", str(entry["target"]["dp"]), "--component",
+             "experts", "--tokens", "3", "--activated", "2", "--assignments", "4"], check=False)
+    assert p.returncode != 0 and "triangulation.json: triangulation missing" in p.stderr, p.stderr
 print(f"python reader: {compared} answers equal the library's within 1e-12 (largest relative difference "
       f"{worst:.1e}), {refused} refusals agree")
