@@ -42,8 +42,9 @@ def read_pid(path, timeout=20):
 
 
 class SlurmCluster:
-    def __init__(self, nodes=None):
+    def __init__(self, nodes=None, gpus=0):
         require_slurm()
+        self.gpus = gpus
         self.tmp = tempfile.mkdtemp(prefix="harness-slurm-")
         self.host = socket.gethostname()
         self.nodes = nodes
@@ -92,7 +93,18 @@ class SlurmCluster:
             controller = self.host
             node_lines = f"NodeName={self.host} CPUs={cpus} RealMemory=1000 State=UNKNOWN"
             partition = self.host
+        gres = ""
+        if self.gpus:
+            # Stand-in GPUs: character devices (the null device's numbers) that Slurm's gres/gpu
+            # plugin allocates and turns into CUDA_VISIBLE_DEVICES; nothing opens them.
+            for i in range(self.gpus):
+                self.run("mknod", os.path.join(tmp, f"gpu{i}"), "c", "1", "3")
+            open(os.path.join(tmp, "gres.conf"), "w").write(
+                f"AutoDetect=off\nName=gpu File={tmp}/gpu[0-{self.gpus - 1}]\n")
+            node_lines = "\n".join(line + f" Gres=gpu:{self.gpus}" for line in node_lines.split("\n"))
+            gres = "GresTypes=gpu\n"
         open(self.env["SLURM_CONF"], "w").write(f"""ClusterName=harness-test
+{gres}
 SlurmctldHost={controller}
 SlurmUser=root
 SlurmdUser=root
