@@ -153,6 +153,8 @@ struct TileConfig {
 using NarrowTile = TileConfig<2, 1, 2, 2, 2, 128, 4, 2>;
 // Tens of rows per expert: 128 x 64 tiles.
 using MediumTile = TileConfig<4, 1, 1, 2, 8, 64, 4, 2>;
+// Between the medium and the wide tile: 128 x 96 tiles, 64 x 48 per warp.
+using Wide96Tile = TileConfig<2, 2, 1, 4, 6, 64, 3, 2>;
 // Many rows per expert: 128 x 128 tiles, 64 x 64 per warp.
 using WideTile = TileConfig<2, 2, 1, 4, 8, 64, 3, 2>;
 
@@ -376,6 +378,7 @@ struct WgmmaConfig {
   static_assert(kStages >= 3, "a stage is refilled two steps after its wgmma was issued");
 };
 using WgmmaWide = WgmmaConfig<128, 4>;
+using WgmmaWide96 = WgmmaConfig<96, 4>;
 using WgmmaMedium = WgmmaConfig<64, 5>;
 
 #if HARNESS_WGMMA
@@ -417,6 +420,24 @@ __device__ __forceinline__ void wgmma_bf16<64>(float (&d)[32], std::uint64_t a, 
         "+f"(d[14]), "+f"(d[15]), "+f"(d[16]), "+f"(d[17]), "+f"(d[18]), "+f"(d[19]), "+f"(d[20]),
         "+f"(d[21]), "+f"(d[22]), "+f"(d[23]), "+f"(d[24]), "+f"(d[25]), "+f"(d[26]), "+f"(d[27]),
         "+f"(d[28]), "+f"(d[29]), "+f"(d[30]), "+f"(d[31])
+      : "l"(a), "l"(b), "r"(accumulate));
+}
+template <>
+__device__ __forceinline__ void wgmma_bf16<96>(float (&d)[48], std::uint64_t a, std::uint64_t b,
+                                               int accumulate) {
+  asm volatile(
+      "{\n.reg .pred p;\nsetp.ne.b32 p, %50, 0;\n"
+      "wgmma.mma_async.sync.aligned.m64n96k16.f32.bf16.bf16 {%0, %1, %2, %3, %4, %5, %6, %7, %8, "
+      "%9, %10, %11, %12, %13, %14, %15, %16, %17, %18, %19, %20, %21, %22, %23, %24, %25, %26, "
+      "%27, %28, %29, %30, %31, %32, %33, %34, %35, %36, %37, %38, %39, %40, %41, %42, %43, %44, "
+      "%45, %46, %47}, %48, %49, p, 1, 1, 0, 0;\n}\n"
+      : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3]), "+f"(d[4]), "+f"(d[5]), "+f"(d[6]),
+        "+f"(d[7]), "+f"(d[8]), "+f"(d[9]), "+f"(d[10]), "+f"(d[11]), "+f"(d[12]), "+f"(d[13]),
+        "+f"(d[14]), "+f"(d[15]), "+f"(d[16]), "+f"(d[17]), "+f"(d[18]), "+f"(d[19]), "+f"(d[20]),
+        "+f"(d[21]), "+f"(d[22]), "+f"(d[23]), "+f"(d[24]), "+f"(d[25]), "+f"(d[26]), "+f"(d[27]),
+        "+f"(d[28]), "+f"(d[29]), "+f"(d[30]), "+f"(d[31]), "+f"(d[32]), "+f"(d[33]), "+f"(d[34]),
+        "+f"(d[35]), "+f"(d[36]), "+f"(d[37]), "+f"(d[38]), "+f"(d[39]), "+f"(d[40]), "+f"(d[41]),
+        "+f"(d[42]), "+f"(d[43]), "+f"(d[44]), "+f"(d[45]), "+f"(d[46]), "+f"(d[47])
       : "l"(a), "l"(b), "r"(accumulate));
 }
 template <>
@@ -559,6 +580,8 @@ int tokens_of(NativeTile t) {
       return NarrowTile::kTokens;
     case NativeTile::medium:
       return MediumTile::kTokens;
+    case NativeTile::wide96:
+      return Wide96Tile::kTokens;
     case NativeTile::wide:
       return WideTile::kTokens;
   }
@@ -566,6 +589,7 @@ int tokens_of(NativeTile t) {
 }
 #if HARNESS_WGMMA
 static_assert(WgmmaMedium::kTokens == MediumTile::kTokens &&
+              WgmmaWide96::kTokens == Wide96Tile::kTokens &&
               WgmmaWide::kTokens == WideTile::kTokens);
 #endif
 
@@ -621,6 +645,8 @@ const char* to_string(NativeTile t) {
       return "narrow";
     case NativeTile::medium:
       return "medium";
+    case NativeTile::wide96:
+      return "wide96";
     case NativeTile::wide:
       return "wide";
   }
@@ -630,26 +656,28 @@ const char* to_string(NativeTile t) {
 // Each tile streams its expert's whole weight block for its token rows, so a forward costs about
 // (tiles per expert) x (cost of one tile); a wider tile costs more (its token rows' loads and
 // flops) but needs fewer tiles. Tile costs relative to a full medium tile, from the H200 bench
-// (docs/native-backend.md#tile-choice): narrow 16 rows 309 us, medium 64 rows 376 us, wide 112
-// rows 476 us at Qwen3-30B-A3B EP1.
-constexpr double kNarrowCost = 309.0 / 376.0, kMediumCost = 1.0, kWideCost = 476.0 / 376.0;
-
-double native_tile_cost(NativeTile t, double rows_per_expert) {
-  const double tiles = std::max(1.0, std::ceil(rows_per_expert / tokens_of(t)));
+// (docs/native-backend.md#tile-choice), Qwen3-30B-A3B EP1.
+double tile_cost(NativeTile t) {
   switch (t) {
     case NativeTile::narrow:
-      return tiles * kNarrowCost;
+      return 309.0 / 376.0;
     case NativeTile::medium:
-      return tiles * kMediumCost;
+      return 1.0;
+    case NativeTile::wide96:
+      return 1.13;
     case NativeTile::wide:
-      return tiles * kWideCost;
+      return 476.0 / 376.0;
   }
-  return tiles;
+  return 1.0;
+}
+
+double native_tile_cost(NativeTile t, double rows_per_expert) {
+  return std::max(1.0, std::ceil(rows_per_expert / tokens_of(t))) * tile_cost(t);
 }
 
 NativeTile native_tile_for(double rows_per_expert) {
   NativeTile best = NativeTile::narrow;
-  for (const auto t : {NativeTile::medium, NativeTile::wide})
+  for (const auto t : kNativeTiles)
     if (native_tile_cost(t, rows_per_expert) < native_tile_cost(best, rows_per_expert)) best = t;
   return best;
 }
@@ -729,6 +757,9 @@ void NativeExperts::forward(const bf16* x, const int* ids, const float* weights,
       break;
     case NativeTile::medium:
       launch_tile<MediumTile, WgmmaMedium>(wgmma_, up, down, inter, h, max_tiles_, s_);
+      break;
+    case NativeTile::wide96:
+      launch_tile<Wide96Tile, WgmmaWide96>(wgmma_, up, down, inter, h, max_tiles_, s_);
       break;
     case NativeTile::wide:
       launch_tile<WideTile, WgmmaWide>(wgmma_, up, down, inter, h, max_tiles_, s_);

@@ -27,7 +27,10 @@
 
 namespace moe::cuda {
 
-enum class NativeTile { narrow, medium, wide };
+// Token rows per tile: narrow 16, medium 64, wide96 96, wide 128.
+enum class NativeTile { narrow, medium, wide96, wide };
+inline constexpr NativeTile kNativeTiles[] = {NativeTile::narrow, NativeTile::medium,
+                                              NativeTile::wide96, NativeTile::wide};
 [[nodiscard]] const char* to_string(NativeTile t);
 // The tile that minimises the predicted cost of the padded work when each active expert has
 // `rows_per_expert` rows (docs/native-backend.md#tile-choice).

@@ -281,6 +281,10 @@ TEST(NativeBackend, EveryTileMatchesTheReference) {
   expect_matches_reference("native", qwen, ep1, Component::experts, {1, 8, 8}, 2);         // narrow
   expect_matches_reference("native", qwen, ep1, Component::experts, {200, 128, 1600}, 2);  // narrow
   expect_matches_reference("native", qwen, ep1, Component::experts, {700, 128, 5600}, 2);  // medium
+  expect_matches_reference("native", qwen, ep1, Component::experts, {1400, 128, 11200},
+                           2);  // wide96
+  expect_matches_reference("native", qwen, ep1, Component::experts, {2400, 100, 19200},
+                           2);  // wide96 x2
   expect_matches_reference("native", qwen, ep1, Component::experts, {2048, 128, 16384}, 2);  // wide
   expect_matches_reference("native", qwen, ep1, Component::experts, {3000, 17, 24000}, 2);   // wide
   expect_matches_reference("native", big, ep4, Component::experts, {64, 30, 200}, 2);
@@ -300,6 +304,8 @@ TEST(NativeBackend, MmaSyncFallbackTilesMatchTheReference) {
   const auto qwen = *find_preset("qwen3-30b-a3b");
   const Target ep1{1, 1, 1, 0, false};
   expect_matches_reference("native", qwen, ep1, Component::experts, {700, 128, 5600}, 2);  // medium
+  expect_matches_reference("native", qwen, ep1, Component::experts, {1400, 128, 11200},
+                           2);  // wide96
   expect_matches_reference("native", qwen, ep1, Component::experts, {2048, 128, 16384}, 2);  // wide
   ASSERT_EQ(unsetenv("HARNESS_NATIVE_NO_WGMMA"), 0);
 }

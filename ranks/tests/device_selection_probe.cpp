@@ -52,7 +52,8 @@ int probe(MPI_Comm world) {
          "/" + std::to_string(node_size) + " CUDA_VISIBLE_DEVICES=" +
          (std::getenv("CUDA_VISIBLE_DEVICES") ? std::getenv("CUDA_VISIBLE_DEVICES") : "") + " " +
          line;
-  const auto node_gpus = moe::gather_strings(node, gpu.empty() ? "rank" + std::to_string(rank) : gpu);
+  const auto node_gpus =
+      moe::gather_strings(node, gpu.empty() ? "rank" + std::to_string(rank) : gpu);
   const auto shared = moe::shared_device(node_gpus);
   HARNESS_CHECK_MPI(MPI_Comm_free(&node));
   const auto lines = moe::gather_strings(world, line + (shared ? " SHARED" : ""));
