@@ -281,12 +281,15 @@ __device__ __forceinline__ void store_accumulators(const GemmArgs& a,
     }
 }
 
-// One block tile of the mma.sync GEMM: tile = (local expert, first position, rows). Every thread
-// returns from here (the fused kernels synchronize the block afterwards).
 template <class C, bool kGated>
-__device__ __forceinline__ void gemm_tile(const GemmArgs& a, int4 tile, unsigned char* smem_raw) {
+__global__ void __launch_bounds__(C::kThreads, C::kMinBlocks) expert_gemm(GemmArgs a) {
+  const int tile_index = static_cast<int>(blockIdx.x);
+  if (tile_index >= *a.num_tiles) return;
+  const int4 tile = a.tiles[tile_index];
   const int first_pos = tile.y, tile_rows = tile.z;
   const int feature0 = static_cast<int>(blockIdx.y) * (kGated ? C::kRows / 2 : C::kRows);
+
+  extern __shared__ __align__(128) unsigned char smem_raw[];
   bf16* smem = reinterpret_cast<bf16*>(smem_raw);
   const int tid = static_cast<int>(threadIdx.x), lane = tid % 32, warp = tid / 32;
   const int wf = warp % C::kWF, wt = (warp / C::kWF) % C::kWT, wk = warp / (C::kWF * C::kWT);
@@ -344,7 +347,7 @@ __device__ __forceinline__ void gemm_tile(const GemmArgs& a, int4 tile, unsigned
           for (int r = 0; r < 4; ++r) dst[((j * C::kNT + n) * 4 + r) * 32 + lane] = acc[j][n][r];
     }
     __syncthreads();
-    if (wk > 0) return;  // the block's last barrier was the one above
+    if (wk > 0) return;
     for (int w = 1; w < C::kWK; ++w) {
       const float* src = red + ((w - 1) * C::kWF * C::kWT + slot) * kRegs * 32;
 #pragma unroll
@@ -358,14 +361,6 @@ __device__ __forceinline__ void gemm_tile(const GemmArgs& a, int4 tile, unsigned
   store_accumulators<kGated>(
       a, acc, [&](int j) { return warp_mtile_row<C, kGated>(wf, j); }, feature0, wt * C::kNT * 8,
       first_pos, tile_rows, lane);
-}
-
-template <class C, bool kGated>
-__global__ void __launch_bounds__(C::kThreads, C::kMinBlocks) expert_gemm(GemmArgs a) {
-  const int tile_index = static_cast<int>(blockIdx.x);
-  if (tile_index >= *a.num_tiles) return;
-  extern __shared__ __align__(128) unsigned char smem_raw[];
-  gemm_tile<C, kGated>(a, a.tiles[tile_index], smem_raw);
 }
 
 // Block: 2 warpgroups x (two 64-row m-tiles) = 256 weight rows, kTokens token rows, K in steps
@@ -528,18 +523,19 @@ __global__ void __launch_bounds__(C::kThreads, 1) expert_gemm_wgmma(GemmArgs a) 
 }
 #endif  // HARNESS_WGMMA
 
-// out[row] = sum over the row's local lanes of weight * expert output, in fp32, read as 16-byte
-// chunks of 8 bf16 (H is a multiple of 8). Rows with no local lane get 0.
+// One block per token row: out[row] = sum over its local lanes of weight * expert output, in
+// fp32, read as 16-byte chunks of 8 bf16 (H is a multiple of 8). Rows with no local lane get 0.
+// The row's lane positions and weights are staged in shared memory, and each batch of up to
+// kCombineBatch expert rows is loaded before any is added, so the loads overlap instead of
+// paying one memory latency each.
 constexpr int kCombineBatch = 8;
 
-// out[row] for one token row, by the whole block; `row_lanes` is shared memory for k ints and k
-// floats. kUncached: y was written by other blocks of the running kernel (read past L1).
-template <bool kUncached>
-__device__ __forceinline__ void combine_row(int row, const bf16* __restrict__ y,
-                                            const int* __restrict__ lane_pos,
-                                            const float* __restrict__ weights, int k, int hidden,
-                                            bf16* __restrict__ out, int* row_lanes) {
+__global__ void combine_lanes(const bf16* __restrict__ y, const int* __restrict__ lane_pos,
+                              const float* __restrict__ weights, int k, int hidden,
+                              bf16* __restrict__ out) {
+  extern __shared__ int row_lanes[];  // k positions, then k weights
   auto* row_weights = reinterpret_cast<float*>(row_lanes + k);
+  const int row = static_cast<int>(blockIdx.x);
   for (int j = static_cast<int>(threadIdx.x); j < k; j += blockDim.x) {
     row_lanes[j] = lane_pos[row * k + j];
     row_weights[j] = weights[row * k + j];
@@ -552,14 +548,9 @@ __device__ __forceinline__ void combine_row(int row, const bf16* __restrict__ y,
 #pragma unroll
       for (int b = 0; b < kCombineBatch; ++b) {
         const int pos = j0 + b < k ? row_lanes[j0 + b] : -1;
-        const auto* src =
-            reinterpret_cast<const uint4*>(y + static_cast<std::int64_t>(pos) * hidden) + c;
-        if (pos < 0)
-          v[b] = make_uint4(0, 0, 0, 0);
-        else if constexpr (kUncached)
-          v[b] = __ldcg(src);
-        else
-          v[b] = *src;
+        v[b] = pos < 0
+                   ? make_uint4(0, 0, 0, 0)
+                   : reinterpret_cast<const uint4*>(y + static_cast<std::int64_t>(pos) * hidden)[c];
       }
 #pragma unroll
       for (int b = 0; b < kCombineBatch; ++b) {
@@ -580,137 +571,6 @@ __device__ __forceinline__ void combine_row(int row, const bf16* __restrict__ y,
     for (int q = 0; q < 4; ++q) o2[q] = __floats2bfloat162_rn(sum[2 * q], sum[2 * q + 1]);
     reinterpret_cast<uint4*>(out + static_cast<std::int64_t>(row) * hidden)[c] = packed;
   }
-  __syncthreads();  // row_lanes is reused by the next row
-}
-
-// One block per token row. The row's lane positions and weights are staged in shared memory, and
-// each batch of up to kCombineBatch expert rows is loaded before any is added, so the loads
-// overlap instead of paying one memory latency each.
-__global__ void combine_lanes(const bf16* __restrict__ y, const int* __restrict__ lane_pos,
-                              const float* __restrict__ weights, int k, int hidden,
-                              bf16* __restrict__ out) {
-  extern __shared__ int row_lanes[];  // k positions, then k weights
-  combine_row<false>(static_cast<int>(blockIdx.x), y, lane_pos, weights, k, hidden, out, row_lanes);
-}
-
-// ---------------------------------------------------------------- fused small forwards
-
-// With at most kFusedLanes lanes (N <= 8 at k = 8) the plan and the combine are launch-sized
-// kernels that cost as much as the GEMMs' ramp-up: the W13 GEMM plans inside every block instead
-// (each block derives the whole plan from the routes; block (0, 0) also writes it for W2 and the
-// combine), and the last W2 block to finish combines. A forward is two launches instead of four.
-constexpr int kFusedLanes = 64;
-
-struct SmallRoutes {
-  const int* ids;
-  const float* weights;
-  int lanes, k, experts, first, local, tile_tokens;
-  int* flag;      // raised for an invalid lane, as plan_routes does
-  int* lane_pos;  // written by block (0, 0): position of every lane (-1: padding or not local)
-  int* token_of;  // token of every position
-  int4* tiles;    // (local expert, first position, rows), ascending expert
-  int* num_tiles;
-};
-
-// The plan plan_routes makes (positions grouped by ascending local expert, lanes in order inside
-// an expert), computed by the block in shared memory. Needs blockDim.x >= kFusedLanes.
-struct BlockPlan {
-  int expert_of[kFusedLanes];
-  int tiles_of[kFusedLanes];  // the first lane of an expert: its expert's tile count; else 0
-  int lane_pos[kFusedLanes];
-  int token_of[kFusedLanes];
-  int4 tiles[kFusedLanes];
-  int num_tiles;
-  int invalid;
-};
-
-__device__ void plan_in_block(const SmallRoutes& r, BlockPlan& p) {
-  const int tid = static_cast<int>(threadIdx.x);
-  if (tid == 0) p.invalid = 0;
-  __syncthreads();
-  int e = -1;
-  if (tid < r.lanes) {
-    const int id = r.ids[tid];
-    if (!lane_is_valid(id, r.weights[tid], r.experts))
-      p.invalid = 1;
-    else if (id >= r.first && id < r.first + r.local)
-      e = id - r.first;
-  }
-  if (tid < kFusedLanes) p.expert_of[tid] = e;
-  __syncthreads();
-  int before = 0, same_before = 0, count = 0;  // lanes of lower experts; of this one
-  if (e >= 0)
-    for (int j = 0; j < r.lanes; ++j) {
-      const int f = p.expert_of[j];
-      before += f >= 0 && f < e;
-      same_before += f == e && j < tid;
-      count += f == e;
-    }
-  const bool first = e >= 0 && same_before == 0;
-  if (tid < kFusedLanes) {
-    p.tiles_of[tid] = first ? (count + r.tile_tokens - 1) / r.tile_tokens : 0;
-    p.lane_pos[tid] = e >= 0 ? before + same_before : -1;
-    if (e >= 0) p.token_of[before + same_before] = tid / r.k;
-  }
-  __syncthreads();
-  if (first) {  // this expert's tiles follow those of the lower experts
-    int tile = 0;
-    for (int j = 0; j < r.lanes; ++j) tile += p.expert_of[j] < e ? p.tiles_of[j] : 0;
-    for (int s = 0; s < count; s += r.tile_tokens)
-      p.tiles[tile++] = make_int4(e, before + s, min(r.tile_tokens, count - s), 0);
-  }
-  if (tid == 0) {
-    int tiles = 0;
-    for (int j = 0; j < r.lanes; ++j) tiles += p.tiles_of[j];
-    p.num_tiles = tiles;
-  }
-  __syncthreads();
-}
-
-// W13 with the plan made in the block (the narrow tile).
-template <class C>
-__global__ void __launch_bounds__(C::kThreads, C::kMinBlocks)
-    expert_gemm_planned(GemmArgs a, SmallRoutes r) {
-  static_assert(C::kThreads >= kFusedLanes, "one thread per lane plans");
-  __shared__ BlockPlan plan;
-  plan_in_block(r, plan);
-  const int tid = static_cast<int>(threadIdx.x);
-  if (blockIdx.x == 0 && blockIdx.y == 0) {
-    if (tid < r.lanes) r.lane_pos[tid] = plan.lane_pos[tid];
-    if (tid < r.lanes && plan.lane_pos[tid] >= 0)
-      r.token_of[plan.lane_pos[tid]] = plan.token_of[plan.lane_pos[tid]];
-    if (tid < plan.num_tiles) r.tiles[tid] = plan.tiles[tid];
-    if (tid == 0) {
-      *r.num_tiles = plan.num_tiles;
-      if (plan.invalid) atomicOr(r.flag, 1);
-    }
-  }
-  if (static_cast<int>(blockIdx.x) >= plan.num_tiles) return;
-  a.token_of = plan.token_of;  // the gather reads the block's own plan
-  extern __shared__ __align__(128) unsigned char smem_raw[];
-  gemm_tile<C, true>(a, plan.tiles[blockIdx.x], smem_raw);
-}
-
-// W2, then the last block to finish combines every token row (counted by `ticket`, which it
-// resets for the next forward).
-template <class C>
-__global__ void __launch_bounds__(C::kThreads, C::kMinBlocks)
-    expert_gemm_combined(GemmArgs a, const int* lane_pos, const float* weights, int k, int rows,
-                         bf16* out, unsigned* ticket) {
-  extern __shared__ __align__(128) unsigned char smem_raw[];
-  if (static_cast<int>(blockIdx.x) < *a.num_tiles)
-    gemm_tile<C, false>(a, a.tiles[blockIdx.x], smem_raw);
-  __shared__ bool last;
-  __threadfence();  // this block's outputs are visible before it is counted
-  __syncthreads();
-  if (threadIdx.x == 0) last = atomicAdd(ticket, 1u) == gridDim.x * gridDim.y - 1;
-  __syncthreads();
-  if (!last) return;
-  __threadfence();
-  auto* row_lanes = reinterpret_cast<int*>(smem_raw);
-  for (int row = 0; row < rows; ++row)
-    combine_row<true>(row, a.out, lane_pos, weights, k, a.out_features, out, row_lanes);
-  if (threadIdx.x == 0) *ticket = 0;
 }
 
 // Token rows per tile; the wgmma tiles use the same counts.
@@ -733,25 +593,6 @@ static_assert(WgmmaMedium::kTokens == MediumTile::kTokens &&
               WgmmaWide::kTokens == WideTile::kTokens);
 #endif
 
-// The shared-memory opt-in is a per-device attribute: set it once per kernel and device used
-// (`configured`: the caller's static flags for this kernel).
-using DeviceFlags = std::array<bool, 256>;
-template <class Kernel>
-void allow_shared_memory(Kernel* kernel, int bytes, DeviceFlags& configured) {
-  int device = 0;
-  HARNESS_CHECK(cudaGetDevice(&device));
-  if (!configured.at(static_cast<std::size_t>(device))) {
-    HARNESS_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, bytes));
-    configured.at(static_cast<std::size_t>(device)) = true;
-  }
-}
-
-template <class C>
-dim3 gemm_grid(int weight_rows, int max_tiles) {
-  return dim3(static_cast<unsigned>(max_tiles),
-              static_cast<unsigned>((weight_rows + C::kRows - 1) / C::kRows));
-}
-
 template <class C, bool kGated, bool kWgmma>
 void launch_gemm(const GemmArgs& a, int weight_rows, int max_tiles, cudaStream_t s) {
   auto* kernel = [] {
@@ -760,27 +601,18 @@ void launch_gemm(const GemmArgs& a, int weight_rows, int max_tiles, cudaStream_t
 #endif
     if constexpr (!kWgmma) return expert_gemm<C, kGated>;
   }();
-  static DeviceFlags configured{};
-  allow_shared_memory(kernel, C::kSmemBytes, configured);
-  kernel<<<gemm_grid<C>(weight_rows, max_tiles), C::kThreads, C::kSmemBytes, s>>>(a);
-  HARNESS_CHECK(cudaGetLastError());
-}
-
-// The fused small forward (narrow tile): W13 planning in its blocks, W2 combining in its last.
-void launch_fused(const GemmArgs& up, const GemmArgs& down, const SmallRoutes& routes, int inter,
-                  int hidden, int rows, bf16* out, unsigned* ticket, int max_tiles,
-                  cudaStream_t s) {
-  using C = NarrowTile;
-  // The combine reuses the pipeline's shared memory for a row's k positions and weights.
-  static_assert(C::kSmemBytes >= 64 * 8, "room for a row's lanes");
-  static DeviceFlags planned_configured{}, combined_configured{};
-  allow_shared_memory(expert_gemm_planned<C>, C::kSmemBytes, planned_configured);
-  allow_shared_memory(expert_gemm_combined<C>, C::kSmemBytes, combined_configured);
-  expert_gemm_planned<C>
-      <<<gemm_grid<C>(2 * inter, max_tiles), C::kThreads, C::kSmemBytes, s>>>(up, routes);
-  HARNESS_CHECK(cudaGetLastError());
-  expert_gemm_combined<C><<<gemm_grid<C>(hidden, max_tiles), C::kThreads, C::kSmemBytes, s>>>(
-      down, routes.lane_pos, routes.weights, routes.k, rows, out, ticket);
+  // The shared-memory opt-in is a per-device attribute: set it once for each device used.
+  static std::array<bool, 256> configured{};
+  int device = 0;
+  HARNESS_CHECK(cudaGetDevice(&device));
+  if (!configured.at(static_cast<std::size_t>(device))) {
+    HARNESS_CHECK(
+        cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, C::kSmemBytes));
+    configured.at(static_cast<std::size_t>(device)) = true;
+  }
+  const dim3 grid(static_cast<unsigned>(max_tiles),
+                  static_cast<unsigned>((weight_rows + C::kRows - 1) / C::kRows));
+  kernel<<<grid, C::kThreads, C::kSmemBytes, s>>>(a);
   HARNESS_CHECK(cudaGetLastError());
 }
 
@@ -852,8 +684,7 @@ NativeTile native_tile_for(double rows_per_expert) {
 
 std::string NativeExperts::configuration() const {
   return std::string(to_string(tile_)) + " tile (" + std::to_string(tokens_of(tile_)) + " tokens" +
-         (tile_ != NativeTile::narrow && wgmma_ ? ", wgmma" : "") +
-         (fused_ ? ", plan and combine fused)" : ")");
+         (tile_ != NativeTile::narrow && wgmma_ ? ", wgmma)" : ")");
 }
 
 NativeExperts::NativeExperts(const ModelGeometry& g, const ExpertOwnership& own, int rows,
@@ -873,9 +704,6 @@ NativeExperts::NativeExperts(const ModelGeometry& g, const ExpertOwnership& own,
   HARNESS_CHECK(cudaDeviceGetAttribute(&minor, cudaDevAttrComputeCapabilityMinor, device));
   wgmma_ = major == 9 && minor == 0 && std::getenv("HARNESS_NATIVE_NO_WGMMA") == nullptr;
 #endif
-  // HARNESS_NATIVE_NO_FUSION=1 keeps the four-kernel forward (a diagnostic; the tests use it).
-  fused_ = lanes_ <= kFusedLanes && tile_ == NativeTile::narrow &&
-           std::getenv("HARNESS_NATIVE_NO_FUSION") == nullptr;
   const int t = tokens_of(tile_);
   // Tiles of expert e: ceil(c_e / t) <= c_e / t + 1 for each expert with rows.
   max_tiles_ = (lanes_ + t - 1) / t + std::min(own.local_experts, lanes_);
@@ -884,8 +712,7 @@ NativeExperts::NativeExperts(const ModelGeometry& g, const ExpertOwnership& own,
   total_counts_ = DeviceBuffer<int>(static_cast<std::size_t>(own.local_experts));
   expert_offsets_ = DeviceBuffer<int>(static_cast<std::size_t>(own.local_experts));
   ticket_ = DeviceBuffer<unsigned>(1);
-  // plan_routes (or, fused, the combining W2 kernel for its ticket) leaves these zero after every
-  // forward; they start zero.
+  // plan_routes leaves these zero after every forward; they start zero.
   HARNESS_CHECK(cudaMemsetAsync(total_counts_.get(), 0, total_counts_.size() * sizeof(int), s_));
   HARNESS_CHECK(cudaMemsetAsync(ticket_.get(), 0, sizeof(unsigned), s_));
   token_of_ = DeviceBuffer<int>(static_cast<std::size_t>(lanes_));
@@ -898,37 +725,6 @@ NativeExperts::NativeExperts(const ModelGeometry& g, const ExpertOwnership& own,
 void NativeExperts::forward(const bf16* x, const int* ids, const float* weights, const bf16* w13,
                             const bf16* w2, bf16* out, int* flag) {
   const int h = g_.hidden, inter = g_.intermediate;
-  if (fused_) {
-    const GemmArgs up{w13,
-                      static_cast<std::int64_t>(2) * inter * h,
-                      h,
-                      inter,
-                      x,
-                      token_of_.get(),
-                      tiles_.get(),
-                      num_tiles_.get(),
-                      act_.get()};
-    const GemmArgs down{w2,           static_cast<std::int64_t>(h) * inter,
-                        inter,        h,
-                        act_.get(),   token_of_.get(),
-                        tiles_.get(), num_tiles_.get(),
-                        y_.get()};
-    const SmallRoutes routes{ids,
-                             weights,
-                             lanes_,
-                             g_.top_k,
-                             g_.experts,
-                             own_.first_expert,
-                             own_.local_experts,
-                             tokens_of(tile_),
-                             flag,
-                             lane_pos_.get(),
-                             token_of_.get(),
-                             tiles_.get(),
-                             num_tiles_.get()};
-    launch_fused(up, down, routes, inter, h, rows_, out, ticket_.get(), max_tiles_, s_);
-    return;
-  }
   const unsigned plan_blocks = static_cast<unsigned>((lanes_ + kPlanThreads - 1) / kPlanThreads);
   plan_routes<<<plan_blocks, kPlanThreads, 0, s_>>>(
       ids, weights, lanes_, g_.top_k, g_.experts, own_.first_expert, own_.local_experts,

@@ -12,8 +12,6 @@
 //                    tile's expert, SiLU(gate) * up in the epilogue -> act [positions][I].
 //   3. expert_gemm<!gated>  act times W2 -> expert outputs [positions][H] (bf16).
 //   4. combine_lanes        per token: router-weighted sum of its lanes' expert outputs in fp32.
-// With at most 64 lanes (N <= 8 at k = 8) and the narrow tile, 1 happens inside every W13 block
-// and 4 in the last W2 block to finish: two launches.
 // The GEMMs run bf16 mma.sync tensor-core tiles fed by a multi-stage cp.async pipeline; the
 // tile shape is picked from the expected rows per expert: a split-K, 16-token tile that keeps
 // enough weight bytes in flight when few rows share an expert, up to 128x128 tiles when many do.
@@ -65,7 +63,6 @@ class NativeExperts {
   int lanes_;
   int max_tiles_;
   bool wgmma_ = false;  // medium and wide tiles on Hopper tensor-core wgmma (sm_90a builds)
-  bool fused_ = false;  // at most 64 lanes: plan in W13, combine in W2 (two launches)
   DeviceBuffer<int> lane_slot_, lane_pos_, token_of_, num_tiles_, total_counts_, expert_offsets_;
   DeviceBuffer<unsigned> ticket_;
   DeviceBuffer<int4> tiles_;
