@@ -5,6 +5,7 @@
 #include <cmath>
 #include <cstdlib>
 #include <random>
+#include <tuple>
 
 #include "kernels/bf16.h"
 #include "kernels/stimulus.h"
@@ -310,21 +311,34 @@ TEST(NativeBackend, MmaSyncFallbackTilesMatchTheReference) {
   ASSERT_EQ(unsetenv("HARNESS_NATIVE_NO_WGMMA"), 0);
 }
 
+// A few lanes: one plan block, the 64-lane boundary, several lanes per expert, remote lanes.
+TEST(NativeBackend, SmallForwardsMatchTheReference) {
+  REQUIRE_GPU();
+  const auto qwen = *find_preset("qwen3-30b-a3b");
+  const auto big = *find_preset("qwen3-235b-a22b");
+  const Target ep1{1, 1, 1, 0, false}, ep2{1, 2, 2, 1, false}, ep4{2, 2, 4, 3, false};
+  expect_matches_reference("native", qwen, ep1, Component::experts, {8, 20, 64}, 2);  // 64 lanes
+  expect_matches_reference("native", qwen, ep1, Component::experts, {8, 64, 64}, 2);
+  expect_matches_reference("native", big, ep4, Component::experts, {5, 3, 4}, 2);   // most remote
+  expect_matches_reference("native", qwen, ep2, Component::experts, {3, 0, 0}, 2);  // all remote
+}
+
 TEST(NativeBackend, ForwardIsCapturableInACudaGraph) {
   REQUIRE_GPU();
   const auto g = *find_preset("qwen3-30b-a3b");
   const Target t{1, 2, 2, 1, false};
   Rng rng(7);
-  const int rows = 37;
-  const auto x = random_values(static_cast<std::size_t>(rows) * g.hidden, 1.0f, Dtype::bf16, rng);
   const auto own = ExpertOwnership::of(g, t);
   const auto w = random_mlp(own.local_experts, g.hidden, g.intermediate, Dtype::bf16, rng);
-  const auto routes = make_expert_routes(rows, 40, 200, g, own, rng);
-  const auto direct = run_experts_on_device("native", 0, g, t, x, routes, w);
-  const auto graphed = run_experts_on_device("native", 0, g, t, x, routes, w, true);
-  ASSERT_TRUE(has_nonzero(direct.out));
-  EXPECT_EQ(direct.out, graphed.out);  // the native forward is deterministic
-  EXPECT_FALSE(graphed.route_error);
+  for (const auto& [rows, active, assigned] : {std::tuple{37, 40, 200}, std::tuple{1, 4, 4}}) {
+    const auto x = random_values(static_cast<std::size_t>(rows) * g.hidden, 1.0f, Dtype::bf16, rng);
+    const auto routes = make_expert_routes(rows, active, assigned, g, own, rng);
+    const auto direct = run_experts_on_device("native", 0, g, t, x, routes, w);
+    const auto graphed = run_experts_on_device("native", 0, g, t, x, routes, w, true);
+    ASSERT_TRUE(has_nonzero(direct.out)) << rows;
+    EXPECT_EQ(direct.out, graphed.out) << rows;  // the native forward is deterministic
+    EXPECT_FALSE(graphed.route_error) << rows;
+  }
 }
 
 TEST(NativeBackend, RejectsShapesItDoesNotCover) {
