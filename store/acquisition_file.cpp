@@ -213,18 +213,28 @@ AcquisitionFile::AcquisitionFile(MPI_Comm comm, const std::string& path,
   HARNESS_CHECK_H5(H5Pset_fapl_mpio(fapl, comm, MPI_INFO_NULL));
   const auto sha = sha256_hex(identity.contract_json);
   if (!exists) {
-    const hid_t created = H5Fcreate(path.c_str(), H5F_ACC_EXCL, H5P_DEFAULT, fapl);
-    if (created < 0) throw FileError("cannot create acquisition file '" + path + "'");
-    impl_->file = H5Id(created, H5Fclose);
-    hid_t root = impl_->file;
-    write_int_attr(root, "schema_version", kSchemaVersion);
-    write_string_attr(root, "contract_sha256", sha);
-    write_string_attr(root, "contract", identity.contract_json);
-    write_string_attr(root, "units", "time: microseconds (us); sizes: bytes");
-    for (const auto& [k, v] : identity.attributes) write_string_attr(root, k, v);
-    auto g = H5_OPEN(H5Gcreate2(root, "cells", H5P_DEFAULT, H5P_DEFAULT, H5P_DEFAULT), H5Gclose);
-    HARNESS_CHECK_H5(H5Fflush(root, H5F_SCOPE_GLOBAL));
-    return;
+    // Made under a temporary name and renamed once its root is written and closed: a kill during
+    // creation leaves no half-made file at `path` to refuse on resume (the next run overwrites
+    // the temporary).
+    const std::string creating = path + ".creating";
+    const hid_t created = H5Fcreate(creating.c_str(), H5F_ACC_TRUNC, H5P_DEFAULT, fapl);
+    if (created < 0) throw FileError("cannot create acquisition file '" + creating + "'");
+    H5Id file(created, H5Fclose);
+    write_int_attr(file, "schema_version", kSchemaVersion);
+    write_string_attr(file, "contract_sha256", sha);
+    write_string_attr(file, "contract", identity.contract_json);
+    write_string_attr(file, "units", "time: microseconds (us); sizes: bytes");
+    for (const auto& [k, v] : identity.attributes) write_string_attr(file, k, v);
+    H5_OPEN(H5Gcreate2(file, "cells", H5P_DEFAULT, H5P_DEFAULT, H5P_DEFAULT), H5Gclose);
+    file.close();  // collective
+    int renamed = 1;
+    if (impl_->rank == 0) {
+      std::error_code ec;
+      std::filesystem::rename(creating, path, ec);
+      renamed = ec ? 0 : 1;
+    }
+    HARNESS_CHECK_MPI(MPI_Bcast(&renamed, 1, MPI_INT, 0, comm));
+    if (!renamed) throw FileError("cannot rename '" + creating + "' to '" + path + "'");
   }
   const hid_t f = H5Fopen(path.c_str(), H5F_ACC_RDWR, fapl);
   if (f < 0)
@@ -232,7 +242,7 @@ AcquisitionFile::AcquisitionFile(MPI_Comm comm, const std::string& path,
                     "' (corrupt, truncated or not HDF5); it was left untouched: move it aside or "
                     "choose another --out");
   impl_->file = H5Id(f, H5Fclose);
-  resumed_ = true;
+  resumed_ = exists != 0;
   long long schema = 0;
   std::string stored_sha, stored_contract;
   try {
