@@ -79,3 +79,13 @@ def staircase_time_us(component, n, a=0, m=0):
     per, extra = divmod(m, a)
     tiles = lambda rows: -(-rows // STAIRCASE_TILE)
     return 4 + 0.5 * a + 3 * ((a - extra) * tiles(per) + extra * tiles(per + 1)) + 0.01 * m
+
+
+def complete_rounds(h5):
+    """{(cell, round): samples} of every complete round in the file ({} when there is no file)."""
+    if not os.path.exists(h5):
+        return {}
+    with h5py.File(h5, "r") as f:
+        return {(name, r): cell[f"round_{r}"]["samples"][()]
+                for name, cell in f["cells"].items()
+                for r, done in enumerate(cell["rounds_done"][()]) if done}

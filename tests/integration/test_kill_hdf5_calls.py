@@ -6,9 +6,7 @@ every planned round is in the file, and no round completed before the kill was m
 import os
 import tempfile
 
-import h5py
-
-from harness_test_lib import HARNESS, MPI_ENV, MPIEXEC, SOURCE_DIR, check_complete, run
+from harness_test_lib import HARNESS, MPIEXEC, SOURCE_DIR, check_complete, complete_rounds, run
 
 JOB = os.path.join(SOURCE_DIR, "tests/data/micro.yaml")
 SHIM = os.environ["HDF5_KILL_SHIM"]
@@ -16,15 +14,6 @@ ROUNDS = 4
 CASES = [("H5Fcreate", 1, 0), ("H5Fcreate", 1, 1), ("H5Gcreate2", 1, 1), ("H5Gcreate2", 3, 0),
          ("H5Gcreate2", 6, 1), ("H5Fflush", 1, 0), ("H5Fflush", 2, 1), ("H5Fflush", 4, 0),
          ("H5Fflush", 7, 1), ("H5Dwrite", 1, 1), ("H5Dwrite", 4, 0), ("H5Dwrite", 9, 1)]
-
-
-def complete_rounds(h5):
-    if not os.path.exists(h5):
-        return {}
-    with h5py.File(h5, "r") as f:
-        return {(name, r): cell[f"round_{r}"]["samples"][()]
-                for name, cell in f["cells"].items()
-                for r, done in enumerate(cell["rounds_done"][()]) if done}
 
 
 def acquire(d, *mpiexec_options):
