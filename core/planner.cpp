@@ -141,9 +141,56 @@ std::vector<GridPoint> expert_column(const JobSpec& job, const Target& t, std::i
   return out;
 }
 
-std::vector<GridPoint> expert_grid(const JobSpec& job, const Target& t) {
+std::vector<std::int64_t> step_token_rows(const JobSpec& job, const Target& t,
+                                          const std::vector<std::int64_t>& time_steps) {
+  const auto axis = expert_token_axis(job, t);
+  std::set<std::int64_t> rows;
+  if (axis.empty() || time_steps.empty()) return {};
+  // Under SP every gathered row count is a multiple of TP.
+  const std::int64_t multiple = TokenDomains(t.tp, t.dp, t.sp).sequence_parallel() ? t.tp : 1;
+  // Rows per active expert along the balanced line; nullopt where no positive-work point exists.
+  const auto mean_rows = [&](std::int64_t n) -> std::optional<double> {
+    const auto p = balanced_point(job, t, n);
+    if (!p || p->activated < 1) return std::nullopt;
+    return static_cast<double>(p->assignments) / static_cast<double>(p->activated);
+  };
+  // The first N of the axis' domain (multiples of `multiple`) whose mean exceeds (or reaches)
+  // `rows`; the means grow with N, so a binary search finds it.
+  const auto first_n = [&](double bound, bool inclusive) -> std::optional<std::int64_t> {
+    std::int64_t lo = axis.front(), hi = axis.back();
+    const auto past = [&](std::int64_t n) {
+      const auto m = mean_rows(n);
+      return m && (inclusive ? *m >= bound : *m > bound);
+    };
+    if (!past(hi)) return std::nullopt;
+    while (lo < hi) {
+      const std::int64_t mid = lo + (hi - lo) / 2;
+      if (past(mid))
+        hi = mid;
+      else
+        lo = mid + 1;
+    }
+    return (lo + multiple - 1) / multiple * multiple;
+  };
+  for (const auto b : time_steps) {
+    const auto above = first_n(static_cast<double>(b), false);
+    if (!above) break;
+    if (*above - multiple >= axis.front()) rows.insert(*above - multiple);  // every expert <= b
+    rows.insert(*above);                                                    // some exceed b
+    if (const auto all = first_n(static_cast<double>(b + 1), true))
+      rows.insert(*all);  // every expert > b
+  }
+  std::erase_if(rows, [&](std::int64_t n) { return n < axis.front() || n > axis.back(); });
+  return {rows.begin(), rows.end()};
+}
+
+std::vector<GridPoint> expert_grid(const JobSpec& job, const Target& t,
+                                   const std::vector<std::int64_t>& time_steps) {
+  std::set<std::int64_t> token_rows;
+  for (const auto n : expert_token_axis(job, t)) token_rows.insert(n);
+  for (const auto n : step_token_rows(job, t, time_steps)) token_rows.insert(n);
   std::set<GridPoint> pts;
-  for (const auto n : expert_token_axis(job, t))
+  for (const auto n : token_rows)
     for (const auto& p : expert_row(job, t, n)) pts.insert(p);
   return {pts.begin(), pts.end()};
 }
@@ -158,15 +205,20 @@ std::optional<GridPoint> balanced_column_point(const JobSpec& job, const Target&
       n, a, std::clamp(balanced_assignments(n, l, g.experts, g.top_k), range->lo, range->hi)};
 }
 
-std::optional<GridPoint> balanced_point(const JobSpec& job, const Target& t, std::int64_t n) {
-  const auto& g = job.geometry;
+std::optional<GridPoint> balanced_point(const ModelGeometry& g, const Target& t, std::int64_t n) {
   const int l = ExpertOwnership::of(g, t).local_experts;
   const auto range = feasible_activated(n, l, g.experts, g.top_k);
   if (!range) return std::nullopt;
-  return balanced_column_point(
-      job, t, n,
-      std::clamp<std::int64_t>(std::llround(expected_distinct_experts(g, l, n)), range->lo,
-                               range->hi));
+  const auto a = std::clamp<std::int64_t>(std::llround(expected_distinct_experts(g, l, n)),
+                                          range->lo, range->hi);
+  const auto m_range = feasible_assignments(n, a, l, g.experts, g.top_k);
+  if (!m_range) return std::nullopt;
+  return GridPoint{
+      n, a, std::clamp(balanced_assignments(n, l, g.experts, g.top_k), m_range->lo, m_range->hi)};
+}
+
+std::optional<GridPoint> balanced_point(const JobSpec& job, const Target& t, std::int64_t n) {
+  return balanced_point(job.geometry, t, n);
 }
 
 std::vector<Component> component_set(const ModelGeometry& g, const Target& t) {
@@ -241,8 +293,9 @@ MemoryEstimate estimate_memory(const JobSpec& job, const TargetPlan& t) {
   return m;
 }
 
-Plan make_plan(const JobSpec& job, std::optional<std::int64_t> l2_bytes) {
-  Plan plan{job, nominal_device(job.backend), std::nullopt, {}};
+Plan make_plan(const JobSpec& job, std::optional<std::int64_t> l2_bytes,
+               std::vector<std::int64_t> expert_time_steps) {
+  Plan plan{job, nominal_device(job.backend), std::nullopt, std::move(expert_time_steps), {}};
   if (l2_bytes) plan.device.l2_bytes = *l2_bytes;
   for (const auto& t : job.targets()) {
     TargetPlan tp{t, ExpertOwnership::of(job.geometry, t), 2, local_token_axis(job, t), {}};
@@ -254,7 +307,7 @@ Plan make_plan(const JobSpec& job, std::optional<std::int64_t> l2_bytes) {
         continue;
       ComponentGrid grid{c, {}, {}};
       if (c == Component::experts) {
-        grid.points = expert_grid(job, t);
+        grid.points = expert_grid(job, t, plan.expert_time_steps);
       } else {
         for (auto n : tp.local_tokens) grid.points.push_back({n, 0, 0});
       }

@@ -14,7 +14,7 @@
 
 namespace moe {
 
-inline constexpr int kPlannerVersion = 2;  // 2: held-out sets, DP > 1 gathered range
+inline constexpr int kPlannerVersion = 3;  // 3: rows around declared time steps
 
 struct ComponentGrid {
   Component component;
@@ -50,9 +50,17 @@ struct MRange {
 [[nodiscard]] std::vector<std::int64_t> local_token_axis(const JobSpec& job, const Target& t);
 [[nodiscard]] std::vector<std::int64_t> expert_token_axis(const JobSpec& job, const Target& t);
 
+// Token rows around the steps a backend declares in its experts time (rows per active expert b,
+// docs/measurement.md#grid), on the balanced-routing line: the last N whose mean rows per active
+// expert is at most b, the next N (some experts exceed b) and the first N where the mean reaches
+// b + 1 (between the last two the forward mixes experts of both sides). Within the expert token
+// axis' range and domain; ascending.
+[[nodiscard]] std::vector<std::int64_t> step_token_rows(
+    const JobSpec& job, const Target& t, const std::vector<std::int64_t>& time_steps);
 // Positive-work expert points (+ the all-remote A=M=0 point per N when E-L >= k): the rows of
-// expert_row over the expert token axis.
-[[nodiscard]] std::vector<GridPoint> expert_grid(const JobSpec& job, const Target& t);
+// expert_row over the expert token axis and the step rows of `time_steps`.
+[[nodiscard]] std::vector<GridPoint> expert_grid(const JobSpec& job, const Target& t,
+                                                 const std::vector<std::int64_t>& time_steps = {});
 // The grid points of one N row: its A axis, each with its M column (expert_column).
 [[nodiscard]] std::vector<GridPoint> expert_row(const JobSpec& job, const Target& t,
                                                 std::int64_t n);
@@ -67,6 +75,8 @@ struct MRange {
 // clamped to feasible_activated, at balanced_column_point; nullopt when no positive-work point
 // exists.
 [[nodiscard]] std::optional<GridPoint> balanced_point(const JobSpec& job, const Target& t,
+                                                      std::int64_t n);
+[[nodiscard]] std::optional<GridPoint> balanced_point(const ModelGeometry& g, const Target& t,
                                                       std::int64_t n);
 
 // Components measured for a target: DP1 path or DP+EP path, plus `wrapper` with shared experts.
@@ -121,6 +131,9 @@ struct Plan {
   JobSpec job;
   DeviceModel device;
   std::optional<MeasuredCost> measured;
+  // Rows per active expert where the backend's experts time steps (kernels' expert_time_steps);
+  // the grid has rows around each.
+  std::vector<std::int64_t> expert_time_steps;
   std::vector<TargetPlan> targets;
   [[nodiscard]] PlanEstimate estimate() const;
   [[nodiscard]] PlanEstimate estimate(const TargetPlan& t, Component c) const;
@@ -141,7 +154,8 @@ struct MemoryEstimate {
 [[nodiscard]] std::string cost_model_description(const Plan& plan);
 
 [[nodiscard]] Plan make_plan(const JobSpec& job,
-                             std::optional<std::int64_t> l2_bytes = std::nullopt);
+                             std::optional<std::int64_t> l2_bytes = std::nullopt,
+                             std::vector<std::int64_t> expert_time_steps = {});
 
 // Nominal per-forward cost: the roofline floor (core/roofline.h) plus launch overheads.
 [[nodiscard]] double estimate_forward_seconds(const ModelGeometry& g, Component c,

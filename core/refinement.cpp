@@ -70,8 +70,8 @@ class Draws {
 // The random draws, also avoiding `taken` (points already chosen).
 std::vector<GridPoint> random_feasible_points(const ModelGeometry& g, const Target& t, Component c,
                                               const std::set<GridPoint>& grid, int count,
-                                              std::uint64_t seed,
-                                              const std::set<GridPoint>& taken) {
+                                              std::uint64_t seed, const std::set<GridPoint>& taken,
+                                              Routing routing = Routing::random) {
   const bool experts = c == Component::experts;
   const auto rows = rows_of(grid, GridPoint{1, experts ? 1 : 0, 0});
   std::set<GridPoint> out;
@@ -81,7 +81,10 @@ std::vector<GridPoint> random_feasible_points(const ModelGeometry& g, const Targ
   for (int r = 0, attempts = 0; r < count && attempts < 64 * (r + 1); ++attempts) {
     const auto n = draw.log_between(rows.front(), rows.back());
     std::optional<GridPoint> p = GridPoint{n, 0, 0};
-    if (experts) {
+    if (experts && routing == Routing::balanced) {
+      p = balanced_point(g, t, n);
+      if (!p) continue;
+    } else if (experts) {
       const auto a_range = feasible_activated(n, l, g.experts, g.top_k);
       if (!a_range) continue;
       const auto a = draw.between(a_range->lo, a_range->hi);
@@ -100,8 +103,8 @@ std::vector<GridPoint> random_feasible_points(const ModelGeometry& g, const Targ
 
 std::vector<GridPoint> random_feasible_points(const ModelGeometry& g, const Target& t, Component c,
                                               const std::set<GridPoint>& grid, int count,
-                                              std::uint64_t seed) {
-  return random_feasible_points(g, t, c, grid, count, seed, {});
+                                              std::uint64_t seed, Routing routing) {
+  return random_feasible_points(g, t, c, grid, count, seed, {}, routing);
 }
 
 std::vector<GridPoint> held_out_points(const JobSpec& job, const Target& t, Component c,

@@ -19,13 +19,18 @@ namespace moe {
                                                      Component c,
                                                      const std::vector<GridPoint>& grid);
 
+// How `experts` points choose (A, M) at their N: uniformly in the feasible ranges, or at balanced
+// routing (balanced_point: the expected distinct local experts, the balanced total).
+enum class Routing { random, balanced };
+
 // `count` distinct random feasible points of `c` inside the token range of `grid` and not on it
-// (log-uniform N; uniform feasible A, then M, for `experts`), drawn with splitmix64 from `seed`:
-// the random part of a held-out set, and the fresh set `harness validate` measures.
+// (log-uniform N; for `experts` (A, M) by `routing`), drawn with splitmix64 from `seed`: the
+// random part of a held-out set, and the fresh set `harness validate` measures.
 [[nodiscard]] std::vector<GridPoint> random_feasible_points(const ModelGeometry& g, const Target& t,
                                                             Component c,
                                                             const std::set<GridPoint>& grid,
-                                                            int count, std::uint64_t seed);
+                                                            int count, std::uint64_t seed,
+                                                            Routing routing = Routing::random);
 
 // A held-out point whose interpolated value missed its measurement by more than the tolerance.
 struct HeldOutMiss {

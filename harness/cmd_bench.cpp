@@ -55,6 +55,9 @@ struct Row {
   double median_us = 0, min_us = 0, max_us = 0, max_error = 0;
   std::string kernels;        // "name=us;..." of the forward closest to the median, in start order
   std::string configuration;  // the kernel configuration the workload chose (native: its tile)
+  // The device during the timed forwards (NVML): SM clock after them, and the time the power or
+  // thermal policy held the clocks down while they ran ("sm_clock_mhz=1980;power_capped_ms=0").
+  std::string device_state;
   Floor floor;
   std::optional<double> native_over_cublas;
 };
@@ -71,6 +74,24 @@ std::string short_kernel_name(const std::string& mangled) {
       name.erase(at, noise.size());
   if (auto paren = name.find('('); paren != std::string::npos && paren > 0) name.resize(paren);
   return name;
+}
+
+// What `Row::device_state` says, from the live state before and after the timed forwards.
+std::string device_state_during(const std::map<std::string, std::string>& before,
+                                const std::map<std::string, std::string>& after) {
+  std::ostringstream s;
+  const auto put = [&](const std::string& key, const std::string& value) {
+    s << (s.tellp() > 0 ? ";" : "") << key << "=" << value;
+  };
+  for (const char* key : {"sm_clock_mhz", "power_w", "temperature_c"})
+    if (after.contains(key)) put(key, after.at(key));
+  for (const char* policy : {"power", "thermal"}) {
+    const std::string key = std::string(policy) + "_capped_ns";
+    if (before.contains(key) && after.contains(key))
+      put(std::string(policy) + "_capped_ms",
+          std::to_string((std::stoull(after.at(key)) - std::stoull(before.at(key))) / 1000000));
+  }
+  return s.str();
 }
 
 Row measure(Backend& backend, ForwardTimer& timer, const WorkloadSpec& spec,
@@ -94,7 +115,9 @@ Row measure(Backend& backend, ForwardTimer& timer, const WorkloadSpec& spec,
   const auto warm_up = run_forwards(*w, timer, spec.banks, spec.banks, false, label);
   const int forwards =
       (std::max(iterations, spec.banks) + spec.banks - 1) / spec.banks * spec.banks;
+  const auto before = backend.live_state();
   const auto run = run_forwards(*w, timer, forwards, spec.banks, true, label);
+  row.device_state = device_state_during(before, backend.live_state());
   const auto& records = run.records;
   std::vector<double> us;
   for (const auto& r : records) us.push_back(r.value_us);
@@ -122,7 +145,7 @@ void write_csv(const std::string& path, const std::vector<Row>& rows, const Devi
   if (!os) throw std::runtime_error("cannot write " + path);
   os << "component,model,backend,tokens,activated,assignments,banks,median_us,min_us,max_us,"
         "floor_us,floor_bound,floor_bytes,floor_flops,ratio_to_floor,native_over_cublas,"
-        "max_rel_error,copy_gbps,gemm_tflops,device,kernels,configuration\n";
+        "max_rel_error,copy_gbps,gemm_tflops,device,kernels,configuration,device_state\n";
   os << std::setprecision(6);
   for (const auto& r : rows) {
     os << r.component << ',' << r.model << ',' << r.backend << ',' << r.point.tokens << ','
@@ -132,7 +155,7 @@ void write_csv(const std::string& path, const std::vector<Row>& rows, const Devi
     if (r.native_over_cublas) os << *r.native_over_cublas;
     os << ',' << r.max_error << ',' << peaks.copy_bytes_per_s / 1e9 << ','
        << peaks.bf16_flops_per_s / 1e12 << ',' << device << ",\"" << r.kernels << "\",\""
-       << r.configuration << "\"\n";
+       << r.configuration << "\",\"" << r.device_state << "\"\n";
   }
   if (!os.flush()) throw std::runtime_error("cannot write " + path);
 }

@@ -9,6 +9,8 @@
 #include "core/contract.h"
 #include "core/planner.h"
 #include "harness/commands.h"
+#include "kernels/native_tile_rule.h"
+#include "ranks/rank_context.h"
 #include "store/campaign.h"
 
 namespace po = boost::program_options;
@@ -18,7 +20,7 @@ namespace moe::cli {
 
 namespace {
 
-json plan_json(const Plan& plan) {
+json plan_json(const Plan& plan, const std::string& backend) {
   json targets = json::array();
   for (const auto& t : plan.targets) {
     json comps = json::array();
@@ -28,8 +30,12 @@ json plan_json(const Plan& plan) {
         pts.push_back(
             {{"tokens", p.tokens}, {"activated", p.activated}, {"assignments", p.assignments}});
       const auto e = plan.estimate(t, grid.component);
+      json step_rows = json::array();
+      if (grid.component == Component::experts)
+        step_rows = step_token_rows(plan.job, t.target, plan.expert_time_steps);
       comps.push_back({{"component", to_string(grid.component)},
                        {"points", pts},
+                       {"step_token_rows", step_rows},
                        {"forwards", e.forwards},
                        {"estimated_device_s", e.device_seconds}});
     }
@@ -50,6 +56,8 @@ json plan_json(const Plan& plan) {
           {"planner_version", kPlannerVersion},
           {"geometry", geometry_json(plan.job.geometry)},
           {"backend", plan.job.backend},
+          {"resolved_backend", backend},
+          {"expert_time_steps", plan.expert_time_steps},
           {"rounds", plan.job.rounds},
           {"iterations", plan.job.iterations},
           {"grid_factor", plan.job.grid_factor},
@@ -103,7 +111,8 @@ void print_points(const ComponentGrid& grid, std::ostream& os) {
 }
 
 // One line per component grid by default: its token range and rows.
-void print_summary(const ComponentGrid& grid, std::ostream& os) {
+void print_summary(const Plan& plan, const TargetPlan& t, const ComponentGrid& grid,
+                   std::ostream& os) {
   std::set<std::int64_t> rows;
   std::int64_t max_a = 0;
   for (const auto& p : grid.points) rows.insert(p.tokens), max_a = std::max(max_a, p.activated);
@@ -111,14 +120,24 @@ void print_summary(const ComponentGrid& grid, std::ostream& os) {
   os << "    " << rows.size() << " token rows " << *rows.begin() << ".." << *rows.rbegin();
   if (grid.component == Component::experts) os << ", A up to " << max_a;
   os << "\n";
+  if (grid.component != Component::experts || plan.expert_time_steps.empty()) return;
+  os << "    rows around the backend's time steps:";
+  for (const auto n : step_token_rows(plan.job, t.target, plan.expert_time_steps)) os << " " << n;
+  os << "\n";
 }
 
-void print_text(const Plan& plan, bool verbose, std::ostream& os) {
+void print_text(const Plan& plan, const std::string& backend, bool verbose, std::ostream& os) {
   const auto& g = plan.job.geometry;
   os << "job " << plan.job.source << ": " << g.name << " (H=" << g.hidden << " I=" << g.intermediate
      << " E=" << g.experts << " k=" << g.top_k << ", shared " << g.shared.count << "x"
      << g.shared.intermediate << "), backend " << plan.job.backend << ", rounds " << plan.job.rounds
      << ", iterations " << plan.job.iterations << ", grid factor " << plan.job.grid_factor << "\n";
+  if (backend != plan.job.backend)
+    os << "backend " << plan.job.backend << " is " << backend << " here\n";
+  os << "experts time steps of " << backend << " (rows per active expert):";
+  for (const auto b : plan.expert_time_steps) os << " " << b;
+  if (plan.expert_time_steps.empty()) os << " none declared (refinement finds them)";
+  os << "\n";
   os << "graph mode " << to_string(plan.job.graph_mode) << ", capture sizes"
      << (plan.job.capture_sizes_derived ? " (derived)" : "") << ":";
   for (auto c : plan.job.capture_sizes) os << " " << c;
@@ -141,7 +160,7 @@ void print_text(const Plan& plan, bool verbose, std::ostream& os) {
       if (verbose)
         print_points(grid, os);
       else
-        print_summary(grid, os);
+        print_summary(plan, t, grid, os);
     }
   }
   const auto total = plan.estimate();
@@ -179,7 +198,10 @@ int plan(const Args& args) {
   pos.add("job", 1);
   if (!parse(args, desc, pos)) return 0;  // --help was printed
   if (format != "text" && format != "json") throw JobError("--format must be text or json");
-  auto p = make_plan(jo.load());
+  const auto job = jo.load();
+  // The steps are the backend's: "auto" resolves as `acquire` would on this machine.
+  const auto backend = resolve_backend(job.backend);
+  auto p = make_plan(job, std::nullopt, expert_time_steps(backend, job));
   if (campaign.empty()) campaign = default_acquisition_dir(p.job);
   try {
     p.measured = read_measured_cost(campaign);
@@ -187,9 +209,9 @@ int plan(const Args& args) {
     std::cerr << "harness plan: " << e.what() << "; using the nominal model\n";
   }
   if (format == "json")
-    std::cout << plan_json(p).dump(1) << "\n";
+    std::cout << plan_json(p, backend).dump(1) << "\n";
   else
-    print_text(p, verbose, std::cout);
+    print_text(p, backend, verbose, std::cout);
   return 0;
 }
 

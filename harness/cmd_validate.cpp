@@ -2,10 +2,12 @@
 // and compares the bundle's answers with it (docs/measurement.md#validating-a-published-bundle).
 //
 // Rerun: harness validate ROOT/VARIANT [--tp 1 --dp 1] [--points 24] [--seed S]
-// Per entry and component: draws --points random feasible points inside the table's token range
-// (off its rows) from a seed other than the acquisition's, measures them under the entry's own
-// protocol (backend, rounds, iterations, weight banks; experts report the 2B arm), predicts them
-// with the lookup library, and prints count, median / p95 / max |error| and every point.
+//        [--routing random|balanced]
+// Per entry and component: draws --points random feasible points (or, with --routing balanced,
+// balanced-routing points) inside the table's token range (off its rows) from a seed other than the
+// acquisition's, measures them under the entry's own protocol (backend, rounds, iterations, weight
+// banks; experts report the 2B arm), predicts them with the lookup library, and prints count,
+// median / p95 / max |error| and every point.
 #include <chrono>
 #include <iomanip>
 #include <iostream>
@@ -109,6 +111,7 @@ json statistics_json(Validated& v, double tolerance) {
 
 int validate(const Args& args) {
   std::string variant_dir, format = "text";
+  std::string routing_name = "random";
   int tp = 0, dp = 0, rank = -1, count = 24, device = 0;
   std::uint64_t seed = 0;
   po::options_description desc("harness validate ROOT/VARIANT [options]");
@@ -119,7 +122,10 @@ int validate(const Args& args) {
       "points", po::value(&count)->default_value(24),
       "random held-out points per component (1-1000)")(
       "seed", po::value(&seed), "seed of the draw (default: from the clock, printed)")(
-      "device", po::value(&device)->default_value(0), "CUDA device for GPU backends")(
+      "routing", po::value(&routing_name),
+      "experts points: random (feasible A and M) | balanced (the balanced-routing point of each "
+      "N, where a serving step's routing sits)")("device", po::value(&device)->default_value(0),
+                                                 "CUDA device for GPU backends")(
       "format", po::value(&format), "text | json");
   po::positional_options_description pos;
   pos.add("bundle", 1);
@@ -129,6 +135,9 @@ int validate(const Args& args) {
   if (count < 1 || count > kMaxPoints)
     throw ValidateError("--points must be between 1 and " + std::to_string(kMaxPoints));
   if (format != "text" && format != "json") throw ValidateError("--format must be text or json");
+  if (routing_name != "random" && routing_name != "balanced")
+    throw ValidateError("--routing must be random or balanced, got '" + routing_name + "'");
+  const auto routing = routing_name == "balanced" ? Routing::balanced : Routing::random;
   if (!vm->count("seed"))
     seed = static_cast<std::uint64_t>(std::chrono::system_clock::now().time_since_epoch().count());
 
@@ -144,7 +153,10 @@ int validate(const Args& args) {
     throw ValidateError(variant_dir + ": no component table matches" +
                         (tp || dp || rank >= 0 ? " --tp/--dp/--rank" : " (empty bundle)"));
 
-  json report = {{"bundle", variant_dir}, {"seed", seed}, {"entries", json::array()}};
+  json report = {{"bundle", variant_dir},
+                 {"seed", seed},
+                 {"routing", routing_name},
+                 {"entries", json::array()}};
   bool within = true;
   std::unique_ptr<Backend> backend;
   std::unique_ptr<ForwardTimer> timer;
@@ -168,7 +180,8 @@ int validate(const Args& args) {
           geometry_from_json(e->contract.at("geometry")), e->target, c, grid, count,
           mix_seed({seed, static_cast<std::uint64_t>(e->target.tp),
                     static_cast<std::uint64_t>(e->target.dp),
-                    static_cast<std::uint64_t>(e->target.rank), static_cast<std::uint64_t>(c)}));
+                    static_cast<std::uint64_t>(e->target.rank), static_cast<std::uint64_t>(c)}),
+          routing);
       if (points.empty()) {  // a table of one token row has no interior: said, not dropped
         entry["components"].push_back(
             {{"component", to_string(c)},
@@ -212,8 +225,8 @@ int validate(const Args& args) {
   if (format == "json") {
     std::cout << report.dump(1) << "\n";
   } else {
-    std::cout << "validate " << variant_dir << ": seed " << seed
-              << " (rerun with --seed to draw the same points)\n";
+    std::cout << "validate " << variant_dir << ": seed " << seed << ", " << routing_name
+              << " routing (rerun with --seed to draw the same points)\n";
     for (const auto& entry : report["entries"]) {
       std::cout << "  " << Target::from_json(entry["target"]).label() << "\n";
       for (const auto& c : entry["components"]) {

@@ -573,20 +573,11 @@ __global__ void combine_lanes(const bf16* __restrict__ y, const int* __restrict_
   }
 }
 
-// Token rows per tile; the wgmma tiles use the same counts.
-int tokens_of(NativeTile t) {
-  switch (t) {
-    case NativeTile::narrow:
-      return NarrowTile::kTokens;
-    case NativeTile::medium:
-      return MediumTile::kTokens;
-    case NativeTile::wide96:
-      return Wide96Tile::kTokens;
-    case NativeTile::wide:
-      return WideTile::kTokens;
-  }
-  return 0;
-}
+// The tile shapes have the token rows the tile rule plans with.
+static_assert(NarrowTile::kTokens == native_tile_tokens(NativeTile::narrow) &&
+              MediumTile::kTokens == native_tile_tokens(NativeTile::medium) &&
+              Wide96Tile::kTokens == native_tile_tokens(NativeTile::wide96) &&
+              WideTile::kTokens == native_tile_tokens(NativeTile::wide));
 #if HARNESS_WGMMA
 static_assert(WgmmaMedium::kTokens == MediumTile::kTokens &&
               WgmmaWide96::kTokens == Wide96Tile::kTokens &&
@@ -639,52 +630,9 @@ void launch_tile(bool wgmma, const GemmArgs& up, const GemmArgs& down, int inter
 
 }  // namespace
 
-const char* to_string(NativeTile t) {
-  switch (t) {
-    case NativeTile::narrow:
-      return "narrow";
-    case NativeTile::medium:
-      return "medium";
-    case NativeTile::wide96:
-      return "wide96";
-    case NativeTile::wide:
-      return "wide";
-  }
-  return "?";
-}
-
-// Each tile streams its expert's whole weight block for its token rows, so a forward costs about
-// (tiles per expert) x (cost of one tile); a wider tile costs more (its token rows' loads and
-// flops) but needs fewer tiles. Tile costs relative to a full medium tile, from the H200 bench
-// (docs/native-backend.md#tile-choice), Qwen3-30B-A3B EP1.
-double tile_cost(NativeTile t) {
-  switch (t) {
-    case NativeTile::narrow:
-      return 309.0 / 376.0;
-    case NativeTile::medium:
-      return 1.0;
-    case NativeTile::wide96:
-      return 1.13;
-    case NativeTile::wide:
-      return 476.0 / 376.0;
-  }
-  return 1.0;
-}
-
-double native_tile_cost(NativeTile t, double rows_per_expert) {
-  return std::max(1.0, std::ceil(rows_per_expert / tokens_of(t))) * tile_cost(t);
-}
-
-NativeTile native_tile_for(double rows_per_expert) {
-  NativeTile best = NativeTile::narrow;
-  for (const auto t : kNativeTiles)
-    if (native_tile_cost(t, rows_per_expert) < native_tile_cost(best, rows_per_expert)) best = t;
-  return best;
-}
-
 std::string NativeExperts::configuration() const {
-  return std::string(to_string(tile_)) + " tile (" + std::to_string(tokens_of(tile_)) + " tokens" +
-         (tile_ != NativeTile::narrow && wgmma_ ? ", wgmma)" : ")");
+  return std::string(to_string(tile_)) + " tile (" + std::to_string(native_tile_tokens(tile_)) +
+         " tokens" + (tile_ != NativeTile::narrow && wgmma_ ? ", wgmma)" : ")");
 }
 
 NativeExperts::NativeExperts(const ModelGeometry& g, const ExpertOwnership& own, int rows,
@@ -704,7 +652,7 @@ NativeExperts::NativeExperts(const ModelGeometry& g, const ExpertOwnership& own,
   HARNESS_CHECK(cudaDeviceGetAttribute(&minor, cudaDevAttrComputeCapabilityMinor, device));
   wgmma_ = major == 9 && minor == 0 && std::getenv("HARNESS_NATIVE_NO_WGMMA") == nullptr;
 #endif
-  const int t = tokens_of(tile_);
+  const int t = native_tile_tokens(tile_);
   // Tiles of expert e: ceil(c_e / t) <= c_e / t + 1 for each expert with rows.
   max_tiles_ = (lanes_ + t - 1) / t + std::min(own.local_experts, lanes_);
   lane_slot_ = DeviceBuffer<int>(static_cast<std::size_t>(lanes_));
@@ -728,8 +676,8 @@ void NativeExperts::forward(const bf16* x, const int* ids, const float* weights,
   const unsigned plan_blocks = static_cast<unsigned>((lanes_ + kPlanThreads - 1) / kPlanThreads);
   plan_routes<<<plan_blocks, kPlanThreads, 0, s_>>>(
       ids, weights, lanes_, g_.top_k, g_.experts, own_.first_expert, own_.local_experts,
-      tokens_of(tile_), total_counts_.get(), expert_offsets_.get(), ticket_.get(), lane_slot_.get(),
-      token_of_.get(), lane_pos_.get(), tiles_.get(), num_tiles_.get(), flag);
+      native_tile_tokens(tile_), total_counts_.get(), expert_offsets_.get(), ticket_.get(),
+      lane_slot_.get(), token_of_.get(), lane_pos_.get(), tiles_.get(), num_tiles_.get(), flag);
   HARNESS_CHECK(cudaGetLastError());
   if (plan_blocks > 1) {
     scatter_routes<<<plan_blocks, kPlanThreads, 0, s_>>>(ids, lanes_, g_.top_k, own_.first_expert,

@@ -24,19 +24,9 @@
 
 #include "core/geometry.h"
 #include "kernels/cuda_memory.h"
+#include "kernels/native_tile_rule.h"
 
 namespace moe::cuda {
-
-// Token rows per tile: narrow 16, medium 64, wide96 96, wide 128.
-enum class NativeTile { narrow, medium, wide96, wide };
-inline constexpr NativeTile kNativeTiles[] = {NativeTile::narrow, NativeTile::medium,
-                                              NativeTile::wide96, NativeTile::wide};
-[[nodiscard]] const char* to_string(NativeTile t);
-// The tile that minimises the predicted cost of the padded work when each active expert has
-// `rows_per_expert` rows (docs/native-backend.md#tile-choice).
-[[nodiscard]] NativeTile native_tile_for(double rows_per_expert);
-// Its predicted cost, in units of one full medium tile: tiles per expert x the tile's cost.
-[[nodiscard]] double native_tile_cost(NativeTile t, double rows_per_expert);
 
 class NativeExperts {
  public:

@@ -21,6 +21,7 @@
 #include "core/planner.h"
 #include "core/refinement.h"
 #include "core/timestamp.h"
+#include "kernels/native_tile_rule.h"
 #include "ranks/collectives_phase.h"
 #include "ranks/colocate.h"
 #include "ranks/families.h"
@@ -139,7 +140,8 @@ class Acquisition {
   void agree() {
     HARNESS_CHECK_MPI(MPI_Comm_rank(comm_, &rank_));
     HARNESS_CHECK_MPI(MPI_Comm_size(comm_, &size_));
-    plan_ = make_plan(job_, ctx_->backend->cache_bytes());
+    plan_ = make_plan(job_, ctx_->backend->cache_bytes(),
+                      expert_time_steps(ctx_->backend->name(), job_));
     require_device_memory();
     choose_regime();  // before anything is written: a refused placement leaves no trace
     const auto contract_text = Contract::of(plan_, ctx_->backend->name(), ctx_->timer->method(),

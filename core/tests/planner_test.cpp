@@ -147,6 +147,67 @@ TEST(Grid, SequenceParallelTokenAxes) {
   EXPECT_EQ(expert_token_axis(job, t).back(), 2 * 2 * 5);
 }
 
+// Mean rows per active expert of the balanced point at N.
+double balanced_mean(const JobSpec& job, const Target& t, std::int64_t n) {
+  const auto p = balanced_point(job, t, n);
+  return static_cast<double>(p->assignments) / static_cast<double>(p->activated);
+}
+
+TEST(Grid, RowsBracketEachDeclaredTimeStep) {
+  const auto job = job_for("qwen3-30b-a3b", 1, 1, 8192);
+  const auto t = job.targets().front();
+  const std::vector<std::int64_t> steps{16, 128, 384, 100000};
+  const auto rows = step_token_rows(job, t, steps);
+  const std::set<std::int64_t> row_set(rows.begin(), rows.end());
+  EXPECT_TRUE(std::is_sorted(rows.begin(), rows.end()));
+  for (const std::int64_t b : {16, 128, 384}) {
+    // The last N with every expert at <= b rows, the next (some above b) and the first N where
+    // the mean reaches b + 1, each checked against the balanced point itself.
+    std::int64_t lo = 1;
+    while (balanced_mean(job, t, lo + 1) <= static_cast<double>(b)) ++lo;
+    std::int64_t all = lo + 1;
+    while (balanced_mean(job, t, all) < static_cast<double>(b + 1)) ++all;
+    EXPECT_TRUE(row_set.contains(lo)) << b;
+    EXPECT_TRUE(row_set.contains(lo + 1)) << b;
+    EXPECT_TRUE(row_set.contains(all)) << b;
+  }
+  // E = 128, k = 8: every expert is active from N of about 100, so these are 16 b (+1, +16).
+  EXPECT_EQ(rows, (std::vector<std::int64_t>{256, 257, 272, 2048, 2049, 2064, 6144, 6145, 6160}));
+  // The grid has whole rows there; without declared steps it does not.
+  std::set<std::int64_t> with, without;
+  for (const auto& p : expert_grid(job, t, steps)) with.insert(p.tokens);
+  for (const auto& p : expert_grid(job, t)) without.insert(p.tokens);
+  for (const auto n : rows) EXPECT_TRUE(with.contains(n)) << n;
+  EXPECT_FALSE(without.contains(2049));
+  const auto grid_with = expert_grid(job, t, steps);
+  const std::set<GridPoint> grid_set(grid_with.begin(), grid_with.end());
+  for (const auto& p : expert_row(job, t, 2049)) EXPECT_TRUE(grid_set.contains(p));
+  // make_plan keeps the steps and plans the same grid.
+  const auto plan = make_plan(job, std::nullopt, steps);
+  EXPECT_EQ(plan.expert_time_steps, steps);
+  for (const auto& grid : plan.targets.front().components) {
+    if (grid.component == Component::experts) {
+      EXPECT_EQ(grid.points, grid_with);
+    }
+  }
+}
+
+TEST(Grid, StepRowsStayInTheSequenceParallelDomain) {
+  auto job = parse_job(
+      "model:\n  preset: qwen3-30b-a3b\ndeployment:\n  tp: 2\n  dp: 2\n  sp: true\n"
+      "  ranks: [0]\ntokens:\n  max_num_batched_tokens: 4096\n",
+      "sp");
+  const auto t = job.targets().front();
+  const auto rows = step_token_rows(job, t, {16, 64});
+  ASSERT_FALSE(rows.empty());
+  const auto axis = expert_token_axis(job, t);
+  for (const auto n : rows) {
+    EXPECT_EQ(n % 2, 0) << n;
+    EXPECT_GE(n, axis.front());
+    EXPECT_LE(n, axis.back());
+  }
+}
+
 TEST(Plan, ComponentSetsFollowThePath) {
   const auto tiny = *find_preset("tiny");
   const auto qwen = *find_preset("qwen3-30b-a3b");

@@ -72,6 +72,17 @@ with tempfile.TemporaryDirectory() as tmp:
                            check=False).stdout)
     assert [p["point"] for p in other["entries"][0]["components"][1]["points"]] != \
         [p["point"] for p in report["entries"][0]["components"][1]["points"]], "another seed, same points"
+    # Balanced routing: every experts point is the balanced point of its N (A = the expected
+    # distinct experts, rounded; M = N*k*L/E), restated here from the geometry (E=8, k=2, L=8).
+    balanced = json.loads(run([HARNESS, "validate", bundle, "--points", "6", "--seed", "11",
+                               "--routing", "balanced", "--format", "json"], check=False).stdout)
+    assert balanced["routing"] == "balanced"
+    (experts,) = [c for c in balanced["entries"][0]["components"] if c["component"] == "experts"]
+    assert experts["count"] == 6, experts
+    for pt in experts["points"]:
+        n, a, m = pt["point"]
+        assert a == min(8, n * 2, max(2, round(8 * (1 - (1 - 2 / 8) ** n)))) and m == 2 * n, pt
+        assert abs(pt["measured_us"] - staircase_time_us("experts", n, a, m)) <= 1e-9 * pt["measured_us"]
     text = run([HARNESS, "validate", bundle, "--tp", "1", "--points", "3"], check=False)
     assert "seed " in text.stdout and ("within tolerance" in text.stdout or "OUTSIDE TOLERANCE" in text.stdout)
 
@@ -93,6 +104,7 @@ with tempfile.TemporaryDirectory() as tmp:
     expect_error([bundle, "--points", "0"], "--points must be between 1 and 1000")
     expect_error([bundle, "--tp", "4"], "no component table matches --tp/--dp/--rank")
     expect_error([bundle, "--format", "xml"], "--format must be text or json")
+    expect_error([bundle, "--routing", "skewed"], "--routing must be random or balanced, got 'skewed'")
     expect_error([], "name the bundle variant directory")
     for name, change, needle in (
         ("elsewhere", lambda hw: hw["devices"][0].update(device="NVIDIA H200"),

@@ -1,0 +1,89 @@
+#include "kernels/native_tile_rule.h"
+
+#include <algorithm>
+#include <cmath>
+
+#include "core/planner.h"
+
+namespace moe {
+
+const char* to_string(NativeTile t) {
+  switch (t) {
+    case NativeTile::narrow:
+      return "narrow";
+    case NativeTile::medium:
+      return "medium";
+    case NativeTile::wide96:
+      return "wide96";
+    case NativeTile::wide:
+      return "wide";
+  }
+  return "?";
+}
+
+namespace {
+
+// Each tile streams its expert's whole weight block for its token rows, so a forward costs about
+// (tiles per expert) x (cost of one tile); a wider tile costs more (its token rows' loads and
+// flops) but needs fewer tiles. Tile costs relative to a full medium tile, from the H200 bench
+// (docs/native-backend.md#tile-choice), Qwen3-30B-A3B EP1.
+double tile_cost(NativeTile t) {
+  switch (t) {
+    case NativeTile::narrow:
+      return 309.0 / 376.0;
+    case NativeTile::medium:
+      return 1.0;
+    case NativeTile::wide96:
+      return 1.13;
+    case NativeTile::wide:
+      return 476.0 / 376.0;
+  }
+  return 1.0;
+}
+
+std::int64_t tiles_per_expert(NativeTile t, std::int64_t rows) {
+  return std::max<std::int64_t>(1, (rows + native_tile_tokens(t) - 1) / native_tile_tokens(t));
+}
+
+}  // namespace
+
+double native_tile_cost(NativeTile t, double rows_per_expert) {
+  return std::max(1.0, std::ceil(rows_per_expert / native_tile_tokens(t))) * tile_cost(t);
+}
+
+NativeTile native_tile_for(double rows_per_expert) {
+  NativeTile best = NativeTile::narrow;
+  for (const auto t : kNativeTiles)
+    if (native_tile_cost(t, rows_per_expert) < native_tile_cost(best, rows_per_expert)) best = t;
+  return best;
+}
+
+std::vector<std::int64_t> native_time_steps(std::int64_t max_rows) {
+  std::vector<std::int64_t> steps;
+  for (std::int64_t b = 1; b < max_rows; ++b) {
+    // At a mean of exactly b every expert has b rows; just above it some have b + 1.
+    const auto at = native_tile_for(static_cast<double>(b));
+    const auto above = native_tile_for(static_cast<double>(b) + 0.5);
+    if (at != above || tiles_per_expert(at, b) != tiles_per_expert(above, b + 1))
+      steps.push_back(b);
+  }
+  return steps;
+}
+
+std::vector<std::int64_t> expert_time_steps(std::string_view backend, std::int64_t max_rows) {
+  if (backend == "native") return native_time_steps(max_rows);
+  return {};
+}
+
+std::vector<std::int64_t> expert_time_steps(std::string_view backend, const JobSpec& job) {
+  std::int64_t max_rows = 1;
+  for (const auto& t : job.targets()) {
+    const auto axis = expert_token_axis(job, t);
+    if (axis.empty()) continue;
+    if (const auto p = balanced_point(job, t, axis.back()); p && p->activated > 0)
+      max_rows = std::max(max_rows, (p->assignments + p->activated - 1) / p->activated);
+  }
+  return expert_time_steps(backend, max_rows);
+}
+
+}  // namespace moe

@@ -1,0 +1,54 @@
+// The `native` experts backend's tile rule (docs/native-backend.md#tile-choice), host code that
+// builds without CUDA: which token tile a forward runs for its rows per expert, and the rows per
+// expert where that choice makes the time step (docs/measurement.md#grid), which the planner
+// places grid rows around.
+#pragma once
+
+#include <cstdint>
+#include <string_view>
+#include <vector>
+
+#include "core/job_spec.h"
+
+namespace moe {
+
+// Token rows per tile: narrow 16, medium 64, wide96 96, wide 128.
+enum class NativeTile { narrow, medium, wide96, wide };
+inline constexpr NativeTile kNativeTiles[] = {NativeTile::narrow, NativeTile::medium,
+                                              NativeTile::wide96, NativeTile::wide};
+[[nodiscard]] const char* to_string(NativeTile t);
+[[nodiscard]] constexpr int native_tile_tokens(NativeTile t) {
+  switch (t) {
+    case NativeTile::narrow:
+      return 16;
+    case NativeTile::medium:
+      return 64;
+    case NativeTile::wide96:
+      return 96;
+    case NativeTile::wide:
+      return 128;
+  }
+  return 0;
+}
+// The tile that minimises the predicted cost of the padded work when each active expert has
+// `rows_per_expert` rows (the forward's mean: local assignments / active local experts).
+[[nodiscard]] NativeTile native_tile_for(double rows_per_expert);
+// Its predicted cost, in units of one full medium tile: tiles per expert x the tile's cost.
+[[nodiscard]] double native_tile_cost(NativeTile t, double rows_per_expert);
+
+// Rows per expert b, up to `max_rows`, where the `native` forward changes between b and more
+// rows per expert: the tile changes, or the tiles per expert of an expert with b + 1 rows. A
+// forward whose mean lies in (b, b + 1) mixes experts of both sides. Ascending.
+[[nodiscard]] std::vector<std::int64_t> native_time_steps(std::int64_t max_rows);
+
+// The steps a backend declares (docs/measurement.md#grid): `native`'s tile rule; none for the
+// others (their steps, if any, are for refinement to find).
+[[nodiscard]] std::vector<std::int64_t> expert_time_steps(std::string_view backend,
+                                                          std::int64_t max_rows);
+// The same, up to the rows per active expert of the balanced-routing point at the largest
+// gathered row count of any target of `job` (where the planner places rows): what make_plan
+// takes.
+[[nodiscard]] std::vector<std::int64_t> expert_time_steps(std::string_view backend,
+                                                          const JobSpec& job);
+
+}  // namespace moe

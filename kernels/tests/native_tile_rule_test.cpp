@@ -1,0 +1,51 @@
+#include "kernels/native_tile_rule.h"
+
+#include <gtest/gtest.h>
+
+#include <algorithm>
+
+namespace moe {
+namespace {
+
+std::int64_t tiles(NativeTile t, std::int64_t rows) {
+  return std::max<std::int64_t>(1, (rows + native_tile_tokens(t) - 1) / native_tile_tokens(t));
+}
+
+TEST(NativeTileRule, StepsAreExactlyWhereTheForwardChanges) {
+  const auto steps = native_time_steps(1024);
+  ASSERT_TRUE(std::is_sorted(steps.begin(), steps.end()));
+  for (std::int64_t b = 1; b < 1024; ++b) {
+    // Between b and b + 1 rows per expert: the tile of a forward whose mean is above b, and the
+    // tiles an expert of b and of b + 1 rows takes under it.
+    const auto at = native_tile_for(static_cast<double>(b));
+    const auto above = native_tile_for(static_cast<double>(b) + 0.25);
+    const bool changes =
+        at != above || tiles(at, b) != tiles(above, b) || tiles(above, b) != tiles(above, b + 1);
+    EXPECT_EQ(std::binary_search(steps.begin(), steps.end(), b), changes) << b;
+  }
+  // With the documented tile costs (narrow 0.82, medium 1, wide96 1.13, wide 1.27): narrow to
+  // medium above 16 rows, medium to wide96 above 64, wide96 to wide above 96, one wide tile to two
+  // wide96 above 128, then the tile or the tile count steps.
+  EXPECT_EQ(std::vector<std::int64_t>(steps.begin(), steps.begin() + 9),
+            (std::vector<std::int64_t>{16, 64, 96, 128, 192, 256, 288, 384, 512}));
+}
+
+TEST(NativeTileRule, OnlyNativeDeclaresSteps) {
+  EXPECT_FALSE(expert_time_steps("native", 1024).empty());
+  EXPECT_TRUE(expert_time_steps("cublas_grouped", 1024).empty());
+  EXPECT_TRUE(expert_time_steps("cpu_reference", 1024).empty());
+  EXPECT_TRUE(expert_time_steps("staircase_model", 1024).empty());
+}
+
+TEST(NativeTileRule, JobBoundIsTheBalancedPointAtTheLargestRowCount) {
+  const auto job = parse_job(
+      "model:\n  preset: qwen3-30b-a3b\ndeployment:\n  tp: 1\n  dp: 1\ntokens:\n"
+      "  max_num_batched_tokens: 8192\n",
+      "test");
+  // 8192 tokens x k = 8 over 128 experts: 512 rows per expert at most.
+  EXPECT_EQ(expert_time_steps("native", job), native_time_steps(512));
+  EXPECT_EQ(expert_time_steps("native", job).back(), 384);
+}
+
+}  // namespace
+}  // namespace moe
