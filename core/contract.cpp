@@ -86,7 +86,8 @@ Contract Contract::of(const Plan& plan, const std::string& backend, const std::s
   c.planner_version = kPlannerVersion;
   c.grid = {job.grid_factor,           job.max_num_batched_tokens, job.max_num_seqs,
             to_string(job.graph_mode), job.capture_sizes,          job.capture_sizes_derived};
-  c.conditioning = {job.rounds, job.iterations, kBankTolerance, cache_bytes, job.seed};
+  c.conditioning = {job.rounds,     job.iterations, settle_ms_for(job, timing),
+                    kBankTolerance, cache_bytes,    job.seed};
   c.fidelity = job.fidelity;
   const auto digest = [](const std::vector<GridPoint>& points) {
     std::string pts;
@@ -165,11 +166,16 @@ json Contract::to_json() const {
           {"conditioning",
            {{"rounds", conditioning.rounds},
             {"iterations", conditioning.iterations},
+            {"settle_ms", conditioning.settle_ms},
             {"bank_tolerance", conditioning.bank_tolerance},
             {"cache_bytes", conditioning.cache_bytes},
             {"seed", conditioning.seed}}},
           {"fidelity", fidelity_json(fidelity)},
           {"targets", targets_json}};
+}
+
+int settle_ms_for(const JobSpec& job, const std::string& timing) {
+  return job.settle_ms.value_or(timing == "cupti_activity" ? kGpuSettleMs : 0);
 }
 
 Contract Contract::from_json(const json& j) {
@@ -190,6 +196,7 @@ Contract Contract::from_json(const json& j) {
   const auto& k = object(j, "conditioning", "");
   c.conditioning = {field<int>(k, "rounds", "conditioning."),
                     field<int>(k, "iterations", "conditioning."),
+                    k.value("settle_ms", 0),  // absent before the settle phase existed
                     field<double>(k, "bank_tolerance", "conditioning."),
                     field<std::int64_t>(k, "cache_bytes", "conditioning."),
                     field<std::uint64_t>(k, "seed", "conditioning.")};
@@ -247,6 +254,7 @@ json Contract::component_table(const TargetContract& t) const {
           {"conditioning",
            {{"rounds", conditioning.rounds},
             {"iterations", conditioning.iterations},
+            {"settle_ms", conditioning.settle_ms},
             {"weight_banks", t.weight_banks},
             {"bank_arms", json::array({"B", "2B"})},
             {"bank_tolerance", conditioning.bank_tolerance},

@@ -52,9 +52,16 @@ struct GridConditions {
   bool capture_sizes_derived = false;
 };
 
+// Untimed forwards before each point on a backend timed by CUPTI (docs/measurement.md#protocol):
+// on the H200 300 ms took the spread of one point over bench orders from up to 24% to at most 6%.
+inline constexpr int kGpuSettleMs = 300;
+// The job's measurement.settle_ms, or the default for the backend's timing method.
+[[nodiscard]] int settle_ms_for(const JobSpec& job, const std::string& timing);
+
 struct Conditioning {
   int rounds = 0;
   int iterations = 0;
+  int settle_ms = 0;
   double bank_tolerance = 0;
   std::int64_t cache_bytes = 0;
   std::uint64_t seed = 0;

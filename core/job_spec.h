@@ -26,6 +26,7 @@ inline constexpr std::int64_t kTokens = 1 << 20;      // tokens.max_num_batched_
 inline constexpr std::int64_t kParallel = 4096;       // each TP and DP degree
 inline constexpr std::int64_t kRounds = 1000;         // measurement.rounds
 inline constexpr std::int64_t kIterations = 100000;   // measurement.iterations
+inline constexpr std::int64_t kSettleMs = 60000;      // measurement.settle_ms
 inline constexpr double kMinGridFactor = 1.1;         // measurement.grid_factor
 inline constexpr std::int64_t kAddedPoints = 100000;  // fidelity.max_added_points
 inline constexpr std::int64_t kHeldOutRandom = 10000;  // fidelity.random_points
@@ -73,6 +74,9 @@ struct JobSpec {
   double grid_factor = 2.0;
   int rounds = 3;
   int iterations = 10;
+  // Untimed forwards per point before its warm-up, in ms (docs/measurement.md#protocol); unset:
+  // kGpuSettleMs on backends timed by CUPTI, 0 on host-clock backends (settle_ms_for).
+  std::optional<int> settle_ms;
   std::string backend = "auto";  // auto | cpu_reference | cublas_grouped | native | staircase_model
   // Components to measure; empty = every component of each target. A subset is its own
   // acquisition (the contract records the grids); collectives are measured either way.

@@ -24,6 +24,7 @@
 #include <map>
 #include <sstream>
 
+#include "core/contract.h"
 #include "core/planner.h"
 #include "core/roofline.h"
 #include "core/statistics.h"
@@ -95,7 +96,7 @@ std::string device_state_during(const std::map<std::string, std::string>& before
 }
 
 Row measure(Backend& backend, ForwardTimer& timer, const WorkloadSpec& spec,
-            std::shared_ptr<const WeightSet> weights, int iterations) {
+            std::shared_ptr<const WeightSet> weights, int iterations, double settle_ms) {
   Row row;
   row.component = to_string(spec.component);
   row.model = spec.geometry.name;
@@ -112,6 +113,7 @@ Row measure(Backend& backend, ForwardTimer& timer, const WorkloadSpec& spec,
                              std::to_string(row.max_error) + " exceeds the tolerance");
   // The protocol's loop: one rotation of warm-up, then whole rotations of timed forwards.
   const std::string label = "bench_" + row.component;
+  const auto settle = settle_forwards(*w, timer, spec.banks, settle_ms, label);
   const auto warm_up = run_forwards(*w, timer, spec.banks, spec.banks, false, label);
   const int forwards =
       (std::max(iterations, spec.banks) + spec.banks - 1) / spec.banks * spec.banks;
@@ -121,7 +123,7 @@ Row measure(Backend& backend, ForwardTimer& timer, const WorkloadSpec& spec,
   const auto& records = run.records;
   std::vector<double> us;
   for (const auto& r : records) us.push_back(r.value_us);
-  if (warm_up.route_errors + run.route_errors > 0)
+  if (settle.route_errors + warm_up.route_errors + run.route_errors > 0)
     throw std::runtime_error("route flag raised on a valid stimulus");
   if (timer.dropped() != 0) throw std::runtime_error("CUPTI dropped activity records");
   row.median_us = median(us);  // the same median `acquire` publishes
@@ -224,6 +226,7 @@ int bench_experts(const Args& args) {
               tokens = "1,16,64,256,1024,4096", backends = "native,cublas_grouped",
               components = "experts,gate_routing,finalize_copy", csv = "bench-experts.csv";
   int iterations = 20, device = 0;
+  double settle_ms = kGpuSettleMs;  // what `acquire` does on a GPU, so the two agree
   bool sweep = false;
   po::options_description desc("harness bench experts [options]");
   desc.add_options()("models", po::value(&models), "comma-separated model presets")(
@@ -231,7 +234,10 @@ int bench_experts(const Args& args) {
                                                          "comma-separated CUDA backends")(
       "components", po::value(&components), "experts, gate_routing, finalize_copy")(
       "iterations", po::value(&iterations), "timed forwards per point (at least one rotation)")(
-      "device", po::value(&device), "CUDA device index")("csv", po::value(&csv), "CSV output")(
+      "settle-ms", po::value(&settle_ms),
+      "untimed forwards for this long before each point's warm-up (sustained load; default: "
+      "acquire's on a GPU)")("device", po::value(&device), "CUDA device index")(
+      "csv", po::value(&csv), "CSV output")(
       "sweep", po::bool_switch(&sweep),
       "64 token counts from 1 to 8192 (native, experts, Qwen3-30B-A3B unless given) and the "
       "monotonicity and cliff checks");
@@ -248,6 +254,8 @@ int bench_experts(const Args& args) {
     if (!given.count("components")) components = "experts";
   }
   if (iterations < 1) throw std::invalid_argument("--iterations must be at least 1");
+  if (!(settle_ms >= 0 && settle_ms <= 60000))
+    throw std::invalid_argument("--settle-ms must be between 0 and 60000");
   std::vector<ModelGeometry> geometries;
   for (const auto& m : split_list(models)) {
     auto g = find_preset(m);
@@ -296,7 +304,7 @@ int bench_experts(const Args& args) {
         std::map<std::string, double> by_backend;
         const std::size_t first = rows.size();
         for (auto& b : bs) {
-          rows.push_back(measure(*b, *timer, spec, weights, iterations));
+          rows.push_back(measure(*b, *timer, spec, weights, iterations, settle_ms));
           rows.back().floor =
               floor_of(g, c, spec.point, {peaks.copy_bytes_per_s, peaks.bf16_flops_per_s});
           by_backend[b->name()] = rows.back().median_us;

@@ -37,6 +37,21 @@ ForwardRun run_forwards(Workload& w, ForwardTimer& timer, int count, int banks, 
   return run;
 }
 
+ForwardRun settle_forwards(Workload& w, ForwardTimer& timer, int banks, double ms,
+                           const std::string& label) {
+  ForwardRun run;
+  const auto start = std::chrono::steady_clock::now();
+  const auto elapsed_ms = [&] {
+    return std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - start)
+        .count();
+  };
+  while (ms > 0 && elapsed_ms() < ms) {
+    run.route_errors +=
+        run_forwards(w, timer, std::max(2, banks), banks, false, label).route_errors;
+  }
+  return run;
+}
+
 CellRound measure_cell_round(Backend& backend, ForwardTimer& timer, const CellRoundSpec& spec,
                              const std::function<void()>& on_point) {
   CellRound out;
@@ -108,6 +123,8 @@ CellRound measure_cell_round(Backend& backend, ForwardTimer& timer, const CellRo
     std::vector<double> all, per_arm[3];
     int arm_forward[3] = {0, 0, 0};
     std::optional<ForwardRecord> first;
+    route_errors +=
+        settle_forwards(*w, timer, experts ? 2 * banks : 1, spec.settle_ms, label).route_errors;
     for (const auto& ch : chunks) {
       if (ch.warm_up)
         route_errors +=

@@ -30,6 +30,7 @@ struct CellRoundSpec {
   int iterations = 1;
   int weight_banks = 2;    // B (experts only)
   std::uint64_t seed = 0;  // derives point order and stimuli
+  double settle_ms = 0;    // untimed forwards per point before its warm-up (settle_forwards)
 };
 
 struct ForwardRun {
@@ -42,6 +43,13 @@ struct ForwardRun {
 // read after every forward, outside the bracket.
 [[nodiscard]] ForwardRun run_forwards(Workload& w, ForwardTimer& timer, int count, int banks,
                                       bool timed, const std::string& label);
+
+// Untimed forwards, in batches cycling over `banks`, until at least `ms` of wall time has
+// passed: the device under sustained load (its power and clock governors settled, as in serving)
+// before a point is timed (docs/measurement.md#protocol). Returns the route-flag count (no
+// records); nothing runs when `ms` <= 0.
+[[nodiscard]] ForwardRun settle_forwards(Workload& w, ForwardTimer& timer, int banks, double ms,
+                                         const std::string& label);
 
 // Measures every point of one cell round in a seeded random order. `on_point` is called after
 // each point (progress). Throws MeasurementError on a failed correctness check, an activity list
