@@ -59,6 +59,30 @@ TEST(Contract, PublishedTablesCarryTheTargetAndConditioning) {
   EXPECT_EQ(coll.at("tokens").at("points"), c.targets[1].grids.at(Component::gate_routing).points);
 }
 
+TEST(Contract, SettleFollowsTheTimingUnlessTheJobSetsIt) {
+  auto plan = tiny_plan();
+  // Unset: the GPU default under CUPTI timing, nothing on a host clock.
+  EXPECT_EQ(Contract::of(plan, "native", "cupti_activity", 1 << 20).conditioning.settle_ms,
+            kGpuSettleMs);
+  const auto host = Contract::of(plan, "cpu_reference", "host_clock", 1 << 20);
+  EXPECT_EQ(host.conditioning.settle_ms, 0);
+  EXPECT_EQ(host.component_table(host.targets[0]).at("conditioning").at("settle_ms"), 0);
+  plan.job.settle_ms = 50;
+  const auto set = Contract::of(plan, "native", "cupti_activity", 1 << 20);
+  EXPECT_EQ(set.conditioning.settle_ms, 50);
+  EXPECT_EQ(Contract::parse(set.dump()).conditioning.settle_ms, 50);
+  // A contract stored before the settle phase existed reads as no settle.
+  auto old = set.to_json();
+  old["conditioning"].erase("settle_ms");
+  EXPECT_EQ(Contract::from_json(old).conditioning.settle_ms, 0);
+  EXPECT_EQ(tiny_plan().job.settle_ms, std::nullopt);
+  EXPECT_EQ(parse_job("model:\n  preset: tiny\ndeployment:\n  tp: 1\n  dp: 1\ntokens:\n"
+                      "  max_num_batched_tokens: 8\nmeasurement:\n  settle_ms: 120\n",
+                      "test")
+                .settle_ms,
+            120);
+}
+
 TEST(Contract, MalformedContractsNameTheKey) {
   auto j = Contract::of(tiny_plan(), "cpu_reference", "host_clock", 1 << 20).to_json();
   const auto message = [](const nlohmann::json& doc) {

@@ -86,7 +86,11 @@ TEST(JobSpec, EverySizeHasAnUpperLimitNamedInTheError) {
             "tokens.max_num_batched_tokens 9200000000000000000 exceeds the limit 1048576"},
            {kBase + "measurement:\n  grid_factor: 1.000001\n", "grid_factor must be between 1.1"},
            {kBase + "measurement:\n  rounds: 100000\n", "measurement.rounds 100000 exceeds"},
-           {kBase + "measurement:\n  iterations: 10000000\n", "measurement.iterations 10000000"}}) {
+           {kBase + "measurement:\n  iterations: 10000000\n", "measurement.iterations 10000000"},
+           {kBase + "measurement:\n  settle_ms: -5\n",
+            "measurement.settle_ms must be between 0 and 60000 (got -5)"},
+           {kBase + "measurement:\n  settle_ms: 90000\n",
+            "measurement.settle_ms must be between 0 and 60000 (got 90000)"}}) {
     const auto error = error_of(yaml);
     EXPECT_NE(error.find(needle), std::string::npos) << "got: " << error << "\nfor:\n" << yaml;
   }

@@ -2,6 +2,7 @@
 
 #include <gtest/gtest.h>
 
+#include <chrono>
 #include <cmath>
 
 #include "core/planner.h"
@@ -79,6 +80,60 @@ TEST(Protocol, LocalComponentTakesIterationsForwards) {
   const auto r = measure_cell_round(*backend, *timer, spec);
   EXPECT_EQ(r.samples.size(), 6u);
   for (const auto& s : r.samples) EXPECT_EQ(s.arm, static_cast<std::int8_t>(Arm::single));
+}
+
+// Counts forwards and the banks they used; a forward takes about 1 ms of wall time.
+class CountingWorkload : public Workload {
+ public:
+  std::vector<double> verify() override { return {0.0}; }
+  void forward(int bank) override {
+    banks.push_back(bank);
+    const auto until = std::chrono::steady_clock::now() + std::chrono::milliseconds(1);
+    while (std::chrono::steady_clock::now() < until) {
+    }
+  }
+  void synchronize() override { ++synchronizations; }
+  bool take_route_error() override { return false; }
+  std::vector<int> banks;
+  int synchronizations = 0;
+};
+
+TEST(Protocol, SettleRunsUntimedForwardsForTheRequestedTime) {
+  auto timer = make_host_clock_timer();
+  CountingWorkload w;
+  const auto start = std::chrono::steady_clock::now();
+  const auto run = settle_forwards(w, *timer, 3, 25.0, "settle");
+  const double ms =
+      std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - start).count();
+  EXPECT_GE(ms, 25.0);
+  EXPECT_TRUE(run.records.empty());
+  EXPECT_EQ(run.route_errors, 0u);
+  ASSERT_GE(w.banks.size(), 3u);
+  EXPECT_LE(w.banks.size(), 3u * 40);  // batches of one bank cycle, not an open loop
+  EXPECT_EQ(w.banks.size() % 3, 0u);   // whole cycles over the banks
+  for (std::size_t i = 0; i < w.banks.size(); ++i) EXPECT_EQ(w.banks[i], static_cast<int>(i % 3));
+  EXPECT_GE(w.synchronizations, 1);  // the time is the device's, not the queue's
+  EXPECT_TRUE(timer->collect().empty());
+
+  CountingWorkload idle;
+  (void)settle_forwards(idle, *timer, 3, 0.0, "settle");
+  EXPECT_TRUE(idle.banks.empty());
+}
+
+TEST(Protocol, SettleAddsNoSamples) {
+  auto backend = make_cpu_backend();
+  auto timer = make_host_clock_timer();
+  CellRoundSpec spec;
+  spec.base.geometry = *find_preset("tiny");
+  spec.base.target = {1, 1, 1, 0, false};
+  spec.base.component = Component::experts;
+  spec.points = {{4, 2, 8}};
+  spec.iterations = 4;
+  const auto plain = measure_cell_round(*backend, *timer, spec);
+  spec.settle_ms = 20;
+  const auto settled = measure_cell_round(*backend, *timer, spec);
+  EXPECT_EQ(settled.samples.size(), plain.samples.size());
+  EXPECT_GE(settled.phases.timing, 0.020);  // the settle is charged to the timing phase
 }
 
 }  // namespace
