@@ -86,7 +86,7 @@ Contract Contract::of(const Plan& plan, const std::string& backend, const std::s
   c.planner_version = kPlannerVersion;
   c.grid = {job.grid_factor,           job.max_num_batched_tokens, job.max_num_seqs,
             to_string(job.graph_mode), job.capture_sizes,          job.capture_sizes_derived};
-  c.conditioning = {job.rounds,     job.iterations, settle_ms_for(job, timing),
+  c.conditioning = {job.rounds,     job.iterations, settle_ms_for(job, backend),
                     kBankTolerance, cache_bytes,    job.seed};
   c.fidelity = job.fidelity;
   const auto digest = [](const std::vector<GridPoint>& points) {
@@ -172,10 +172,6 @@ json Contract::to_json() const {
             {"seed", conditioning.seed}}},
           {"fidelity", fidelity_json(fidelity)},
           {"targets", targets_json}};
-}
-
-int settle_ms_for(const JobSpec& job, const std::string& timing) {
-  return job.settle_ms.value_or(timing == "cupti_activity" ? kGpuSettleMs : 0);
 }
 
 Contract Contract::from_json(const json& j) {

@@ -52,12 +52,6 @@ struct GridConditions {
   bool capture_sizes_derived = false;
 };
 
-// Untimed forwards before each point on a backend timed by CUPTI (docs/measurement.md#protocol):
-// on the H200 300 ms took the spread of one point over bench orders from up to 24% to at most 6%.
-inline constexpr int kGpuSettleMs = 300;
-// The job's measurement.settle_ms, or the default for the backend's timing method.
-[[nodiscard]] int settle_ms_for(const JobSpec& job, const std::string& timing);
-
 struct Conditioning {
   int rounds = 0;
   int iterations = 0;

@@ -469,6 +469,10 @@ bool host_backend(std::string_view backend) {
   return backend == "cpu_reference" || backend == "staircase_model";
 }
 
+int settle_ms_for(const JobSpec& job, std::string_view backend) {
+  return job.settle_ms.value_or(host_backend(backend) ? 0 : kGpuSettleMs);
+}
+
 void apply_overrides(JobSpec& job, const JobOverrides& o) {
   if (o.geometry) job.geometry = *o.geometry;
   if (o.tp) job.tp = *o.tp;

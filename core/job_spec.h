@@ -75,7 +75,7 @@ struct JobSpec {
   int rounds = 3;
   int iterations = 10;
   // Untimed forwards per point before its warm-up, in ms (docs/measurement.md#protocol); unset:
-  // kGpuSettleMs on backends timed by CUPTI, 0 on host-clock backends (settle_ms_for).
+  // the backend's default (settle_ms_for).
   std::optional<int> settle_ms;
   std::string backend = "auto";  // auto | cpu_reference | cublas_grouped | native | staircase_model
   // Components to measure; empty = every component of each target. A subset is its own
@@ -118,6 +118,13 @@ void validate(const JobSpec& job);
 // True for the backends that run on the host CPU (cpu_reference and its staircase_model test
 // double): no GPU needed, host-side figures, never device data.
 [[nodiscard]] bool host_backend(std::string_view backend);
+
+// Untimed forwards before each point on a GPU backend (docs/measurement.md#protocol): on the H200
+// 300 ms took the spread of one point over bench orders from up to 24% to at most 6%.
+inline constexpr int kGpuSettleMs = 300;
+// The job's measurement.settle_ms, or the default of `backend`: kGpuSettleMs on GPU backends,
+// 0 on host backends.
+[[nodiscard]] int settle_ms_for(const JobSpec& job, std::string_view backend);
 
 // "gate_routing,experts" -> components; names the option and the unknown name in the error.
 [[nodiscard]] std::vector<Component> parse_component_list(const std::string& text,

@@ -344,8 +344,11 @@ PlanEstimate Plan::estimate(const TargetPlan& t, Component c) const {
       const double forwards_s = static_cast<double>(per_round * job.rounds) *
                                 estimate_forward_seconds(job.geometry, c, p, device);
       e.device_seconds += forwards_s;
-      e.held_seconds +=
-          measured ? measured_point_round * job.rounds : forwards_s + overhead * job.rounds;
+      // The settle phase holds the device for its wall time per point-round (a measured cost
+      // already contains it).
+      const double settle_s = settle_ms_for(job, job.backend) / 1000.0;
+      e.held_seconds += measured ? measured_point_round * job.rounds
+                                 : forwards_s + (overhead + settle_s) * job.rounds;
     }
   }
   return e;
@@ -358,9 +361,11 @@ std::string cost_model_description(const Plan& plan) {
                   plan.measured->expert_point_round_s, plan.measured->local_point_round_s);
     return std::string(buf) + " point-round (" + plan.measured->source + ")";
   }
-  return "nominal: " + plan.device.name +
-         " roofline plus fixed per-point overheads, not measured on this machine (an acquire "
-         "of this job records measured costs that later plans use)";
+  const int settle = settle_ms_for(plan.job, plan.job.backend);
+  return "nominal: " + plan.device.name + " roofline plus fixed per-point overheads" +
+         (settle > 0 ? " and a " + std::to_string(settle) + " ms settle per point-round" : "") +
+         ", not measured on this machine (an acquire of this job records measured costs that "
+         "later plans use)";
 }
 
 PlanEstimate Plan::estimate() const {

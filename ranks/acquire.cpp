@@ -679,7 +679,7 @@ class Acquisition {
     spec.points = cell.info.points;
     spec.round = r;
     spec.iterations = job_.iterations;
-    spec.settle_ms = settle_ms_for(job_, ctx_->timer->method());
+    spec.settle_ms = settle_ms_for(job_, ctx_->backend->name());
     spec.weight_banks = cell.target->weight_banks;
     spec.seed = mix_seed({job_.seed, c, static_cast<std::uint64_t>(r)});
     return spec;
