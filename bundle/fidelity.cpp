@@ -62,7 +62,10 @@ json ComponentFidelity::to_json(double tolerance) const {
             {"p95_abs_relative_error", statistics.p95},
             {"max_abs_relative_error", statistics.max},
             {"worst", worst_points}}},
-          {"refinement", {{"stages", stages}, {"added_points", added_points}}},
+          {"refinement",
+           {{"stages", stages},
+            {"added_points", added_points},
+            {"kernel_changes_unbracketed", kernel_changes}}},
           {"failed_points", failed_points}};
 }
 
@@ -114,6 +117,16 @@ std::vector<ComponentFidelity> evaluate_fidelity(const StoredAcquisition& acq,
         if (!p.time_us) continue;
         (role.held_out ? probes : grid)[p.point] = p;  // a later stage's measurement wins
         if (!role.held_out) ++f.measured_times[p.point];
+      }
+    }
+    if (f.component != Component::experts) {
+      const PointResult* previous = nullptr;
+      for (const auto& [point, result] : grid) {  // ascending N
+        if (previous && previous->activities && result.activities &&
+            *previous->activities != *result.activities &&
+            point.tokens > previous->point.tokens + 1)
+          f.kernel_changes.emplace_back(previous->point.tokens, point.tokens);
+        previous = &result;
       }
     }
     std::map<Component, std::vector<TableRow>> rows;

@@ -64,6 +64,10 @@ struct ComponentFidelity {
   std::vector<std::size_t> cells;  // indices into StoredAcquisition::cells: grid, held-out, stages
   std::int64_t added_points = 0;   // grid points beyond the planned grid
   std::vector<HeldOutPoint> held_out;  // off the grid, latest measurement, bank control passed
+  // Local components: consecutive token rows whose forwards ran different kernels (e.g. cuBLAS
+  // changing its GEMM with N), with an integer between them, so the change is not yet bracketed
+  // by adjacent rows (refinement bisects them: docs/measurement.md#fidelity).
+  std::vector<std::pair<std::int64_t, std::int64_t>> kernel_changes;
   HeldOutStatistics statistics;
   [[nodiscard]] std::vector<HeldOutPoint> worst(std::size_t n) const;
   [[nodiscard]] nlohmann::json to_json(double tolerance) const;  // meta.yaml coverage.fidelity

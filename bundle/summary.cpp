@@ -19,7 +19,10 @@ std::vector<CellSummary> summarize(const StoredAcquisition& acq) {
     const bool experts = s.component == "experts";
     const auto n = cell.info.points.size();
     std::vector<std::vector<double>> round_medians(n), b_arm(n), b2_arm(n);
+    std::vector<std::optional<std::uint64_t>> activities(n);
     for (const auto& r : cell.rounds) {
+      for (const auto& smp : r.samples)
+        activities.at(static_cast<std::size_t>(smp.point)) = smp.name_hash;
       // The published value of `experts` is the 2B arm's (docs/measurement.md), else the point's.
       for (const auto& m : r.medians)
         round_medians.at(static_cast<std::size_t>(m.point))
@@ -34,6 +37,7 @@ std::vector<CellSummary> summarize(const StoredAcquisition& acq) {
       PointResult pr;
       pr.point = cell.info.points[p];
       pr.time_us = median_of_medians(round_medians[p]);
+      pr.activities = activities[p];
       if (experts && !b_arm[p].empty() && !b2_arm[p].empty()) {
         const auto c = bank_control(b_arm[p], b2_arm[p]);
         pr.relative_change = c.relative_change;

@@ -17,6 +17,9 @@ struct PointResult {
                                           // nullopt if no complete round
   std::optional<double> relative_change;  // experts only: pooled |2B - B| / B
   bool bank_check_passed = true;
+  // Hash of the ordered activity (kernel) names of the point's forwards in its latest complete
+  // round: which kernels ran (the protocol requires every forward of a point to run the same).
+  std::optional<std::uint64_t> activities;
 };
 
 struct CellSummary {

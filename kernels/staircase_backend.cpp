@@ -1,6 +1,7 @@
 #include "kernels/staircase_backend.h"
 
 #include <atomic>
+#include <string>
 #include <utility>
 
 namespace moe {
@@ -16,8 +17,10 @@ std::int64_t tiles(std::int64_t rows) {
 // The CPU reference computes and verifies; only the forward's time is modeled.
 class StaircaseWorkload final : public Workload {
  public:
-  StaircaseWorkload(std::unique_ptr<Workload> inner, double forward_us)
-      : inner_(std::move(inner)), forward_us_(forward_us) {}
+  StaircaseWorkload(std::unique_ptr<Workload> inner, double forward_us, std::string configuration)
+      : inner_(std::move(inner)),
+        forward_us_(forward_us),
+        configuration_(std::move(configuration)) {}
   std::vector<double> verify() override { return inner_->verify(); }
   void forward(int bank) override {
     inner_->forward(bank);
@@ -25,10 +28,12 @@ class StaircaseWorkload final : public Workload {
   }
   void synchronize() override { inner_->synchronize(); }
   bool take_route_error() override { return inner_->take_route_error(); }
+  std::string configuration() const override { return configuration_; }
 
  private:
   std::unique_ptr<Workload> inner_;
   double forward_us_;
+  std::string configuration_;
 };
 
 class StaircaseBackend final : public Backend {
@@ -42,8 +47,12 @@ class StaircaseBackend final : public Backend {
   }
   std::unique_ptr<Workload> make(const WorkloadSpec& s,
                                  std::shared_ptr<const WeightSet> w) override {
+    std::string configuration;
+    if (s.component == Component::gate_routing)
+      configuration = s.point.tokens > kStaircaseGateSwitchRows ? "gate_wide" : "gate_narrow";
     return std::make_unique<StaircaseWorkload>(cpu_->make(s, std::move(w)),
-                                               staircase_time_us(s.component, s.point));
+                                               staircase_time_us(s.component, s.point),
+                                               std::move(configuration));
   }
   std::map<std::string, std::string> device_properties() const override {
     return {{"device", "staircase model (no hardware)"}};
@@ -60,7 +69,7 @@ double staircase_time_us(Component c, const GridPoint& p) {
   const auto n = static_cast<double>(p.tokens);
   switch (c) {
     case Component::gate_routing:
-      return 3.0 + 0.02 * n;
+      return (3.0 + 0.02 * n) * (p.tokens > kStaircaseGateSwitchRows ? 1.01 : 1.0);
     case Component::finalize_copy:
       return 1.0 + 0.01 * n;
     case Component::wrapper:

@@ -369,6 +369,10 @@ class Acquisition {
         if (h.predicted_us && h.relative_error() > fid.tolerance)
           misses.push_back({h.point, h.relative_error()});
       }
+      // A change of kernels between consecutive rows is bisected like a miss, after the misses,
+      // until adjacent rows bracket it: a step there may lie between held-out points.
+      for (const auto& [lo, hi] : f.kernel_changes)
+        misses.push_back({GridPoint{lo + 1, 0, 0}, fid.tolerance});
       const bool last_stage = f.stages >= kMaxRefinementStages;
       RefinementStep step;
       if (fid.refine && !last_stage)
@@ -391,7 +395,11 @@ class Acquisition {
                   << " " << to_string(f.component) << ": held-out p95 " << f.statistics.p95 * 100
                   << "%, max " << f.statistics.max * 100 << "% over " << f.statistics.count
                   << " points; +" << step.grid.size() << " grid points, " << again.size()
-                  << " re-measured, " << step.held_out.size() << " new held-out\n";
+                  << " re-measured, " << step.held_out.size() << " new held-out"
+                  << (f.kernel_changes.empty() ? ""
+                                               : ", " + std::to_string(f.kernel_changes.size()) +
+                                                     " kernel changes between rows to bracket")
+                  << "\n";
       // A table that stays outside the tolerance says why refinement stopped (the publisher
       // then refuses it, or records it as accepted-with-failures).
       if (!options_.quiet && stage_grid.empty() && step.held_out.empty() &&
@@ -399,8 +407,10 @@ class Acquisition {
           refinement_ended_.insert(f.target.label() + " " + std::string(to_string(f.component)))
               .second)
         std::cerr << "acquire: refinement of " << t->target.label() << " " << to_string(f.component)
-                  << " ends with " << misses.size() << " held-out points above "
-                  << fid.tolerance * 100 << "% and " << f.failed.size() << " points failing B/2B: "
+                  << " ends with " << misses.size() - f.kernel_changes.size()
+                  << " held-out points above " << fid.tolerance * 100 << "%, "
+                  << f.kernel_changes.size() << " kernel changes not bracketed and "
+                  << f.failed.size() << " points failing B/2B: "
                   << (!fid.refine  ? "fidelity.refine is false"
                       : last_stage ? "the stage limit is reached"
                       : f.added_points >= fid.max_added_points

@@ -119,7 +119,11 @@ CellRound measure_cell_round(Backend& backend, ForwardTimer& timer, const CellRo
       chunks = {{Arm::single, 1, spec.iterations, true}};
     }
     t = clock::now();
-    const std::string label = "cpu_" + std::string(to_string(spec.base.component));
+    // Host timers hash the label as the forward's activity list: the workload's configuration
+    // (a kernel choice) makes a change of kernels visible to them as CUPTI's names are.
+    const auto configuration = w->configuration();
+    const std::string label = "cpu_" + std::string(to_string(spec.base.component)) +
+                              (configuration.empty() ? "" : ":" + configuration);
     std::vector<double> all, per_arm[3];
     int arm_forward[3] = {0, 0, 0};
     std::optional<ForwardRecord> first;

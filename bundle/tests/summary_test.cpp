@@ -46,5 +46,14 @@ TEST(Summary, BankControlFailsBeyondThreePercent) {
   EXPECT_NEAR(s[0].max_relative_change, 0.105, 1e-9);
 }
 
+TEST(Summary, PointsCarryTheKernelsOfTheirLatestRound) {
+  auto acq = experts_cell({{100, 100}, {100, 100}});
+  EXPECT_EQ(summarize(acq)[0].points[0].activities, std::optional<std::uint64_t>(7));
+  for (auto& smp : acq.cells[0].rounds[1].samples) smp.name_hash = 9;
+  EXPECT_EQ(summarize(acq)[0].points[0].activities, std::optional<std::uint64_t>(9));
+  acq.cells[0].rounds.clear();  // no complete round: nothing known
+  EXPECT_FALSE(summarize(acq)[0].points[0].activities);
+}
+
 }  // namespace
 }  // namespace moe
