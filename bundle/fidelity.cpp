@@ -53,20 +53,19 @@ json ComponentFidelity::to_json(double tolerance) const {
                             {"relative_error", h.relative_error()}});
   json failed_points = json::array();
   for (const auto& p : failed) failed_points.push_back(point(p));
-  return {{"tolerance", tolerance},
-          {"held_out",
-           {{"count", statistics.count},
-            {"unpredicted", statistics.unpredicted},
-            {"bank_failures", statistics.bank_failures},
-            {"median_abs_relative_error", statistics.median},
-            {"p95_abs_relative_error", statistics.p95},
-            {"max_abs_relative_error", statistics.max},
-            {"worst", worst_points}}},
-          {"refinement",
-           {{"stages", stages},
-            {"added_points", added_points},
-            {"kernel_changes_unbracketed", kernel_changes}}},
-          {"failed_points", failed_points}};
+  return {
+      {"tolerance", tolerance},
+      {"held_out",
+       {{"count", statistics.count},
+        {"unpredicted", statistics.unpredicted},
+        {"bank_failures", statistics.bank_failures},
+        {"median_abs_relative_error", statistics.median},
+        {"p95_abs_relative_error", statistics.p95},
+        {"max_abs_relative_error", statistics.max},
+        {"worst", worst_points}}},
+      {"refinement",
+       {{"stages", stages}, {"added_points", added_points}, {"kernel_changes", kernel_changes}}},
+      {"failed_points", failed_points}};
 }
 
 void HeldOutStatistics::set_errors(const std::vector<double>& errors) {

@@ -65,8 +65,8 @@ struct ComponentFidelity {
   std::int64_t added_points = 0;   // grid points beyond the planned grid
   std::vector<HeldOutPoint> held_out;  // off the grid, latest measurement, bank control passed
   // Local components: consecutive token rows whose forwards ran different kernels (e.g. cuBLAS
-  // changing its GEMM with N), with an integer between them, so the change is not yet bracketed
-  // by adjacent rows (refinement bisects them: docs/measurement.md#fidelity).
+  // changing its GEMM with N) with an integer between them: a step may lie between the rows
+  // (reported, not refined: docs/measurement.md#fidelity).
   std::vector<std::pair<std::int64_t, std::int64_t>> kernel_changes;
   HeldOutStatistics statistics;
   [[nodiscard]] std::vector<HeldOutPoint> worst(std::size_t n) const;

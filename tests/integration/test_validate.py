@@ -61,9 +61,10 @@ with tempfile.TemporaryDirectory() as tmp:
         assert abs(c["p95_abs_relative_error"] - quantile(errors, 0.95)) < 1e-12
         within = within and c["p95_abs_relative_error"] <= c["tolerance"]
     assert report["within_tolerance"] == within and p.returncode == (0 if within else 3)
-    # Straight-line components are exact between rows; the experts staircase off balanced routing
-    # is where a sample can miss.
-    assert comps["gate_routing"]["max_abs_relative_error"] < 1e-9
+    # Straight-line components are exact between rows (the gate within its 1% kernel step); the
+    # experts staircase off balanced routing is where a sample can miss.
+    assert comps["wrapper"]["max_abs_relative_error"] < 1e-9
+    assert comps["gate_routing"]["max_abs_relative_error"] < 0.0101
 
     again = json.loads(run([HARNESS, "validate", bundle, "--points", "10", "--seed", "11", "--format", "json"],
                            check=False).stdout)
