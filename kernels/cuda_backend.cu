@@ -84,18 +84,18 @@ class CudaBackend final : public Backend {
     HARNESS_CHECK(cudaDriverGetVersion(&driver));
     HARNESS_CHECK(cudaRuntimeGetVersion(&runtime));
     HARNESS_CHECK(cublasGetVersion(blas_->get(), &blas_version));
-    return {{"device", props_.name},
-            {"uuid", uuid},
-            {"pci_bus_id", bus},
-            {"device_index", std::to_string(device_)},
-            {"sm_count", std::to_string(props_.multiProcessorCount)},
-            {"compute_capability",
-             std::to_string(props_.major) + "." + std::to_string(props_.minor)},
-            {"memory_bytes", std::to_string(props_.totalGlobalMem)},
-            {"l2_bytes", std::to_string(props_.l2CacheSize)},
-            {"cuda_driver_version", std::to_string(driver)},
-            {"cuda_runtime_version", std::to_string(runtime)},
-            {"cublas_version", std::to_string(blas_version)}};
+    return {
+        {"device", props_.name},
+        {"uuid", uuid},
+        {"pci_bus_id", bus},
+        {"device_index", std::to_string(device_)},
+        {"sm_count", std::to_string(props_.multiProcessorCount)},
+        {"compute_capability", std::to_string(props_.major) + "." + std::to_string(props_.minor)},
+        {"memory_bytes", std::to_string(props_.totalGlobalMem)},
+        {"l2_bytes", std::to_string(props_.l2CacheSize)},
+        {"cuda_driver_version", std::to_string(driver)},
+        {"cuda_runtime_version", std::to_string(runtime)},
+        {"cublas_version", std::to_string(blas_version)}};
   }
 
  private:

@@ -21,7 +21,8 @@ namespace {
 
 moe::Component component_of(const std::string& name) {
   const auto c = moe::parse_component(name);
-  if (!c) throw moe::LookupError("unknown component '" + name + "' (" + moe::component_names() + ")");
+  if (!c)
+    throw moe::LookupError("unknown component '" + name + "' (" + moe::component_names() + ")");
   return *c;
 }
 
@@ -117,7 +118,8 @@ NB_MODULE(harness_lookup, mod) {
            "variant_dir"_a, "tp"_a, "dp"_a, "rank"_a = 0, "sp"_a = nb::none(),
            "expect_device"_a = "")
       .def("query", &Bundle::query, "component"_a, "tokens"_a, "activated"_a = 0,
-           "assignments"_a = 0, "Component time in microseconds; raises LookupError outside the support.")
+           "assignments"_a = 0,
+           "Component time in microseconds; raises LookupError outside the support.")
       .def("query_batch", &Bundle::query_batch, "component"_a, "tokens"_a,
            "activated"_a = nb::none(), "assignments"_a = nb::none(),
            "Times for int64 arrays of points; NaN where a point is refused.")

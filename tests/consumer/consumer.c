@@ -29,8 +29,8 @@ static void* rerun(void* arg) {
   int* mismatches = (int*)arg;
   for (int i = 0; i < query_count; ++i) {
     double v = 0;
-    const int s = harness_lookup_component(handle, queries[i].component, queries[i].n,
-                                           queries[i].a, queries[i].m, &v, NULL);
+    const int s = harness_lookup_component(handle, queries[i].component, queries[i].n, queries[i].a,
+                                           queries[i].m, &v, NULL);
     if (s != queries[i].status || (s == HARNESS_LOOKUP_OK && v != queries[i].value)) ++*mismatches;
   }
   return NULL;
