@@ -117,8 +117,10 @@ std::vector<GridPoint> expert_row(const JobSpec& job, const Target& t, std::int6
   std::set<std::int64_t> a_axis;
   for (auto a : geometric_axis(1, l, job.grid_factor))
     if (in_range(a)) a_axis.insert(a);
-  // Endpoints and the slope changes of M's bounds (A = k on the upper, A = N*r on the lower).
-  for (auto a : {range->lo, range->hi, std::int64_t{k}, n * must_be_local})
+  // Endpoints, the slope changes of M's bounds (A = k on the upper, A = N*r on the lower) and the
+  // balanced routing's A (where a serving step's routing sits, like M's balanced total).
+  const std::int64_t balanced_a = std::llround(expected_distinct_experts(g, l, n));
+  for (auto a : {range->lo, range->hi, std::int64_t{k}, n * must_be_local, balanced_a})
     if (in_range(a)) a_axis.insert(a);
   for (auto a : a_axis)
     for (const auto& p : expert_column(job, t, n, a)) pts.insert(p);

@@ -14,7 +14,7 @@
 
 namespace moe {
 
-inline constexpr int kPlannerVersion = 3;  // 3: rows around declared time steps
+inline constexpr int kPlannerVersion = 3;  // 3: rows around declared time steps, balanced A
 
 struct ComponentGrid {
   Component component;

@@ -153,6 +153,21 @@ double balanced_mean(const JobSpec& job, const Target& t, std::int64_t n) {
   return static_cast<double>(p->assignments) / static_cast<double>(p->activated);
 }
 
+TEST(Grid, EveryRowHoldsItsBalancedRoutingPoint) {
+  // Where a serving step's routing sits is measured on every row, not interpolated across A.
+  for (const auto& job : {job_for("qwen3-30b-a3b", 1, 1, 1024), job_for("qwen3-30b-a3b", 2, 4, 256),
+                          job_for("deepseek-v3", 1, 8, 128)}) {
+    const auto t = job.targets().front();
+    const auto grid = expert_grid(job, t);
+    const std::set<GridPoint> points(grid.begin(), grid.end());
+    for (const auto n : expert_token_axis(job, t)) {
+      const auto p = balanced_point(job, t, n);
+      ASSERT_TRUE(p) << n;
+      EXPECT_TRUE(points.contains(*p)) << job.geometry.name << " N=" << n << " A=" << p->activated;
+    }
+  }
+}
+
 TEST(Grid, RowsBracketEachDeclaredTimeStep) {
   const auto job = job_for("qwen3-30b-a3b", 1, 1, 8192);
   const auto t = job.targets().front();

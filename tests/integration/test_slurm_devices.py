@@ -57,8 +57,10 @@ launch {PROBE}
     # --gpus-per-node: every task sees the node's GPUs and takes its local rank's.
     batch("template srun under --gpus-per-node=2", ["--gpus-per-node=2"], dict(GPUS_PER_TASK="0"))
     # mpirun inside the allocation (LAUNCHER=mpirun): the ranks inherit the job's GPUs.
+    # (Open MPI refuses root without its two opt-in variables; CI exports them, a shell may not.)
     batch("template mpirun under --gpus-per-node=2", ["--gpus-per-node=2"],
-          dict(GPUS_PER_TASK="0", LAUNCHER="mpirun"), nodes=1)
+          dict(GPUS_PER_TASK="0", LAUNCHER="mpirun", OMPI_ALLOW_RUN_AS_ROOT="1",
+               OMPI_ALLOW_RUN_AS_ROOT_CONFIRM="1"), nodes=1)
 
     # srun --gpus-per-task=1 without a binding: each task sees one GPU (its own) as device 0.
     out = subprocess.run(["srun", "--mpi=pmix", "--nodes=2", "--ntasks-per-node=2", "--cpus-per-task=1",
