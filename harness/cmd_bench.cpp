@@ -24,7 +24,7 @@
 #include <map>
 #include <sstream>
 
-#include "core/contract.h"
+#include "core/job_spec.h"
 #include "core/planner.h"
 #include "core/roofline.h"
 #include "core/statistics.h"
@@ -254,8 +254,9 @@ int bench_experts(const Args& args) {
     if (!given.count("components")) components = "experts";
   }
   if (iterations < 1) throw std::invalid_argument("--iterations must be at least 1");
-  if (!(settle_ms >= 0 && settle_ms <= 60000))
-    throw std::invalid_argument("--settle-ms must be between 0 and 60000");
+  if (!(settle_ms >= 0 && settle_ms <= job_limits::kSettleMs))
+    throw std::invalid_argument("--settle-ms must be between 0 and " +
+                                std::to_string(job_limits::kSettleMs));
   std::vector<ModelGeometry> geometries;
   for (const auto& m : split_list(models)) {
     auto g = find_preset(m);
