@@ -93,10 +93,18 @@ std::vector<std::int64_t> local_token_axis(const JobSpec& job, const Target& t) 
                     [&](std::int64_t g) { return dom.local_rows(g); });
 }
 
+namespace {
+
+// Under SP every gathered row count is a multiple of TP.
+std::int64_t expert_rows_multiple(const Target& t) {
+  return TokenDomains(t.tp, t.dp, t.sp).sequence_parallel() ? t.tp : 1;
+}
+
+}  // namespace
+
 std::vector<std::int64_t> expert_token_axis(const JobSpec& job, const Target& t) {
   const TokenDomains dom(t.tp, t.dp, t.sp);
-  // Under SP every gathered row count is a multiple of TP.
-  const std::int64_t multiple = dom.sequence_parallel() ? t.tp : 1;
+  const std::int64_t multiple = expert_rows_multiple(t);
   const std::int64_t one = dom.expert_rows(std::vector<std::int64_t>{1});
   // At DP > 1 a step's gathered rows are a sum of unequal per-rank counts, not a capture size:
   // the geometric range stays (docs/measurement.md).
@@ -146,10 +154,8 @@ std::vector<GridPoint> expert_column(const JobSpec& job, const Target& t, std::i
 std::vector<std::int64_t> step_token_rows(const JobSpec& job, const Target& t,
                                           const std::vector<std::int64_t>& time_steps) {
   const auto axis = expert_token_axis(job, t);
-  std::set<std::int64_t> rows;
   if (axis.empty() || time_steps.empty()) return {};
-  // Under SP every gathered row count is a multiple of TP.
-  const std::int64_t multiple = TokenDomains(t.tp, t.dp, t.sp).sequence_parallel() ? t.tp : 1;
+  const std::int64_t multiple = expert_rows_multiple(t);
   // Rows per active expert along the balanced line; nullopt where no positive-work point exists.
   const auto mean_rows = [&](std::int64_t n) -> std::optional<double> {
     const auto p = balanced_point(job, t, n);
@@ -157,7 +163,7 @@ std::vector<std::int64_t> step_token_rows(const JobSpec& job, const Target& t,
     return static_cast<double>(p->assignments) / static_cast<double>(p->activated);
   };
   // The first N of the axis' domain (multiples of `multiple`) whose mean exceeds (or reaches)
-  // `rows`; the means grow with N, so a binary search finds it.
+  // `bound`; the means grow with N, so a binary search finds it.
   const auto first_n = [&](double bound, bool inclusive) -> std::optional<std::int64_t> {
     std::int64_t lo = axis.front(), hi = axis.back();
     const auto past = [&](std::int64_t n) {
@@ -174,6 +180,7 @@ std::vector<std::int64_t> step_token_rows(const JobSpec& job, const Target& t,
     }
     return (lo + multiple - 1) / multiple * multiple;
   };
+  std::set<std::int64_t> rows;
   for (const auto b : time_steps) {
     const auto above = first_n(static_cast<double>(b), false);
     if (!above) break;
@@ -197,9 +204,11 @@ std::vector<GridPoint> expert_grid(const JobSpec& job, const Target& t,
   return {pts.begin(), pts.end()};
 }
 
-std::optional<GridPoint> balanced_column_point(const JobSpec& job, const Target& t, std::int64_t n,
-                                               std::int64_t a) {
-  const auto& g = job.geometry;
+namespace {
+
+// (N, A) at the balanced total of assignments, clamped into the feasible M range.
+std::optional<GridPoint> balanced_column(const ModelGeometry& g, const Target& t, std::int64_t n,
+                                         std::int64_t a) {
   const int l = ExpertOwnership::of(g, t).local_experts;
   const auto range = feasible_assignments(n, a, l, g.experts, g.top_k);
   if (!range) return std::nullopt;
@@ -207,16 +216,20 @@ std::optional<GridPoint> balanced_column_point(const JobSpec& job, const Target&
       n, a, std::clamp(balanced_assignments(n, l, g.experts, g.top_k), range->lo, range->hi)};
 }
 
+}  // namespace
+
+std::optional<GridPoint> balanced_column_point(const JobSpec& job, const Target& t, std::int64_t n,
+                                               std::int64_t a) {
+  return balanced_column(job.geometry, t, n, a);
+}
+
 std::optional<GridPoint> balanced_point(const ModelGeometry& g, const Target& t, std::int64_t n) {
   const int l = ExpertOwnership::of(g, t).local_experts;
   const auto range = feasible_activated(n, l, g.experts, g.top_k);
   if (!range) return std::nullopt;
-  const auto a = std::clamp<std::int64_t>(std::llround(expected_distinct_experts(g, l, n)),
-                                          range->lo, range->hi);
-  const auto m_range = feasible_assignments(n, a, l, g.experts, g.top_k);
-  if (!m_range) return std::nullopt;
-  return GridPoint{
-      n, a, std::clamp(balanced_assignments(n, l, g.experts, g.top_k), m_range->lo, m_range->hi)};
+  return balanced_column(g, t, n,
+                         std::clamp<std::int64_t>(std::llround(expected_distinct_experts(g, l, n)),
+                                                  range->lo, range->hi));
 }
 
 std::optional<GridPoint> balanced_point(const JobSpec& job, const Target& t, std::int64_t n) {
@@ -338,6 +351,9 @@ PlanEstimate Plan::estimate(const TargetPlan& t, Component c) const {
     const double measured_point_round = !measured                 ? 0
                                         : c == Component::experts ? measured->expert_point_round_s
                                                                   : measured->local_point_round_s;
+    // The settle phase holds the device for its wall time per point-round (a measured cost
+    // already contains it).
+    const double settle_s = settle_ms_for(job, job.backend) / 1000.0;
     std::vector<GridPoint> measured_points = grid.points;  // the grid and its held-out set
     measured_points.insert(measured_points.end(), grid.held_out.begin(), grid.held_out.end());
     for (const auto& p : measured_points) {
@@ -346,9 +362,6 @@ PlanEstimate Plan::estimate(const TargetPlan& t, Component c) const {
       const double forwards_s = static_cast<double>(per_round * job.rounds) *
                                 estimate_forward_seconds(job.geometry, c, p, device);
       e.device_seconds += forwards_s;
-      // The settle phase holds the device for its wall time per point-round (a measured cost
-      // already contains it).
-      const double settle_s = settle_ms_for(job, job.backend) / 1000.0;
       e.held_seconds += measured ? measured_point_round * job.rounds
                                  : forwards_s + (overhead + settle_s) * job.rounds;
     }

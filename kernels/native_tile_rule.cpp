@@ -41,14 +41,15 @@ double tile_cost(NativeTile t) {
   return 1.0;
 }
 
-std::int64_t tiles_per_expert(NativeTile t, std::int64_t rows) {
-  return std::max<std::int64_t>(1, (rows + native_tile_tokens(t) - 1) / native_tile_tokens(t));
+// Tiles an expert with `rows` rows takes (at least one).
+double tiles_per_expert(NativeTile t, double rows) {
+  return std::max(1.0, std::ceil(rows / native_tile_tokens(t)));
 }
 
 }  // namespace
 
 double native_tile_cost(NativeTile t, double rows_per_expert) {
-  return std::max(1.0, std::ceil(rows_per_expert / native_tile_tokens(t))) * tile_cost(t);
+  return tiles_per_expert(t, rows_per_expert) * tile_cost(t);
 }
 
 NativeTile native_tile_for(double rows_per_expert) {
@@ -62,9 +63,9 @@ std::vector<std::int64_t> native_time_steps(std::int64_t max_rows) {
   std::vector<std::int64_t> steps;
   for (std::int64_t b = 1; b < max_rows; ++b) {
     // At a mean of exactly b every expert has b rows; just above it some have b + 1.
-    const auto at = native_tile_for(static_cast<double>(b));
-    const auto above = native_tile_for(static_cast<double>(b) + 0.5);
-    if (at != above || tiles_per_expert(at, b) != tiles_per_expert(above, b + 1))
+    const auto rows = static_cast<double>(b);
+    const auto at = native_tile_for(rows), above = native_tile_for(rows + 0.5);
+    if (at != above || tiles_per_expert(at, rows) != tiles_per_expert(above, rows + 1))
       steps.push_back(b);
   }
   return steps;
