@@ -232,7 +232,8 @@ PublishReport publish(const StoredAcquisition& acq, const std::string& h5_path,
         triangulation_coverage = {{"file", bundle_format::kTriangulationFile},
                                   {"sha256", sha256_hex(w.triangulation)},
                                   {"dimension", mesh->dimension},
-                                  {"simplices", mesh->simplices.size()}};
+                                  {"simplices", mesh->simplices.size()},
+                                  {"built_in", to_string(published_tables.experts_mesh_source())}};
       }
     } catch (const LookupError& e) {
       problems.push_back(w.label + ": " + e.what());

@@ -1,6 +1,7 @@
 #include "core/planner.h"
 
 #include <algorithm>
+#include <array>
 #include <cmath>
 #include <cstdio>
 #include <set>
@@ -100,6 +101,14 @@ std::int64_t expert_rows_multiple(const Target& t) {
   return TokenDomains(t.tp, t.dp, t.sp).sequence_parallel() ? t.tp : 1;
 }
 
+// With m assignments spread evenly (counts differing by at most one), the A where every expert
+// has at most b rows (the least such A), the next smaller A (some exceed b) and the largest A
+// where every expert has more than b.
+std::array<std::int64_t, 3> step_bracket(std::int64_t m, std::int64_t b) {
+  const std::int64_t at_most = (m + b - 1) / b;
+  return {at_most, at_most - 1, m / (b + 1)};
+}
+
 }  // namespace
 
 std::vector<std::int64_t> expert_token_axis(const JobSpec& job, const Target& t) {
@@ -112,7 +121,8 @@ std::vector<std::int64_t> expert_token_axis(const JobSpec& job, const Target& t)
                     t.dp == 1, [&](std::int64_t g) { return dom.uniform_expert_rows(g); });
 }
 
-std::vector<GridPoint> expert_row(const JobSpec& job, const Target& t, std::int64_t n) {
+std::vector<GridPoint> expert_row(const JobSpec& job, const Target& t, std::int64_t n,
+                                  const std::vector<std::int64_t>& time_steps) {
   const auto& g = job.geometry;
   const auto own = ExpertOwnership::of(g, t);
   const int l = own.local_experts, e = g.experts, k = g.top_k;
@@ -123,13 +133,25 @@ std::vector<GridPoint> expert_row(const JobSpec& job, const Target& t, std::int6
   if (!range) return {pts.begin(), pts.end()};
   const auto in_range = [&](std::int64_t a) { return a >= range->lo && a <= range->hi; };
   std::set<std::int64_t> a_axis;
-  for (auto a : geometric_axis(1, l, job.grid_factor))
-    if (in_range(a)) a_axis.insert(a);
+  if (must_be_local == k) {
+    // Every route is local, so M = N·k in every column and the rows per active expert M/A vary
+    // with A alone: A sits on rows-per-expert rays (geometric, the same values in every row) and
+    // brackets each declared time step, so that the step lines M/A = b, which the N rows cross
+    // diagonally, are edges of the rows-per-expert mesh (docs/measurement.md#grid).
+    const std::int64_t m = n * k;
+    for (const auto r : geometric_axis(1, m, job.grid_factor)) a_axis.insert(std::llround(
+        static_cast<double>(m) / static_cast<double>(r)));
+    for (const auto b : time_steps)
+      for (const auto a : step_bracket(m, b)) a_axis.insert(a);
+  } else {
+    for (auto a : geometric_axis(1, l, job.grid_factor)) a_axis.insert(a);
+  }
   // Endpoints, the slope changes of M's bounds (A = k on the upper, A = N*r on the lower) and the
   // balanced routing's A (where a serving step's routing sits, like M's balanced total).
   const std::int64_t balanced_a = std::llround(expected_distinct_experts(g, l, n));
   for (auto a : {range->lo, range->hi, std::int64_t{k}, n * must_be_local, balanced_a})
-    if (in_range(a)) a_axis.insert(a);
+    a_axis.insert(a);
+  std::erase_if(a_axis, [&](std::int64_t a) { return !in_range(a); });
   for (auto a : a_axis)
     for (const auto& p : expert_column(job, t, n, a)) pts.insert(p);
   return {pts.begin(), pts.end()};
@@ -200,7 +222,7 @@ std::vector<GridPoint> expert_grid(const JobSpec& job, const Target& t,
   for (const auto n : step_token_rows(job, t, time_steps)) token_rows.insert(n);
   std::set<GridPoint> pts;
   for (const auto n : token_rows)
-    for (const auto& p : expert_row(job, t, n)) pts.insert(p);
+    for (const auto& p : expert_row(job, t, n, time_steps)) pts.insert(p);
   return {pts.begin(), pts.end()};
 }
 

@@ -14,7 +14,8 @@
 
 namespace moe {
 
-inline constexpr int kPlannerVersion = 3;  // 3: rows around declared time steps, balanced A
+// 3: rows around declared time steps, balanced A; 4: rows-per-expert A axis where M = N·k
+inline constexpr int kPlannerVersion = 4;
 
 struct ComponentGrid {
   Component component;
@@ -61,9 +62,12 @@ struct MRange {
 // expert_row over the expert token axis and the step rows of `time_steps`.
 [[nodiscard]] std::vector<GridPoint> expert_grid(const JobSpec& job, const Target& t,
                                                  const std::vector<std::int64_t>& time_steps = {});
-// The grid points of one N row: its A axis, each with its M column (expert_column).
+// The grid points of one N row: its A axis, each with its M column (expert_column). Where every
+// route is local (M = N·k) the A axis is rows-per-expert rays and brackets `time_steps`; else it
+// is geometric in A.
 [[nodiscard]] std::vector<GridPoint> expert_row(const JobSpec& job, const Target& t,
-                                                std::int64_t n);
+                                                std::int64_t n,
+                                                const std::vector<std::int64_t>& time_steps = {});
 // The M column at (N, A): both feasible bounds, geometric points between, the balanced total.
 [[nodiscard]] std::vector<GridPoint> expert_column(const JobSpec& job, const Target& t,
                                                    std::int64_t n, std::int64_t a);

@@ -48,6 +48,48 @@ std::optional<GridPoint> row_probe(const JobSpec& job, const Target& t, Componen
   return balanced_point(job, t, n);
 }
 
+// Every route of `t` is local (L = E), so M = N·k in every experts column and the time is a
+// staircase in rows per active expert M/A, smooth along each ray M/A = r.
+bool all_routes_local(const JobSpec& job, const Target& t) {
+  return ExpertOwnership::of(job.geometry, t).local_experts == job.geometry.experts;
+}
+
+double rows_per_expert(const GridPoint& p) {
+  return static_cast<double>(p.assignments) / static_cast<double>(p.activated);
+}
+
+// The ray refinement of an experts miss where every route is local: the rays (rows per expert) of
+// the grid at the rows around the miss that bracket it, and the points of the ray between them on
+// every row (a column of the rows-per-expert mesh, docs/measurement.md#fidelity), with probes
+// midway on either side at the miss's N. Empty when the bracket cannot be split.
+struct RaySplit {
+  std::set<GridPoint> take;
+  std::vector<std::optional<GridPoint>> probes;
+};
+RaySplit split_ray(const JobSpec& job, const Target& t, const std::set<GridPoint>& grid,
+                   const std::vector<std::int64_t>& rows, const GridPoint& p) {
+  const auto at = [&](std::int64_t n, double r) -> std::optional<GridPoint> {
+    const auto a = std::llround(static_cast<double>(n) * job.geometry.top_k / r);
+    return balanced_column_point(job, t, n, a);  // M = N·k; nullopt off the feasible A range
+  };
+  const auto nb = bracket(rows, p.tokens);
+  std::set<double> rays;
+  for (const auto& g : grid)
+    if (g.activated > 0 && (g.tokens == p.tokens || (nb && (g.tokens == nb->first ||
+                                                            g.tokens == nb->second))))
+      rays.insert(rows_per_expert(g));
+  const double r = rows_per_expert(p);
+  const auto hi = rays.upper_bound(r);
+  if (hi == rays.begin() || hi == rays.end() || *std::prev(hi) == r) return {};
+  const double r1 = *std::prev(hi), r2 = *hi, mid = (r1 + r2) / 2;
+  RaySplit split;
+  for (const auto n : rows)
+    if (const auto q = at(n, mid); q && !grid.contains(*q)) split.take.insert(*q);
+  if (split.take.empty()) return {};
+  split.probes = {at(p.tokens, (r1 + mid) / 2), at(p.tokens, (mid + r2) / 2)};
+  return split;
+}
+
 // Deterministic draws (splitmix64), identical on every platform.
 class Draws {
  public:
@@ -153,7 +195,8 @@ std::vector<GridPoint> held_out_points(const JobSpec& job, const Target& t, Comp
 RefinementStep refinement_step(const JobSpec& job, const Target& t, Component c,
                                const std::set<GridPoint>& grid,
                                const std::set<GridPoint>& measured_held_out,
-                               std::vector<HeldOutMiss> misses, std::int64_t point_budget) {
+                               std::vector<HeldOutMiss> misses, std::int64_t point_budget,
+                               const std::vector<std::int64_t>& time_steps) {
   std::sort(misses.begin(), misses.end(), [](const HeldOutMiss& a, const HeldOutMiss& b) {
     return a.relative_error != b.relative_error ? a.relative_error > b.relative_error
                                                 : a.point < b.point;
@@ -166,14 +209,20 @@ RefinementStep refinement_step(const JobSpec& job, const Target& t, Component c,
     std::set<GridPoint> take;
     std::vector<std::optional<GridPoint>> new_probes;
     const auto rows = rows_of(grid, p);
-    if (const auto nb = bracket(rows, p.tokens)) {
+    RaySplit ray;
+    if (experts && p.activated > 0 && all_routes_local(job, t))
+      ray = split_ray(job, t, grid, rows, p);
+    if (!ray.take.empty()) {
+      take = std::move(ray.take);
+      new_probes = std::move(ray.probes);
+    } else if (const auto nb = bracket(rows, p.tokens)) {
       // Bisect the N interval: a whole row at its midpoint.
       const auto mid = midpoint(nb->first, nb->second, true);
       if (mid) {
         if (!experts || p.activated == 0) {
           take.insert({*mid, 0, 0});
         } else {
-          for (const auto& q : expert_row(job, t, *mid))
+          for (const auto& q : expert_row(job, t, *mid, time_steps))
             if (q.activated > 0) take.insert(q);
         }
         if (p.tokens == *mid) take.insert(p);

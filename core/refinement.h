@@ -53,6 +53,7 @@ struct RefinementStep {
                                              const std::set<GridPoint>& grid,
                                              const std::set<GridPoint>& measured_held_out,
                                              std::vector<HeldOutMiss> misses,
-                                             std::int64_t point_budget);
+                                             std::int64_t point_budget,
+                                             const std::vector<std::int64_t>& time_steps = {});
 
 }  // namespace moe

@@ -77,12 +77,11 @@ std::vector<std::int64_t> expert_time_steps(std::string_view backend, std::int64
 }
 
 std::vector<std::int64_t> expert_time_steps(std::string_view backend, const JobSpec& job) {
+  // The most rows per active expert of any grid point: all N rows on one expert's share.
   std::int64_t max_rows = 1;
   for (const auto& t : job.targets()) {
     const auto axis = expert_token_axis(job, t);
-    if (axis.empty()) continue;
-    if (const auto p = balanced_point(job, t, axis.back()); p && p->activated > 0)
-      max_rows = std::max(max_rows, (p->assignments + p->activated - 1) / p->activated);
+    if (!axis.empty()) max_rows = std::max(max_rows, axis.back());
   }
   return expert_time_steps(backend, max_rows);
 }

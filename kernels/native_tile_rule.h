@@ -45,9 +45,8 @@ inline constexpr NativeTile kNativeTiles[] = {NativeTile::narrow, NativeTile::me
 // others (their steps, if any, are for refinement to find).
 [[nodiscard]] std::vector<std::int64_t> expert_time_steps(std::string_view backend,
                                                           std::int64_t max_rows);
-// The same, up to the rows per active expert of the balanced-routing point at the largest
-// gathered row count of any target of `job` (where the planner places rows): what make_plan
-// takes.
+// The same, up to the most rows per active expert of any grid point of `job` (the largest
+// gathered row count of any target, all on one expert's share): what make_plan takes.
 [[nodiscard]] std::vector<std::int64_t> expert_time_steps(std::string_view backend,
                                                           const JobSpec& job);
 

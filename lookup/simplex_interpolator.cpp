@@ -17,21 +17,24 @@ namespace {
 constexpr double kHullTolerance = 1e-9;    // relative, normalized coordinates
 constexpr double kWeightTolerance = 1e-9;  // barycentric weights down to -tol count as inside
 
+double determinant(int d, const double* m) {
+  if (d == 1) return m[0];
+  if (d == 2) return m[0] * m[3] - m[1] * m[2];
+  return m[0] * (m[4] * m[8] - m[5] * m[7]) - m[1] * (m[3] * m[8] - m[5] * m[6]) +
+         m[2] * (m[3] * m[7] - m[4] * m[6]);
+}
+
 bool invert(int d, const double* m, double* inv) {
+  const double det = determinant(d, m);
+  if (std::fabs(det) < 1e-14) return false;
   if (d == 1) {
-    if (std::fabs(m[0]) < 1e-14) return false;
-    inv[0] = 1.0 / m[0];
+    inv[0] = 1.0 / det;
     return true;
   }
   if (d == 2) {
-    const double det = m[0] * m[3] - m[1] * m[2];
-    if (std::fabs(det) < 1e-14) return false;
     inv[0] = m[3] / det, inv[1] = -m[1] / det, inv[2] = -m[2] / det, inv[3] = m[0] / det;
     return true;
   }
-  const double det = m[0] * (m[4] * m[8] - m[5] * m[7]) - m[1] * (m[3] * m[8] - m[5] * m[6]) +
-                     m[2] * (m[3] * m[7] - m[4] * m[6]);
-  if (std::fabs(det) < 1e-14) return false;
   inv[0] = (m[4] * m[8] - m[5] * m[7]) / det;
   inv[1] = (m[2] * m[7] - m[1] * m[8]) / det;
   inv[2] = (m[1] * m[5] - m[2] * m[4]) / det;
@@ -165,20 +168,72 @@ SimplexInterpolator::SimplexInterpolator(std::vector<Point> points, const Triang
   build_buckets();
 }
 
+SimplexInterpolator::SimplexInterpolator(std::vector<Point> points,
+                                         const std::vector<Point>& mesh_coordinates) {
+  if (mesh_coordinates.size() != points.size())
+    throw std::invalid_argument("mesh coordinates: one per point needed");
+  SimplexInterpolator linear(std::move(points));
+  const SimplexInterpolator mesh(mesh_coordinates);
+  if (mesh.dim_ != linear.dim_)
+    throw std::invalid_argument("mesh coordinates: their hull has dimension " +
+                                std::to_string(mesh.dim_) + ", the points' " +
+                                std::to_string(linear.dim_));
+  const double hull = linear.total_determinant();
+  points_ = std::move(linear.points_);
+  scale_ = linear.scale_;
+  origin_ = linear.origin_;
+  basis_ = std::move(linear.basis_);
+  dim_ = linear.dim_;
+  projected_ = std::move(linear.projected_);
+  if (dim_ == 0) return;
+  // A vertex-wise image of a triangulation is one when every simplex keeps its orientation (no
+  // fold) and together they fill the hull (no overlap, no gap).
+  double orientation = 0;
+  for (const auto& given : mesh.simplices_) {
+    Simplex s;
+    s.v = given.v;
+    if (!prepare(s)) throw std::invalid_argument("mesh coordinates: a simplex is flat");
+    const double relative = edge_determinant(s) * mesh.edge_determinant(given);
+    if (orientation == 0) orientation = relative;
+    if (relative * orientation <= 0)
+      throw std::invalid_argument("mesh coordinates: a simplex is inverted");
+    simplices_.push_back(s);
+  }
+  if (std::fabs(total_determinant() - hull) > 1e-9 * hull)
+    throw std::invalid_argument("mesh coordinates: the simplices do not fill the hull");
+  build_buckets();
+}
+
+double SimplexInterpolator::edge_determinant(const Simplex& s) const {
+  double m[9];
+  edge_matrix(s, m);
+  return determinant(dim_, m);
+}
+
+double SimplexInterpolator::total_determinant() const {
+  double sum = 0;
+  for (const auto& s : simplices_) sum += std::fabs(edge_determinant(s));
+  return sum;
+}
+
 Triangulation SimplexInterpolator::triangulation() const {
   Triangulation t{dim_, scale_, origin_, basis_, {}};
   for (const auto& s : simplices_) t.simplices.push_back(s.v);
   return t;
 }
 
-bool SimplexInterpolator::prepare(Simplex& s) const {
-  double m[9];
+void SimplexInterpolator::edge_matrix(const Simplex& s, double (&m)[9]) const {
   const auto& v0 = projected_[s.v[0]];
   for (int r = 0; r < dim_; ++r)
     for (int c = 0; c < dim_; ++c)
       m[r * dim_ + c] =
           projected_[s.v[static_cast<std::size_t>(c + 1)]][static_cast<std::size_t>(r)] -
           v0[static_cast<std::size_t>(r)];
+}
+
+bool SimplexInterpolator::prepare(Simplex& s) const {
+  double m[9];
+  edge_matrix(s, m);
   return invert(dim_, m, s.inverse.data());
 }
 

@@ -35,6 +35,12 @@ class SimplexInterpolator {
   // Uses a stored triangulation of the points. Throws std::invalid_argument naming what is
   // inconsistent (a vertex index out of range, a flat simplex, a frame of the wrong size).
   SimplexInterpolator(std::vector<Point> points, const Triangulation& t);
+  // Interpolates over `points` (their frame, affine weights) with the simplices of the Delaunay
+  // triangulation of `mesh_coordinates`, one per point: coordinates in which the measured
+  // function's edges run along the axes (docs/bundle-format.md#interpolation). Throws
+  // std::invalid_argument when those simplices do not triangulate the points' hull: a simplex
+  // flat or inverted in the points' frame, or their volumes not filling the hull.
+  SimplexInterpolator(std::vector<Point> points, const std::vector<Point>& mesh_coordinates);
 
   [[nodiscard]] Triangulation triangulation() const;
   [[nodiscard]] int dimension() const { return dim_; }
@@ -49,8 +55,14 @@ class SimplexInterpolator {
   };
   [[nodiscard]] std::array<double, 3> project(
       const Point& p) const;  // normalized, in the hull basis
+  // [v1 - v0, ..., vd - v0] in the projected frame, row-major d x d.
+  void edge_matrix(const Simplex& s, double (&m)[9]) const;
   // The simplex's inverse edge matrix (false when it is flat).
   [[nodiscard]] bool prepare(Simplex& s) const;
+  // Determinant of the edge matrix: d! times the simplex's signed volume.
+  [[nodiscard]] double edge_determinant(const Simplex& s) const;
+  // Sum of |edge_determinant| over the simplices.
+  [[nodiscard]] double total_determinant() const;
 
   std::vector<Point> points_;
   Point scale_{1, 1, 1};

@@ -1,6 +1,7 @@
 #include "lookup/tables.h"
 
 #include <algorithm>
+#include <cmath>
 #include <nlohmann/json.hpp>
 #include <string>
 #include <unordered_map>
@@ -52,6 +53,15 @@ std::string coordinates(std::int64_t n, std::int64_t a, std::int64_t m) {
   return "(N=" + std::to_string(n) + ", A=" + std::to_string(a) + ", M=" + std::to_string(m) + ")";
 }
 
+// Where the experts mesh comes from (docs/bundle-format.md#interpolation): a kernel pads each
+// expert's rows to its tiles, so the time steps where the rows per active expert M/A cross a
+// tile boundary: along rays M/A = b through the origin, which sparse N rows cross diagonally. In
+// (log N, log M/A, log A/N) those edges are axis-parallel, and a grid of rows x rows-per-expert
+// values is a tensor grid whose Delaunay cells do not straddle them.
+SimplexInterpolator::Point rows_per_expert_coordinates(const SimplexInterpolator::Point& p) {
+  return {std::log(p[0]), std::log(p[2] / p[1]), std::log(p[1] / p[0])};
+}
+
 }  // namespace
 
 struct ComponentTables::Impl {
@@ -61,6 +71,7 @@ struct ComponentTables::Impl {
   TokenTable all_remote;              // experts rows with A = M = 0
   std::vector<TableRow> expert_rows;  // experts rows with A > 0
   std::unique_ptr<SimplexInterpolator> experts;
+  MeshSource experts_mesh_source = MeshSource::stored;
   std::unordered_map<GridPoint, std::size_t, PointHash> exact_experts;  // index in expert_rows
 };
 
@@ -108,9 +119,19 @@ ComponentTables::ComponentTables(const std::map<Component, std::vector<TableRow>
     no_duplicates(d.all_remote, "experts (all remote)");
     if (pts.empty()) continue;
     try {
-      d.experts = experts_mesh
-                      ? std::make_unique<SimplexInterpolator>(std::move(pts), *experts_mesh)
-                      : std::make_unique<SimplexInterpolator>(std::move(pts));
+      if (experts_mesh) {
+        d.experts = std::make_unique<SimplexInterpolator>(std::move(pts), *experts_mesh);
+      } else {
+        std::vector<SimplexInterpolator::Point> mesh_coordinates;
+        for (const auto& p : pts) mesh_coordinates.push_back(rows_per_expert_coordinates(p));
+        try {
+          d.experts = std::make_unique<SimplexInterpolator>(pts, mesh_coordinates);
+          d.experts_mesh_source = MeshSource::rows_per_expert;
+        } catch (const std::invalid_argument&) {
+          d.experts = std::make_unique<SimplexInterpolator>(std::move(pts));
+          d.experts_mesh_source = MeshSource::linear;
+        }
+      }
     } catch (const std::invalid_argument& e) {
       throw LookupError(std::string("experts: ") + e.what());
     }
@@ -120,6 +141,22 @@ ComponentTables::ComponentTables(const std::map<Component, std::vector<TableRow>
 std::optional<Triangulation> ComponentTables::experts_mesh() const {
   if (!impl_->experts) return std::nullopt;
   return impl_->experts->triangulation();
+}
+
+MeshSource ComponentTables::experts_mesh_source() const {
+  return impl_->experts_mesh_source;
+}
+
+const char* to_string(MeshSource s) {
+  switch (s) {
+    case MeshSource::stored:
+      return "stored";
+    case MeshSource::rows_per_expert:
+      return "rows_per_expert";
+    case MeshSource::linear:
+      return "linear";
+  }
+  return "?";
 }
 
 namespace {

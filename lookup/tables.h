@@ -43,11 +43,21 @@ struct ExpertPolytope {
   int experts = 0, top_k = 0, local_experts = 0;
 };
 
+// Where a table's experts triangulation came from (docs/bundle-format.md#interpolation).
+enum class MeshSource {
+  stored,           // given (a bundle's triangulation.json)
+  rows_per_expert,  // Delaunay in (log N, log M/A, log A/N), checked to triangulate (N, A, M)
+  linear,           // Delaunay in normalised (N, A, M): rows-per-expert coordinates did not
+};
+[[nodiscard]] const char* to_string(MeshSource s);
+
 class ComponentTables {
  public:
   // Local components interpolate piecewise-linearly over tokens; `experts` rows with A = M = 0
   // over tokens, the others (in their order) over a triangulation of (N, A, M): `experts_mesh`
-  // when given (a bundle's stored one), else their Delaunay triangulation. Rows must have
+  // when given (a bundle's stored one), else the Delaunay triangulation of the rows in
+  // rows-per-expert coordinates where it triangulates them, else their own Delaunay
+  // triangulation (experts_mesh_source says which). Rows must have
   // positive tokens and times (the caller validates). Throws LookupError on duplicate rows or a
   // stored triangulation that does not fit them.
   ComponentTables(const std::map<Component, std::vector<TableRow>>& rows, ExpertPolytope polytope,
@@ -64,6 +74,7 @@ class ComponentTables {
   // The triangulation of the `experts` rows with A > 0 (nullopt when there are none): what the
   // publisher stores so that every reader interpolates over the same simplices.
   [[nodiscard]] std::optional<Triangulation> experts_mesh() const;
+  [[nodiscard]] MeshSource experts_mesh_source() const;
 
  private:
   struct Impl;

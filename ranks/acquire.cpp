@@ -373,7 +373,7 @@ class Acquisition {
       RefinementStep step;
       if (fid.refine && !last_stage)
         step = refinement_step(job_, t->target, f.component, grid, measured_held_out, misses,
-                               fid.max_added_points - f.added_points);
+                               fid.max_added_points - f.added_points, plan_.expert_time_steps);
       // Grid points that failed B/2B are measured again in fresh rounds, up to the limit.
       std::vector<GridPoint> again;
       for (const auto& p : f.failed)

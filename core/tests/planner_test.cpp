@@ -207,6 +207,56 @@ TEST(Grid, RowsBracketEachDeclaredTimeStep) {
   }
 }
 
+TEST(Grid, WhereEveryRouteIsLocalRowsSitOnRowsPerExpertRaysAroundEachStep) {
+  const auto job = parse_job(
+      "model:\n  preset: qwen3-30b-a3b\ndeployment:\n  tp: 1\n  dp: 1\ntokens:\n"
+      "  max_num_batched_tokens: 2048\ngraph:\n  mode: NONE\n",
+      "ep1");
+  const auto t = job.targets().front();
+  const std::vector<std::int64_t> steps{16, 64, 96, 128, 192, 256, 384, 512, 1000};
+  for (const std::int64_t n : {3, 40, 333, 2048}) {
+    const std::int64_t m = n * 8, lo = 8, hi = std::min<std::int64_t>(128, m);
+    std::set<std::int64_t> axis;
+    for (const auto& p : expert_row(job, t, n, steps)) {
+      EXPECT_EQ(p.assignments, m);
+      axis.insert(p.activated);
+    }
+    // The same rows-per-expert rays in every row: M/A = 1, 2, 4, ... wherever A is feasible.
+    for (std::int64_t r = 1; r <= m; r *= 2) {
+      if (const auto a = std::llround(double(m) / double(r)); a >= lo && a <= hi) {
+        EXPECT_TRUE(axis.contains(a)) << n << " ray " << r;
+      }
+    }
+    // Around each step b, by the histogram the stimulus realises (counts differ by at most one):
+    // the least A whose experts all have at most b rows, the A below it (some have more), and
+    // the largest A whose experts all have more than b.
+    for (const auto b : steps) {
+      std::optional<std::int64_t> all_at_most, all_above;
+      for (std::int64_t a = lo; a <= hi; ++a) {
+        if (!all_at_most && (m + a - 1) / a <= b) all_at_most = a;
+        if (m / a >= b + 1) all_above = a;
+      }
+      if (all_at_most) {
+        EXPECT_TRUE(axis.contains(*all_at_most)) << n << " step " << b;
+        if (*all_at_most > lo) {
+          EXPECT_TRUE(axis.contains(*all_at_most - 1)) << n << " step " << b;
+        }
+      }
+      if (all_above) {
+        EXPECT_TRUE(axis.contains(*all_above)) << n << " step " << b;
+      }
+    }
+  }
+  // With routes to remote experts (EP2) M varies in each column, and the A axis stays geometric.
+  const auto ep2 = parse_job(
+      "model:\n  preset: qwen3-30b-a3b\ndeployment:\n  tp: 1\n  dp: 2\n  ep: 2\n  ranks: [0]\n"
+      "tokens:\n  max_num_batched_tokens: 1024\n",
+      "ep2");
+  std::set<std::int64_t> a_ep2;
+  for (const auto& p : expert_row(ep2, ep2.targets().front(), 512, steps)) a_ep2.insert(p.activated);
+  for (const std::int64_t a : {1, 2, 4, 8, 16, 32, 64}) EXPECT_TRUE(a_ep2.contains(a)) << a;
+}
+
 TEST(Grid, StepRowsStayInTheSequenceParallelDomain) {
   auto job = parse_job(
       "model:\n  preset: qwen3-30b-a3b\ndeployment:\n  tp: 2\n  dp: 2\n  sp: true\n"

@@ -80,5 +80,24 @@ TEST(Refinement, AddsWholeExpertRowsWithinTheBudgetAndPromotesUnsplittableMisses
             (std::vector<GridPoint>{between}));
 }
 
+TEST(Refinement, WhereEveryRouteIsLocalAMissBetweenRaysAddsTheRayBetweenThemToEveryRow) {
+  const auto job = parse_job(
+      "model: {preset: qwen3-30b-a3b}\ndeployment: {tp: [1], dp: [1]}\n"
+      "tokens: {max_num_batched_tokens: 1024}\ngraph: {mode: NONE}\n",
+      "test");
+  const auto t = job.targets().front();
+  std::set<GridPoint> grid;
+  for (const auto n : {256, 1024})
+    for (const auto& p : expert_row(job, t, n)) grid.insert(p);
+  // Rays M/A = 32 and 64 at both rows; the miss at N = 512 lies between them (M/A = 4096/90).
+  const GridPoint miss{512, 90, 4096};
+  const auto step = refinement_step(job, t, Component::experts, grid, {miss}, {{miss, 0.2}}, 1000);
+  // The ray midway, 48 rows per expert, on every row where A = M/48 is feasible: 2048/48 at
+  // N = 256 (8192/48 at N = 1024 exceeds the 128 experts).
+  EXPECT_EQ(step.grid, (std::vector<GridPoint>{{256, 43, 2048}}));
+  // Probes at the miss's N on either side of the new ray: 40 and 56 rows per expert.
+  EXPECT_EQ(step.held_out, (std::vector<GridPoint>{{512, 73, 4096}, {512, 102, 4096}}));
+}
+
 }  // namespace
 }  // namespace moe

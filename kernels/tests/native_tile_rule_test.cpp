@@ -37,14 +37,14 @@ TEST(NativeTileRule, OnlyNativeDeclaresSteps) {
   EXPECT_TRUE(expert_time_steps("staircase_model", 1024).empty());
 }
 
-TEST(NativeTileRule, JobBoundIsTheBalancedPointAtTheLargestRowCount) {
+TEST(NativeTileRule, JobBoundIsTheLargestRowCountOnOneExpertShare) {
   const auto job = parse_job(
       "model:\n  preset: qwen3-30b-a3b\ndeployment:\n  tp: 1\n  dp: 1\ntokens:\n"
       "  max_num_batched_tokens: 8192\n",
       "test");
-  // 8192 tokens x k = 8 over 128 experts: 512 rows per expert at most.
-  EXPECT_EQ(expert_time_steps("native", job), native_time_steps(512));
-  EXPECT_EQ(expert_time_steps("native", job).back(), 384);
+  // 8192 tokens x k = 8 on the fewest active experts (k = 8): 8192 rows per expert at most.
+  EXPECT_EQ(expert_time_steps("native", job), native_time_steps(8192));
+  EXPECT_EQ(expert_time_steps("native", job).back(), 8064);
 }
 
 }  // namespace

@@ -147,5 +147,38 @@ TEST(SimplexInterpolator, AStoredTriangulationAnswersBitForBitAndIsChecked) {
                LookupError);
 }
 
+TEST(SimplexInterpolator, MeshCoordinatesGiveTheSimplicesAndAreChecked) {
+  // A 5 x 5 grid; mesh coordinates stretched monotonically along each axis (log-like) keep every
+  // simplex's orientation, so they triangulate the grid; the interpolation stays affine in the
+  // points (an affine function is reproduced exactly).
+  std::vector<P> pts, stretched;
+  for (int i = 0; i < 5; ++i)
+    for (int j = 0; j < 5; ++j) {
+      pts.push_back({1.0 + i, 1.0 + j * j, 0});
+      stretched.push_back({std::log(1.0 + i), std::sqrt(1.0 + j * j), 0});
+    }
+  const SimplexInterpolator mesh(pts, stretched);
+  ASSERT_EQ(mesh.dimension(), 2);
+  EXPECT_GT(mesh.simplex_count(), 0u);
+  const auto f = [](const P& p) { return 3 + 2 * p[0] - 0.5 * p[1]; };
+  std::mt19937 rng(5);
+  std::uniform_real_distribution<double> x(1, 5), y(1, 17);
+  for (int i = 0; i < 200; ++i) {
+    const P q{x(rng), y(rng), 0};
+    const auto w = mesh.locate(q);
+    ASSERT_TRUE(w) << q[0] << "," << q[1];
+    double v = 0;
+    for (const auto& [vertex, weight] : *w) v += weight * f(pts[vertex]);
+    EXPECT_NEAR(v, f(q), 1e-9);
+  }
+  EXPECT_THROW(SimplexInterpolator(pts, std::vector<P>(3)), std::invalid_argument);  // one each
+  auto folded = stretched;
+  std::swap(folded[6], folded[18]);  // two interior points trade places: simplices fold over
+  EXPECT_THROW(SimplexInterpolator(pts, folded), std::invalid_argument);
+  std::vector<P> line;
+  for (const auto& p : pts) line.push_back({p[0], 2 * p[0], 0});  // one dimension, not two
+  EXPECT_THROW(SimplexInterpolator(pts, line), std::invalid_argument);
+}
+
 }  // namespace
 }  // namespace moe
