@@ -157,9 +157,6 @@ using MediumTile = TileConfig<4, 1, 1, 2, 8, 64, 4, 2>;
 using Wide96Tile = TileConfig<2, 2, 1, 4, 6, 64, 3, 2>;
 // Many rows per expert: 128 x 128 tiles, 64 x 64 per warp.
 using WideTile = TileConfig<2, 2, 1, 4, 8, 64, 3, 2>;
-// Up to 256 rows per expert in one tile: 128 weight rows x 256 tokens, 64 x 64 per warp, so an
-// expert's weights are streamed once where the wide tile would stream them twice.
-using Wide256Tile = TileConfig<2, 4, 1, 4, 8, 64, 3, 1>;
 
 struct GemmArgs {
   const bf16* weights;  // [local][weight rows][K]
@@ -366,29 +363,23 @@ __global__ void __launch_bounds__(C::kThreads, C::kMinBlocks) expert_gemm(GemmAr
       first_pos, tile_rows, lane);
 }
 
-// Block: 2 warpgroups, each with two 64-row m-tiles, K in steps of 64 through kStages cp.async
-// stages (at least 3). kTokenGroups = 1: the warpgroups split the weight rows (256 of them) and
-// share the kTokens token rows; gated, warpgroup g takes gate rows [64g, 64g + 64) and the same
-// up rows, so SiLU(gate) * up stays in one thread's registers. kTokenGroups = 2: they share 128
-// weight rows (gated: 64 gate and the same 64 up rows) and split the token rows, so each
-// weight row is loaded once for twice the tokens at the same accumulator count.
-template <int kTokens_, int kStages_, int kTokenGroups_ = 1>
+// Block: 2 warpgroups x (two 64-row m-tiles) = 256 weight rows, kTokens token rows, K in steps
+// of 64 through kStages cp.async stages (at least 3). Gated: warpgroup g takes gate rows [64g, 64g
+// + 64) and the same up rows, so SiLU(gate) * up stays in one thread's registers.
+template <int kTokens_, int kStages_>
 struct WgmmaConfig {
-  static constexpr int kThreads = 256, kTokenGroups = kTokenGroups_, kRows = 256 / kTokenGroups,
-                       kTokens = kTokens_, kBK = 64, kStages = kStages_, kChunks = 8;
-  static constexpr int kGroupTokens = kTokens / kTokenGroups;  // the N of one warpgroup's wgmma
+  static constexpr int kThreads = 256, kRows = 256, kTokens = kTokens_, kBK = 64,
+                       kStages = kStages_, kChunks = 8;
   static constexpr int kStageW = kRows * kBK, kStageX = kTokens * kBK;
   static constexpr int kWLoads = kRows * kChunks / kThreads, kXLoads = kTokens * kChunks / kThreads;
-  static constexpr int kNT = kGroupTokens / 8;
+  static constexpr int kNT = kTokens / 8;
   // +1024: the stages are placed on a 1024-byte boundary (the swizzle atom).
   static constexpr int kSmemBytes = kStages * (kStageW + kStageX) * 2 + 1024;
   static_assert(kStages >= 3, "a stage is refilled two steps after its wgmma was issued");
-  static_assert(kTokenGroups == 1 || kTokenGroups == 2, "two warpgroups");
 };
 using WgmmaWide = WgmmaConfig<128, 4>;
 using WgmmaWide96 = WgmmaConfig<96, 4>;
 using WgmmaMedium = WgmmaConfig<64, 5>;
-using WgmmaWide256 = WgmmaConfig<256, 4, 2>;
 
 #if HARNESS_WGMMA
 // ---------------------------------------------------------------- Hopper wgmma GEMM (sm_90a)
@@ -487,12 +478,9 @@ __global__ void __launch_bounds__(C::kThreads, 1) expert_gemm_wgmma(GemmArgs a) 
   const TileLoader<C, kGated> loader(a, tile.x, first_pos, tile_rows, feature0, tid);
   const int k_steps = (a.k + C::kBK - 1) / C::kBK;
   auto stage_w = [&](int stage) { return smem + stage * (C::kStageW + C::kStageX); };
-  constexpr bool kSplitTokens = C::kTokenGroups == 2;
-  // Shared rows of this warpgroup's two m-tiles (gated: its gate rows, then the same up rows),
-  // its first token row, and the first feature of its output rows.
-  const int mtile_row[2] = {kSplitTokens ? 0 : (kGated ? group * 64 : group * 128),
-                            kSplitTokens ? 64 : (kGated ? C::kRows / 2 + group * 64 : group * 128 + 64)};
-  const int token0 = kSplitTokens ? group * C::kGroupTokens : 0;
+  // Shared rows of this warpgroup's two m-tiles.
+  const int mtile_row[2] = {kGated ? group * 64 : group * 128,
+                            kGated ? C::kRows / 2 + group * 64 : group * 128 + 64};
 
   // Loads run kStages - 2 K steps ahead, and one step's wgmma group stays in flight while the
   // next is issued: the stage refilled at step s was last read by the wgmma of step s - 2,
@@ -509,11 +497,10 @@ __global__ void __launch_bounds__(C::kThreads, 1) expert_gemm_wgmma(GemmArgs a) 
         wgmma_fence();
 #pragma unroll
         for (int ks = 0; ks < C::kBK / 16; ++ks) {
-          // token0 rows of 128 bytes: a multiple of the 1024-byte swizzle atom.
-          const std::uint64_t b = wgmma_desc(sx + token0 * C::kBK + ks * 16);
+          const std::uint64_t b = wgmma_desc(sx + ks * 16);
 #pragma unroll
           for (int j = 0; j < 2; ++j)
-            wgmma_bf16<C::kGroupTokens>(reinterpret_cast<float(&)[C::kGroupTokens / 2]>(acc[j]),
+            wgmma_bf16<C::kTokens>(reinterpret_cast<float(&)[C::kTokens / 2]>(acc[j]),
                                    wgmma_desc(sw + mtile_row[j] * C::kBK + ks * 16), b,
                                    accumulate || ks > 0);
         }
@@ -531,9 +518,8 @@ __global__ void __launch_bounds__(C::kThreads, 1) expert_gemm_wgmma(GemmArgs a) 
       for (int r = 0; r < 4; ++r) asm volatile("" : "+f"(acc[j][n][r])::"memory");
   // Fragment rows: warp w of the warpgroup holds rows 16w + lane/4 (+8) of each m-tile.
   store_accumulators<kGated>(
-      a, acc,
-      [&](int j) { return (kGated ? mtile_row[0] : mtile_row[j]) + 16 * warp_in_group; },
-      feature0, token0, first_pos, tile_rows, lane);
+      a, acc, [&](int j) { return (kGated ? group * 64 : mtile_row[j]) + 16 * warp_in_group; },
+      feature0, 0, first_pos, tile_rows, lane);
 }
 #endif  // HARNESS_WGMMA
 
@@ -591,13 +577,11 @@ __global__ void combine_lanes(const bf16* __restrict__ y, const int* __restrict_
 static_assert(NarrowTile::kTokens == native_tile_tokens(NativeTile::narrow) &&
               MediumTile::kTokens == native_tile_tokens(NativeTile::medium) &&
               Wide96Tile::kTokens == native_tile_tokens(NativeTile::wide96) &&
-              WideTile::kTokens == native_tile_tokens(NativeTile::wide) &&
-              Wide256Tile::kTokens == native_tile_tokens(NativeTile::wide256));
+              WideTile::kTokens == native_tile_tokens(NativeTile::wide));
 #if HARNESS_WGMMA
 static_assert(WgmmaMedium::kTokens == MediumTile::kTokens &&
               WgmmaWide96::kTokens == Wide96Tile::kTokens &&
-              WgmmaWide::kTokens == WideTile::kTokens &&
-              WgmmaWide256::kTokens == Wide256Tile::kTokens);
+              WgmmaWide::kTokens == WideTile::kTokens);
 #endif
 
 template <class C, bool kGated, bool kWgmma>
@@ -727,9 +711,6 @@ void NativeExperts::forward(const bf16* x, const int* ids, const float* weights,
       break;
     case NativeTile::wide:
       launch_tile<WideTile, WgmmaWide>(wgmma_, up, down, inter, h, max_tiles_, s_);
-      break;
-    case NativeTile::wide256:
-      launch_tile<Wide256Tile, WgmmaWide256>(wgmma_, up, down, inter, h, max_tiles_, s_);
       break;
   }
   const std::size_t lane_bytes = static_cast<std::size_t>(g_.top_k) * 8;

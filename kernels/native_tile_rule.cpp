@@ -17,8 +17,6 @@ const char* to_string(NativeTile t) {
       return "wide96";
     case NativeTile::wide:
       return "wide";
-    case NativeTile::wide256:
-      return "wide256";
   }
   return "?";
 }
@@ -39,8 +37,6 @@ double tile_cost(NativeTile t) {
       return 1.13;
     case NativeTile::wide:
       return 476.0 / 376.0;
-    case NativeTile::wide256:
-      return 1.6;
   }
   return 1.0;
 }

@@ -12,11 +12,10 @@
 
 namespace moe {
 
-// Token rows per tile: narrow 16, medium 64, wide96 96, wide 128, wide256 256.
-enum class NativeTile { narrow, medium, wide96, wide, wide256 };
+// Token rows per tile: narrow 16, medium 64, wide96 96, wide 128.
+enum class NativeTile { narrow, medium, wide96, wide };
 inline constexpr NativeTile kNativeTiles[] = {NativeTile::narrow, NativeTile::medium,
-                                              NativeTile::wide96, NativeTile::wide,
-                                              NativeTile::wide256};
+                                              NativeTile::wide96, NativeTile::wide};
 [[nodiscard]] const char* to_string(NativeTile t);
 [[nodiscard]] constexpr int native_tile_tokens(NativeTile t) {
   switch (t) {
@@ -28,8 +27,6 @@ inline constexpr NativeTile kNativeTiles[] = {NativeTile::narrow, NativeTile::me
       return 96;
     case NativeTile::wide:
       return 128;
-    case NativeTile::wide256:
-      return 256;
   }
   return 0;
 }
