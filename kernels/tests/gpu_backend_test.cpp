@@ -8,6 +8,7 @@
 #include <tuple>
 
 #include "kernels/bf16.h"
+#include "kernels/native_tile_rule.h"
 #include "kernels/stimulus.h"
 #include "kernels/tests/cuda_testing.h"
 #include "kernels/workload.h"
@@ -272,29 +273,35 @@ TEST_P(GpuBackend, GateForwardIsCapturableInACudaGraphAndDeterministic) {
 
 INSTANTIATE_TEST_SUITE_P(Backends, GpuBackend, ::testing::Values("cublas_grouped", "native"));
 
-// The native kernels pick a tile by expected rows per expert; cover each tile, odd shapes
-// (partial tiles in rows, features and K) and models with wider H and I.
+// The native kernels pick a tile by expected rows per expert (the cost rule); cover the rule's
+// choices, then every tile forced (HARNESS_NATIVE_TILE) at one, a few and many tiles per expert
+// with partial tiles, odd shapes (partial tiles in rows, features and K) and models with wider H
+// and I.
 TEST(NativeBackend, EveryTileMatchesTheReference) {
   REQUIRE_GPU();
   const auto qwen = *find_preset("qwen3-30b-a3b");
   const auto big = *find_preset("qwen3-235b-a22b");
   const Target ep1{1, 1, 1, 0, false}, ep4{2, 2, 4, 3, false};
-  expect_matches_reference("native", qwen, ep1, Component::experts, {1, 8, 8}, 2);         // narrow
-  expect_matches_reference("native", qwen, ep1, Component::experts, {200, 128, 1600}, 2);  // narrow
-  expect_matches_reference("native", qwen, ep1, Component::experts, {700, 128, 5600}, 2);  // medium
-  expect_matches_reference("native", qwen, ep1, Component::experts, {1400, 128, 11200},
-                           2);  // wide96
-  expect_matches_reference("native", qwen, ep1, Component::experts, {2400, 100, 19200},
-                           2);  // wide96 x2
-  expect_matches_reference("native", qwen, ep1, Component::experts, {2048, 128, 16384}, 2);  // wide
-  expect_matches_reference("native", qwen, ep1, Component::experts, {3000, 17, 24000}, 2);   // wide
+  for (const GridPoint p : {GridPoint{1, 8, 8}, GridPoint{200, 128, 1600}, GridPoint{700, 128, 5600},
+                            GridPoint{1400, 128, 11200}, GridPoint{2048, 128, 16384},
+                            GridPoint{2400, 100, 19200}, GridPoint{3000, 17, 24000}})
+    expect_matches_reference("native", qwen, ep1, Component::experts, p, 2);
   expect_matches_reference("native", big, ep4, Component::experts, {64, 30, 200}, 2);
   expect_matches_reference("native", big, ep4, Component::experts, {4096, 32, 8192}, 2);
   auto odd = *find_preset("tiny");
   odd.hidden = 72;        // not a multiple of the 64/128-wide K steps
   odd.intermediate = 40;  // not a multiple of the feature tiles
-  for (GridPoint p : {GridPoint{3, 2, 6}, GridPoint{300, 8, 600}, GridPoint{1000, 8, 2000}})
-    expect_matches_reference("native", odd, ep1, Component::experts, p, 2);
+  for (const auto tile : kNativeTiles) {
+    SCOPED_TRACE(to_string(tile));
+    ASSERT_EQ(setenv("HARNESS_NATIVE_TILE", to_string(tile), 1), 0);
+    // 112, 384 and 3000 rows per expert: one partial tile, several, many.
+    for (const GridPoint p : {GridPoint{1400, 100, 11200}, GridPoint{2400, 50, 19200},
+                              GridPoint{3000, 8, 24000}})
+      expect_matches_reference("native", qwen, ep1, Component::experts, p, 2);
+    for (GridPoint p : {GridPoint{3, 2, 6}, GridPoint{300, 8, 600}, GridPoint{1000, 8, 2000}})
+      expect_matches_reference("native", odd, ep1, Component::experts, p, 2);
+  }
+  ASSERT_EQ(unsetenv("HARNESS_NATIVE_TILE"), 0);
 }
 
 // Builds without sm_90a (or GPUs other than sm_90) run the medium and wide tiles on mma.sync;
