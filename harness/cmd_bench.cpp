@@ -59,7 +59,6 @@ struct Row {
   // The device during the timed forwards (NVML): SM clock after them, and the time the power or
   // thermal policy held the clocks down while they ran ("sm_clock_mhz=1980;power_capped_ms=0").
   std::string device_state;
-  double settled_ms = 0;  // how long the settle ran
   Floor floor;
   std::optional<double> native_over_cublas;
 };
@@ -97,8 +96,7 @@ std::string device_state_during(const std::map<std::string, std::string>& before
 }
 
 Row measure(Backend& backend, ForwardTimer& timer, const WorkloadSpec& spec,
-            std::shared_ptr<const WeightSet> weights, int iterations, double settle_ms,
-            double settle_stable) {
+            std::shared_ptr<const WeightSet> weights, int iterations, double settle_ms) {
   Row row;
   row.component = to_string(spec.component);
   row.model = spec.geometry.name;
@@ -115,8 +113,7 @@ Row measure(Backend& backend, ForwardTimer& timer, const WorkloadSpec& spec,
                              std::to_string(row.max_error) + " exceeds the tolerance");
   // The protocol's loop: one rotation of warm-up, then whole rotations of timed forwards.
   const std::string label = "bench_" + row.component;
-  const auto settle = settle_forwards(*w, timer, spec.banks, settle_ms, label, settle_stable);
-  row.settled_ms = settle.wall_ms;
+  const auto settle = settle_forwards(*w, timer, spec.banks, settle_ms, label);
   const auto warm_up = run_forwards(*w, timer, spec.banks, spec.banks, false, label);
   const int forwards =
       (std::max(iterations, spec.banks) + spec.banks - 1) / spec.banks * spec.banks;
@@ -150,8 +147,7 @@ void write_csv(const std::string& path, const std::vector<Row>& rows, const Devi
   if (!os) throw std::runtime_error("cannot write " + path);
   os << "component,model,backend,tokens,activated,assignments,banks,median_us,min_us,max_us,"
         "floor_us,floor_bound,floor_bytes,floor_flops,ratio_to_floor,native_over_cublas,"
-        "max_rel_error,copy_gbps,gemm_tflops,device,kernels,configuration,device_state,"
-        "settled_ms\n";
+        "max_rel_error,copy_gbps,gemm_tflops,device,kernels,configuration,device_state\n";
   os << std::setprecision(6);
   for (const auto& r : rows) {
     os << r.component << ',' << r.model << ',' << r.backend << ',' << r.point.tokens << ','
@@ -161,7 +157,7 @@ void write_csv(const std::string& path, const std::vector<Row>& rows, const Devi
     if (r.native_over_cublas) os << *r.native_over_cublas;
     os << ',' << r.max_error << ',' << peaks.copy_bytes_per_s / 1e9 << ','
        << peaks.bf16_flops_per_s / 1e12 << ',' << device << ",\"" << r.kernels << "\",\""
-       << r.configuration << "\",\"" << r.device_state << "\"," << r.settled_ms << "\n";
+       << r.configuration << "\",\"" << r.device_state << "\"\n";
   }
   if (!os.flush()) throw std::runtime_error("cannot write " + path);
 }
@@ -231,7 +227,6 @@ int bench_experts(const Args& args) {
               components = "experts,gate_routing,finalize_copy", csv = "bench-experts.csv";
   int iterations = 20, device = 0;
   double settle_ms = kGpuSettleMs;  // what `acquire` does on a GPU, so the two agree
-  double settle_stable = 0;
   bool sweep = false;
   po::options_description desc("harness bench experts [options]");
   desc.add_options()("models", po::value(&models), "comma-separated model presets")(
@@ -241,11 +236,7 @@ int bench_experts(const Args& args) {
       "iterations", po::value(&iterations), "timed forwards per point (at least one rotation)")(
       "settle-ms", po::value(&settle_ms),
       "untimed forwards for this long before each point's warm-up (sustained load; default: "
-      "acquire's on a GPU)")("settle-stable", po::value(&settle_stable),
-                             "end the settle sooner once the time per forward of three "
-                             "consecutive 25 ms windows changes by at most this fraction "
-                             "(0: always the whole --settle-ms)")(
-      "device", po::value(&device), "CUDA device index")(
+      "acquire's on a GPU)")("device", po::value(&device), "CUDA device index")(
       "csv", po::value(&csv), "CSV output")(
       "sweep", po::bool_switch(&sweep),
       "64 token counts from 1 to 8192 (native, experts, Qwen3-30B-A3B unless given) and the "
@@ -266,8 +257,6 @@ int bench_experts(const Args& args) {
   if (!(settle_ms >= 0 && settle_ms <= job_limits::kSettleMs))
     throw std::invalid_argument("--settle-ms must be between 0 and " +
                                 std::to_string(job_limits::kSettleMs));
-  if (!(settle_stable >= 0 && settle_stable < 1))
-    throw std::invalid_argument("--settle-stable must be a fraction in [0, 1)");
   std::vector<ModelGeometry> geometries;
   for (const auto& m : split_list(models)) {
     auto g = find_preset(m);
@@ -316,7 +305,7 @@ int bench_experts(const Args& args) {
         std::map<std::string, double> by_backend;
         const std::size_t first = rows.size();
         for (auto& b : bs) {
-          rows.push_back(measure(*b, *timer, spec, weights, iterations, settle_ms, settle_stable));
+          rows.push_back(measure(*b, *timer, spec, weights, iterations, settle_ms));
           rows.back().floor =
               floor_of(g, c, spec.point, {peaks.copy_bytes_per_s, peaks.bf16_flops_per_s});
           by_backend[b->name()] = rows.back().median_us;

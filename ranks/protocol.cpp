@@ -38,34 +38,17 @@ ForwardRun run_forwards(Workload& w, ForwardTimer& timer, int count, int banks, 
 }
 
 ForwardRun settle_forwards(Workload& w, ForwardTimer& timer, int banks, double ms,
-                           const std::string& label, double stable) {
+                           const std::string& label) {
   ForwardRun run;
-  using clock = std::chrono::steady_clock;
-  const auto start = clock::now();
-  const auto ms_since = [](clock::time_point t) {
-    return std::chrono::duration<double, std::milli>(clock::now() - t).count();
+  const auto start = std::chrono::steady_clock::now();
+  const auto elapsed_ms = [&] {
+    return std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - start)
+        .count();
   };
-  // Mean wall time per forward of the completed windows, the newest last.
-  std::vector<double> windows;
-  auto window_start = start;
-  int window_forwards = 0;
-  const auto settled = [&] {
-    if (stable <= 0 || windows.size() < 4) return false;
-    for (std::size_t i = windows.size() - 3; i < windows.size(); ++i)
-      if (std::abs(windows[i] - windows[i - 1]) > stable * windows[i - 1]) return false;
-    return true;
-  };
-  const int batch = std::max(2, banks);
-  while (ms > 0 && ms_since(start) < ms && !settled()) {
-    run.route_errors += run_forwards(w, timer, batch, banks, false, label).route_errors;
-    window_forwards += batch;
-    if (const double window_ms = ms_since(window_start); window_ms >= kSettleWindowMs) {
-      windows.push_back(window_ms / window_forwards);
-      window_start = clock::now();
-      window_forwards = 0;
-    }
+  while (ms > 0 && elapsed_ms() < ms) {
+    run.route_errors +=
+        run_forwards(w, timer, std::max(2, banks), banks, false, label).route_errors;
   }
-  run.wall_ms = ms_since(start);
   return run;
 }
 

@@ -36,7 +36,6 @@ struct CellRoundSpec {
 struct ForwardRun {
   std::vector<ForwardRecord> records;  // one per forward when timed, else empty
   std::uint64_t route_errors = 0;      // forwards after which the sticky route flag was raised
-  double wall_ms = 0;                  // settle_forwards: how long it ran
 };
 
 // The timing loop of every measurement (acquire, bench, the co-location gate): `count` forwards
@@ -47,13 +46,10 @@ struct ForwardRun {
 
 // Untimed forwards, in batches cycling over `banks`, until at least `ms` of wall time has
 // passed: the device under sustained load (its power and clock governors settled, as in serving)
-// before a point is timed (docs/measurement.md#protocol). With `stable` > 0 it may end sooner:
-// once the mean wall time per forward of each of the last three windows of kSettleWindowMs is
-// within `stable` (relative) of the window before. Returns the route-flag count and the wall
-// time it ran (no records); nothing runs when `ms` <= 0.
-inline constexpr double kSettleWindowMs = 25;
+// before a point is timed (docs/measurement.md#protocol). Returns the route-flag count (no
+// records); nothing runs when `ms` <= 0.
 [[nodiscard]] ForwardRun settle_forwards(Workload& w, ForwardTimer& timer, int banks, double ms,
-                                         const std::string& label, double stable = 0);
+                                         const std::string& label);
 
 // Measures every point of one cell round in a seeded random order. `on_point` is called after
 // each point (progress). Throws MeasurementError on a failed correctness check, an activity list
