@@ -17,17 +17,21 @@ std::string fidelity_cell_id(const Target& t, Component c, CellRole role) {
   std::string id = t.cell_id() + "." + std::string(to_string(c));
   if (role.held_out) id += ".held_out";
   if (role.stage > 0) id += ".stage" + std::to_string(role.stage);
+  if (role.part > 0) id += ".part" + std::to_string(role.part);
   return id;
 }
 
 json fidelity_cell_json(const Target& t, Component c, CellRole role, int rounds, int weight_banks) {
-  return {{"target", t.to_json()}, {"component", to_string(c)},
-          {"rounds", rounds},      {"weight_banks", weight_banks},
-          {"stage", role.stage},   {"role", role.held_out ? "held_out" : "grid"}};
+  json j = {{"target", t.to_json()}, {"component", to_string(c)},
+            {"rounds", rounds},      {"weight_banks", weight_banks},
+            {"stage", role.stage},   {"role", role.held_out ? "held_out" : "grid"}};
+  if (role.part > 0) j["part"] = role.part;
+  return j;
 }
 
 CellRole cell_role(const json& cell_json) {
-  return {cell_json.value("stage", 0), cell_json.value("role", "grid") == "held_out"};
+  return {cell_json.value("stage", 0), cell_json.value("role", "grid") == "held_out",
+          cell_json.value("part", 0)};
 }
 
 std::vector<HeldOutPoint> ComponentFidelity::worst(std::size_t n) const {

@@ -21,13 +21,18 @@
 
 namespace moe {
 
-// Where a cell stands in the fidelity loop: refinement stage (0 = planned) and role.
+// Where a cell stands in the fidelity loop: refinement stage (0 = planned) and role, and which
+// part of that stage's points it holds (a stage's points are split into cells of at most
+// kCellPoints, so that a wave commits in bounded time: docs/design.md).
 struct CellRole {
   int stage = 0;
   bool held_out = false;
+  int part = 0;
 };
+inline constexpr std::size_t kCellPoints = 64;
 // The HDF5 cell id of a target's component in a stage and role: the planned grid keeps
-// "<cell_id>.<component>"; others append ".held_out" and/or ".stage<s>".
+// "<cell_id>.<component>"; others append ".held_out" and/or ".stage<s>", parts after the first
+// ".part<p>".
 [[nodiscard]] std::string fidelity_cell_id(const Target& t, Component c, CellRole role);
 // The cell's self-description (cell JSON) and its parse.
 [[nodiscard]] nlohmann::json fidelity_cell_json(const Target& t, Component c, CellRole role,

@@ -77,6 +77,26 @@ struct Cell {
 // resolves steps narrower than 2^-32 of the token range before the point cap does.
 constexpr int kMaxRefinementStages = 32;
 
+}  // namespace
+
+std::vector<std::size_t> wave_bounds(const std::vector<std::int64_t>& cell_points, int ranks,
+                                     std::int64_t max_points) {
+  std::vector<std::size_t> bounds{0};
+  std::vector<std::int64_t> load(static_cast<std::size_t>(std::max(1, ranks)), 0);
+  for (std::size_t c = 0; c < cell_points.size(); ++c) {
+    auto& mine = load[c % load.size()];
+    if (mine > 0 && mine + cell_points[c] > max_points) {
+      bounds.push_back(c);
+      std::fill(load.begin(), load.end(), 0);
+    }
+    load[c % load.size()] += cell_points[c];
+  }
+  if (bounds.back() != cell_points.size()) bounds.push_back(cell_points.size());
+  return bounds;
+}
+
+namespace {
+
 // What one rank measured in one wave, before it is committed.
 struct WaveResult {
   std::vector<CellRound> rounds;
@@ -118,16 +138,22 @@ class Acquisition {
     calibrate();
     const auto measure_start = Clock::now();
     do {
-      for (int r = 0; r < job_.rounds; ++r) {
-        const auto go = reserve(r);
-        if (!go) break;
-        if (*go == 0) continue;  // every cell of this round is complete
-        const auto wave_start = Clock::now();
-        const WatchdogScope wave(&watchdog_, "wave",
-                                 "the wave of round " + std::to_string(r) + " (measure and commit)",
-                                 wave_wall_estimate_);
-        commit(r, measure(r), wave_start, measure_start);
-      }
+      std::vector<std::int64_t> cell_points;
+      for (const auto& cell : cells_) cell_points.push_back(cell.points());
+      const auto bounds = wave_bounds(cell_points, size_, kWavePoints);
+      for (int r = 0; r < job_.rounds && !stopped_by_budget(); ++r)
+        for (std::size_t w = 0; w + 1 < bounds.size(); ++w) {
+          const Wave wave{r, bounds[w], bounds[w + 1]};
+          const auto go = reserve(wave);
+          if (!go) break;
+          if (*go == 0) continue;  // every cell of this wave is complete
+          const auto wave_start = Clock::now();
+          const WatchdogScope watch(
+              &watchdog_, "wave",
+              "the wave of round " + std::to_string(r) + " (measure and commit)",
+              wave_wall_estimate_);
+          commit(r, measure(wave), wave_start, measure_start);
+        }
       if (stopped_by_budget()) return finish(t0, false);
     } while (refine());
     collectives();
@@ -205,8 +231,8 @@ class Acquisition {
 
     for (const auto& t : plan_.targets)
       for (const auto& g : t.components) {
-        add_cell(t, g.component, {0, false}, g.points);
-        if (!g.held_out.empty()) add_cell(t, g.component, {0, true}, g.held_out);
+        add_cells(t, g.component, {0, false}, g.points);
+        add_cells(t, g.component, {0, true}, g.held_out);
       }
     for (const auto& info : earlier_stages) add_stored_cell(info);
     declare();
@@ -258,9 +284,25 @@ class Acquisition {
             job_.rounds};
   }
 
-  // Appends a planned cell of target `t` (not yet declared in the file).
-  void add_cell(const TargetPlan& t, Component c, CellRole role, std::vector<GridPoint> points) {
-    cells_.push_back({&t, c, role, cell_info(t, c, role, std::move(points)), {}});
+  // The cells of target `t`'s points of component `c` in `role`: parts of at most kCellPoints.
+  [[nodiscard]] std::vector<CellInfo> cell_parts(const TargetPlan& t, Component c, CellRole role,
+                                                 const std::vector<GridPoint>& points) const {
+    std::vector<CellInfo> out;
+    for (std::size_t first = 0; first < points.size(); first += kCellPoints) {
+      role.part = static_cast<int>(first / kCellPoints);
+      const auto last = std::min(points.size(), first + kCellPoints);
+      out.push_back(cell_info(t, c, role,
+                              {points.begin() + static_cast<std::ptrdiff_t>(first),
+                               points.begin() + static_cast<std::ptrdiff_t>(last)}));
+    }
+    return out;
+  }
+
+  // Appends the planned cells of target `t` (not yet declared in the file).
+  void add_cells(const TargetPlan& t, Component c, CellRole role,
+                 const std::vector<GridPoint>& points) {
+    for (auto& info : cell_parts(t, c, role, points))
+      cells_.push_back({&t, c, cell_role(json::parse(info.json)), std::move(info), {}});
   }
 
   // Appends a refinement-stage cell as stored in the file; its target must be in the plan.
@@ -381,8 +423,9 @@ class Acquisition {
       std::set<GridPoint> stage_grid(step.grid.begin(), step.grid.end());
       stage_grid.insert(again.begin(), again.end());
       const CellRole grid_role{f.stages + 1, false}, held_role{f.stages + 1, true};
-      const auto cell = [&](CellRole role, std::vector<GridPoint> points) {
-        out.push_back(cell_info_json(cell_info(*t, f.component, role, std::move(points))));
+      const auto cell = [&](CellRole role, const std::vector<GridPoint>& points) {
+        for (const auto& info : cell_parts(*t, f.component, role, points))
+          out.push_back(cell_info_json(info));
       };
       if (!stage_grid.empty()) cell(grid_role, {stage_grid.begin(), stage_grid.end()});
       if (!step.held_out.empty()) cell(held_role, step.held_out);
@@ -545,10 +588,15 @@ class Acquisition {
   [[nodiscard]] bool mine(std::size_t c) const {
     return c % static_cast<std::size_t>(size_) == static_cast<std::size_t>(rank_);
   }
-  [[nodiscard]] bool round_left(int r) const {
-    return std::any_of(cells_.begin(), cells_.end(), [&](const Cell& cell) {
-      return !cell.rounds_done[static_cast<std::size_t>(r)];
-    });
+  // Cells [first, end) of cells_ in round `round`.
+  struct Wave {
+    int round;
+    std::size_t first, end;
+  };
+  [[nodiscard]] bool left(const Wave& w) const {
+    for (std::size_t c = w.first; c < w.end; ++c)
+      if (!cells_[c].rounds_done[static_cast<std::size_t>(w.round)]) return true;
+    return false;
   }
 
   // Calibration: the measured cost of one round of each of this rank's cells, from the
@@ -601,24 +649,25 @@ class Acquisition {
 
   // Conservative estimate of one wave: the slowest rank's measured cell costs times every device
   // held while it runs. Collective.
-  [[nodiscard]] double wave_estimate(int r) const {
+  [[nodiscard]] double wave_estimate(const Wave& w) const {
     double my_cost = 0, slowest = 0;
-    for (std::size_t c = 0; c < cells_.size(); ++c)
-      if (mine(c) && !cells_[c].rounds_done[static_cast<std::size_t>(r)]) my_cost += cell_cost_[c];
+    for (std::size_t c = w.first; c < w.end; ++c)
+      if (mine(c) && !cells_[c].rounds_done[static_cast<std::size_t>(w.round)])
+        my_cost += cell_cost_[c];
     HARNESS_CHECK_MPI(MPI_Allreduce(&my_cost, &slowest, 1, MPI_DOUBLE, MPI_MAX, comm_));
     return slowest * size_ * slots_ * kReservationMargin;
   }
 
-  // Reserves wave `r` against the budget on rank 0. nullopt: the budget stops the campaign;
-  // 0: nothing left to measure in this round; 1: go.
-  std::optional<int> reserve(int r) {
-    if (!round_left(r)) return 0;
-    const double estimate = wave_estimate(r);
+  // Reserves wave `w` against the budget on rank 0. nullopt: the budget stops the campaign;
+  // 0: nothing left to measure in this wave; 1: go.
+  std::optional<int> reserve(const Wave& w) {
+    if (!left(w)) return 0;
+    const double estimate = wave_estimate(w);
     wave_wall_estimate_ = estimate / size_;
     int go = 1;
     if (rank_ == 0) {
       try {
-        campaign_->reserve("round " + std::to_string(r), estimate, size_);
+        campaign_->reserve("round " + std::to_string(w.round), estimate, size_);
       } catch (const BudgetError& e) {
         summary_.budget_stop = e.what();
         go = 0;
@@ -628,16 +677,16 @@ class Acquisition {
     return go ? std::optional<int>(1) : std::nullopt;
   }
 
-  // Wave: this rank's cells of round `r`; at most `regime_` ranks of a node measure at a time.
-  WaveResult measure(int r) {
+  // Wave: this rank's cells of the wave; at most `regime_` ranks of a node measure at a time.
+  WaveResult measure(const Wave& wave) {
+    const int r = wave.round;
     WaveResult out;
     for (int slot = 0; slot < slots_; ++slot) {
       if (slot > 0) HARNESS_CHECK_MPI(MPI_Barrier(ctx_->node));
       if (ctx_->node_rank / regime_ != slot) continue;
-      for (std::size_t c = static_cast<std::size_t>(rank_); c < cells_.size();
-           c += static_cast<std::size_t>(size_)) {
+      for (std::size_t c = wave.first; c < wave.end; ++c) {
         const auto& cell = cells_[c];
-        if (cell.rounds_done[static_cast<std::size_t>(r)]) continue;
+        if (!mine(c) || cell.rounds_done[static_cast<std::size_t>(r)]) continue;
         const auto spec = cell_spec(c, r);
         // On a terminal, rank 0 shows its current cell and point in place; batch logs get one
         // line per committed round.

@@ -51,6 +51,17 @@ struct AcquireSummary {
   std::string cost_model;  // how the wave reservations were estimated
 };
 
+// Points of any one rank's cells that a wave holds at most: a round is measured and committed in
+// waves of consecutive cells, so a kill loses at most one wave's work (docs/design.md).
+inline constexpr std::int64_t kWavePoints = 256;
+
+// The waves of a round: boundaries 0 = b0 < b1 < ... < bk = cell count of consecutive ranges of
+// cells, where cell c belongs to rank c % ranks, each range holding at most `max_points` points of
+// any one rank's cells (a larger cell is a wave of its own). Depends only on the cells, so every
+// rank and every resumed run cuts the same waves.
+[[nodiscard]] std::vector<std::size_t> wave_bounds(const std::vector<std::int64_t>& cell_points,
+                                                   int ranks, std::int64_t max_points);
+
 // Collective over `comm`. Throws on bad input before any measurement; measurement errors are
 // thrown on the rank that saw them (the caller aborts the job).
 AcquireSummary acquire(MPI_Comm comm, const JobSpec& job, const AcquireOptions& options);

@@ -10,6 +10,7 @@ import os
 import shutil
 import tempfile
 
+import h5py
 import yaml
 
 from harness_test_lib import HARNESS, SOURCE_DIR, mpirun_cmd, run
@@ -42,6 +43,12 @@ with tempfile.TemporaryDirectory() as tmp:
     p = run(mpirun_cmd(4, "acquire", "--unverified", job, "--out", acq, "--out-root", root, "--quiet"))
     assert "3 component tables and 2 collective tables published" in p.stdout, p.stdout
     variant = os.path.join(root, "tiny")
+    # The 134-point experts grids of the EP > 1 targets are measured as cells of at most 64 points
+    # (committed wave by wave), and every planned point is published from them.
+    with h5py.File(os.path.join(acq, "acquisition.h5"), "r") as f:
+        sizes = {name: len(cell["points"][()]) for name, cell in f["cells"].items()}
+    assert any(name.endswith(".experts.part2") for name in sizes), sorted(sizes)
+    assert max(sizes.values()) <= 64, sizes
 
     # Layout and headers, byte-exact.
     meta = yaml.safe_load(open(os.path.join(variant, "meta.yaml")))
