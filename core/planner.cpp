@@ -139,8 +139,8 @@ std::vector<GridPoint> expert_row(const JobSpec& job, const Target& t, std::int6
     // brackets each declared time step, so that the step lines M/A = b, which the N rows cross
     // diagonally, are edges of the rows-per-expert mesh (docs/measurement.md#grid).
     const std::int64_t m = n * k;
-    for (const auto r : geometric_axis(1, m, job.grid_factor)) a_axis.insert(std::llround(
-        static_cast<double>(m) / static_cast<double>(r)));
+    for (const auto r : geometric_axis(1, m, job.grid_factor))
+      a_axis.insert(std::llround(static_cast<double>(m) / static_cast<double>(r)));
     for (const auto b : time_steps)
       for (const auto a : step_bracket(m, b)) a_axis.insert(a);
   } else {

@@ -65,8 +65,7 @@ struct MRange {
 // The grid points of one N row: its A axis, each with its M column (expert_column). Where every
 // route is local (M = N·k) the A axis is rows-per-expert rays and brackets `time_steps`; else it
 // is geometric in A.
-[[nodiscard]] std::vector<GridPoint> expert_row(const JobSpec& job, const Target& t,
-                                                std::int64_t n,
+[[nodiscard]] std::vector<GridPoint> expert_row(const JobSpec& job, const Target& t, std::int64_t n,
                                                 const std::vector<std::int64_t>& time_steps = {});
 // The M column at (N, A): both feasible bounds, geometric points between, the balanced total.
 [[nodiscard]] std::vector<GridPoint> expert_column(const JobSpec& job, const Target& t,

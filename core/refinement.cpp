@@ -75,8 +75,8 @@ RaySplit split_ray(const JobSpec& job, const Target& t, const std::set<GridPoint
   const auto nb = bracket(rows, p.tokens);
   std::set<double> rays;
   for (const auto& g : grid)
-    if (g.activated > 0 && (g.tokens == p.tokens || (nb && (g.tokens == nb->first ||
-                                                            g.tokens == nb->second))))
+    if (g.activated > 0 &&
+        (g.tokens == p.tokens || (nb && (g.tokens == nb->first || g.tokens == nb->second))))
       rays.insert(rows_per_expert(g));
   const double r = rows_per_expert(p);
   const auto hi = rays.upper_bound(r);

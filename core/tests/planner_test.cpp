@@ -253,7 +253,8 @@ TEST(Grid, WhereEveryRouteIsLocalRowsSitOnRowsPerExpertRaysAroundEachStep) {
       "tokens:\n  max_num_batched_tokens: 1024\n",
       "ep2");
   std::set<std::int64_t> a_ep2;
-  for (const auto& p : expert_row(ep2, ep2.targets().front(), 512, steps)) a_ep2.insert(p.activated);
+  for (const auto& p : expert_row(ep2, ep2.targets().front(), 512, steps))
+    a_ep2.insert(p.activated);
   for (const std::int64_t a : {1, 2, 4, 8, 16, 32, 64}) EXPECT_TRUE(a_ep2.contains(a)) << a;
 }
 

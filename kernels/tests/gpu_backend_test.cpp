@@ -282,9 +282,10 @@ TEST(NativeBackend, EveryTileMatchesTheReference) {
   const auto qwen = *find_preset("qwen3-30b-a3b");
   const auto big = *find_preset("qwen3-235b-a22b");
   const Target ep1{1, 1, 1, 0, false}, ep4{2, 2, 4, 3, false};
-  for (const GridPoint p : {GridPoint{1, 8, 8}, GridPoint{200, 128, 1600}, GridPoint{700, 128, 5600},
-                            GridPoint{1400, 128, 11200}, GridPoint{2048, 128, 16384},
-                            GridPoint{2400, 100, 19200}, GridPoint{3000, 17, 24000}})
+  for (const GridPoint p :
+       {GridPoint{1, 8, 8}, GridPoint{200, 128, 1600}, GridPoint{700, 128, 5600},
+        GridPoint{1400, 128, 11200}, GridPoint{2048, 128, 16384}, GridPoint{2400, 100, 19200},
+        GridPoint{3000, 17, 24000}})
     expect_matches_reference("native", qwen, ep1, Component::experts, p, 2);
   expect_matches_reference("native", big, ep4, Component::experts, {64, 30, 200}, 2);
   expect_matches_reference("native", big, ep4, Component::experts, {4096, 32, 8192}, 2);
@@ -295,8 +296,8 @@ TEST(NativeBackend, EveryTileMatchesTheReference) {
     SCOPED_TRACE(to_string(tile));
     ASSERT_EQ(setenv("HARNESS_NATIVE_TILE", to_string(tile), 1), 0);
     // 112, 384 and 3000 rows per expert: one partial tile, several, many.
-    for (const GridPoint p : {GridPoint{1400, 100, 11200}, GridPoint{2400, 50, 19200},
-                              GridPoint{3000, 8, 24000}})
+    for (const GridPoint p :
+         {GridPoint{1400, 100, 11200}, GridPoint{2400, 50, 19200}, GridPoint{3000, 8, 24000}})
       expect_matches_reference("native", qwen, ep1, Component::experts, p, 2);
     for (GridPoint p : {GridPoint{3, 2, 6}, GridPoint{300, 8, 600}, GridPoint{1000, 8, 2000}})
       expect_matches_reference("native", odd, ep1, Component::experts, p, 2);

@@ -1,8 +1,5 @@
 #include "lookup/tables.h"
 
-#include "core/job_spec.h"
-#include "core/planner.h"
-
 #include <gtest/gtest.h>
 
 #include <algorithm>
@@ -11,6 +8,9 @@
 #include <random>
 #include <set>
 #include <string>
+
+#include "core/job_spec.h"
+#include "core/planner.h"
 
 namespace moe {
 namespace {
@@ -89,7 +89,8 @@ TEST(ComponentTables, DuplicateRowsAreRefused) {
 double padded_tiles_time(const GridPoint& p) {
   const std::int64_t per = p.assignments / p.activated, extra = p.assignments % p.activated;
   const auto tiles = [](std::int64_t rows) { return (rows + 63) / 64; };
-  return 20 + 0.3 * static_cast<double>((p.activated - extra) * tiles(per) + extra * tiles(per + 1)) +
+  return 20 +
+         0.3 * static_cast<double>((p.activated - extra) * tiles(per) + extra * tiles(per + 1)) +
          0.001 * static_cast<double>(p.tokens);
 }
 
@@ -118,7 +119,8 @@ TEST(ComponentTables, TheRowsPerExpertMeshKeepsStepsOnItsEdges) {
   std::vector<double> on_mesh, on_linear;
   for (int i = 0; i < 3000; ++i) {
     const std::int64_t n = std::llround(std::exp(log_n(rng)));
-    const std::int64_t a = std::uniform_int_distribution<std::int64_t>(8, std::min<std::int64_t>(128, n * 8))(rng);
+    const std::int64_t a =
+        std::uniform_int_distribution<std::int64_t>(8, std::min<std::int64_t>(128, n * 8))(rng);
     const GridPoint q{n, a, n * 8};
     const double want = padded_tiles_time(q);
     on_mesh.push_back(std::fabs(mesh.query(Component::experts, n, a, n * 8).time_us - want) / want);
