@@ -18,6 +18,7 @@
 #include "bundle/summary.h"
 #include "core/contract.h"
 #include "core/refinement.h"
+#include "core/statistics.h"
 #include "core/seed.h"
 #include "harness/commands.h"
 #include "lookup/lookup.h"
@@ -88,7 +89,8 @@ struct Validated {
   Component component;
   std::vector<json> points;
   std::vector<double> errors;
-  HeldOutStatistics statistics;  // unpredicted and bank_failures counted while measuring
+  std::vector<double> signed_errors;  // (bundle - measured) / measured
+  HeldOutStatistics statistics;       // unpredicted and bank_failures counted while measuring
 };
 
 json statistics_json(Validated& v, double tolerance) {
@@ -104,6 +106,9 @@ json statistics_json(Validated& v, double tolerance) {
     out["median_abs_relative_error"] = s.median;
     out["p95_abs_relative_error"] = s.p95;
     out["max_abs_relative_error"] = s.max;
+    // A bias common to every point (this machine or day against the table's) rather than
+    // interpolation error: the median of the signed errors.
+    out["median_relative_error"] = quantile(v.signed_errors, 0.5);
   }
   return out;
 }
@@ -173,7 +178,19 @@ int validate(const Args& args) {
     }
     require_same_device_kind(*e, *backend, label);
     const double tolerance = e->contract.at("fidelity").at("tolerance").get<double>();
-    json entry = {{"target", e->target.to_json()}, {"components", json::array()}};
+    // Which device measured now and which measured the table: another device of the same kind
+    // (or the same one on another day) adds its own offset to the error.
+    const auto here = backend->device_properties();
+    json measured_on = json::array();
+    for (const auto& d :
+         e->provenance.value("hardware", json::object()).value("devices", json::array()))
+      measured_on.push_back(d.value("uuid", d.value("device", "?")));
+    const auto here_id = here.contains("uuid") ? here.at("uuid") : here.at("device");
+    json entry = {{"target", e->target.to_json()},
+                  {"device", here_id},
+                  {"table_devices", measured_on},
+                  {"same_device", measured_on.size() == 1 && measured_on[0] == here_id},
+                  {"components", json::array()}};
     for (const auto c : deployment.components()) {
       std::set<GridPoint> grid;
       for (const auto& r : deployment.rows(c)) grid.insert(r.point);
@@ -191,7 +208,7 @@ int validate(const Args& args) {
              {"skipped", "no feasible point between the table's token rows"}});
         continue;
       }
-      Validated v{c, {}, {}, {}};
+      Validated v{c, {}, {}, {}, {}};
       for (const auto& p : measure(*backend, *timer, e->contract, e->target, c, points, seed)) {
         json j = {{"point", {p.point.tokens, p.point.activated, p.point.assignments}},
                   {"measured_us", *p.time_us}};
@@ -206,6 +223,7 @@ int validate(const Args& args) {
             j["predicted_us"] = predicted;
             j["relative_error"] = error;
             v.errors.push_back(error);
+            v.signed_errors.push_back((predicted - *p.time_us) / *p.time_us);
           } catch (const LookupError& err) {
             ++v.statistics.unpredicted;
             j["unpredicted"] = err.what();
@@ -229,7 +247,11 @@ int validate(const Args& args) {
     std::cout << "validate " << variant_dir << ": seed " << seed << ", " << routing_name
               << " routing (rerun with --seed to draw the same points)\n";
     for (const auto& entry : report["entries"]) {
-      std::cout << "  " << Target::from_json(entry["target"]).label() << "\n";
+      std::cout << "  " << Target::from_json(entry["target"]).label() << ": measured now on "
+                << entry["device"].get<std::string>() << ", the table on "
+                << entry["table_devices"].dump()
+                << (entry["same_device"].get<bool>() ? " (the same device)\n"
+                                                     : " (another device of the same kind)\n");
       for (const auto& c : entry["components"]) {
         std::cout << "    " << c["component"].get<std::string>() << ": " << c["count"] << " points";
         if (c.contains("skipped")) {
@@ -241,7 +263,9 @@ int validate(const Args& args) {
                     << 100 * c["median_abs_relative_error"].get<double>() << "%, p95 "
                     << 100 * c["p95_abs_relative_error"].get<double>() << "%, max "
                     << 100 * c["max_abs_relative_error"].get<double>() << "% (tolerance "
-                    << 100 * c["tolerance"].get<double>() << "%)";
+                    << 100 * c["tolerance"].get<double>() << "%), bundle - measured median "
+                    << std::showpos << 100 * c["median_relative_error"].get<double>()
+                    << std::noshowpos << "%";
         std::cout << "; " << c["unpredicted"] << " outside support, " << c["bank_failures"]
                   << " failing B/2B\n";
         for (const auto& p : c["points"]) {

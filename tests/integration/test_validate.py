@@ -38,12 +38,16 @@ with tempfile.TemporaryDirectory() as tmp:
     report = json.loads(p.stdout)
     assert report["seed"] == 11
     (entry,) = report["entries"]
+    # The device that measured now and the table's, as the bundle's provenance names it.
+    here = "staircase model (no hardware)"
+    assert entry["device"] == here and entry["table_devices"] == [here], entry
+    assert entry["same_device"] is True
     comps = {c["component"]: c for c in entry["components"]}
     assert set(comps) == {"gate_routing", "experts", "wrapper"}, comps.keys()
     within = True
     for name, c in comps.items():
         assert c["count"] == len(c["points"]) == 10, (name, c["count"])
-        errors = []
+        errors, signed = [], []
         for pt in c["points"]:
             n, a, m = pt["point"]
             assert (name, (n, a, m)) not in rows, f"{name} {pt['point']} is a table row, not held out"
@@ -55,7 +59,10 @@ with tempfile.TemporaryDirectory() as tmp:
             looked_up = float(run([HARNESS, "lookup", bundle, *query]).stdout.split()[0])
             assert abs(pt["predicted_us"] - looked_up) <= 1e-6 * looked_up, (pt, looked_up)
             errors.append(abs(pt["predicted_us"] - pt["measured_us"]) / pt["measured_us"])
+            signed.append((pt["predicted_us"] - pt["measured_us"]) / pt["measured_us"])
         errors.sort()
+        signed.sort()
+        assert abs(c["median_relative_error"] - quantile(signed, 0.5)) < 1e-12  # an offset
         assert abs(c["max_abs_relative_error"] - errors[-1]) < 1e-12
         assert abs(c["median_abs_relative_error"] - quantile(errors, 0.5)) < 1e-12
         assert abs(c["p95_abs_relative_error"] - quantile(errors, 0.95)) < 1e-12
