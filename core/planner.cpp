@@ -121,6 +121,10 @@ std::vector<std::int64_t> expert_token_axis(const JobSpec& job, const Target& t)
                     t.dp == 1, [&](std::int64_t g) { return dom.uniform_expert_rows(g); });
 }
 
+bool all_routes_local(const JobSpec& job, const Target& t) {
+  return ExpertOwnership::of(job.geometry, t).local_experts == job.geometry.experts;
+}
+
 std::vector<GridPoint> expert_row(const JobSpec& job, const Target& t, std::int64_t n,
                                   const std::vector<std::int64_t>& time_steps) {
   const auto& g = job.geometry;
@@ -133,11 +137,11 @@ std::vector<GridPoint> expert_row(const JobSpec& job, const Target& t, std::int6
   if (!range) return {pts.begin(), pts.end()};
   const auto in_range = [&](std::int64_t a) { return a >= range->lo && a <= range->hi; };
   std::set<std::int64_t> a_axis;
-  if (must_be_local == k) {
-    // Every route is local, so M = N·k in every column and the rows per active expert M/A vary
-    // with A alone: A sits on rows-per-expert rays (geometric, the same values in every row) and
-    // brackets each declared time step, so that the step lines M/A = b, which the N rows cross
-    // diagonally, are edges of the rows-per-expert mesh (docs/measurement.md#grid).
+  if (all_routes_local(job, t)) {
+    // M = N·k in every column, so the rows per active expert M/A vary with A alone: A sits on
+    // rows-per-expert rays (geometric, the same values in every row) and brackets each declared
+    // time step, so that the step lines M/A = b, which the N rows cross diagonally, are edges of
+    // the rows-per-expert mesh (docs/measurement.md#grid).
     const std::int64_t m = n * k;
     for (const auto r : geometric_axis(1, m, job.grid_factor))
       a_axis.insert(std::llround(static_cast<double>(m) / static_cast<double>(r)));

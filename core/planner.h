@@ -62,6 +62,9 @@ struct MRange {
 // expert_row over the expert token axis and the step rows of `time_steps`.
 [[nodiscard]] std::vector<GridPoint> expert_grid(const JobSpec& job, const Target& t,
                                                  const std::vector<std::int64_t>& time_steps = {});
+// Every route of `t` is to a local expert (L = E: EP1), so M = N·k in every experts column and
+// the experts time is a staircase in rows per active expert M/A, smooth along each ray M/A = r.
+[[nodiscard]] bool all_routes_local(const JobSpec& job, const Target& t);
 // The grid points of one N row: its A axis, each with its M column (expert_column). Where every
 // route is local (M = N·k) the A axis is rows-per-expert rays and brackets `time_steps`; else it
 // is geometric in A.

@@ -48,12 +48,6 @@ std::optional<GridPoint> row_probe(const JobSpec& job, const Target& t, Componen
   return balanced_point(job, t, n);
 }
 
-// Every route of `t` is local (L = E), so M = N·k in every experts column and the time is a
-// staircase in rows per active expert M/A, smooth along each ray M/A = r.
-bool all_routes_local(const JobSpec& job, const Target& t) {
-  return ExpertOwnership::of(job.geometry, t).local_experts == job.geometry.experts;
-}
-
 double rows_per_expert(const GridPoint& p) {
   return static_cast<double>(p.assignments) / static_cast<double>(p.activated);
 }
