@@ -169,39 +169,38 @@ SimplexInterpolator::SimplexInterpolator(std::vector<Point> points, const Triang
 }
 
 SimplexInterpolator::SimplexInterpolator(std::vector<Point> points,
-                                         const std::vector<Point>& mesh_coordinates) {
-  if (mesh_coordinates.size() != points.size())
+                                         const std::vector<Point>& mesh_coordinates)
+    : SimplexInterpolator(std::move(points)) {
+  if (mesh_coordinates.size() != points_.size())
     throw std::invalid_argument("mesh coordinates: one per point needed");
-  SimplexInterpolator linear(std::move(points));
-  const SimplexInterpolator mesh(mesh_coordinates);
-  if (mesh.dim_ != linear.dim_)
-    throw std::invalid_argument("mesh coordinates: their hull has dimension " +
-                                std::to_string(mesh.dim_) + ", the points' " +
-                                std::to_string(linear.dim_));
-  const double hull = linear.total_determinant();
-  points_ = std::move(linear.points_);
-  scale_ = linear.scale_;
-  origin_ = linear.origin_;
-  basis_ = std::move(linear.basis_);
-  dim_ = linear.dim_;
-  projected_ = std::move(linear.projected_);
-  if (dim_ == 0) return;
+  mesh_refusal_ = adopt_simplices_of(SimplexInterpolator(mesh_coordinates));
+}
+
+std::optional<std::string> SimplexInterpolator::adopt_simplices_of(
+    const SimplexInterpolator& mesh) {
+  if (mesh.dim_ != dim_)
+    return "their hull has dimension " + std::to_string(mesh.dim_) + ", the points' " +
+           std::to_string(dim_);
+  if (dim_ == 0) return std::nullopt;
   // A vertex-wise image of a triangulation is one when every simplex keeps its orientation (no
   // fold) and together they fill the hull (no overlap, no gap).
+  std::vector<Simplex> adopted;
   double orientation = 0;
   for (const auto& given : mesh.simplices_) {
     Simplex s;
     s.v = given.v;
-    if (!prepare(s)) throw std::invalid_argument("mesh coordinates: a simplex is flat");
+    if (!prepare(s)) return "a simplex is flat";
     const double relative = edge_determinant(s) * mesh.edge_determinant(given);
     if (orientation == 0) orientation = relative;
-    if (relative * orientation <= 0)
-      throw std::invalid_argument("mesh coordinates: a simplex is inverted");
-    simplices_.push_back(s);
+    if (relative * orientation <= 0) return "a simplex is inverted";
+    adopted.push_back(s);
   }
-  if (std::fabs(total_determinant() - hull) > 1e-9 * hull)
-    throw std::invalid_argument("mesh coordinates: the simplices do not fill the hull");
+  const double hull = total_determinant(simplices_);
+  if (std::fabs(total_determinant(adopted) - hull) > 1e-9 * hull)
+    return "the simplices do not fill the hull";
+  simplices_ = std::move(adopted);
   build_buckets();
+  return std::nullopt;
 }
 
 double SimplexInterpolator::edge_determinant(const Simplex& s) const {
@@ -210,9 +209,9 @@ double SimplexInterpolator::edge_determinant(const Simplex& s) const {
   return determinant(dim_, m);
 }
 
-double SimplexInterpolator::total_determinant() const {
+double SimplexInterpolator::total_determinant(const std::vector<Simplex>& simplices) const {
   double sum = 0;
-  for (const auto& s : simplices_) sum += std::fabs(edge_determinant(s));
+  for (const auto& s : simplices) sum += std::fabs(edge_determinant(s));
   return sum;
 }
 

@@ -8,6 +8,7 @@
 #include <cstddef>
 #include <cstdint>
 #include <optional>
+#include <string>
 #include <vector>
 
 namespace moe {
@@ -37,14 +38,17 @@ class SimplexInterpolator {
   SimplexInterpolator(std::vector<Point> points, const Triangulation& t);
   // Interpolates over `points` (their frame, affine weights) with the simplices of the Delaunay
   // triangulation of `mesh_coordinates`, one per point: coordinates in which the measured
-  // function's edges run along the axes (docs/bundle-format.md#interpolation). Throws
-  // std::invalid_argument when those simplices do not triangulate the points' hull: a simplex
-  // flat or inverted in the points' frame, or their volumes not filling the hull.
+  // function's edges run along the axes (docs/bundle-format.md#interpolation), where those
+  // simplices triangulate the points' hull; else with the points' own Delaunay triangulation,
+  // and mesh_refusal() says why (a simplex flat or inverted in the points' frame, their volumes
+  // not filling the hull, another dimension). Throws std::invalid_argument when the counts differ.
   SimplexInterpolator(std::vector<Point> points, const std::vector<Point>& mesh_coordinates);
 
   [[nodiscard]] Triangulation triangulation() const;
   [[nodiscard]] int dimension() const { return dim_; }
   [[nodiscard]] std::size_t simplex_count() const { return simplices_.size(); }
+  // Why the mesh coordinates' simplices were not used; nullopt when they were, or none was given.
+  [[nodiscard]] const std::optional<std::string>& mesh_refusal() const { return mesh_refusal_; }
   // Barycentric weights of `q` (sum 1, all >= 0), or nullopt when `q` is outside the support.
   [[nodiscard]] std::optional<std::vector<Weight>> locate(const Point& q) const;
 
@@ -61,8 +65,11 @@ class SimplexInterpolator {
   [[nodiscard]] bool prepare(Simplex& s) const;
   // Determinant of the edge matrix: d! times the simplex's signed volume.
   [[nodiscard]] double edge_determinant(const Simplex& s) const;
-  // Sum of |edge_determinant| over the simplices.
-  [[nodiscard]] double total_determinant() const;
+  // Sum of |edge_determinant| over `simplices`.
+  [[nodiscard]] double total_determinant(const std::vector<Simplex>& simplices) const;
+  // Replaces the simplices by `mesh`'s (same vertex indices) where they triangulate this hull;
+  // else changes nothing and says why.
+  [[nodiscard]] std::optional<std::string> adopt_simplices_of(const SimplexInterpolator& mesh);
 
   std::vector<Point> points_;
   Point scale_{1, 1, 1};
@@ -71,6 +78,7 @@ class SimplexInterpolator {
   int dim_ = 0;
   std::vector<std::array<double, 3>> projected_;
   std::vector<Simplex> simplices_;
+  std::optional<std::string> mesh_refusal_;
   // Uniform bucket grid over the projected points: each cell lists the simplices whose bounding
   // box overlaps it, so a query tests only the simplices of its own cell.
   void build_buckets();

@@ -124,13 +124,9 @@ ComponentTables::ComponentTables(const std::map<Component, std::vector<TableRow>
       } else {
         std::vector<SimplexInterpolator::Point> mesh_coordinates;
         for (const auto& p : pts) mesh_coordinates.push_back(rows_per_expert_coordinates(p));
-        try {
-          d.experts = std::make_unique<SimplexInterpolator>(pts, mesh_coordinates);
-          d.experts_mesh_source = MeshSource::rows_per_expert;
-        } catch (const std::invalid_argument&) {
-          d.experts = std::make_unique<SimplexInterpolator>(std::move(pts));
-          d.experts_mesh_source = MeshSource::linear;
-        }
+        d.experts = std::make_unique<SimplexInterpolator>(std::move(pts), mesh_coordinates);
+        d.experts_mesh_source =
+            d.experts->mesh_refusal() ? MeshSource::linear : MeshSource::rows_per_expert;
       }
     } catch (const std::invalid_argument& e) {
       throw LookupError(std::string("experts: ") + e.what());

@@ -158,6 +158,7 @@ TEST(SimplexInterpolator, MeshCoordinatesGiveTheSimplicesAndAreChecked) {
       stretched.push_back({std::log(1.0 + i), std::sqrt(1.0 + j * j), 0});
     }
   const SimplexInterpolator mesh(pts, stretched);
+  ASSERT_FALSE(mesh.mesh_refusal()) << *mesh.mesh_refusal();
   ASSERT_EQ(mesh.dimension(), 2);
   EXPECT_GT(mesh.simplex_count(), 0u);
   const auto f = [](const P& p) { return 3 + 2 * p[0] - 0.5 * p[1]; };
@@ -172,12 +173,20 @@ TEST(SimplexInterpolator, MeshCoordinatesGiveTheSimplicesAndAreChecked) {
     EXPECT_NEAR(v, f(q), 1e-9);
   }
   EXPECT_THROW(SimplexInterpolator(pts, std::vector<P>(3)), std::invalid_argument);  // one each
+  // Refused mesh coordinates leave the points' own Delaunay triangulation, and say why.
+  const auto own = SimplexInterpolator(pts).triangulation().simplices;
   auto folded = stretched;
   std::swap(folded[6], folded[18]);  // two interior points trade places: simplices fold over
-  EXPECT_THROW(SimplexInterpolator(pts, folded), std::invalid_argument);
+  const SimplexInterpolator with_folded(pts, folded);
+  ASSERT_TRUE(with_folded.mesh_refusal());
+  EXPECT_EQ(*with_folded.mesh_refusal(), "a simplex is inverted");
+  EXPECT_EQ(with_folded.triangulation().simplices, own);
   std::vector<P> line;
   for (const auto& p : pts) line.push_back({p[0], 2 * p[0], 0});  // one dimension, not two
-  EXPECT_THROW(SimplexInterpolator(pts, line), std::invalid_argument);
+  const SimplexInterpolator with_line(pts, line);
+  ASSERT_TRUE(with_line.mesh_refusal());
+  EXPECT_EQ(*with_line.mesh_refusal(), "their hull has dimension 1, the points' 2");
+  EXPECT_EQ(with_line.triangulation().simplices, own);
 }
 
 }  // namespace
