@@ -121,6 +121,10 @@ std::vector<std::int64_t> expert_token_axis(const JobSpec& job, const Target& t)
                     t.dp == 1, [&](std::int64_t g) { return dom.uniform_expert_rows(g); });
 }
 
+double rows_per_active_expert(const GridPoint& p) {
+  return static_cast<double>(p.assignments) / static_cast<double>(p.activated);
+}
+
 bool all_routes_local(const JobSpec& job, const Target& t) {
   return ExpertOwnership::of(job.geometry, t).local_experts == job.geometry.experts;
 }
@@ -186,7 +190,7 @@ std::vector<std::int64_t> step_token_rows(const JobSpec& job, const Target& t,
   const auto mean_rows = [&](std::int64_t n) -> std::optional<double> {
     const auto p = balanced_point(job, t, n);
     if (!p || p->activated < 1) return std::nullopt;
-    return static_cast<double>(p->assignments) / static_cast<double>(p->activated);
+    return rows_per_active_expert(*p);
   };
   // The first N of the axis' domain (multiples of `multiple`) whose mean exceeds (or reaches)
   // `bound`; the means grow with N, so a binary search finds it.

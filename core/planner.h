@@ -62,6 +62,8 @@ struct MRange {
 // expert_row over the expert token axis and the step rows of `time_steps`.
 [[nodiscard]] std::vector<GridPoint> expert_grid(const JobSpec& job, const Target& t,
                                                  const std::vector<std::int64_t>& time_steps = {});
+// The mean rows per active local expert of a positive-work point, M / A.
+[[nodiscard]] double rows_per_active_expert(const GridPoint& p);
 // Every route of `t` is to a local expert (L = E: EP1), so M = N·k in every experts column and
 // the experts time is a staircase in rows per active expert M/A, smooth along each ray M/A = r.
 [[nodiscard]] bool all_routes_local(const JobSpec& job, const Target& t);

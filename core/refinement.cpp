@@ -48,10 +48,6 @@ std::optional<GridPoint> row_probe(const JobSpec& job, const Target& t, Componen
   return balanced_point(job, t, n);
 }
 
-double rows_per_expert(const GridPoint& p) {
-  return static_cast<double>(p.assignments) / static_cast<double>(p.activated);
-}
-
 // The ray refinement of an experts miss where every route is local: the rays (rows per expert) of
 // the grid at the rows around the miss that bracket it, and the points of the ray between them on
 // every row (a column of the rows-per-expert mesh, docs/measurement.md#fidelity), with probes
@@ -71,8 +67,8 @@ RaySplit split_ray(const JobSpec& job, const Target& t, const std::set<GridPoint
   for (const auto& g : grid)
     if (g.activated > 0 &&
         (g.tokens == p.tokens || (nb && (g.tokens == nb->first || g.tokens == nb->second))))
-      rays.insert(rows_per_expert(g));
-  const double r = rows_per_expert(p);
+      rays.insert(rows_per_active_expert(g));
+  const double r = rows_per_active_expert(p);
   const auto hi = rays.upper_bound(r);
   if (hi == rays.begin() || hi == rays.end() || *std::prev(hi) == r) return {};
   const double r1 = *std::prev(hi), r2 = *hi, mid = (r1 + r2) / 2;
