@@ -68,6 +68,9 @@ struct Cell {
   CellRole role;
   CellInfo info;
   std::vector<std::int8_t> rounds_done;
+  [[nodiscard]] bool done(int round) const {
+    return rounds_done[static_cast<std::size_t>(round)] != 0;
+  }
   [[nodiscard]] std::int64_t points() const {
     return static_cast<std::int64_t>(info.points.size());
   }
@@ -84,12 +87,12 @@ std::vector<std::size_t> wave_bounds(const std::vector<std::int64_t>& cell_point
   std::vector<std::size_t> bounds{0};
   std::vector<std::int64_t> load(static_cast<std::size_t>(std::max(1, ranks)), 0);
   for (std::size_t c = 0; c < cell_points.size(); ++c) {
-    auto& mine = load[c % load.size()];
-    if (mine > 0 && mine + cell_points[c] > max_points) {
+    auto& owner = load[c % load.size()];
+    if (owner > 0 && owner + cell_points[c] > max_points) {
       bounds.push_back(c);
       std::fill(load.begin(), load.end(), 0);
     }
-    load[c % load.size()] += cell_points[c];
+    owner += cell_points[c];
   }
   if (bounds.back() != cell_points.size()) bounds.push_back(cell_points.size());
   return bounds;
@@ -508,7 +511,7 @@ class Acquisition {
       const auto& cell = cells_[c];
       for (int r = 0; r < job_.rounds; ++r) {
         total_points_ += cell.points();
-        if (cell.rounds_done[static_cast<std::size_t>(r)]) {
+        if (cell.done(r)) {
           ++summary_.rounds_resumed;
           done_points_ += cell.points();
         }
@@ -595,7 +598,7 @@ class Acquisition {
   };
   [[nodiscard]] bool left(const Wave& w) const {
     for (std::size_t c = w.first; c < w.end; ++c)
-      if (!cells_[c].rounds_done[static_cast<std::size_t>(w.round)]) return true;
+      if (!cells_[c].done(w.round)) return true;
     return false;
   }
 
@@ -652,8 +655,7 @@ class Acquisition {
   [[nodiscard]] double wave_estimate(const Wave& w) const {
     double my_cost = 0, slowest = 0;
     for (std::size_t c = w.first; c < w.end; ++c)
-      if (mine(c) && !cells_[c].rounds_done[static_cast<std::size_t>(w.round)])
-        my_cost += cell_cost_[c];
+      if (mine(c) && !cells_[c].done(w.round)) my_cost += cell_cost_[c];
     HARNESS_CHECK_MPI(MPI_Allreduce(&my_cost, &slowest, 1, MPI_DOUBLE, MPI_MAX, comm_));
     return slowest * size_ * slots_ * kReservationMargin;
   }
@@ -686,7 +688,7 @@ class Acquisition {
       if (ctx_->node_rank / regime_ != slot) continue;
       for (std::size_t c = wave.first; c < wave.end; ++c) {
         const auto& cell = cells_[c];
-        if (!mine(c) || cell.rounds_done[static_cast<std::size_t>(r)]) continue;
+        if (!mine(c) || cell.done(r)) continue;
         const auto spec = cell_spec(c, r);
         // On a terminal, rank 0 shows its current cell and point in place; batch logs get one
         // line per committed round.
