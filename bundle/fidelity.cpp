@@ -6,6 +6,7 @@
 #include <set>
 
 #include "core/contract.h"
+#include "core/planner.h"
 #include "core/statistics.h"
 #include "lookup/tables.h"
 
@@ -57,16 +58,21 @@ json ComponentFidelity::to_json(double tolerance) const {
                             {"relative_error", h.relative_error()}});
   json failed_points = json::array();
   for (const auto& p : failed) failed_points.push_back(point(p));
+  const auto errors = [](const HeldOutStatistics& s) {
+    return json{{"count", s.count},
+                {"median_abs_relative_error", s.median},
+                {"p95_abs_relative_error", s.p95},
+                {"max_abs_relative_error", s.max}};
+  };
+  json held = errors(statistics);
+  held["unpredicted"] = statistics.unpredicted;
+  held["bank_failures"] = statistics.bank_failures;
+  held["worst"] = worst_points;
+  if (balanced && off_balance)
+    held["by_routing"] = {{"balanced", errors(*balanced)}, {"off_balance", errors(*off_balance)}};
   return {
       {"tolerance", tolerance},
-      {"held_out",
-       {{"count", statistics.count},
-        {"unpredicted", statistics.unpredicted},
-        {"bank_failures", statistics.bank_failures},
-        {"median_abs_relative_error", statistics.median},
-        {"p95_abs_relative_error", statistics.p95},
-        {"max_abs_relative_error", statistics.max},
-        {"worst", worst_points}}},
+      {"held_out", held},
       {"refinement",
        {{"stages", stages}, {"added_points", added_points}, {"kernel_changes", kernel_changes}}},
       {"failed_points", failed_points}};
@@ -148,7 +154,9 @@ std::vector<ComponentFidelity> evaluate_fidelity(const StoredAcquisition& acq,
       if (t.target.cell_id() == key.first) polytope.local_experts = t.ownership.local_experts;
     std::optional<ComponentTables> tables;
     if (!rows.empty()) tables.emplace(rows, polytope);
-    std::vector<double> errors;
+    // `experts`: errors at balanced routing and off it, apart as well as together.
+    const bool experts = f.component == Component::experts;
+    std::vector<double> errors, balanced_errors, off_balance_errors;
     for (const auto& [point, result] : probes) {
       if (grid.contains(point)) continue;  // refinement made it a grid point
       if (!result.bank_check_passed) {
@@ -161,6 +169,10 @@ std::vector<ComponentFidelity> evaluate_fidelity(const StoredAcquisition& acq,
         h.predicted_us =
             tables->query(f.component, point.tokens, point.activated, point.assignments).time_us;
         errors.push_back(h.relative_error());
+        if (experts)
+          (balanced_point(contract.geometry, f.target, point.tokens) == point ? balanced_errors
+                                                                              : off_balance_errors)
+              .push_back(h.relative_error());
       } catch (const LookupError& e) {
         h.unpredicted_reason = e.what();
         ++f.statistics.unpredicted;
@@ -168,6 +180,10 @@ std::vector<ComponentFidelity> evaluate_fidelity(const StoredAcquisition& acq,
       f.held_out.push_back(std::move(h));
     }
     f.statistics.set_errors(errors);
+    if (experts) {
+      f.balanced.emplace().set_errors(balanced_errors);
+      f.off_balance.emplace().set_errors(off_balance_errors);
+    }
     out.push_back(std::move(f));
   }
   return out;

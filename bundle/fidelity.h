@@ -74,6 +74,10 @@ struct ComponentFidelity {
   // (reported, not refined: docs/measurement.md#fidelity).
   std::vector<std::pair<std::int64_t, std::int64_t>> kernel_changes;
   HeldOutStatistics statistics;
+  // `experts`: the same over the held-out points at balanced routing (balanced_point: where a
+  // serving step's routing sits) and over those off it, which the table serves less well where
+  // the kernel steps between its `A` (docs/measurement.md#fidelity).
+  std::optional<HeldOutStatistics> balanced, off_balance;
   [[nodiscard]] std::vector<HeldOutPoint> worst(std::size_t n) const;
   [[nodiscard]] nlohmann::json to_json(double tolerance) const;  // meta.yaml coverage.fidelity
 };

@@ -86,8 +86,13 @@ Contract Contract::of(const Plan& plan, const std::string& backend, const std::s
   c.planner_version = kPlannerVersion;
   c.grid = {job.grid_factor,           job.max_num_batched_tokens, job.max_num_seqs,
             to_string(job.graph_mode), job.capture_sizes,          job.capture_sizes_derived};
-  c.conditioning = {job.rounds,     job.iterations, settle_ms_for(job, backend),
-                    kBankTolerance, cache_bytes,    job.seed};
+  c.conditioning = {job.rounds,
+                    job.iterations,
+                    settle_ms_for(job, backend),
+                    capped_settle_ms_for(job, backend),
+                    kBankTolerance,
+                    cache_bytes,
+                    job.seed};
   c.fidelity = job.fidelity;
   const auto digest = [](const std::vector<GridPoint>& points) {
     std::string pts;
@@ -167,6 +172,7 @@ json Contract::to_json() const {
            {{"rounds", conditioning.rounds},
             {"iterations", conditioning.iterations},
             {"settle_ms", conditioning.settle_ms},
+            {"capped_settle_ms", conditioning.capped_settle_ms},
             {"bank_tolerance", conditioning.bank_tolerance},
             {"cache_bytes", conditioning.cache_bytes},
             {"seed", conditioning.seed}}},
@@ -192,7 +198,8 @@ Contract Contract::from_json(const json& j) {
   const auto& k = object(j, "conditioning", "");
   c.conditioning = {field<int>(k, "rounds", "conditioning."),
                     field<int>(k, "iterations", "conditioning."),
-                    k.value("settle_ms", 0),  // absent before the settle phase existed
+                    k.value("settle_ms", 0),         // absent before the settle phase existed
+                    k.value("capped_settle_ms", 0),  // absent before it was extended when capped
                     field<double>(k, "bank_tolerance", "conditioning."),
                     field<std::int64_t>(k, "cache_bytes", "conditioning."),
                     field<std::uint64_t>(k, "seed", "conditioning.")};
@@ -251,6 +258,7 @@ json Contract::component_table(const TargetContract& t) const {
            {{"rounds", conditioning.rounds},
             {"iterations", conditioning.iterations},
             {"settle_ms", conditioning.settle_ms},
+            {"capped_settle_ms", conditioning.capped_settle_ms},
             {"weight_banks", t.weight_banks},
             {"bank_arms", json::array({"B", "2B"})},
             {"bank_tolerance", conditioning.bank_tolerance},

@@ -56,6 +56,7 @@ struct Conditioning {
   int rounds = 0;
   int iterations = 0;
   int settle_ms = 0;
+  int capped_settle_ms = 0;  // the settle's length when the clocks were held down during it
   double bank_tolerance = 0;
   std::int64_t cache_bytes = 0;
   std::uint64_t seed = 0;

@@ -299,13 +299,15 @@ JobSpec parse_job(const std::string& yaml_text, const std::string& source) {
         job.capture_sizes = list<std::int64_t>(n, "graph.capture_sizes");
     }
     if (auto m = root["measurement"]) {
-      check_keys(
-          m, "measurement",
-          {"grid_factor", "rounds", "iterations", "settle_ms", "backend", "seed", "components"});
+      check_keys(m, "measurement",
+                 {"grid_factor", "rounds", "iterations", "settle_ms", "capped_settle_ms", "backend",
+                  "seed", "components"});
       if (auto n = m["grid_factor"]) job.grid_factor = scalar<double>(n, "measurement.grid_factor");
       if (auto n = m["rounds"]) job.rounds = scalar<int>(n, "measurement.rounds");
       if (auto n = m["iterations"]) job.iterations = scalar<int>(n, "measurement.iterations");
       if (auto n = m["settle_ms"]) job.settle_ms = scalar<int>(n, "measurement.settle_ms");
+      if (auto n = m["capped_settle_ms"])
+        job.capped_settle_ms = scalar<int>(n, "measurement.capped_settle_ms");
       if (auto n = m["backend"]) job.backend = scalar<std::string>(n, "measurement.backend");
       if (auto n = m["seed"]) job.seed = scalar<std::uint64_t>(n, "measurement.seed");
       if (auto n = m["components"])
@@ -400,10 +402,12 @@ void validate(const JobSpec& job) {
                    std::to_string(job.grid_factor) + ")");
   require_in_range(job.rounds, "measurement.rounds", job_limits::kRounds);
   require_in_range(job.iterations, "measurement.iterations", job_limits::kIterations);
-  if (job.settle_ms && (*job.settle_ms < 0 || *job.settle_ms > job_limits::kSettleMs))
-    throw JobError("job: measurement.settle_ms must be between 0 and " +
-                   std::to_string(job_limits::kSettleMs) + " (got " +
-                   std::to_string(*job.settle_ms) + ")");
+  for (const auto& [value, key] :
+       {std::pair{job.settle_ms, "settle_ms"}, std::pair{job.capped_settle_ms, "capped_settle_ms"}})
+    if (value && (*value < 0 || *value > job_limits::kSettleMs))
+      throw JobError(std::string("job: measurement.") + key + " must be between 0 and " +
+                     std::to_string(job_limits::kSettleMs) + " (got " + std::to_string(*value) +
+                     ")");
   if (!(job.fidelity.tolerance > 0) || !(job.fidelity.tolerance < 1))
     throw JobError("job: fidelity.tolerance must be a relative error in (0, 1) (got " +
                    std::to_string(job.fidelity.tolerance) + "; 0.02 is 2%)");
@@ -471,6 +475,10 @@ bool host_backend(std::string_view backend) {
 
 int settle_ms_for(const JobSpec& job, std::string_view backend) {
   return job.settle_ms.value_or(host_backend(backend) ? 0 : kGpuSettleMs);
+}
+
+int capped_settle_ms_for(const JobSpec& job, std::string_view backend) {
+  return job.capped_settle_ms.value_or(host_backend(backend) ? 0 : kGpuCappedSettleMs);
 }
 
 void apply_overrides(JobSpec& job, const JobOverrides& o) {

@@ -77,6 +77,9 @@ struct JobSpec {
   // Untimed forwards per point before its warm-up, in ms (docs/measurement.md#protocol); unset:
   // the backend's default (settle_ms_for).
   std::optional<int> settle_ms;
+  // The settle's whole length, in ms, when the power or thermal policy held the clocks down
+  // during it (the governor then needs longer); unset: the backend's default.
+  std::optional<int> capped_settle_ms;
   std::string backend = "auto";  // auto | cpu_reference | cublas_grouped | native | staircase_model
   // Components to measure; empty = every component of each target. A subset is its own
   // acquisition (the contract records the grids); collectives are measured either way.
@@ -125,6 +128,12 @@ inline constexpr int kGpuSettleMs = 300;
 // The job's measurement.settle_ms, or the default of `backend`: kGpuSettleMs on GPU backends,
 // 0 on host backends.
 [[nodiscard]] int settle_ms_for(const JobSpec& job, std::string_view backend);
+// Under the H200's power cap a 300 ms settle left the same point spread by up to 15% over three
+// bench orders; 1500 ms kept it within 5% (docs/measurement.md#protocol).
+inline constexpr int kGpuCappedSettleMs = 1500;
+// The job's measurement.capped_settle_ms, or kGpuCappedSettleMs on GPU backends, 0 on host
+// backends (whose clocks nothing reports as held down).
+[[nodiscard]] int capped_settle_ms_for(const JobSpec& job, std::string_view backend);
 
 // "gate_routing,experts" -> components; names the option and the unknown name in the error.
 [[nodiscard]] std::vector<Component> parse_component_list(const std::string& text,

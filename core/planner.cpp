@@ -384,6 +384,9 @@ PlanEstimate Plan::estimate(const TargetPlan& t, Component c) const {
     // The settle phase holds the device for its wall time per point-round (a measured cost
     // already contains it).
     const double settle_s = settle_ms_for(job, job.backend) / 1000.0;
+    const double capped_extra_s =
+        std::max(0, capped_settle_ms_for(job, job.backend) - settle_ms_for(job, job.backend)) /
+        1000.0;
     std::vector<GridPoint> measured_points = grid.points;  // the grid and its held-out set
     measured_points.insert(measured_points.end(), grid.held_out.begin(), grid.held_out.end());
     for (const auto& p : measured_points) {
@@ -394,6 +397,7 @@ PlanEstimate Plan::estimate(const TargetPlan& t, Component c) const {
       e.device_seconds += forwards_s;
       e.held_seconds += measured ? measured_point_round * job.rounds
                                  : forwards_s + (overhead + settle_s) * job.rounds;
+      if (!measured) e.capped_settle_seconds += capped_extra_s * job.rounds;
     }
   }
   return e;
@@ -422,6 +426,7 @@ PlanEstimate Plan::estimate() const {
       total.forwards += e.forwards;
       total.device_seconds += e.device_seconds;
       total.held_seconds += e.held_seconds;
+      total.capped_settle_seconds += e.capped_settle_seconds;
     }
   return total;
 }

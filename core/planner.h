@@ -124,6 +124,9 @@ struct PlanEstimate {
   double device_seconds = 0;  // timed forwards only
   double held_seconds = 0;    // wall time the device is held: forwards + per-point overheads,
                               // or the measured cost per point-round when the plan has one
+  // Nominal model only: the most the capped settle could add (every point-round's settle held
+  // down by the power cap and run on to capped_settle_ms); a measured cost already contains it.
+  double capped_settle_seconds = 0;
 };
 
 // Measured host-plus-device seconds per point-round (setup, verification and timed forwards of

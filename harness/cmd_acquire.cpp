@@ -61,6 +61,8 @@ void print_summary(const AcquireSummary& s, const StoredAcquisition& acq, std::o
      << ", wall " << std::fixed << std::setprecision(1) << s.wall_s << " s\n"
      << "  B/2B weight-bank control: " << checked << " expert points checked, " << failed
      << " failed, max relative change " << std::setprecision(4) << max_change << "\n"
+     << "  settle: extended at " << s.settles_extended << " of " << s.point_rounds_measured
+     << " point-rounds measured now (the power or thermal policy held the clocks down)\n"
      << "  placement: " << s.colocation << "\n"
      << "  device time consumed (campaign): " << s.device_seconds_consumed / 3600 << " GPU-hours\n"
      << "  collectives: " << s.collective_tables << " target tables measured now\n";

@@ -96,7 +96,7 @@ std::string device_state_during(const std::map<std::string, std::string>& before
 }
 
 Row measure(Backend& backend, ForwardTimer& timer, const WorkloadSpec& spec,
-            std::shared_ptr<const WeightSet> weights, int iterations, double settle_ms) {
+            std::shared_ptr<const WeightSet> weights, int iterations, const Settle& settle) {
   Row row;
   row.component = to_string(spec.component);
   row.model = spec.geometry.name;
@@ -113,17 +113,19 @@ Row measure(Backend& backend, ForwardTimer& timer, const WorkloadSpec& spec,
                              std::to_string(row.max_error) + " exceeds the tolerance");
   // The protocol's loop: one rotation of warm-up, then whole rotations of timed forwards.
   const std::string label = "bench_" + row.component;
-  const auto settle = settle_forwards(*w, timer, spec.banks, settle_ms, label);
+  const auto settled =
+      settle_forwards(*w, timer, spec.banks, settle, held_down_clock(backend), label);
   const auto warm_up = run_forwards(*w, timer, spec.banks, spec.banks, false, label);
   const int forwards =
       (std::max(iterations, spec.banks) + spec.banks - 1) / spec.banks * spec.banks;
   const auto before = backend.live_state();
   const auto run = run_forwards(*w, timer, forwards, spec.banks, true, label);
-  row.device_state = device_state_during(before, backend.live_state());
+  row.device_state = device_state_during(before, backend.live_state()) +
+                     ";settle_extended=" + (settled.extended ? "1" : "0");
   const auto& records = run.records;
   std::vector<double> us;
   for (const auto& r : records) us.push_back(r.value_us);
-  if (settle.route_errors + warm_up.route_errors + run.route_errors > 0)
+  if (settled.route_errors + warm_up.route_errors + run.route_errors > 0)
     throw std::runtime_error("route flag raised on a valid stimulus");
   if (timer.dropped() != 0) throw std::runtime_error("CUPTI dropped activity records");
   row.median_us = median(us);  // the same median `acquire` publishes
@@ -226,7 +228,8 @@ int bench_experts(const Args& args) {
               tokens = "1,16,64,256,1024,4096", backends = "native,cublas_grouped",
               components = "experts,gate_routing,finalize_copy", csv = "bench-experts.csv";
   int iterations = 20, device = 0;
-  double settle_ms = kGpuSettleMs;  // what `acquire` does on a GPU, so the two agree
+  // What `acquire` does on a GPU, so the two agree.
+  double settle_ms = kGpuSettleMs, capped_settle_ms = kGpuCappedSettleMs;
   bool sweep = false;
   po::options_description desc("harness bench experts [options]");
   desc.add_options()("models", po::value(&models), "comma-separated model presets")(
@@ -236,8 +239,10 @@ int bench_experts(const Args& args) {
       "iterations", po::value(&iterations), "timed forwards per point (at least one rotation)")(
       "settle-ms", po::value(&settle_ms),
       "untimed forwards for this long before each point's warm-up (sustained load; default: "
-      "acquire's on a GPU)")("device", po::value(&device), "CUDA device index")(
-      "csv", po::value(&csv), "CSV output")(
+      "acquire's on a GPU)")("capped-settle-ms", po::value(&capped_settle_ms),
+                             "the settle's length when the power or thermal policy held the "
+                             "clocks down during it (default: acquire's on a GPU)")(
+      "device", po::value(&device), "CUDA device index")("csv", po::value(&csv), "CSV output")(
       "sweep", po::bool_switch(&sweep),
       "64 token counts from 1 to 8192 (native, experts, Qwen3-30B-A3B unless given) and the "
       "monotonicity and cliff checks");
@@ -254,9 +259,11 @@ int bench_experts(const Args& args) {
     if (!given.count("components")) components = "experts";
   }
   if (iterations < 1) throw std::invalid_argument("--iterations must be at least 1");
-  if (!(settle_ms >= 0 && settle_ms <= job_limits::kSettleMs))
-    throw std::invalid_argument("--settle-ms must be between 0 and " +
-                                std::to_string(job_limits::kSettleMs));
+  for (const auto& [value, option] :
+       {std::pair{settle_ms, "--settle-ms"}, std::pair{capped_settle_ms, "--capped-settle-ms"}})
+    if (!(value >= 0 && value <= job_limits::kSettleMs))
+      throw std::invalid_argument(std::string(option) + " must be between 0 and " +
+                                  std::to_string(job_limits::kSettleMs));
   std::vector<ModelGeometry> geometries;
   for (const auto& m : split_list(models)) {
     auto g = find_preset(m);
@@ -305,7 +312,8 @@ int bench_experts(const Args& args) {
         std::map<std::string, double> by_backend;
         const std::size_t first = rows.size();
         for (auto& b : bs) {
-          rows.push_back(measure(*b, *timer, spec, weights, iterations, settle_ms));
+          rows.push_back(
+              measure(*b, *timer, spec, weights, iterations, {settle_ms, capped_settle_ms}));
           rows.back().floor =
               floor_of(g, c, spec.point, {peaks.copy_bytes_per_s, peaks.bf16_flops_per_s});
           by_backend[b->name()] = rows.back().median_us;

@@ -167,6 +167,17 @@ void print_fidelity(const json& tables, std::ostream& os) {
                   h["bank_failures"].get<int>(), t["refinement"]["stages"].get<int>(),
                   t["refinement"]["added_points"].get<int>());
     os << line;
+    if (h.contains("by_routing"))  // experts tables since the split existed
+      for (const char* routing : {"balanced", "off_balance"}) {
+        const auto& r = h["by_routing"][routing];
+        std::snprintf(line, sizeof(line),
+                      "      %s routing: %d points, median %.2f%%, p95 %.2f%%, max %.2f%%\n",
+                      routing == std::string("balanced") ? "balanced" : "off-balance",
+                      r["count"].get<int>(), 100 * r["median_abs_relative_error"].get<double>(),
+                      100 * r["p95_abs_relative_error"].get<double>(),
+                      100 * r["max_abs_relative_error"].get<double>());
+        os << line;
+      }
     for (const auto& w : h["worst"]) {
       std::snprintf(line, sizeof(line), "      worst %s: measured %.3f us, interpolated %.3f us\n",
                     w["point"].dump().c_str(), w["measured_us"].get<double>(),

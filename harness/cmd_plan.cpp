@@ -75,7 +75,8 @@ json plan_json(const Plan& plan, const std::string& backend) {
            {{"points", total.points},
             {"forwards", total.forwards},
             {"estimated_device_s", total.device_seconds},
-            {"estimated_held_s", total.held_seconds}}}};
+            {"estimated_held_s", total.held_seconds},
+            {"capped_settle_upper_s", total.capped_settle_seconds}}}};
 }
 
 // "45 s", "12 min 5 s", "3.2 h", "4.1 days": durations a reader takes in at a glance.
@@ -175,8 +176,12 @@ void print_text(const Plan& plan, const std::string& backend, bool verbose, std:
   os << "total: " << total.points << " points, " << total.forwards << " forwards, estimated "
      << human_duration(total.device_seconds) << " of timed device work and "
      << human_duration(total.held_seconds) << " of device time held (one "
-     << plan.device.name.substr(plan.device.name.find(' ') + 1)
-     << ")\ncost model: " << cost_model_description(plan) << "\n";
+     << plan.device.name.substr(plan.device.name.find(' ') + 1) << ")\n";
+  if (total.capped_settle_seconds > 0)
+    os << "  plus up to " << human_duration(total.capped_settle_seconds)
+       << " where the power cap holds the clocks down during a settle (it then runs on to "
+       << capped_settle_ms_for(plan.job, plan.job.backend) << " ms)\n";
+  os << "cost model: " << cost_model_description(plan) << "\n";
   if (!verbose) os << "(--verbose lists every grid point)\n";
 }
 

@@ -75,7 +75,7 @@ std::vector<PointResult> measure(Backend& backend, ForwardTimer& timer, const js
     spec.points = points;
     spec.round = r;
     spec.iterations = cond.at("iterations").get<int>();
-    spec.settle_ms = cond.value("settle_ms", 0);
+    spec.settle = {cond.value("settle_ms", 0.0), cond.value("capped_settle_ms", 0.0)};
     spec.weight_banks = cond.at("weight_banks").get<int>();
     spec.seed = mix_seed({seed, static_cast<std::uint64_t>(c), static_cast<std::uint64_t>(r)});
     cell.rounds.push_back(measure_cell_round(backend, timer, spec));

@@ -735,7 +735,8 @@ class Acquisition {
     spec.points = cell.info.points;
     spec.round = r;
     spec.iterations = job_.iterations;
-    spec.settle_ms = settle_ms_for(job_, ctx_->backend->name());
+    spec.settle = {static_cast<double>(settle_ms_for(job_, ctx_->backend->name())),
+                   static_cast<double>(capped_settle_ms_for(job_, ctx_->backend->name()))};
     spec.weight_banks = cell.target->weight_banks;
     spec.seed = mix_seed({job_.seed, c, static_cast<std::uint64_t>(r)});
     return spec;
@@ -788,9 +789,13 @@ class Acquisition {
     int my_rounds = static_cast<int>(wave.rounds.size()), all_rounds = 0;
     HARNESS_CHECK_MPI(MPI_Allreduce(&my_rounds, &all_rounds, 1, MPI_INT, MPI_SUM, comm_));
     summary_.rounds_measured += all_rounds;
-    std::int64_t my_points = wave.points, all_points = 0;
-    HARNESS_CHECK_MPI(MPI_Allreduce(&my_points, &all_points, 1, MPI_INT64_T, MPI_SUM, comm_));
-    done_points_ += all_points;
+    // Point-rounds of the wave, and those whose settle was extended (clocks held down).
+    std::int64_t my_points[2] = {wave.points, 0}, all_points[2] = {0, 0};
+    for (const auto& m : wave.rounds) my_points[1] += m.settles_extended;
+    HARNESS_CHECK_MPI(MPI_Allreduce(my_points, all_points, 2, MPI_INT64_T, MPI_SUM, comm_));
+    done_points_ += all_points[0];
+    summary_.point_rounds_measured += all_points[0];
+    summary_.settles_extended += all_points[1];
     if (rank_ != 0) return;
     campaign_->consume(seconds_since(wave_start), size_, all_rounds);
     campaign_->record_costs(total[3], static_cast<std::int64_t>(total[4]), total[5],

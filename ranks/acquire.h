@@ -48,6 +48,10 @@ struct AcquireSummary {
   double refinement_s = 0;
   double collectives_s = 0;
   std::int64_t timed_forwards = 0;
+  // Point-rounds this run measured, and those whose settle the power or thermal policy extended
+  // to capped_settle_ms (docs/measurement.md#protocol).
+  std::int64_t point_rounds_measured = 0;
+  std::int64_t settles_extended = 0;
   std::string cost_model;  // how the wave reservations were estimated
 };
 

@@ -37,17 +37,37 @@ ForwardRun run_forwards(Workload& w, ForwardTimer& timer, int count, int banks, 
   return run;
 }
 
-ForwardRun settle_forwards(Workload& w, ForwardTimer& timer, int banks, double ms,
-                           const std::string& label) {
-  ForwardRun run;
+HeldDownClock held_down_clock(const Backend& backend) {
+  return [&backend]() -> std::optional<std::uint64_t> {
+    const auto state = backend.live_state();
+    std::optional<std::uint64_t> ns;
+    for (const char* key : {"power_capped_ns", "thermal_capped_ns"})
+      if (const auto it = state.find(key); it != state.end())
+        ns = ns.value_or(0) + std::stoull(it->second);
+    return ns;
+  };
+}
+
+SettleRun settle_forwards(Workload& w, ForwardTimer& timer, int banks, const Settle& settle,
+                          const HeldDownClock& held_down, const std::string& label) {
+  SettleRun run;
   const auto start = std::chrono::steady_clock::now();
   const auto elapsed_ms = [&] {
     return std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - start)
         .count();
   };
-  while (ms > 0 && elapsed_ms() < ms) {
-    run.route_errors +=
-        run_forwards(w, timer, std::max(2, banks), banks, false, label).route_errors;
+  const auto run_until = [&](double ms) {
+    while (elapsed_ms() < ms)
+      run.route_errors +=
+          run_forwards(w, timer, std::max(2, banks), banks, false, label).route_errors;
+  };
+  const bool may_extend = settle.capped_ms > settle.ms && held_down;
+  const auto before = may_extend ? held_down() : std::nullopt;
+  run_until(settle.ms);
+  if (before) {
+    const auto after = held_down();
+    run.extended = after && *after > *before;
+    if (run.extended) run_until(settle.capped_ms);
   }
   return run;
 }
@@ -75,6 +95,7 @@ CellRound measure_cell_round(Backend& backend, ForwardTimer& timer, const CellRo
   round_spec.seed = mix_seed({spec.seed, 0xb4e5ULL});
   const auto weights = backend.make_weights(round_spec);
   out.phases.setup += seconds_since(t);
+  const auto held_down = held_down_clock(backend);
   for (const auto pi : order) {
     const auto& p = spec.points[static_cast<std::size_t>(pi)];
     WorkloadSpec ws = spec.base;
@@ -127,8 +148,10 @@ CellRound measure_cell_round(Backend& backend, ForwardTimer& timer, const CellRo
     std::vector<double> all, per_arm[3];
     int arm_forward[3] = {0, 0, 0};
     std::optional<ForwardRecord> first;
-    route_errors +=
-        settle_forwards(*w, timer, experts ? 2 * banks : 1, spec.settle_ms, label).route_errors;
+    const auto settled =
+        settle_forwards(*w, timer, experts ? 2 * banks : 1, spec.settle, held_down, label);
+    route_errors += settled.route_errors;
+    out.settles_extended += settled.extended ? 1 : 0;
     for (const auto& ch : chunks) {
       if (ch.warm_up)
         route_errors +=

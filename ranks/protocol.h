@@ -23,6 +23,13 @@ class MeasurementError : public std::runtime_error {
   using std::runtime_error::runtime_error;
 };
 
+// Untimed forwards before a point's warm-up (docs/measurement.md#protocol): at least `ms`, and
+// `capped_ms` in all when the power or thermal policy held the clocks down meanwhile.
+struct Settle {
+  double ms = 0;
+  double capped_ms = 0;
+};
+
 struct CellRoundSpec {
   WorkloadSpec base;  // geometry, target, component; point and seed set per point
   std::vector<GridPoint> points;
@@ -30,7 +37,7 @@ struct CellRoundSpec {
   int iterations = 1;
   int weight_banks = 2;    // B (experts only)
   std::uint64_t seed = 0;  // derives point order and stimuli
-  double settle_ms = 0;    // untimed forwards per point before its warm-up (settle_forwards)
+  Settle settle;           // before each point's warm-up (settle_forwards)
 };
 
 struct ForwardRun {
@@ -44,12 +51,24 @@ struct ForwardRun {
 [[nodiscard]] ForwardRun run_forwards(Workload& w, ForwardTimer& timer, int count, int banks,
                                       bool timed, const std::string& label);
 
-// Untimed forwards, in batches cycling over `banks`, until at least `ms` of wall time has
-// passed: the device under sustained load (its power and clock governors settled, as in serving)
-// before a point is timed (docs/measurement.md#protocol). Returns the route-flag count (no
-// records); nothing runs when `ms` <= 0.
-[[nodiscard]] ForwardRun settle_forwards(Workload& w, ForwardTimer& timer, int banks, double ms,
-                                         const std::string& label);
+// Nanoseconds the device's power and thermal policies have held its clocks down so far (a
+// counter), or nullopt where the device does not say.
+using HeldDownClock = std::function<std::optional<std::uint64_t>()>;
+// The counter of `backend`'s device, from its live state (NVML on GPUs).
+[[nodiscard]] HeldDownClock held_down_clock(const Backend& backend);
+
+struct SettleRun {
+  std::uint64_t route_errors = 0;
+  bool extended = false;  // the clocks were held down during settle.ms: it ran to capped_ms
+};
+
+// Untimed forwards, in batches cycling over `banks`, until at least `settle.ms` of wall time has
+// passed, and on to `settle.capped_ms` when `held_down` advanced meanwhile: the device under
+// sustained load (its power and clock governors settled, as in serving) before a point is timed
+// (docs/measurement.md#protocol). Nothing runs when both are <= 0.
+[[nodiscard]] SettleRun settle_forwards(Workload& w, ForwardTimer& timer, int banks,
+                                        const Settle& settle, const HeldDownClock& held_down,
+                                        const std::string& label);
 
 // Measures every point of one cell round in a seeded random order. `on_point` is called after
 // each point (progress). Throws MeasurementError on a failed correctness check, an activity list

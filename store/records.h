@@ -77,6 +77,7 @@ struct CellRound {
   std::int32_t round = 0;
   std::uint64_t point_order_seed = 0;
   PhaseSeconds phases;
+  std::int32_t settles_extended = 0;  // points whose settle ran to capped_ms (not stored)
   std::vector<Sample> samples;
   std::vector<CorrectnessCheck> checks;
   std::vector<PointMedian> medians;

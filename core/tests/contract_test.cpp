@@ -66,15 +66,23 @@ TEST(Contract, SettleFollowsTheTimingUnlessTheJobSetsIt) {
             kGpuSettleMs);
   const auto host = Contract::of(plan, "cpu_reference", "host_clock", 1 << 20);
   EXPECT_EQ(host.conditioning.settle_ms, 0);
+  EXPECT_EQ(host.conditioning.capped_settle_ms, 0);
+  EXPECT_EQ(Contract::of(plan, "native", "cupti_activity", 1 << 20).conditioning.capped_settle_ms,
+            kGpuCappedSettleMs);
   EXPECT_EQ(host.component_table(host.targets[0]).at("conditioning").at("settle_ms"), 0);
   plan.job.settle_ms = 50;
+  plan.job.capped_settle_ms = 700;
   const auto set = Contract::of(plan, "native", "cupti_activity", 1 << 20);
   EXPECT_EQ(set.conditioning.settle_ms, 50);
   EXPECT_EQ(Contract::parse(set.dump()).conditioning.settle_ms, 50);
+  EXPECT_EQ(Contract::parse(set.dump()).conditioning.capped_settle_ms, 700);
+  EXPECT_EQ(set.component_table(set.targets[0]).at("conditioning").at("capped_settle_ms"), 700);
   // A contract stored before the settle phase existed reads as no settle.
   auto old = set.to_json();
   old["conditioning"].erase("settle_ms");
+  old["conditioning"].erase("capped_settle_ms");
   EXPECT_EQ(Contract::from_json(old).conditioning.settle_ms, 0);
+  EXPECT_EQ(Contract::from_json(old).conditioning.capped_settle_ms, 0);
   EXPECT_EQ(tiny_plan().job.settle_ms, std::nullopt);
   EXPECT_EQ(parse_job("model:\n  preset: tiny\ndeployment:\n  tp: 1\n  dp: 1\ntokens:\n"
                       "  max_num_batched_tokens: 8\nmeasurement:\n  settle_ms: 120\n",

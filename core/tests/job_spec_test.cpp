@@ -90,7 +90,9 @@ TEST(JobSpec, EverySizeHasAnUpperLimitNamedInTheError) {
            {kBase + "measurement:\n  settle_ms: -5\n",
             "measurement.settle_ms must be between 0 and 60000 (got -5)"},
            {kBase + "measurement:\n  settle_ms: 90000\n",
-            "measurement.settle_ms must be between 0 and 60000 (got 90000)"}}) {
+            "measurement.settle_ms must be between 0 and 60000 (got 90000)"},
+           {kBase + "measurement:\n  capped_settle_ms: -1\n",
+            "measurement.capped_settle_ms must be between 0 and 60000 (got -1)"}}) {
     const auto error = error_of(yaml);
     EXPECT_NE(error.find(needle), std::string::npos) << "got: " << error << "\nfor:\n" << yaml;
   }

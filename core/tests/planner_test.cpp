@@ -329,6 +329,21 @@ TEST(Plan, DeterministicAndCountsForwards) {
   EXPECT_GT(a.estimate().device_seconds, 0);
 }
 
+TEST(Estimate, TheCappedSettleIsAnUpperBoundOnTopOfTheNominalModel) {
+  auto plan = make_plan(job_for("qwen3-30b-a3b", 1, 1, 64));
+  plan.job.backend = "native";
+  const auto e = plan.estimate();
+  EXPECT_NEAR(e.capped_settle_seconds,
+              static_cast<double>(e.points * plan.job.rounds) *
+                  (kGpuCappedSettleMs - kGpuSettleMs) / 1000.0,
+              1e-9);
+  plan.job.capped_settle_ms = 100;  // no longer than the settle: never extended
+  EXPECT_EQ(plan.estimate().capped_settle_seconds, 0.0);
+  plan.job.capped_settle_ms.reset();
+  plan.measured = MeasuredCost{0.5, 0.01, "test"};  // measured costs contain it
+  EXPECT_EQ(plan.estimate().capped_settle_seconds, 0.0);
+}
+
 TEST(Estimate, MeasuredCostsReplaceTheNominalModelAndSaySo) {
   auto plan = make_plan(job_for("qwen3-30b-a3b", 1, 1, 64));
   EXPECT_NE(cost_model_description(plan).find("nominal"), std::string::npos);

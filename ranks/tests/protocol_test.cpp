@@ -102,11 +102,11 @@ TEST(Protocol, SettleRunsUntimedForwardsForTheRequestedTime) {
   auto timer = make_host_clock_timer();
   CountingWorkload w;
   const auto start = std::chrono::steady_clock::now();
-  const auto run = settle_forwards(w, *timer, 3, 25.0, "settle");
+  const auto run = settle_forwards(w, *timer, 3, {25.0, 0.0}, {}, "settle");
   const double ms =
       std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - start).count();
   EXPECT_GE(ms, 25.0);
-  EXPECT_TRUE(run.records.empty());
+  EXPECT_FALSE(run.extended);
   EXPECT_EQ(run.route_errors, 0u);
   ASSERT_GE(w.banks.size(), 3u);
   EXPECT_LE(w.banks.size(), 3u * 40);  // batches of one bank cycle, not an open loop
@@ -116,8 +116,40 @@ TEST(Protocol, SettleRunsUntimedForwardsForTheRequestedTime) {
   EXPECT_TRUE(timer->collect().empty());
 
   CountingWorkload idle;
-  (void)settle_forwards(idle, *timer, 3, 0.0, "settle");
+  (void)settle_forwards(idle, *timer, 3, {0.0, 0.0}, {}, "settle");
   EXPECT_TRUE(idle.banks.empty());
+}
+
+// The settle runs on to capped_ms exactly when the held-down counter advanced during its first
+// `ms`; a device that does not report the counter, or a capped_ms no longer than ms, never
+// extends it.
+TEST(Protocol, SettleRunsOnWhileTheClocksWereHeldDown) {
+  auto timer = make_host_clock_timer();
+  const auto settle_for = [&](const Settle& settle, const HeldDownClock& held_down) {
+    CountingWorkload w;
+    const auto start = std::chrono::steady_clock::now();
+    const auto run = settle_forwards(w, *timer, 2, settle, held_down, "settle");
+    return std::pair{run.extended, std::chrono::duration<double, std::milli>(
+                                       std::chrono::steady_clock::now() - start)
+                                       .count()};
+  };
+  std::uint64_t counter = 0;
+  const HeldDownClock advancing = [&]() -> std::optional<std::uint64_t> { return counter += 7; };
+  const HeldDownClock still = []() -> std::optional<std::uint64_t> { return 42; };
+  const HeldDownClock unreported = []() -> std::optional<std::uint64_t> { return std::nullopt; };
+
+  const auto [extended, ms] = settle_for({5.0, 60.0}, advancing);
+  EXPECT_TRUE(extended);
+  EXPECT_GE(ms, 60.0);
+  for (const auto& probe : {still, unreported, HeldDownClock{}}) {
+    const auto [not_extended, short_ms] = settle_for({5.0, 60.0}, probe);
+    EXPECT_FALSE(not_extended);
+    EXPECT_GE(short_ms, 5.0);
+  }
+  EXPECT_FALSE(settle_for({5.0, 5.0}, advancing).first);
+  counter = 0;
+  EXPECT_FALSE(settle_for({0.0, 0.0}, advancing).first);
+  EXPECT_EQ(counter, 0u);  // no settle asked for: the device is not even asked
 }
 
 TEST(Protocol, SettleAddsNoSamples) {
@@ -130,10 +162,11 @@ TEST(Protocol, SettleAddsNoSamples) {
   spec.points = {{4, 2, 8}};
   spec.iterations = 4;
   const auto plain = measure_cell_round(*backend, *timer, spec);
-  spec.settle_ms = 20;
+  spec.settle = {20.0, 0.0};
   const auto settled = measure_cell_round(*backend, *timer, spec);
   EXPECT_EQ(settled.samples.size(), plain.samples.size());
   EXPECT_GE(settled.phases.timing, 0.020);  // the settle is charged to the timing phase
+  EXPECT_EQ(settled.settles_extended, 0);   // the host reports no held-down clocks
 }
 
 }  // namespace

@@ -89,3 +89,12 @@ def complete_rounds(h5):
         return {(name, r): cell[f"round_{r}"]["samples"][()]
                 for name, cell in f["cells"].items()
                 for r, done in enumerate(cell["rounds_done"][()]) if done}
+
+
+def quantile(sorted_values, q):
+    """The q-quantile of ascending values, interpolated between order statistics as
+    core/statistics.h's quantile is."""
+    pos = q * (len(sorted_values) - 1)
+    lo = int(pos)
+    hi = min(lo + 1, len(sorted_values) - 1)
+    return sorted_values[lo] + (pos - lo) * (sorted_values[hi] - sorted_values[lo])

@@ -47,6 +47,7 @@ expect_error([HARNESS, "bench", "experts", "--components", "experts,gate"], "unk
 expect_error([HARNESS, "bench", "experts", "--components", "wrapper"], "--components takes")
 expect_error([HARNESS, "bench", "experts", "--iterations", "0"], "--iterations must be at least 1")
 expect_error([HARNESS, "bench", "experts", "--settle-ms", "-1"], "--settle-ms must be between 0 and 60000")
+expect_error([HARNESS, "bench", "experts", "--capped-settle-ms", "70000"], "--capped-settle-ms must be between 0 and 60000")
 expect_error([HARNESS, "bench", "experts", "--backends", ","], "--backends is empty")
 expect_error([HARNESS, "bench", "experts", "--device", "99"], "no CUDA device 99")
 

@@ -21,8 +21,8 @@ import sys
 import h5py
 import yaml
 
-from harness_test_lib import (HARNESS, MPI_ENV, SOURCE_DIR, check_complete, mpirun_cmd, run,
-                              staircase_time_us)
+from harness_test_lib import (HARNESS, MPI_ENV, SOURCE_DIR, check_complete, mpirun_cmd, quantile,
+                              run, staircase_time_us)
 
 sys.path.insert(0, os.path.join(SOURCE_DIR, "python"))
 import harness_reader  # noqa: E402  (answers like the library: test_python_reader.py)
@@ -73,6 +73,25 @@ with tempfile.TemporaryDirectory() as tmp:
     assert experts["refinement"]["stages"] >= 2 and experts["refinement"]["added_points"] > 0, experts
     assert experts["held_out"]["max_abs_relative_error"] <= 0.02, experts["held_out"]
     assert experts["failed_points"] == [], experts["failed_points"]
+    # The statistics at balanced routing and off it, restated from the bundle's held_out.csv.
+    held = [r.split(",") for r in open(os.path.join(
+        bundle, "tp1/moe_components/dp1_ep1_rank0_sp0/held_out.csv")).read().splitlines()[1:]]
+    by_routing = {"balanced": [], "off_balance": []}
+    for c, n, a, m, measured, predicted in held:
+        if c != "experts":
+            continue
+        n, a, m = int(n), int(a), int(m)
+        balanced = (a, m) == (round(E * (1 - (1 - K / E) ** n)), n * K)
+        by_routing["balanced" if balanced else "off_balance"].append(
+            abs(float(predicted) - float(measured)) / float(measured))
+    for routing, errors in by_routing.items():
+        errors.sort()
+        got = experts["held_out"]["by_routing"][routing]
+        assert got["count"] == len(errors) > 0, (routing, got, len(errors))
+        for key, q in (("median", 0.5), ("p95", 0.95), ("max", 1.0)):
+            want = quantile(errors, q)
+            # held_out.csv rounds the times to 4 decimals.
+            assert abs(got[f"{key}_abs_relative_error"] - want) <= 1e-4, (routing, key, got, want)
     worst = 0.0
     for n in range(1, 65):
         a, m = round(E * (1 - (1 - K / E) ** n)), n * K

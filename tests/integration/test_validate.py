@@ -9,13 +9,7 @@ import tempfile
 
 import yaml
 
-from harness_test_lib import HARNESS, SOURCE_DIR, mpirun_cmd, run, staircase_time_us
-
-def quantile(sorted_values, q):
-    pos = q * (len(sorted_values) - 1)
-    lo = int(pos)
-    hi = min(lo + 1, len(sorted_values) - 1)
-    return sorted_values[lo] + (pos - lo) * (sorted_values[hi] - sorted_values[lo])
+from harness_test_lib import HARNESS, SOURCE_DIR, mpirun_cmd, quantile, run, staircase_time_us
 
 
 def expect_error(args, needle, code=None):
