@@ -61,7 +61,8 @@ SettleRun settle_forwards(Workload& w, ForwardTimer& timer, int banks, const Set
       run.route_errors +=
           run_forwards(w, timer, std::max(2, banks), banks, false, label).route_errors;
   };
-  const bool may_extend = settle.capped_ms > settle.ms && held_down;
+  // Only a settle is extended: with ms <= 0 the point is timed right after the previous one.
+  const bool may_extend = settle.ms > 0 && settle.capped_ms > settle.ms && held_down;
   const auto before = may_extend ? held_down() : std::nullopt;
   run_until(settle.ms);
   if (before) {

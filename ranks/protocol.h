@@ -24,7 +24,8 @@ class MeasurementError : public std::runtime_error {
 };
 
 // Untimed forwards before a point's warm-up (docs/measurement.md#protocol): at least `ms`, and
-// `capped_ms` in all when the power or thermal policy held the clocks down meanwhile.
+// `capped_ms` in all when the power or thermal policy held the clocks down meanwhile (only when
+// ms > 0).
 struct Settle {
   double ms = 0;
   double capped_ms = 0;

@@ -149,6 +149,7 @@ TEST(Protocol, SettleRunsOnWhileTheClocksWereHeldDown) {
   EXPECT_FALSE(settle_for({5.0, 5.0}, advancing).first);
   counter = 0;
   EXPECT_FALSE(settle_for({0.0, 0.0}, advancing).first);
+  EXPECT_FALSE(settle_for({0.0, 60.0}, advancing).first);  // only a settle is extended
   EXPECT_EQ(counter, 0u);  // no settle asked for: the device is not even asked
 }
 
