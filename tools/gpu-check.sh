@@ -7,9 +7,15 @@
 #              not installed)
 #   bench      harness bench experts -> OUT_DIR/bench-experts.csv (+ .txt)
 #   acquire    harness acquire jobs/qwen3-30b-a3b.yaml --tp 1 --dp 1 --backend native
+#              (+ $ACQUIRE_ARGS, e.g. "--rounds 1 --accept-failures")
+#   fidelity   the acquire step's bundle against points it was not built from: 23 balanced N
+#              drawn log-uniformly ($FIDELITY_SEED, default 20261201) through the bench, compared
+#              with lookup (tools/bench-lookup-compare.py), then validate --points 48 with both
+#              routings; fails where the bounds (median 1%, p95 2%, max 4%) or the tolerance miss
 # Each step's output goes to OUT_DIR/<step>.log; every step runs, and the exit status is non-zero
 # when any failed.
 set -euo pipefail
+here=$(cd "$(dirname "$0")" && pwd)
 build=${1:?build directory}
 out=${2:?output directory}
 shift 2
@@ -58,8 +64,23 @@ run_bench() {
 }
 
 run_acquire() {
+  # shellcheck disable=SC2086  # ACQUIRE_ARGS: extra options
   mpirun --allow-run-as-root -np 1 -x LD_LIBRARY_PATH "$build/harness/harness" acquire \
-    jobs/qwen3-30b-a3b.yaml --tp 1 --dp 1 --backend native --out-root "$out/acquire"
+    jobs/qwen3-30b-a3b.yaml --tp 1 --dp 1 --backend native --out-root "$out/acquire" ${ACQUIRE_ARGS:-}
+}
+
+run_fidelity() {
+  local bundle="$out/acquire/qwen3-30b-a3b" seed=${FIDELITY_SEED:-20261201} tokens rc=0
+  if [ ! -f "$bundle/meta.yaml" ]; then echo "no bundle at $bundle: run the acquire step first"; return 1; fi
+  tokens=$(python3 "$here/bench-lookup-compare.py" --draw-tokens 23 --seed "$seed" --max-tokens 8000)
+  "$build/harness/harness" bench experts --models qwen3-30b-a3b --backends native \
+    --components experts --tokens "$tokens" --csv "$out/fidelity-bench.csv"
+  python3 "$here/bench-lookup-compare.py" --bundle "$bundle" --bench "$out/fidelity-bench.csv" \
+    --harness "$build/harness/harness" --split 2048 --out "$out/fidelity-compare.csv" || rc=1
+  for routing in balanced random; do
+    "$build/harness/harness" validate "$bundle" --points 48 --seed "$seed" --routing "$routing" || rc=1
+  done
+  return $rc
 }
 
 failed=0
@@ -69,6 +90,7 @@ for s in "${steps[@]}"; do
     sanitizer) step sanitizer run_sanitizer ;;
     bench) step bench run_bench ;;
     acquire) step acquire run_acquire ;;
+    fidelity) step fidelity run_fidelity ;;
     *) echo "unknown step '$s'" >&2; exit 2 ;;
   esac
 done

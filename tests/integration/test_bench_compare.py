@@ -1,0 +1,105 @@
+"""tools/bench-lookup-compare.py without a GPU: a bench CSV written here (the bench's columns, times
+this test sets from the bundle's own lookups times known factors) against a real CPU bundle; the
+statistics and the exit status follow from the factors; points outside the support are listed and
+left out; its error paths and the token draw."""
+import csv
+import json
+import os
+import subprocess
+import sys
+import tempfile
+
+from harness_test_lib import HARNESS, SOURCE_DIR, mpirun_cmd, quantile, run
+
+TOOL = [sys.executable, os.path.join(SOURCE_DIR, "tools/bench-lookup-compare.py")]
+HEADER = ["component", "model", "backend", "tokens", "activated", "assignments", "banks", "median_us",
+          "min_us", "max_us"]
+
+
+def lookup_us(bundle, n, a=None, m=None, component="experts"):
+    cmd = [HARNESS, "lookup", bundle, "--tp", "1", "--dp", "1", "--component", component, "--tokens", str(n),
+           "--format", "json"]
+    if a is not None:
+        cmd += ["--activated", str(a), "--assignments", str(m)]
+    return json.loads(run(cmd).stdout)["time_us"]
+
+
+def write_bench(path, rows):
+    with open(path, "w", newline="") as f:
+        w = csv.writer(f)
+        w.writerow(HEADER)
+        for component, backend, n, a, m, us in rows:
+            w.writerow([component, "tiny", backend, n, a, m, 2, us, us, us])
+
+
+def compare(*args):
+    return subprocess.run(TOOL + list(args), capture_output=True, text=True)
+
+
+with tempfile.TemporaryDirectory() as tmp:
+    root = os.path.join(tmp, "bundles")
+    run(mpirun_cmd(2, "acquire", "--unverified", os.path.join(SOURCE_DIR, "tests/data/micro.yaml"), "--out",
+                   os.path.join(tmp, "acq"), "--out-root", root, "--quiet"))
+    bundle = os.path.join(root, "micro")
+    # Experts points of the TP1/DP1 table (E=8, k=2: M = 2N at EP1) and one gate point; each bench
+    # time is the lookup's divided by a factor, so the error bundle - bench is factor - 1.
+    points = [(3, 4, 6), (5, 6, 10), (7, 5, 14), (11, 8, 22), (13, 7, 26)]
+    factors = [1.001, 0.996, 1.012, 1.05, 0.99]
+    rows = [("experts", "cpu_reference", n, a, m, lookup_us(bundle, n, a, m) / f)
+            for (n, a, m), f in zip(points, factors)]
+    rows.append(("gate_routing", "cpu_reference", 6, 0, 0, lookup_us(bundle, 6, component="gate_routing") / 1.003))
+    rows.append(("experts", "cpu_reference", 99, 8, 198, 100.0))  # beyond the 16-token budget
+    bench = os.path.join(tmp, "bench.csv")
+    write_bench(bench, rows)
+    out = os.path.join(tmp, "compare.csv")
+    args = ["--bundle", bundle, "--bench", bench, "--harness", HARNESS, "--split", "8", "--out", out]
+    p = compare(*args)
+    assert p.returncode == 3, (p.returncode, p.stdout, p.stderr)  # the 5% point misses max 4%
+    assert "outside the support: experts N=99" in p.stdout, p.stdout
+    errors = sorted(abs(f - 1) for f in factors)
+    got = [line for line in p.stdout.splitlines() if line.startswith("experts all:")]
+    want = (f"experts all: 5 points, |error| median {100 * quantile(errors, 0.5):.2f}%, "
+            f"p95 {100 * quantile(errors, 0.95):.2f}%, max {100 * errors[-1]:.2f}%")
+    assert got and got[0].startswith(want), (got, want)
+    assert "experts 0 <= N < 8: 3 points" in p.stdout and "experts 8 <= N < inf: 2 points" in p.stdout, p.stdout
+    assert "gate_routing all: 1 points, |error| median 0.30%" in p.stdout, p.stdout
+    written = list(csv.DictReader(open(out)))
+    assert len(written) == 6, written
+    for r, f in zip(written, factors):
+        assert abs(float(r["error"]) - (f - 1)) < 1e-4, (r, f)
+    # Within the bounds once the 5% point is gone (and wider bounds accept it).
+    write_bench(bench, rows[:3] + rows[4:6])
+    p = compare(*args)
+    assert p.returncode == 0, (p.returncode, p.stdout, p.stderr)
+    write_bench(bench, rows[:6])
+    assert compare(*args, "--bounds", "0.01,0.06,0.06").returncode == 0
+
+    # Error paths: one clear message, exit 1.
+    def expect_error(extra, needle, rows_=None, header=None):
+        if rows_ is not None:
+            write_bench(bench, rows_)
+        if header is not None:
+            open(bench, "w").write(header)
+        p = compare(*extra)
+        assert p.returncode == 1 and needle in p.stderr, (p.returncode, p.stdout, p.stderr)
+
+    expect_error(args, "mixes tiny/cpu_reference, tiny/native",
+                 rows[:2] + [("experts", "native", 3, 4, 6, 1.0)])
+    assert compare(*args, "--backend", "cpu_reference").returncode == 0
+    expect_error(args, "no column median_us", header="component,model,backend,tokens,activated,assignments\n")
+    expect_error(args, "no component rows", header=",".join(HEADER) + "\n")
+    expect_error(args, "no bench row lies in the bundle's support", rows_=[rows[-1]])
+    write_bench(bench, rows[:2])
+    expect_error(["--bundle", os.path.join(tmp, "nothing"), "--bench", bench, "--harness", HARNESS],
+                 "no bundle here")
+    expect_error(args[:4] + ["--bounds", "0.01,0.02"], "--bounds takes median,p95,max")
+    expect_error(["--bench", bench], "--bundle and --bench are needed")
+
+    # The token draw: deterministic, distinct, ascending, inside [2, max].
+    first, second = compare("--draw-tokens", "23", "--seed", "5"), compare("--draw-tokens", "23", "--seed", "5")
+    tokens = [int(x) for x in first.stdout.split(",")]
+    assert first.stdout == second.stdout and len(set(tokens)) == 23 and tokens == sorted(tokens), first.stdout
+    assert 2 <= tokens[0] and tokens[-1] <= 8000, tokens
+    assert compare("--draw-tokens", "23", "--seed", "6").stdout != first.stdout
+    expect_error(["--draw-tokens", "50", "--max-tokens", "20"], "only")
+print("bench-lookup-compare: ok")

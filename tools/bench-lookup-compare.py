@@ -1,0 +1,174 @@
+#!/usr/bin/env python3
+"""Compares `harness bench experts` figures with a bundle's lookups at the same points.
+
+    harness bench experts --models qwen3-30b-a3b --backends native --components experts \\
+        --tokens $(tools/bench-lookup-compare.py --draw-tokens 23 --seed 20261201 --max-tokens 8000) \\
+        --csv bench.csv
+    tools/bench-lookup-compare.py --bundle OUT_ROOT/VARIANT --bench bench.csv \\
+        [--tp 1 --dp 1 --rank 0] [--split 2048] [--bounds 0.01,0.02,0.04] [--out compare.csv]
+
+The bench times balanced routing through its own loop, not the acquisition's, so this is the
+check of a table at points it was not built from that a simulator author would make
+(docs/measurement.md#fidelity). For every bench row of the bundle's component tables (experts at
+its N, A and M; gate_routing and finalize_copy at its N) it asks `harness lookup` for the same
+point and records the error bundle − bench relative to the bench; rows the bundle measured itself
+are marked `grid`, points outside its support are listed and left out. Prints every row and, per
+component, the count, median / p95 / max |error| (quantiles interpolated between order
+statistics, as core/statistics.h) and the signed median, over all rows and over the N ranges that
+--split cuts. Exit status 3 when a component misses --bounds (median, p95, max of |error|), 1 on
+an error, else 0. `--draw-tokens K` only prints K distinct token counts drawn log-uniformly from
+[2, --max-tokens] with --seed (Python's random), comma-separated, for the bench's --tokens.
+"""
+import argparse
+import csv
+import json
+import math
+import random
+import subprocess
+import sys
+
+COMPONENTS = ("experts", "gate_routing", "finalize_copy")
+COLUMNS = ("component", "model", "backend", "tokens", "activated", "assignments", "median_us")
+
+
+def quantile(sorted_values, q):
+    pos = q * (len(sorted_values) - 1)
+    lo = int(pos)
+    hi = min(lo + 1, len(sorted_values) - 1)
+    return sorted_values[lo] + (pos - lo) * (sorted_values[hi] - sorted_values[lo])
+
+
+def draw_tokens(count, seed, max_tokens):
+    rng = random.Random(seed)
+    drawn = set()
+    for _ in range(100 * count):
+        if len(drawn) == count:
+            break
+        drawn.add(int(round(math.exp(rng.uniform(math.log(2), math.log(max_tokens))))))
+    if len(drawn) < count:
+        sys.exit(f"bench-lookup-compare: only {len(drawn)} distinct token counts in [2, {max_tokens}]")
+    return sorted(drawn)
+
+
+def bench_rows(path, model, backend):
+    with open(path, newline="") as f:
+        reader = csv.DictReader(f)
+        missing = [c for c in COLUMNS if c not in (reader.fieldnames or [])]
+        if missing:
+            sys.exit(f"bench-lookup-compare: {path} is not a `harness bench experts` CSV "
+                     f"(no column {', '.join(missing)})")
+        rows = [r for r in reader if r["component"] in COMPONENTS
+                and (model is None or r["model"] == model) and (backend is None or r["backend"] == backend)]
+    kinds = sorted({(r["model"], r["backend"]) for r in rows})
+    if not rows:
+        sys.exit(f"bench-lookup-compare: {path} has no component rows for model {model or 'any'}, "
+                 f"backend {backend or 'any'}")
+    if len(kinds) > 1:
+        sys.exit("bench-lookup-compare: the bench CSV mixes " + ", ".join(f"{m}/{b}" for m, b in kinds)
+                 + "; choose one with --model and --backend (a bundle holds one)")
+    return rows
+
+
+def lookup(a, row):
+    cmd = [a.harness, "lookup", a.bundle, "--tp", str(a.tp), "--dp", str(a.dp), "--rank", str(a.rank),
+           "--component", row["component"], "--tokens", row["tokens"], "--format", "json"]
+    if row["component"] == "experts":
+        cmd += ["--activated", row["activated"], "--assignments", row["assignments"]]
+    p = subprocess.run(cmd, capture_output=True, text=True)
+    if p.returncode != 0:
+        return None, p.stderr.strip().splitlines()[-1] if p.stderr.strip() else f"exit {p.returncode}"
+    return json.loads(p.stdout), None
+
+
+def statistics(errors):
+    magnitudes = sorted(abs(e) for e in errors)
+    return {"count": len(errors), "median": quantile(magnitudes, 0.5), "p95": quantile(magnitudes, 0.95),
+            "max": magnitudes[-1], "signed_median": quantile(sorted(errors), 0.5)}
+
+
+def main():
+    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    ap.add_argument("--bundle", help="OUT_ROOT/VARIANT")
+    ap.add_argument("--bench", help="CSV written by `harness bench experts --csv`")
+    ap.add_argument("--harness", default="harness", help="the harness binary")
+    ap.add_argument("--tp", type=int, default=1)
+    ap.add_argument("--dp", type=int, default=1)
+    ap.add_argument("--rank", type=int, default=0)
+    ap.add_argument("--model", help="bench rows of this model only")
+    ap.add_argument("--backend", help="bench rows of this backend only")
+    ap.add_argument("--split", default="", help="N boundaries for per-range statistics, e.g. 2048")
+    ap.add_argument("--bounds", default="0.01,0.02,0.04", help="median,p95,max of |error|")
+    ap.add_argument("--out", help="comparison CSV")
+    ap.add_argument("--draw-tokens", type=int, help="print this many token counts and exit")
+    ap.add_argument("--seed", type=int, default=20261201)
+    ap.add_argument("--max-tokens", type=int, default=8000)
+    a = ap.parse_args()
+    if a.draw_tokens is not None:
+        if a.draw_tokens < 1 or a.max_tokens < 2:
+            sys.exit("bench-lookup-compare: --draw-tokens needs a positive count and --max-tokens >= 2")
+        print(",".join(str(n) for n in draw_tokens(a.draw_tokens, a.seed, a.max_tokens)))
+        return 0
+    if not a.bundle or not a.bench:
+        sys.exit("bench-lookup-compare: --bundle and --bench are needed (or --draw-tokens)")
+    try:
+        bounds = [float(x) for x in a.bounds.split(",")]
+        splits = sorted(int(x) for x in a.split.split(",") if x)
+    except ValueError as e:
+        sys.exit(f"bench-lookup-compare: --bounds takes three fractions and --split token counts ({e})")
+    if len(bounds) != 3:
+        sys.exit("bench-lookup-compare: --bounds takes median,p95,max, e.g. 0.01,0.02,0.04")
+
+    out_rows, outside = [], []
+    for row in bench_rows(a.bench, a.model, a.backend):
+        answer, why = lookup(a, row)
+        if answer is None:
+            if "outside" not in why and "support" not in why:
+                sys.exit(f"bench-lookup-compare: harness lookup failed for {row['component']} "
+                         f"N={row['tokens']}: {why}")
+            outside.append((row, why))
+            continue
+        bench_us = float(row["median_us"])
+        out_rows.append({"component": row["component"], "tokens": int(row["tokens"]),
+                         "activated": int(row["activated"]), "assignments": int(row["assignments"]),
+                         "bench_us": bench_us, "lookup_us": answer["time_us"],
+                         "error": (answer["time_us"] - bench_us) / bench_us, "grid": answer["exact"]})
+    for row, why in outside:
+        print(f"outside the support: {row['component']} N={row['tokens']} A={row['activated']} "
+              f"M={row['assignments']}: {why}")
+    if not out_rows:
+        sys.exit("bench-lookup-compare: no bench row lies in the bundle's support")
+    print("| component | N | A | M | bench µs | lookup µs | error | |")
+    print("|---|---:|---:|---:|---:|---:|---:|---|")
+    for r in out_rows:
+        print(f"| {r['component']} | {r['tokens']} | {r['activated']} | {r['assignments']} | "
+              f"{r['bench_us']:.2f} | {r['lookup_us']:.2f} | {100 * r['error']:+.2f}% | "
+              f"{'grid' if r['grid'] else ''} |")
+    if a.out:
+        with open(a.out, "w", newline="") as f:
+            w = csv.DictWriter(f, fieldnames=list(out_rows[0]))
+            w.writeheader()
+            w.writerows(out_rows)
+    missed = False
+    edges = [0] + splits + [math.inf]
+    for component in COMPONENTS:
+        rows = [r for r in out_rows if r["component"] == component]
+        if not rows:
+            continue
+        ranges = [("all", rows)] + ([(f"{lo} <= N < {hi}", [r for r in rows if lo <= r["tokens"] < hi])
+                                     for lo, hi in zip(edges, edges[1:])] if splits else [])
+        for name, selected in ranges:
+            if not selected:
+                continue
+            s = statistics([r["error"] for r in selected])
+            print(f"{component} {name}: {s['count']} points, |error| median {100 * s['median']:.2f}%, "
+                  f"p95 {100 * s['p95']:.2f}%, max {100 * s['max']:.2f}%, signed median "
+                  f"{100 * s['signed_median']:+.2f}%")
+            if name == "all" and (s["median"] > bounds[0] or s["p95"] > bounds[1] or s["max"] > bounds[2]):
+                missed = True
+                print(f"{component}: misses the bounds (median {bounds[0]:.1%}, p95 {bounds[1]:.1%}, "
+                      f"max {bounds[2]:.1%})")
+    return 3 if missed else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
