@@ -57,6 +57,7 @@ void require_device(const BundleEntry& entry, const std::string& expected,
 
 struct Deployment::Impl {
   nlohmann::json contract;
+  nlohmann::json fidelity;  // coverage.fidelity.components (null when absent)
   std::vector<Component> components;
   std::optional<ComponentTables> tables;
   std::map<Component, std::vector<TableRow>> rows;  // as published
@@ -72,6 +73,13 @@ Deployment& Deployment::operator=(Deployment&&) noexcept = default;
 const nlohmann::json& Deployment::contract() const {
   return impl_->contract;
 }
+const nlohmann::json* Deployment::fidelity(Component c) const {
+  const auto& all = impl_->fidelity;
+  if (!all.is_object()) return nullptr;
+  const auto it = all.find(to_string(c));
+  return it != all.end() && it->is_object() ? &*it : nullptr;
+}
+
 std::vector<Component> Deployment::components() const {
   return impl_->components;
 }
@@ -148,6 +156,9 @@ Deployment Deployment::load(const std::filesystem::path& variant_dir, const Depl
   const auto& csv = table.csv;
   auto impl = std::make_unique<Impl>();
   impl->contract = entry->contract;
+  if (const auto f = entry->coverage.find("fidelity");
+      f != entry->coverage.end() && f->is_object() && f->contains("components"))
+    impl->fidelity = f->at("components");
   impl->answers.set_capacity(cache_capacity);
   ExpertPolytope polytope;
   try {

@@ -44,6 +44,10 @@ class Deployment {
                                    std::int64_t assignments = 0);
   [[nodiscard]] const nlohmann::json& contract() const;
   [[nodiscard]] std::vector<Component> components() const;
+  // How well the table of `c` predicted points it was not built from: the entry's
+  // coverage.fidelity.components.<c> (tolerance, held_out statistics, for experts also
+  // held_out.by_routing; docs/bundle-format.md); null where the entry records none.
+  [[nodiscard]] const nlohmann::json* fidelity(Component c) const;
   // The published rows of one component, in table order (empty when it has none).
   [[nodiscard]] const std::vector<TableRow>& rows(Component c) const;
   [[nodiscard]] std::size_t cache_hits() const;

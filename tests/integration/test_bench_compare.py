@@ -44,7 +44,7 @@ with tempfile.TemporaryDirectory() as tmp:
     # Experts points of the TP1/DP1 table (E=8, k=2: M = 2N at EP1) and one gate point; each bench
     # time is the lookup's divided by a factor, so the error bundle - bench is factor - 1.
     points = [(3, 4, 6), (5, 6, 10), (7, 5, 14), (11, 8, 22), (13, 7, 26)]
-    factors = [1.001, 0.996, 1.012, 1.05, 0.99]
+    factors = [1.001, 0.996, 1.012, 1.05, 0.993]  # no |error| on a bound
     rows = [("experts", "cpu_reference", n, a, m, lookup_us(bundle, n, a, m) / f)
             for (n, a, m), f in zip(points, factors)]
     rows.append(("gate_routing", "cpu_reference", 6, 0, 0, lookup_us(bundle, 6, component="gate_routing") / 1.003))
@@ -72,7 +72,7 @@ with tempfile.TemporaryDirectory() as tmp:
     p = compare(*args)
     assert p.returncode == 0, (p.returncode, p.stdout, p.stderr)
     write_bench(bench, rows[:6])
-    assert compare(*args, "--bounds", "0.01,0.06,0.06").returncode == 0
+    assert compare(*args, "--bounds", "0.02,0.06,0.06").returncode == 0
 
     # Error paths: one clear message, exit 1.
     def expect_error(extra, needle, rows_=None, header=None):

@@ -159,6 +159,34 @@ with tempfile.TemporaryDirectory() as tmp:
             break
     assert found, "no interior experts query found"
 
+    # Each answer says how well its table predicted held-out points: for experts those of the
+    # query's routing (balanced at EP1: A = round(E(1 - (1 - k/E)^N)), M = N*k; tiny: E=8, k=2).
+    e1 = next(e for e in entries if e["target"]["dp"] == 1)
+    fid1 = e1["coverage"]["fidelity"]["components"]
+    held = list(csv.DictReader(open(os.path.join(variant, "tp1", os.path.dirname(e1["path"]), "held_out.csv"))))
+    seen = set()
+    for r in held:
+        if r["component"] != "experts":
+            continue
+        n, a, m = int(r["tokens"]), int(r["activated_experts"]), int(r["local_assignments"])
+        routing = "balanced" if (a, m) == (round(8 * (1 - (1 - 2 / 8) ** n)), 2 * n) else "off_balance"
+        if routing in seen:
+            continue
+        seen.add(routing)
+        query = ["--tp", "1", "--dp", "1", "--component", "experts", "--tokens", str(n), "--activated", str(a),
+                 "--assignments", str(m)]
+        got = json.loads(lookup(variant, *query, "--format", "json").stdout)["held_out"]
+        want = fid1["experts"]["held_out"]["by_routing"][routing]
+        assert got["routing"] == routing and all(got[k] == want[k] for k in want), (got, want)
+        text = lookup(variant, *query, "--explain").stdout
+        label = "at balanced routing" if routing == "balanced" else "off balanced routing"
+        assert f"the table's held-out error {label}: median " in text and f"over {want['count']} points" in text, text
+    assert seen == {"balanced", "off_balance"}, seen
+    got = json.loads(lookup(variant, "--tp", "1", "--dp", "1", "--component", "gate_routing", "--tokens", "3",
+                            "--format", "json").stdout)["held_out"]
+    want = fid1["gate_routing"]["held_out"]
+    assert "routing" not in got and all(got[k] == want[k] for k in got), (got, want)
+
     # Out of support: refused, never extrapolated.
     expect_error([HARNESS, "lookup", variant, "--tp", "1", "--dp", "2", "--component", "gate_routing",
                   "--tokens", "100000"], "outside the measured support")
