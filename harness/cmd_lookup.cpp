@@ -6,9 +6,7 @@
 #include <iostream>
 #include <nlohmann/json.hpp>
 
-#include "core/contract.h"
 #include "core/job_spec.h"
-#include "core/planner.h"
 #include "harness/commands.h"
 #include "lookup/lookup.h"
 
@@ -58,26 +56,17 @@ int lookup_collective(const std::string& variant_dir, const DeploymentKey& key,
 
 }  // namespace
 
-// What the entry says of the table's accuracy between its rows (docs/bundle-format.md): its
-// held-out errors, for `experts` those of the query's routing (balanced or not) where the entry
-// records both; null where it records none.
-nlohmann::json held_out_errors(const Deployment& d, Component c, const GridPoint& query) {
-  const auto* f = d.fidelity(c);
-  if (!f || !f->contains("held_out")) return nullptr;
-  const auto& held = f->at("held_out");
-  const auto stats = [](const nlohmann::json& s) {
-    return nlohmann::json{{"count", s.at("count")},
-                          {"median_abs_relative_error", s.at("median_abs_relative_error")},
-                          {"p95_abs_relative_error", s.at("p95_abs_relative_error")},
-                          {"max_abs_relative_error", s.at("max_abs_relative_error")}};
-  };
-  if (c != Component::experts || !held.contains("by_routing")) return stats(held);
-  const auto& contract = d.contract();
-  const bool balanced =
-      balanced_point(geometry_from_json(contract.at("geometry")),
-                     Target::from_json(contract.at("target")), query.tokens) == query;
-  auto out = stats(held.at("by_routing").at(balanced ? "balanced" : "off_balance"));
-  out["routing"] = balanced ? "balanced" : "off_balance";
+// The held-out errors that apply to the query (Deployment::held_out_errors), as JSON; null where
+// the entry records none.
+nlohmann::json held_out_json(const Deployment& d, Component c, std::int64_t n, std::int64_t a,
+                             std::int64_t m) {
+  const auto h = d.held_out_errors(c, n, a, m);
+  if (!h) return nullptr;
+  nlohmann::json out = {{"count", h->count},
+                        {"median_abs_relative_error", h->median},
+                        {"p95_abs_relative_error", h->p95},
+                        {"max_abs_relative_error", h->max}};
+  if (!h->routing.empty()) out["routing"] = h->routing;
   return out;
 }
 
@@ -140,7 +129,7 @@ int lookup(const Args& args) {
     if (*c == Component::experts)
       out["activated_experts"] = activated, out["local_assignments"] = assignments;
     if (explain) out["vertices"] = v;
-    out["held_out"] = held_out_errors(d, *c, {tokens, activated, assignments});
+    out["held_out"] = held_out_json(d, *c, tokens, activated, assignments);
     std::cout << out.dump(1) << "\n";
     return 0;
   }
@@ -153,17 +142,15 @@ int lookup(const Args& args) {
       std::cout << "  N=" << x.point.tokens << " A=" << x.point.activated
                 << " M=" << x.point.assignments << "  time_us=" << x.time_us
                 << "  weight=" << x.weight << "\n";
-    if (const auto h = held_out_errors(d, *c, {tokens, activated, assignments}); !h.is_null()) {
+    if (const auto h = d.held_out_errors(*c, tokens, activated, assignments)) {
+      const char* routing = h->routing.empty()         ? ""
+                            : h->routing == "balanced" ? " at balanced routing"
+                                                       : " off balanced routing";
       char line[200];
       std::snprintf(line, sizeof(line),
                     "the table's held-out error%s: median %.2f%%, p95 %.2f%%, max %.2f%% over %d "
                     "points\n",
-                    !h.contains("routing")       ? ""
-                    : h["routing"] == "balanced" ? " at balanced routing"
-                                                 : " off balanced routing",
-                    100 * h["median_abs_relative_error"].get<double>(),
-                    100 * h["p95_abs_relative_error"].get<double>(),
-                    100 * h["max_abs_relative_error"].get<double>(), h["count"].get<int>());
+                    routing, 100 * h->median, 100 * h->p95, 100 * h->max, h->count);
       std::cout << line;
     }
   }

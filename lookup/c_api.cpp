@@ -77,6 +77,29 @@ int harness_lookup_component(harness_lookup* h, const char* component, int64_t t
   });
 }
 
+int harness_lookup_held_out(harness_lookup* h, const char* component, int64_t tokens,
+                            int64_t activated, int64_t assignments, double* median, double* p95,
+                            double* max, int* count, int* balanced) {
+  if (!h || !component) return fail(HARNESS_LOOKUP_INVALID_ARGUMENT, "null argument");
+  const auto c = moe::parse_component(component);
+  if (!c)
+    return fail(HARNESS_LOOKUP_INVALID_ARGUMENT,
+                "unknown component '" + std::string(component) + "'");
+  return guarded([&] {
+    const std::lock_guard lock(h->mu);
+    const auto e = h->components.held_out_errors(*c, tokens, activated, assignments);
+    if (!e)
+      throw moe::LookupError(std::string(component) +
+                             ": the bundle records no held-out errors (published before them)");
+    if (median) *median = e->median;
+    if (p95) *p95 = e->p95;
+    if (max) *max = e->max;
+    if (count) *count = e->count;
+    if (balanced) *balanced = e->routing.empty() ? -1 : e->routing == "balanced" ? 1 : 0;
+    return HARNESS_LOOKUP_OK;
+  });
+}
+
 int harness_lookup_component_batch(harness_lookup* h, const char* component, size_t count,
                                    const int64_t* tokens, const int64_t* activated,
                                    const int64_t* assignments, double* out_us) {

@@ -39,6 +39,16 @@ int harness_lookup_component_batch(harness_lookup* h, const char* component, siz
                                    const int64_t* tokens, const int64_t* activated,
                                    const int64_t* assignments, double* out_us);
 
+/* How well the component's table predicted points it was not built from, as its held-out
+ * |relative error| (median, p95, max over `count` points): for experts those of the query's
+ * routing class — `balanced` set to 1 when (activated, assignments) is the balanced routing of
+ * `tokens`, 0 when not — where the bundle records both, else the table's whole held-out set
+ * (`balanced` = -1). HARNESS_LOOKUP_ERROR where the bundle records none. Out-pointers may be
+ * NULL. */
+int harness_lookup_held_out(harness_lookup* h, const char* component, int64_t tokens,
+                            int64_t activated, int64_t assignments, double* median, double* p95,
+                            double* max, int* count, int* balanced);
+
 /* A collective of the deployment's collective table at per-DP-rank `tokens`: kernel time,
  * steady-state time and bytes (each pointer may be NULL). */
 int harness_lookup_collective(harness_lookup* h, const char* collective, int64_t tokens,

@@ -7,8 +7,10 @@
 
 #include "bundle/bundle_meta.h"
 #include "bundle/format.h"
+#include "core/contract.h"
 #include "core/files.h"
 #include "core/lru_cache.h"
+#include "core/planner.h"
 #include "lookup/simplex_interpolator.h"
 
 namespace moe {
@@ -73,11 +75,37 @@ Deployment& Deployment::operator=(Deployment&&) noexcept = default;
 const nlohmann::json& Deployment::contract() const {
   return impl_->contract;
 }
-const nlohmann::json* Deployment::fidelity(Component c) const {
+std::optional<HeldOutErrors> Deployment::held_out_errors(Component c, std::int64_t tokens,
+                                                         std::int64_t activated,
+                                                         std::int64_t assignments) const {
   const auto& all = impl_->fidelity;
-  if (!all.is_object()) return nullptr;
-  const auto it = all.find(to_string(c));
-  return it != all.end() && it->is_object() ? &*it : nullptr;
+  const auto it = all.is_object() ? all.find(to_string(c)) : all.end();
+  if (it == all.end() || !it->is_object() || !it->contains("held_out")) return std::nullopt;
+  const auto& held = it->at("held_out");
+  const auto read = [&](const nlohmann::json& block, std::string routing) {
+    try {
+      const auto& s = routing.empty() ? block : block.at("by_routing").at(routing);
+      return HeldOutErrors{s.at("count").get<int>(),
+                           s.at("median_abs_relative_error").get<double>(),
+                           s.at("p95_abs_relative_error").get<double>(),
+                           s.at("max_abs_relative_error").get<double>(), std::move(routing)};
+    } catch (const nlohmann::json::exception& e) {
+      throw LookupError(std::string("the entry's coverage.fidelity of ") +
+                        std::string(to_string(c)) + " is malformed: " + e.what());
+    }
+  };
+  if (c != Component::experts || !held.contains("by_routing")) return read(held, "");
+  std::optional<GridPoint> balanced;
+  try {
+    balanced = balanced_point(geometry_from_json(impl_->contract.at("geometry")),
+                              Target::from_json(impl_->contract.at("target")), tokens);
+  } catch (const std::exception& e) {
+    throw LookupError(std::string("the entry's contract names no geometry and target: ") +
+                      e.what());
+  }
+  const std::string routing =
+      balanced == GridPoint{tokens, activated, assignments} ? "balanced" : "off_balance";
+  return read(held, routing);
 }
 
 std::vector<Component> Deployment::components() const {

@@ -28,6 +28,16 @@ struct DeploymentKey {
   std::string expect_device;
 };
 
+// How well a table predicted points it was not built from (meta.yaml coverage.fidelity:
+// docs/bundle-format.md): |relative error| statistics over its held-out points.
+struct HeldOutErrors {
+  int count = 0;
+  double median = 0, p95 = 0, max = 0;
+  // "balanced" or "off_balance": the experts points of the query's routing class, where the
+  // entry records both; empty: the table's whole held-out set.
+  std::string routing;
+};
+
 class Deployment {
  public:
   // Loads <variant_dir>/meta.yaml and the deployment's table. Throws LookupError naming the
@@ -44,10 +54,13 @@ class Deployment {
                                    std::int64_t assignments = 0);
   [[nodiscard]] const nlohmann::json& contract() const;
   [[nodiscard]] std::vector<Component> components() const;
-  // How well the table of `c` predicted points it was not built from: the entry's
-  // coverage.fidelity.components.<c> (tolerance, held_out statistics, for experts also
-  // held_out.by_routing; docs/bundle-format.md); null where the entry records none.
-  [[nodiscard]] const nlohmann::json* fidelity(Component c) const;
+  // The held-out errors of the table of `c` that apply to a query at (tokens, activated,
+  // assignments): for experts those of its routing class — balanced when (A, M) is the balanced
+  // routing of its N (the planner's balanced_point) — where the entry records both classes, else
+  // the whole set. nullopt where the entry records no fidelity (bundles published before it).
+  [[nodiscard]] std::optional<HeldOutErrors> held_out_errors(Component c, std::int64_t tokens,
+                                                             std::int64_t activated = 0,
+                                                             std::int64_t assignments = 0) const;
   // The published rows of one component, in table order (empty when it has none).
   [[nodiscard]] const std::vector<TableRow>& rows(Component c) const;
   [[nodiscard]] std::size_t cache_hits() const;

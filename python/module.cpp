@@ -82,6 +82,20 @@ class Bundle {
     return out;
   }
 
+  // None where the bundle records no held-out errors.
+  std::optional<nb::dict> held_out(const std::string& component, std::int64_t tokens,
+                                   std::int64_t activated, std::int64_t assignments) const {
+    const auto e = tables_.held_out_errors(component_of(component), tokens, activated, assignments);
+    if (!e) return std::nullopt;
+    nb::dict out;
+    out["count"] = e->count;
+    out["median_abs_relative_error"] = e->median;
+    out["p95_abs_relative_error"] = e->p95;
+    out["max_abs_relative_error"] = e->max;
+    if (!e->routing.empty()) out["routing"] = e->routing;
+    return out;
+  }
+
   nb::dict collective(const std::string& name, std::int64_t tokens) {
     if (!collectives_) collectives_ = moe::CollectiveTable::load(variant_dir_, key_);
     const auto r = collectives_->query(name, tokens);
@@ -125,6 +139,11 @@ NB_MODULE(harness_lookup, mod) {
            "Times for int64 arrays of points; NaN where a point is refused.")
       .def("explain", &Bundle::explain, "component"_a, "tokens"_a, "activated"_a = 0,
            "assignments"_a = 0, "The time and the measured rows and weights it comes from.")
+      .def("held_out", &Bundle::held_out, "component"_a, "tokens"_a, "activated"_a = 0,
+           "assignments"_a = 0,
+           "The table's held-out |relative error| (count, median, p95, max) that applies to the "
+           "point: for experts that of its routing class (routing: balanced | off_balance) where "
+           "the bundle records both; None where it records none.")
       .def("collective", &Bundle::collective, "name"_a, "tokens"_a,
            "A collective's kernel and steady-state time and bytes at per-DP-rank tokens.")
       .def_prop_ro("components", &Bundle::components)

@@ -96,3 +96,18 @@ def test_explain_collectives_and_errors(variant):
         hl.Bundle(variant, 1, 7)
     with pytest.raises(hl.LookupError, match="measured"):
         hl.Bundle(variant, 1, 2, expect_device="H200")
+
+
+@pytest.mark.parametrize("dp", [1, 2])
+def test_held_out_errors_are_the_clis(variant, dp):
+    bundle = hl.Bundle(variant, 1, dp)
+    for c, n, a, m in points(variant, dp, count=12, seed=4):
+        args = ["lookup", variant, "--tp", "1", "--dp", str(dp), "--component", c, "--tokens", str(n),
+                "--format", "json"] + (["--activated", str(a), "--assignments", str(m)] if c == "experts" else [])
+        p = harness(*args, check=False)
+        if p.returncode != 0:
+            continue
+        assert bundle.held_out(c, n, a, m) == json.loads(p.stdout)["held_out"], (c, n, a, m)
+    assert bundle.held_out("gate_routing", 3)["count"] > 0
+    with pytest.raises(hl.LookupError, match="unknown component 'shared'"):
+        bundle.held_out("shared", 1)

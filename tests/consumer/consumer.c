@@ -86,6 +86,17 @@ int main(int argc, char** argv) {
         printf("%.17g %.17g %ld\n", t, steady, (long)bytes);
       else
         printf("error %d: %s\n", s, harness_lookup_last_error());
+    } else if (strcmp(kind, "held_out") == 0) {
+      long n = 0, a = 0, m = 0;
+      sscanf(line + used, "%ld %ld %ld", &n, &a, &m);
+      double median = 0, p95 = 0, max = 0;
+      int count = 0, balanced = 0;
+      const int s = harness_lookup_held_out(handle, name, n, a, m, &median, &p95, &max, &count,
+                                            &balanced);
+      if (s == HARNESS_LOOKUP_OK)
+        printf("%.17g %.17g %.17g %d %d\n", median, p95, max, count, balanced);
+      else
+        printf("error %d: %s\n", s, harness_lookup_last_error());
     }
   }
   pthread_t threads[4];

@@ -39,7 +39,8 @@ with tempfile.TemporaryDirectory() as tmp:
     out = consume(variant, 1, 2, [f"component {c} {n} {a} {m}" for c, n, a, m in queries] +
                   ["component experts 100000 1 1", "component shared 1 0 0",
                    "batch experts 4 2 4 100000 1 1", "collective ep_dispatch 3",
-                   "collective no_such 3"])
+                   "collective no_such 3", "held_out experts 4 2 4", "held_out experts 4 3 6",
+                   "held_out gate_routing 7 0 0", "held_out shared 1 0 0"])
     answered = 0
     for (c, n, a, m), line in zip(queries, out):
         args = ["--component", c, "--tokens", str(n)] + (["--activated", str(a), "--assignments", str(m)]
@@ -65,6 +66,21 @@ with tempfile.TemporaryDirectory() as tmp:
     want = json.loads(want)
     assert abs(float(coll[0]) - want["time_us"]) < 1e-9 and int(coll[2]) == want["bytes"], (coll, want)
     assert tail[4].startswith("error 1: no collective 'no_such'"), tail[4]
+    # Held-out errors: what `harness lookup` reports with the same query (the routing class as
+    # 1 balanced / 0 off it, -1 for a table without classes).
+    for line, query in zip(tail[5:8], (("experts", 4, 2, 4), ("experts", 4, 3, 6), ("gate_routing", 7, 0, 0))):
+        c, n, a, m = query
+        args = ["--component", c, "--tokens", str(n)] + (["--activated", str(a), "--assignments", str(m)]
+                                                         if c == "experts" else [])
+        want = json.loads(run([HARNESS, "lookup", variant, "--tp", "1", "--dp", "2", *args,
+                               "--format", "json"]).stdout)["held_out"]
+        median, p95, mx, count, balanced = line.split()
+        assert [float(median), float(p95), float(mx), int(count)] == [
+            want["median_abs_relative_error"], want["p95_abs_relative_error"],
+            want["max_abs_relative_error"], want["count"]], (line, want)
+        assert int(balanced) == {"balanced": 1, "off_balance": 0}.get(want.get("routing"), -1), (line, want)
+    assert [l.split()[4] for l in tail[5:8]] != ["-1"] * 3 and tail[7].split()[4] == "-1", tail[5:8]
+    assert tail[8] == "error 2: unknown component 'shared'", tail[8]
     assert out[-1] == "threads: identical", out[-1]
     assert answered >= 10, answered
 
