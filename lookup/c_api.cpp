@@ -37,6 +37,15 @@ int guarded(F&& f) {
   }
 }
 
+// `f(c)` for the component named `name`; an unknown name is refused.
+template <typename F>
+int for_component(const char* name, F&& f) {
+  const auto c = moe::parse_component(name);
+  if (!c)
+    return fail(HARNESS_LOOKUP_INVALID_ARGUMENT, "unknown component '" + std::string(name) + "'");
+  return f(*c);
+}
+
 }  // namespace
 
 extern "C" {
@@ -64,16 +73,14 @@ int harness_lookup_open(const char* variant_dir, int tp, int dp, int rank, int s
 int harness_lookup_component(harness_lookup* h, const char* component, int64_t tokens,
                              int64_t activated, int64_t assignments, double* time_us, int* exact) {
   if (!h || !component || !time_us) return fail(HARNESS_LOOKUP_INVALID_ARGUMENT, "null argument");
-  const auto c = moe::parse_component(component);
-  if (!c)
-    return fail(HARNESS_LOOKUP_INVALID_ARGUMENT,
-                "unknown component '" + std::string(component) + "'");
-  return guarded([&] {
-    const std::lock_guard lock(h->mu);
-    const auto r = h->components.query(*c, tokens, activated, assignments);
-    *time_us = r.time_us;
-    if (exact) *exact = r.exact ? 1 : 0;
-    return HARNESS_LOOKUP_OK;
+  return for_component(component, [&](moe::Component c) {
+    return guarded([&] {
+      const std::lock_guard lock(h->mu);
+      const auto r = h->components.query(c, tokens, activated, assignments);
+      *time_us = r.time_us;
+      if (exact) *exact = r.exact ? 1 : 0;
+      return HARNESS_LOOKUP_OK;
+    });
   });
 }
 
@@ -81,22 +88,20 @@ int harness_lookup_held_out(harness_lookup* h, const char* component, int64_t to
                             int64_t activated, int64_t assignments, double* median, double* p95,
                             double* max, int* count, int* balanced) {
   if (!h || !component) return fail(HARNESS_LOOKUP_INVALID_ARGUMENT, "null argument");
-  const auto c = moe::parse_component(component);
-  if (!c)
-    return fail(HARNESS_LOOKUP_INVALID_ARGUMENT,
-                "unknown component '" + std::string(component) + "'");
-  return guarded([&] {
-    const std::lock_guard lock(h->mu);
-    const auto e = h->components.held_out_errors(*c, tokens, activated, assignments);
-    if (!e)
-      throw moe::LookupError(std::string(component) +
-                             ": the bundle records no held-out errors (published before them)");
-    if (median) *median = e->median;
-    if (p95) *p95 = e->p95;
-    if (max) *max = e->max;
-    if (count) *count = e->count;
-    if (balanced) *balanced = e->routing.empty() ? -1 : e->routing == "balanced" ? 1 : 0;
-    return HARNESS_LOOKUP_OK;
+  return for_component(component, [&](moe::Component c) {
+    return guarded([&] {
+      const std::lock_guard lock(h->mu);
+      const auto e = h->components.held_out_errors(c, tokens, activated, assignments);
+      if (!e)
+        throw moe::LookupError(std::string(component) +
+                               ": the bundle records no held-out errors (published before them)");
+      if (median) *median = e->median;
+      if (p95) *p95 = e->p95;
+      if (max) *max = e->max;
+      if (count) *count = e->count;
+      if (balanced) *balanced = e->routing.empty() ? -1 : e->routing == "balanced" ? 1 : 0;
+      return HARNESS_LOOKUP_OK;
+    });
   });
 }
 
@@ -105,23 +110,21 @@ int harness_lookup_component_batch(harness_lookup* h, const char* component, siz
                                    const int64_t* assignments, double* out_us) {
   if (!h || !component || !tokens || !out_us || (count && (!activated || !assignments)))
     return fail(HARNESS_LOOKUP_INVALID_ARGUMENT, "null argument");
-  const auto c = moe::parse_component(component);
-  if (!c)
-    return fail(HARNESS_LOOKUP_INVALID_ARGUMENT,
-                "unknown component '" + std::string(component) + "'");
-  g_last_error.clear();
-  int status = HARNESS_LOOKUP_OK;
-  const std::lock_guard lock(h->mu);
-  for (size_t i = 0; i < count; ++i) {
-    try {
-      out_us[i] = h->components.query(*c, tokens[i], activated[i], assignments[i]).time_us;
-    } catch (const std::exception& e) {
-      out_us[i] = std::numeric_limits<double>::quiet_NaN();
-      if (status == HARNESS_LOOKUP_OK)
-        status = fail(HARNESS_LOOKUP_ERROR, "query " + std::to_string(i) + ": " + e.what());
+  return for_component(component, [&](moe::Component c) {
+    g_last_error.clear();
+    int status = HARNESS_LOOKUP_OK;
+    const std::lock_guard lock(h->mu);
+    for (size_t i = 0; i < count; ++i) {
+      try {
+        out_us[i] = h->components.query(c, tokens[i], activated[i], assignments[i]).time_us;
+      } catch (const std::exception& e) {
+        out_us[i] = std::numeric_limits<double>::quiet_NaN();
+        if (status == HARNESS_LOOKUP_OK)
+          status = fail(HARNESS_LOOKUP_ERROR, "query " + std::to_string(i) + ": " + e.what());
+      }
     }
-  }
-  return status;
+    return status;
+  });
 }
 
 int harness_lookup_collective(harness_lookup* h, const char* collective, int64_t tokens,

@@ -91,8 +91,8 @@ int main(int argc, char** argv) {
       sscanf(line + used, "%ld %ld %ld", &n, &a, &m);
       double median = 0, p95 = 0, max = 0;
       int count = 0, balanced = 0;
-      const int s = harness_lookup_held_out(handle, name, n, a, m, &median, &p95, &max, &count,
-                                            &balanced);
+      const int s =
+          harness_lookup_held_out(handle, name, n, a, m, &median, &p95, &max, &count, &balanced);
       if (s == HARNESS_LOOKUP_OK)
         printf("%.17g %.17g %.17g %d %d\n", median, p95, max, count, balanced);
       else
