@@ -58,24 +58,26 @@ json ComponentFidelity::to_json(double tolerance) const {
                             {"relative_error", h.relative_error()}});
   json failed_points = json::array();
   for (const auto& p : failed) failed_points.push_back(point(p));
-  const auto errors = [](const HeldOutStatistics& s) {
-    return json{{"count", s.count},
-                {"median_abs_relative_error", s.median},
-                {"p95_abs_relative_error", s.p95},
-                {"max_abs_relative_error", s.max}};
-  };
-  json held = errors(statistics);
+  json held = statistics.errors_json();
   held["unpredicted"] = statistics.unpredicted;
   held["bank_failures"] = statistics.bank_failures;
   held["worst"] = worst_points;
   if (balanced && off_balance)
-    held["by_routing"] = {{"balanced", errors(*balanced)}, {"off_balance", errors(*off_balance)}};
+    held["by_routing"] = {{"balanced", balanced->errors_json()},
+                          {"off_balance", off_balance->errors_json()}};
   return {
       {"tolerance", tolerance},
       {"held_out", held},
       {"refinement",
        {{"stages", stages}, {"added_points", added_points}, {"kernel_changes", kernel_changes}}},
       {"failed_points", failed_points}};
+}
+
+json HeldOutStatistics::errors_json() const {
+  return {{"count", count},
+          {"median_abs_relative_error", median},
+          {"p95_abs_relative_error", p95},
+          {"max_abs_relative_error", max}};
 }
 
 void HeldOutStatistics::set_errors(const std::vector<double>& errors) {

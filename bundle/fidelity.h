@@ -56,6 +56,8 @@ struct HeldOutStatistics {
   double median = 0, p95 = 0, max = 0;  // of |relative error|
   // Sets count, median, p95 and max from the predicted points' |relative error|s.
   void set_errors(const std::vector<double>& errors);
+  // count and median / p95 / max as the bundle names them (meta.yaml coverage.fidelity).
+  [[nodiscard]] nlohmann::json errors_json() const;
 };
 
 struct ComponentFidelity {

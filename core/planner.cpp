@@ -385,8 +385,7 @@ PlanEstimate Plan::estimate(const TargetPlan& t, Component c) const {
     // already contains it).
     const double settle_s = settle_ms_for(job, job.backend) / 1000.0;
     const double capped_extra_s =
-        std::max(0, capped_settle_ms_for(job, job.backend) - settle_ms_for(job, job.backend)) /
-        1000.0;
+        std::max(0.0, capped_settle_ms_for(job, job.backend) / 1000.0 - settle_s);
     std::vector<GridPoint> measured_points = grid.points;  // the grid and its held-out set
     measured_points.insert(measured_points.end(), grid.held_out.begin(), grid.held_out.end());
     for (const auto& p : measured_points) {

@@ -103,9 +103,7 @@ json statistics_json(Validated& v, double tolerance) {
               {"tolerance", tolerance},
               {"points", v.points}};
   if (s.count > 0) {
-    out["median_abs_relative_error"] = s.median;
-    out["p95_abs_relative_error"] = s.p95;
-    out["max_abs_relative_error"] = s.max;
+    out.update(s.errors_json());
     // A bias common to every point (this machine or day against the table's) rather than
     // interpolation error: the median of the signed errors.
     out["median_relative_error"] = quantile(v.signed_errors, 0.5);

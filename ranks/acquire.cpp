@@ -794,7 +794,6 @@ class Acquisition {
     for (const auto& m : wave.rounds) my_points[1] += m.settles_extended;
     HARNESS_CHECK_MPI(MPI_Allreduce(my_points, all_points, 2, MPI_INT64_T, MPI_SUM, comm_));
     done_points_ += all_points[0];
-    summary_.point_rounds_measured += all_points[0];
     summary_.settles_extended += all_points[1];
     if (rank_ != 0) return;
     campaign_->consume(seconds_since(wave_start), size_, all_rounds);
@@ -843,6 +842,7 @@ class Acquisition {
     summary_.file = path_;
     summary_.backend = ctx_->backend->name();
     summary_.cells = static_cast<int>(cells_.size());
+    summary_.point_rounds_measured = done_points_ - resumed_points_;
     summary_.device_seconds_consumed = campaign_ ? campaign_->consumed_seconds() : 0;
     if (complete) {
       summary_.points = total_points_ / std::max(1, job_.rounds);

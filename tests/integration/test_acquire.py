@@ -24,6 +24,9 @@ with tempfile.TemporaryDirectory() as tmp:
     # The 11 planned grids, each with its held-out set; refinement stages only add to them.
     with h5py.File(h5, "r") as f:
         roles = [json.loads(f["cells"][c].attrs["cell"]) for c in f["cells"]]
+        point_rounds = 2 * sum(len(f["cells"][c]["points"][()]) for c in f["cells"])
+    # Every point-round was measured by this run; host clocks report no held-down clocks.
+    assert f"settle: extended at 0 of {point_rounds} point-rounds measured now" in p.stdout, p.stdout
     planned = [r for r in roles if r["stage"] == 0]
     assert sum(r["role"] == "grid" for r in planned) == 11, planned
     assert sum(r["role"] == "held_out" for r in planned) == 11, planned
@@ -33,5 +36,6 @@ with tempfile.TemporaryDirectory() as tmp:
     # Re-running the same command measures nothing again and publishes nothing new.
     p = run(mpirun_cmd(nranks, "acquire", "--unverified", job, "--out", out, "--out-root", root))
     assert f"cell rounds measured now 0, resumed {2 * len(cells)}" in p.stdout, p.stdout
+    assert "settle: extended at 0 of 0 point-rounds measured now" in p.stdout, p.stdout
     assert f"already published (unchanged)" in p.stdout and f", {3 + collectives} already" in p.stdout, p.stdout
 print(f"ok: {nranks} ranks")
