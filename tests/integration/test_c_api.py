@@ -4,8 +4,11 @@ queries NaN, collectives are answered, 4 threads querying one handle get the seq
 and the program links no MPI, HDF5, CUDA or Boost library."""
 import os
 import random
+import shutil
 import subprocess
 import tempfile
+
+import yaml
 
 from harness_test_lib import HARNESS, SOURCE_DIR, mpirun_cmd, run
 
@@ -81,6 +84,16 @@ with tempfile.TemporaryDirectory() as tmp:
         assert int(balanced) == {"balanced": 1, "off_balance": 0}.get(want.get("routing"), -1), (line, want)
     assert [l.split()[4] for l in tail[5:8]] != ["-1"] * 3 and tail[7].split()[4] == "-1", tail[5:8]
     assert tail[8] == "error 2: unknown component 'shared'", tail[8]
+    # A bundle published before the fidelity block: its held-out errors are refused, its times not.
+    old = os.path.join(tmp, "no_fidelity")
+    shutil.copytree(variant, old)
+    meta = yaml.safe_load(open(os.path.join(old, "meta.yaml")))
+    for entry in meta["per_tp"][1]["moe_components"]["entries"]:
+        entry["coverage"].pop("fidelity")
+    yaml.safe_dump(meta, open(os.path.join(old, "meta.yaml"), "w"))
+    held, time = consume(old, 1, 2, ["held_out gate_routing 7 0 0", "component gate_routing 7 0 0"])[:2]
+    assert held == "error 1: gate_routing: the bundle records no held-out errors (published before them)", held
+    assert float(time.split()[0]) > 0, time
     assert out[-1] == "threads: identical", out[-1]
     assert answered >= 10, answered
 

@@ -343,4 +343,21 @@ with tempfile.TemporaryDirectory() as tmp:
         if name in ("truncated", "schema", "target", "path"):
             expect_error([HARNESS, "publish", h5, "--out-root", copy, "--accept-failures"], "corrupt meta.yaml")
         assert tree_digest(copy) == snap, f"{name}: files changed by a failed command"
+
+    # Held-out errors with each answer: a bundle without a fidelity block (published before it)
+    # answers with none; a malformed block is refused, naming it.
+    for name, change in (("no_fidelity", lambda en: en["coverage"].pop("fidelity")),
+                         ("bad_fidelity", lambda en: en["coverage"]["fidelity"]["components"]["gate_routing"]
+                          ["held_out"].pop("count"))):
+        copy = os.path.join(tmp, name)
+        shutil.copytree(root, copy)
+        edit_entry(os.path.join(copy, "tiny"), change)
+        query = [HARNESS, "lookup", os.path.join(copy, "tiny"), "--tp", "1", "--dp", "2", "--rank", "0",
+                 "--component", "gate_routing", "--tokens", "4"]
+        if name == "no_fidelity":
+            got = json.loads(run(query + ["--format", "json"]).stdout)
+            assert got["held_out"] is None and got["time_us"] > 0, got
+            assert "held-out error" not in run(query + ["--explain"]).stdout
+        else:
+            expect_error(query + ["--format", "json"], "coverage.fidelity of gate_routing is malformed")
 print("ok")
