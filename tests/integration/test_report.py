@@ -99,16 +99,18 @@ with tempfile.TemporaryDirectory() as tmp:
     for r in rows:
         if r[0] == "experts" and int(r[3]) > 0:
             by_a.setdefault(int(r[3]), {}).setdefault(int(r[2]), []).append(int(r[4]))
-    a, ns = max(by_a.items(), key=lambda kv: len(kv[1]))
+    # A CPU run on shared cores can fail B/2B checks of its own; mark a point on a line that has none.
+    experts_fidelity = entry["coverage"]["fidelity"]["components"]["experts"]
+    already_failed = {f[1] for f in experts_fidelity["failed_points"]}
+    a, ns = max(((a, ns) for a, ns in by_a.items() if a not in already_failed), key=lambda kv: len(kv[1]))
     n = sorted(ns)[len(ns) // 2]
     def series_lines(html_text, table, name):
         svg = re.search(r'<svg class="plot" data-table="' + re.escape(table) + r'".*?</svg>', html_text, re.S).group(0)
         return len(re.findall(r'<polyline class="series" data-series="' + re.escape(name) + '"', svg))
     assert series_lines(page, entry["path"], f"experts A={a}") == 1
-    assert meta_text.count("failed_points: []") >= 1
-    open(meta_path, "w").write(meta_text.replace("failed_points: []", f"failed_points: [[{n}, {a}, {max(ns[n]) + 1}]]", 1))
-    assert yaml.safe_load(open(meta_path))["per_tp"][1]["moe_components"]["entries"][0]["coverage"]["fidelity"][
-        "components"]["experts"]["failed_points"] == [[n, a, max(ns[n]) + 1]]
+    experts_fidelity["failed_points"].append([n, a, max(ns[n]) + 1])
+    with open(meta_path, "w") as f:
+        yaml.safe_dump(meta, f, sort_keys=False)
     run([HARNESS, "report", os.path.join(root, "micro"), "--out", html])
     gapped = open(html).read()
     assert series_lines(gapped, entry["path"], f"experts A={a}") == 2, (a, n)
