@@ -14,8 +14,9 @@
 
 namespace moe {
 
-// 3: rows around declared time steps, balanced A; 4: rows-per-expert A axis where M = N·k
-inline constexpr int kPlannerVersion = 4;
+// 3: rows around declared time steps, balanced A; 4: rows-per-expert A axis where M = N·k;
+// 5: held-out probes in the halves of wide token intervals, stratified random held-out draws
+inline constexpr int kPlannerVersion = 5;
 
 struct ComponentGrid {
   Component component;

@@ -22,6 +22,28 @@ std::optional<std::int64_t> midpoint(std::int64_t lo, std::int64_t hi, bool geom
   return m;
 }
 
+// The held-out token counts inside the row interval (lo, hi): its geometric midpoint, and the
+// midpoints of both halves, recursively, while a half spans more than kProbeRatio. A ratio-2
+// interval (the geometric rows above the capture sizes) gets its quartiles, not just its middle:
+// a table between sparse rows misses where the probes are not (docs/measurement.md#fidelity).
+// They are the points refinement's bisection of the interval probes next, so none is measured
+// twice.
+constexpr double kProbeRatio = 1.25;
+void add_interval_probes(std::int64_t lo, std::int64_t hi, std::vector<std::int64_t>& out) {
+  const auto m = midpoint(lo, hi, true);
+  if (!m) return;
+  out.push_back(*m);
+  for (const auto& [a, b] : {std::pair{lo, *m}, std::pair{*m, hi}})
+    if (static_cast<double>(b) > kProbeRatio * static_cast<double>(a))
+      add_interval_probes(a, b, out);
+}
+std::vector<std::int64_t> interval_probes(std::int64_t lo, std::int64_t hi) {
+  std::vector<std::int64_t> out;
+  add_interval_probes(lo, hi, out);
+  std::sort(out.begin(), out.end());
+  return out;
+}
+
 // The token rows of the grid in the class of `p`: positive-work expert rows, all-remote rows
 // (A = 0) or local rows.
 std::vector<std::int64_t> rows_of(const std::set<GridPoint>& grid, const GridPoint& p) {
@@ -88,9 +110,12 @@ class Draws {
   std::int64_t between(std::int64_t lo, std::int64_t hi) {  // inclusive
     return lo + static_cast<std::int64_t>(next() % static_cast<std::uint64_t>(hi - lo + 1));
   }
-  std::int64_t log_between(std::int64_t lo, std::int64_t hi) {
+  // Log-uniform in the slice [lo_fraction, hi_fraction] of the log range from lo to hi.
+  std::int64_t log_between(std::int64_t lo, std::int64_t hi, double lo_fraction,
+                           double hi_fraction) {
+    const double fraction = lo_fraction + unit() * (hi_fraction - lo_fraction);
     const double v = std::exp(std::log(static_cast<double>(lo)) +
-                              unit() * std::log(static_cast<double>(hi) / static_cast<double>(lo)));
+                              fraction * std::log(static_cast<double>(hi) / static_cast<double>(lo)));
     return std::clamp<std::int64_t>(std::llround(v), lo, hi);
   }
 
@@ -99,7 +124,10 @@ class Draws {
   std::uint64_t state_;
 };
 
-// The random draws, also avoiding `taken` (points already chosen).
+// The random draws, also avoiding `taken` (points already chosen). Stratified in log N: the r-th
+// of `count` points is drawn in the r-th of `count` equal slices of the log token range, so no
+// stretch of the range (the sparse rows at large N above all) goes unsampled by chance; a slice
+// with no free feasible point leaves its draw to the whole range.
 std::vector<GridPoint> random_feasible_points(const ModelGeometry& g, const Target& t, Component c,
                                               const std::set<GridPoint>& grid, int count,
                                               std::uint64_t seed, const std::set<GridPoint>& taken,
@@ -107,27 +135,41 @@ std::vector<GridPoint> random_feasible_points(const ModelGeometry& g, const Targ
   const bool experts = c == Component::experts;
   const auto rows = rows_of(grid, GridPoint{1, experts ? 1 : 0, 0});
   std::set<GridPoint> out;
-  if (rows.size() < 2) return {};
+  if (rows.size() < 2 || count < 1) return {};
   const int l = ExpertOwnership::of(g, t).local_experts;
   Draws draw(seed);
-  for (int r = 0, attempts = 0; r < count && attempts < 64 * (r + 1); ++attempts) {
-    const auto n = draw.log_between(rows.front(), rows.back());
+  const auto draw_point = [&](double lo_fraction, double hi_fraction) -> std::optional<GridPoint> {
+    const auto n = draw.log_between(rows.front(), rows.back(), lo_fraction, hi_fraction);
     std::optional<GridPoint> p = GridPoint{n, 0, 0};
     if (experts && routing == Routing::balanced) {
       p = balanced_point(g, t, n);
-      if (!p) continue;
     } else if (experts) {
       const auto a_range = feasible_activated(n, l, g.experts, g.top_k);
-      if (!a_range) continue;
+      if (!a_range) return std::nullopt;
       const auto a = draw.between(a_range->lo, a_range->hi);
       const auto range = feasible_assignments(n, a, l, g.experts, g.top_k);
-      if (!range) continue;
+      if (!range) return std::nullopt;
       p = GridPoint{n, a, draw.between(range->lo, range->hi)};
     }
-    if (grid.contains(*p) || taken.contains(*p) || out.contains(*p)) continue;
-    out.insert(*p);
-    ++r;
+    if (!p || grid.contains(*p) || taken.contains(*p) || out.contains(*p)) return std::nullopt;
+    return p;
+  };
+  constexpr int kAttempts = 64;
+  int missing = 0;
+  for (int r = 0; r < count; ++r) {
+    std::optional<GridPoint> p;
+    for (int attempt = 0; attempt < kAttempts && !p; ++attempt)
+      p = draw_point(static_cast<double>(r) / count, static_cast<double>(r + 1) / count);
+    if (p)
+      out.insert(*p);
+    else
+      ++missing;
   }
+  for (int attempt = 0; missing > 0 && attempt < kAttempts * missing; ++attempt)
+    if (const auto p = draw_point(0.0, 1.0)) {
+      out.insert(*p);
+      --missing;
+    }
   return {out.begin(), out.end()};
 }
 
@@ -153,7 +195,7 @@ std::vector<GridPoint> held_out_points(const JobSpec& job, const Target& t, Comp
     const GridPoint cls{1, remote || !experts ? 0 : 1, 0};
     const auto rows = rows_of(grid, cls);
     for (std::size_t i = 0; i + 1 < rows.size(); ++i)
-      if (const auto m = midpoint(rows[i], rows[i + 1], true)) add(row_probe(job, t, c, cls, *m));
+      for (const auto n : interval_probes(rows[i], rows[i + 1])) add(row_probe(job, t, c, cls, n));
   }
   if (experts) {
     // One A-interval midpoint per N row, rotating over the row's intervals.

@@ -11,10 +11,11 @@
 
 namespace moe {
 
-// The held-out set of one cell: geometric midpoints of consecutive token rows (for `experts` at
-// balanced routing, and all-remote where the grid has it), one A-interval midpoint per N row
-// (rotating over the intervals), and `job.fidelity.random_points` random feasible points inside
-// the measured range, drawn from the job's seed. Never a point of `grid`.
+// The held-out set of one cell: geometric midpoints of consecutive token rows, and of their halves
+// while a half spans more than a factor 1.25 (for `experts` at balanced routing, and all-remote
+// where the grid has it), one A-interval midpoint per N row (rotating over the intervals), and
+// `job.fidelity.random_points` random feasible points inside the measured range, drawn from the
+// job's seed. Never a point of `grid`.
 [[nodiscard]] std::vector<GridPoint> held_out_points(const JobSpec& job, const Target& t,
                                                      Component c,
                                                      const std::vector<GridPoint>& grid);
@@ -24,8 +25,9 @@ namespace moe {
 enum class Routing { random, balanced };
 
 // `count` distinct random feasible points of `c` inside the token range of `grid` and not on it
-// (log-uniform N; for `experts` (A, M) by `routing`), drawn with splitmix64 from `seed`: the
-// random part of a held-out set, and the fresh set `harness validate` measures.
+// (log-uniform N, stratified: one draw in each of `count` equal slices of the log range; for
+// `experts` (A, M) by `routing`), drawn with splitmix64 from `seed`: the random part of a held-out
+// set, and the fresh set `harness validate` measures.
 [[nodiscard]] std::vector<GridPoint> random_feasible_points(const ModelGeometry& g, const Target& t,
                                                             Component c,
                                                             const std::set<GridPoint>& grid,

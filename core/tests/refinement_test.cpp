@@ -2,6 +2,8 @@
 
 #include <gtest/gtest.h>
 
+#include <algorithm>
+#include <cmath>
 #include <set>
 
 #include "core/planner.h"
@@ -45,6 +47,48 @@ TEST(HeldOut, AnotherSeedDrawsOtherRandomPoints) {
   const auto a = held_out_points(job, t, Component::experts, grid);
   job.seed += 1;
   EXPECT_NE(held_out_points(job, t, Component::experts, grid), a);
+}
+
+TEST(HeldOut, AWideTokenIntervalIsProbedInBothHalvesWhereItsBisectionWouldProbe) {
+  auto job = tiny_job(1);
+  job.fidelity.random_points = 0;
+  const auto t = job.targets().front();
+  const std::vector<GridPoint> grid{{2048, 0, 0}, {2300, 0, 0}, {4096, 0, 0}};
+  const auto held = held_out_points(job, t, Component::gate_routing, grid);
+  // 2048 → 2300 (a factor 1.12): its midpoint. 2300 → 4096 (1.78): its midpoint 3069, and both
+  // halves (1.33 each) theirs; their halves (1.15) are narrow enough.
+  EXPECT_EQ(held, (std::vector<GridPoint>{{2170, 0, 0}, {2657, 0, 0}, {3069, 0, 0}, {3546, 0, 0}}));
+  // A miss at the midpoint is bisected there, and the probes of the halves are the ones already
+  // measured: nothing new to probe.
+  std::set<GridPoint> measured(held.begin(), held.end());
+  const auto step = refinement_step(job, t, Component::gate_routing, {grid.begin(), grid.end()},
+                                    measured, {{{3069, 0, 0}, 0.1}}, 10);
+  EXPECT_EQ(step.grid, (std::vector<GridPoint>{{3069, 0, 0}}));
+  EXPECT_TRUE(step.held_out.empty());
+}
+
+TEST(HeldOut, RandomPointsFallOneInEachSliceOfTheLogTokenRange) {
+  const auto job = tiny_job(1);
+  const auto t = job.targets().front();
+  const std::set<GridPoint> grid{{1, 0, 0}, {8192, 0, 0}};
+  const int count = 12;
+  for (std::uint64_t seed = 1; seed <= 20; ++seed) {
+    const auto points =
+        random_feasible_points(job.geometry, t, Component::gate_routing, grid, count, seed);
+    ASSERT_EQ(points.size(), static_cast<std::size_t>(count));
+    std::vector<int> per_slice(count, 0);
+    for (const auto& p : points) {
+      const double fraction = std::log(static_cast<double>(p.tokens)) / std::log(8192.0);
+      ++per_slice[std::min(count - 1, static_cast<int>(fraction * count))];
+    }
+    // Rounding N to an integer may move a draw across a slice edge, never further.
+    for (int s = 0; s < count; ++s) EXPECT_LE(per_slice[s], 2) << "seed " << seed << " slice " << s;
+    EXPECT_GE(std::count(per_slice.begin(), per_slice.end(), 1), count - 2) << "seed " << seed;
+  }
+  // A range with fewer free points than asked for gives what there is.
+  EXPECT_EQ(random_feasible_points(job.geometry, t, Component::gate_routing,
+                                   {{1, 0, 0}, {4, 0, 0}}, count, 7),
+            (std::vector<GridPoint>{{2, 0, 0}, {3, 0, 0}}));
 }
 
 TEST(Refinement, BisectsTheTokenIntervalOfAMissAndProbesBothHalves) {
