@@ -1,15 +1,17 @@
 """A pure-Python reader of harness bundles: loads one deployment's component table and answers
 queries exactly as the lookup library does, following docs/bundle-format.md#interpolation and
-nothing else (no harness code, no Qhull). Needs PyYAML for meta.yaml.
+#held-out-errors and nothing else (no harness code, no Qhull). Needs PyYAML for meta.yaml.
 
     from harness_reader import ComponentTable
     t = ComponentTable("out/qwen3-30b-a3b", tp=1, dp=1)
     t.query("experts", tokens=1500, activated=128, assignments=12000)   # microseconds
+    t.held_out("experts", tokens=1500, activated=128, assignments=12000)  # its held-out errors
 """
 import csv
 import hashlib
 import io
 import json
+import math
 import os
 
 import yaml
@@ -25,6 +27,11 @@ class LookupError(Exception):
 
 def _sha256(data):
     return hashlib.sha256(data).hexdigest()
+
+
+def _round(x):
+    """Nearest integer, halves away from zero (as C's llround), for x >= 0."""
+    return int(math.floor(x + 0.5))
 
 
 def _invert(d, m):
@@ -141,6 +148,8 @@ class ComponentTable:
                 self.all_remote.append((n, t))
             else:
                 experts.append(((n, a, m), t))
+        fidelity = entry["coverage"].get("fidelity")
+        self.fidelity = fidelity["components"] if fidelity else None
         self.exact = {p: t for p, t in experts}
         self.times = [t for _, t in experts]
         self.mesh = None
@@ -158,6 +167,33 @@ class ComponentTable:
         if a == 0 and m == 0:
             return e - l >= k
         return 1 <= a <= l and m >= a and m >= n * max(0, k - (e - l)) and m <= n * min(k, a)
+
+    def balanced_point(self, tokens):
+        """(N, A, M) of balanced routing at N (docs/bundle-format.md#held-out-errors), or None."""
+        e, k, l, n = self.e, self.k, self.l, tokens
+        a_lo, a_hi = max(1, k - (e - l)), min(l, n * k)
+        if n < 1 or a_lo > a_hi:
+            return None
+        a = min(max(_round(l * (1.0 - (1.0 - k / e) ** n)), a_lo), a_hi)
+        m_lo, m_hi = max(a, n * max(0, k - (e - l))), n * min(k, a)
+        if m_lo > m_hi:
+            return None
+        return (n, a, min(max(_round(n * k * l / e), m_lo), m_hi))
+
+    def held_out(self, component, tokens, activated=0, assignments=0):
+        """How well the table predicted points it was not built from: {count, median, p95, max,
+        routing} (routing "balanced" / "off_balance" for experts where the entry has both, else
+        None); None when the entry records no held-out errors for the component."""
+        if self.fidelity is None or component not in self.fidelity:
+            return None
+        held, routing = self.fidelity[component]["held_out"], None
+        if component == "experts" and "by_routing" in held:
+            balanced = self.balanced_point(tokens) == (tokens, activated, assignments)
+            routing = "balanced" if balanced else "off_balance"
+            held = held["by_routing"][routing]
+        return {"count": held["count"], "median": held["median_abs_relative_error"],
+                "p95": held["p95_abs_relative_error"], "max": held["max_abs_relative_error"],
+                "routing": routing}
 
     def query(self, component, tokens, activated=0, assignments=0):
         if component != "experts":

@@ -4,6 +4,7 @@ import json
 import math
 import os
 import random
+import shutil
 
 import numpy as np
 import pytest
@@ -111,3 +112,39 @@ def test_held_out_errors_are_the_clis(variant, dp):
     assert bundle.held_out("gate_routing", 3)["count"] > 0
     with pytest.raises(hl.LookupError, match="unknown component 'shared'"):
         bundle.held_out("shared", 1)
+
+
+def without_held_out_errors(meta_text):
+    """meta.yaml without its entries' coverage.fidelity blocks (a bundle published before held-out
+    validation), cut by indentation: the block is the `fidelity:` key whose first child is
+    `components:` (the contract's own `fidelity:` holds the job's settings)."""
+    lines, out, i = meta_text.splitlines(keepends=True), [], 0
+    while i < len(lines):
+        line = lines[i]
+        if line.strip() == "fidelity:" and i + 1 < len(lines) and lines[i + 1].strip() == "components:":
+            indent = len(line) - len(line.lstrip())
+            i += 1
+            while i < len(lines) and (not lines[i].strip() or len(lines[i]) - len(lines[i].lstrip()) > indent):
+                i += 1
+            continue
+        out.append(line)
+        i += 1
+    return "".join(out)
+
+
+def test_a_bundle_without_held_out_errors_has_none_to_give(variant, tmp_path):
+    old = str(tmp_path / "micro")
+    shutil.copytree(variant, old)
+    meta = os.path.join(old, "meta.yaml")
+    text = open(meta).read()
+    stripped = without_held_out_errors(text)
+    assert "median_abs_relative_error" in text and "median_abs_relative_error" not in stripped
+    assert "schema_version" in stripped and stripped.count("contract:") == text.count("contract:")
+    open(meta, "w").write(stripped)
+    for dp in (1, 2):
+        bundle = hl.Bundle(old, 1, dp)
+        assert bundle.held_out("gate_routing", 3) is None
+        assert bundle.held_out("experts", 3, 2, 4) is None
+        p = harness("lookup", old, "--tp", "1", "--dp", str(dp), "--component", "gate_routing", "--tokens", "3",
+                    "--format", "json")
+        assert json.loads(p.stdout)["held_out"] is None, p.stdout

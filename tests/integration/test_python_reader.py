@@ -30,13 +30,34 @@ def library(variant, tp, dp, queries):
     return answers
 
 
+def library_held_out(variant, tp, dp, queries):
+    """The C API's held-out errors per query: (median, p95, max, count, routing class) or None."""
+    lines = [f"held_out {c} {n} {a} {m}" for c, n, a, m in queries]
+    out = subprocess.run([CONSUMER, variant, str(tp), str(dp)], input="\n".join(lines) + "\n",
+                         capture_output=True, text=True, check=True).stdout.splitlines()
+    answers = []
+    for line in out[:len(queries)]:
+        if line.startswith("error"):
+            answers.append(None)
+            continue
+        median, p95, worst, count, balanced = line.split()
+        answers.append((float(median), float(p95), float(worst), int(count),
+                        {"1": "balanced", "0": "off_balance", "-1": None}[balanced]))
+    return answers
+
+
+def reader_held_out(table, query):
+    h = table.held_out(*query)
+    return None if h is None else (h["median"], h["p95"], h["max"], h["count"], h["routing"])
+
+
 with tempfile.TemporaryDirectory() as tmp:
     run(mpirun_cmd(2, "acquire", "--unverified", os.path.join(SOURCE_DIR, "tests/data/micro.yaml"), "--out",
                    os.path.join(tmp, "acq"), "--out-root", tmp, "--quiet"))
     variant = os.path.join(tmp, "micro")
     meta = yaml.safe_load(open(os.path.join(variant, "meta.yaml")))
     rng = random.Random(12)
-    compared = refused = 0
+    compared = refused = held_checked = 0
     worst = 0.0
     for entry in meta["per_tp"][1]["moe_components"]["entries"]:
         dp, rank = entry["target"]["dp"], entry["target"]["rank"]
@@ -72,7 +93,31 @@ with tempfile.TemporaryDirectory() as tmp:
             compared += 1
         interior = sum(1 for q, w in zip(queries[len(rows):], want[len(rows):]) if w is not None and q[0] == "experts")
         assert interior >= 20, f"DP{dp}: only {interior} interpolated experts queries"
+        # Held-out errors: the reader's routing class (from the docs' definition of balanced
+        # routing) and statistics equal the library's, at balanced points and off them.
+        balanced = [("experts", *table.balanced_point(n)) for n in range(1, n_max + 1) if table.balanced_point(n)]
+        held_queries = balanced + [q for q in queries[len(rows):] if q[0] == "experts"][:120] + [
+            ("gate_routing", 5, 0, 0)]
+        classes = set()
+        for q, w in zip(held_queries, library_held_out(variant, 1, dp, held_queries)):
+            assert w is not None and reader_held_out(table, q) == w, (dp, q, reader_held_out(table, q), w)
+            classes.add(w[4])
+        assert {"balanced", "off_balance", None} <= classes, classes
+        held_checked += len(held_queries)
     assert compared > 200 and refused > 20, (compared, refused)
+
+    # A bundle published without held-out errors: the reader has none to give, the library refuses.
+    meta_path = os.path.join(variant, "meta.yaml")
+    meta_text = open(meta_path).read()
+    bare = yaml.safe_load(meta_text)
+    entry = bare["per_tp"][1]["moe_components"]["entries"][0]
+    del entry["coverage"]["fidelity"]
+    with open(meta_path, "w") as f:
+        yaml.safe_dump(bare, f, sort_keys=False)
+    query = ("experts", *harness_reader.ComponentTable(variant, tp=1, dp=entry["target"]["dp"]).balanced_point(4))
+    assert harness_reader.ComponentTable(variant, tp=1, dp=entry["target"]["dp"]).held_out(*query) is None
+    assert library_held_out(variant, 1, entry["target"]["dp"], [query]) == [None]
+    open(meta_path, "w").write(meta_text)
 
     # An edited triangulation is refused by both readers.
     entry = meta["per_tp"][1]["moe_components"]["entries"][0]
@@ -93,4 +138,4 @@ with tempfile.TemporaryDirectory() as tmp:
              "experts", "--tokens", "3", "--activated", "2", "--assignments", "4"], check=False)
     assert p.returncode != 0 and "triangulation.json: triangulation missing" in p.stderr, p.stderr
 print(f"python reader: {compared} answers equal the library's within 1e-12 (largest relative difference "
-      f"{worst:.1e}), {refused} refusals agree")
+      f"{worst:.1e}), {refused} refusals agree, {held_checked} held-out answers equal")
