@@ -1,3 +1,4 @@
+#include <algorithm>
 #include <cmath>
 #include <cstring>
 
@@ -9,7 +10,6 @@ namespace moe::cuda {
 namespace {
 
 constexpr int kThreads = 256;
-constexpr int kWarpsPerBlock = kThreads / 32;
 // Probabilities of the k-th and (k+1)-th expert closer than this (relative) do not decide the
 // top-k set: fp32 logits from different summation orders differ by ~1e-7 relative.
 constexpr float kTieMargin = 1e-5f;
@@ -27,59 +27,106 @@ __device__ float warp_sum(float v) {
   for (int offset = 16; offset > 0; offset >>= 1) v += __shfl_xor_sync(0xffffffffu, v, offset);
   return v;
 }
-// Global warp index and lane of this thread.
-__device__ long long global_warp() {
-  return (static_cast<long long>(blockIdx.x) * blockDim.x + threadIdx.x) / 32;
-}
-unsigned blocks_for_warps(long long warps) {
-  return static_cast<unsigned>((warps + kWarpsPerBlock - 1) / kWarpsPerBlock);
-}
 
-// act[lane][i] = bf16(silu(bf16(G_e[i] . x)) * bf16(U_e[i] . x)): one warp per (lane, i).
-__global__ void ref_gate_up(const bf16* x, const int* expert, int lanes, int per_row,
-                            const bf16* w13, int h, int inter, float* act) {
-  const long long warp = global_warp();
-  const int t = static_cast<int>(threadIdx.x % 32);
-  if (warp >= static_cast<long long>(lanes) * inter) return;
-  const int lane = static_cast<int>(warp / inter), i = static_cast<int>(warp % inter);
-  const int e = expert[lane];
-  if (e < 0) return;
-  const bf16* xr = x + static_cast<std::size_t>(lane / per_row) * h;
-  const bf16* gate = w13 + (static_cast<std::size_t>(e) * 2 * inter + i) * h;
-  const bf16* up = gate + static_cast<std::size_t>(inter) * h;
-  float g = 0.0f, u = 0.0f;
-  for (int c = t; c < h; c += 32) {
-    const float xv = to_float(xr[c]);
-    g += to_float(gate[c]) * xv;
-    u += to_float(up[c]) * xv;
+// The MLP reference multiplies, per local expert, a tile of its lanes by a tile of its weight
+// rows: kLaneTile lanes x kFeatureTile weight rows, over K in chunks of kKChunk staged in shared
+// memory as fp32 (padded a column against bank conflicts). Each of the kThreads threads owns one
+// weight row (feature) and kLanesPerThread lanes. Plain fp32 FMAs on CUDA cores, no tensor cores
+// and nothing shared with the kernels under test; the tiles only stop every lane from streaming
+// its expert's whole weight block on its own.
+constexpr int kLaneTile = 32, kFeatureTile = 64, kKChunk = 32;
+constexpr int kLanesPerThread = kLaneTile / (kThreads / kFeatureTile);
+static_assert(kThreads % kFeatureTile == 0 && kLaneTile % (kThreads / kFeatureTile) == 0);
+
+// One expert's lane tile of a block: lanes order[first .. first + count) all apply `expert`.
+struct LaneTile {
+  int expert, first, count;
+};
+
+// acc[m][j] = sum over k < k_len of weight_value(m, feature, k) * lane_value(lane slot, k) for
+// this thread's feature (threadIdx.x % kFeatureTile) and its kLanesPerThread lane slots; values
+// outside the tile (lane slot >= lanes, feature >= features) read as 0.
+template <int kMatrices, class LaneValue, class WeightValue>
+__device__ void tile_products(int lanes, int features, int k_len, LaneValue lane_value,
+                              WeightValue weight_value, float (&acc)[kMatrices][kLanesPerThread]) {
+  __shared__ float lane_tile[kLaneTile][kKChunk + 1];
+  __shared__ float weight_tile[kMatrices][kFeatureTile][kKChunk + 1];
+  const int t = static_cast<int>(threadIdx.x);
+  const int feature = t % kFeatureTile, first_slot = (t / kFeatureTile) * kLanesPerThread;
+  for (int m = 0; m < kMatrices; ++m)
+    for (int j = 0; j < kLanesPerThread; ++j) acc[m][j] = 0.0f;
+  for (int k0 = 0; k0 < k_len; k0 += kKChunk) {
+    for (int i = t; i < kLaneTile * kKChunk; i += kThreads) {
+      const int slot = i / kKChunk, k = k0 + i % kKChunk;
+      lane_tile[slot][i % kKChunk] = slot < lanes && k < k_len ? lane_value(slot, k) : 0.0f;
+    }
+    for (int m = 0; m < kMatrices; ++m)
+      for (int i = t; i < kFeatureTile * kKChunk; i += kThreads) {
+        const int f = i / kKChunk, k = k0 + i % kKChunk;
+        weight_tile[m][f][i % kKChunk] = f < features && k < k_len ? weight_value(m, f, k) : 0.0f;
+      }
+    __syncthreads();
+    for (int k = 0; k < kKChunk; ++k)
+      for (int m = 0; m < kMatrices; ++m) {
+        const float w = weight_tile[m][feature][k];
+        for (int j = 0; j < kLanesPerThread; ++j) acc[m][j] += w * lane_tile[first_slot + j][k];
+      }
+    __syncthreads();
   }
-  g = round_bf16(warp_sum(g));
-  u = round_bf16(warp_sum(u));
-  if (t == 0)
-    act[static_cast<std::size_t>(lane) * inter + i] = round_bf16(g / (1.0f + expf(-g)) * u);
 }
 
-// out[row][c] += sum over the row's lanes of weight * W2_e[c] . act[lane]: one warp per (row, c).
-__global__ void ref_down(const int* expert, const float* weight, int rows, int per_row,
+// act[lane][i] = bf16(silu(bf16(G_e[i] . x)) * bf16(U_e[i] . x)). Block (lane tile, feature tile).
+__global__ void ref_gate_up(const bf16* x, const LaneTile* tiles, const int* order, int per_row,
+                            const bf16* w13, int h, int inter, float* act) {
+  const LaneTile tile = tiles[blockIdx.x];
+  const int f0 = static_cast<int>(blockIdx.y) * kFeatureTile;
+  const bf16* gate = w13 + (static_cast<std::size_t>(tile.expert) * 2 * inter + f0) * h;
+  const bf16* up = gate + static_cast<std::size_t>(inter) * h;
+  float acc[2][kLanesPerThread];
+  tile_products<2>(
+      tile.count, min(kFeatureTile, inter - f0), h,
+      [&](int slot, int k) {
+        return to_float(x[static_cast<std::size_t>(order[tile.first + slot] / per_row) * h + k]);
+      },
+      [&](int m, int f, int k) {
+        return to_float((m == 0 ? gate : up)[static_cast<std::size_t>(f) * h + k]);
+      },
+      acc);
+  const int i = f0 + static_cast<int>(threadIdx.x) % kFeatureTile;
+  const int first_slot = static_cast<int>(threadIdx.x) / kFeatureTile * kLanesPerThread;
+  for (int j = 0; j < kLanesPerThread; ++j) {
+    if (i >= inter || first_slot + j >= tile.count) continue;
+    const float g = round_bf16(acc[0][j]), u = round_bf16(acc[1][j]);
+    act[static_cast<std::size_t>(order[tile.first + first_slot + j]) * inter + i] =
+        round_bf16(g / (1.0f + expf(-g)) * u);
+  }
+}
+
+// out[row][c] += weight * W2_e[c] . act[lane] for every lane of the row (its expert output
+// rounded to bf16 when `round_output`). Block (lane tile, output-feature tile); the lanes of a row
+// belong to different experts, so they add atomically.
+__global__ void ref_down(const LaneTile* tiles, const int* order, const float* weight, int per_row,
                          const float* act, const bf16* w2, int h, int inter, bool round_output,
                          float* out) {
-  const long long warp = global_warp();
-  const int t = static_cast<int>(threadIdx.x % 32);
-  if (warp >= static_cast<long long>(rows) * h) return;
-  const int row = static_cast<int>(warp / h), c = static_cast<int>(warp % h);
-  float acc = 0.0f;
-  for (int j = 0; j < per_row; ++j) {
-    const int lane = row * per_row + j;
-    const int e = expert[lane];
-    if (e < 0) continue;
-    const bf16* wr = w2 + (static_cast<std::size_t>(e) * h + c) * inter;
-    const float* a = act + static_cast<std::size_t>(lane) * inter;
-    float y = 0.0f;
-    for (int q = t; q < inter; q += 32) y += to_float(wr[q]) * a[q];
-    y = warp_sum(y);
-    acc += weight[lane] * (round_output ? round_bf16(y) : y);
+  const LaneTile tile = tiles[blockIdx.x];
+  const int c0 = static_cast<int>(blockIdx.y) * kFeatureTile;
+  const bf16* w = w2 + (static_cast<std::size_t>(tile.expert) * h + c0) * inter;
+  float acc[1][kLanesPerThread];
+  tile_products<1>(
+      tile.count, min(kFeatureTile, h - c0), inter,
+      [&](int slot, int k) {
+        return act[static_cast<std::size_t>(order[tile.first + slot]) * inter + k];
+      },
+      [&](int, int f, int k) { return to_float(w[static_cast<std::size_t>(f) * inter + k]); },
+      acc);
+  const int c = c0 + static_cast<int>(threadIdx.x) % kFeatureTile;
+  const int first_slot = static_cast<int>(threadIdx.x) / kFeatureTile * kLanesPerThread;
+  for (int j = 0; j < kLanesPerThread; ++j) {
+    if (c >= h || first_slot + j >= tile.count) continue;
+    const int lane = order[tile.first + first_slot + j];
+    const float y = round_output ? round_bf16(acc[0][j]) : acc[0][j];
+    atomicAdd(out + static_cast<std::size_t>(lane / per_row) * h + c, weight[lane] * y);
   }
-  if (t == 0) out[static_cast<std::size_t>(row) * h + c] += acc;
 }
 
 // One block per row: fp32 logits (one warp per expert), then softmax and top-k on one thread.
@@ -171,17 +218,33 @@ __global__ void any_flag(const int* flags, int n, unsigned* acc) {
 }
 
 template <class T>
+DeviceBuffer<T> upload(const std::vector<T>& v) {
+  DeviceBuffer<T> d(v.size());
+  if (!v.empty())
+    HARNESS_CHECK(cudaMemcpy(d.get(), v.data(), v.size() * sizeof(T), cudaMemcpyHostToDevice));
+  return d;
+}
+
+// The lanes on the device (`expert[lane]`: local expert index, -1: skip), as their expert-sorted
+// order and its lane tiles (host-side counting sort: lanes of one expert keep their order).
 ReferenceLanes upload_lanes(int rows, int per_row, const std::vector<int>& expert,
-                            const std::vector<T>& weight) {
-  ReferenceLanes l{rows, per_row, DeviceBuffer<int>(expert.size()),
-                   DeviceBuffer<float>(weight.size())};
-  if (!expert.empty()) {
-    HARNESS_CHECK(cudaMemcpy(l.expert.get(), expert.data(), expert.size() * sizeof(int),
-                             cudaMemcpyHostToDevice));
-    HARNESS_CHECK(cudaMemcpy(l.weight.get(), weight.data(), weight.size() * sizeof(float),
-                             cudaMemcpyHostToDevice));
-  }
-  return l;
+                            const std::vector<float>& weight) {
+  int experts = 0;
+  for (const int e : expert) experts = std::max(experts, e + 1);
+  std::vector<int> first(static_cast<std::size_t>(experts) + 1, 0);
+  for (const int e : expert)
+    if (e >= 0) ++first[static_cast<std::size_t>(e) + 1];
+  for (int e = 0; e < experts; ++e) first[e + 1] += first[e];
+  std::vector<int> order(static_cast<std::size_t>(first[experts]));
+  auto next = first;
+  for (std::size_t lane = 0; lane < expert.size(); ++lane)
+    if (expert[lane] >= 0) order[next[expert[lane]]++] = static_cast<int>(lane);
+  std::vector<int> tiles;  // LaneTile triples
+  for (int e = 0; e < experts; ++e)
+    for (int i = first[e]; i < first[e + 1]; i += kLaneTile)
+      tiles.insert(tiles.end(), {e, i, std::min(kLaneTile, first[e + 1] - i)});
+  return {rows, per_row, upload(weight), upload(order), upload(tiles),
+          static_cast<int>(tiles.size() / 3)};
 }
 
 }  // namespace
@@ -207,15 +270,18 @@ ReferenceLanes shared_lanes(int rows, int count) {
 
 void reference_mlp(const bf16* x, const ReferenceLanes& lanes, const bf16* w13, const bf16* w2,
                    int hidden, int inter, bool round_output, float* out, cudaStream_t s) {
-  const int n = lanes.rows * lanes.per_row;
-  if (n == 0) return;
-  DeviceBuffer<float> act(static_cast<std::size_t>(n) * inter);
-  ref_gate_up<<<blocks_for_warps(static_cast<long long>(n) * inter), kThreads, 0, s>>>(
-      x, lanes.expert.get(), n, lanes.per_row, w13, hidden, inter, act.get());
+  if (lanes.tile_count == 0) return;
+  const auto* tiles = reinterpret_cast<const LaneTile*>(lanes.tiles.get());
+  DeviceBuffer<float> act(static_cast<std::size_t>(lanes.rows) * lanes.per_row * inter);
+  const auto feature_tiles = [](int n) {
+    return static_cast<unsigned>((n + kFeatureTile - 1) / kFeatureTile);
+  };
+  ref_gate_up<<<dim3(static_cast<unsigned>(lanes.tile_count), feature_tiles(inter)), kThreads, 0,
+                s>>>(x, tiles, lanes.order.get(), lanes.per_row, w13, hidden, inter, act.get());
   HARNESS_CHECK(cudaGetLastError());
-  ref_down<<<blocks_for_warps(static_cast<long long>(lanes.rows) * hidden), kThreads, 0, s>>>(
-      lanes.expert.get(), lanes.weight.get(), lanes.rows, lanes.per_row, act.get(), w2, hidden,
-      inter, round_output, out);
+  ref_down<<<dim3(static_cast<unsigned>(lanes.tile_count), feature_tiles(hidden)), kThreads, 0,
+             s>>>(tiles, lanes.order.get(), lanes.weight.get(), lanes.per_row, act.get(), w2,
+                  hidden, inter, round_output, out);
   HARNESS_CHECK(cudaGetLastError());
   HARNESS_CHECK(cudaStreamSynchronize(s));  // `act` is freed on return
 }

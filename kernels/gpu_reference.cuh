@@ -1,8 +1,9 @@
 // The independent GPU reference that verifies every point of every round over all rows
 // (docs/measurement.md). It is written from the math of kernels/reference.h, not from the
-// kernels under test: fp32 CUDA-core dot products (one warp per output value), the same bf16
-// rounding of intermediates as the CPU reference, routes validated lane by lane. Slow by design
-// and simple enough to trust; the GPU tests check it against the CPU reference.
+// kernels under test: fp32 CUDA-core products (the MLP in shared-memory tiles of one expert's
+// lanes and weight rows, the gate one warp per logit), the same bf16 rounding of intermediates
+// as the CPU reference, routes validated lane by lane. Simple enough to trust; the GPU tests
+// check it against the CPU reference.
 // Internal to kernels/: include only from .cu files.
 #pragma once
 
@@ -15,12 +16,14 @@
 
 namespace moe::cuda {
 
-// Lanes of an MLP reference on the device: lane (row, j) applies local expert `expert` (or none
-// when -1) with `weight`. `per_row` lanes per row.
+// Lanes of an MLP reference on the device: lane (row, j) = row * per_row + j applies one local
+// expert with `weight`, or none (a skipped lane is in no tile).
 struct ReferenceLanes {
   int rows = 0, per_row = 0;
-  DeviceBuffer<int> expert;    // [rows][per_row] local expert index, -1: skip
   DeviceBuffer<float> weight;  // [rows][per_row]
+  DeviceBuffer<int> order;     // the lanes that apply an expert, sorted by expert (stable)
+  DeviceBuffer<int> tiles;     // [tile_count][3]: expert, first index into `order`, lanes
+  int tile_count = 0;
 };
 
 // Routed-expert lanes from host routes: a lane counts when its id is owned locally and its
