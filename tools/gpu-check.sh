@@ -3,8 +3,8 @@
 #   tools/gpu-check.sh BUILD_DIR OUT_DIR [steps...]
 # Steps (default: tests sanitizer bench): 
 #   tests      the `gpu`-labelled test binaries (every backend vs the CPU reference, CUPTI, NCCL)
-#   sanitizer  compute-sanitizer memcheck on the native experts and the gate tests (skipped if
-#              not installed)
+#   sanitizer  compute-sanitizer memcheck on the native experts, gate and GPU reference tests
+#              (skipped if not installed)
 #   bench      harness bench experts -> OUT_DIR/bench-experts.csv (+ .txt)
 #   acquire    harness acquire jobs/qwen3-30b-a3b.yaml --tp 1 --dp 1 --backend native
 #              (+ $ACQUIRE_ARGS, e.g. "--rounds 1 --accept-failures")
@@ -12,8 +12,10 @@
 #              drawn log-uniformly ($FIDELITY_SEED, default 20261201) through the bench, compared
 #              with lookup (tools/bench-lookup-compare.py), then validate --points 48 with both
 #              routings; fails where the bounds (median 1%, p95 2%, max 4%) or the tolerance miss
-# Each step's output goes to OUT_DIR/<step>.log; every step runs, and the exit status is non-zero
-# when any failed.
+# Each step's output is appended to OUT_DIR/<step>.log; every step runs, and the exit status is
+# non-zero when any failed. A step cut short (a time limit, a kill) can be rerun with the same
+# command: `acquire` resumes its campaign where it stopped (nothing measured is lost or measured
+# twice), so the full job can be spread over several shorter calls.
 set -euo pipefail
 here=$(cd "$(dirname "$0")" && pwd)
 build=${1:?build directory}
@@ -29,7 +31,8 @@ step() {
   shift
   local t0=$SECONDS
   echo "== $name"
-  if "$@" >"$out/$name.log" 2>&1; then
+  echo "== $name started $(date -u +%FT%TZ)" >>"$out/$name.log"
+  if "$@" >>"$out/$name.log" 2>&1; then
     echo "== $name ok ($((SECONDS - t0)) s)"
   else
     echo "== $name FAILED ($((SECONDS - t0)) s); tail of $out/$name.log:"
@@ -56,6 +59,8 @@ run_sanitizer() {
     --gtest_filter='NativeBackend.EveryTile*:NativeBackend.MmaSync*'
   "$cs" --tool memcheck --error-exitcode 9 "$build/kernels/kernels_gpu_tests" \
     --gtest_filter='Backends/GpuBackend.Gate*/1'
+  "$cs" --tool memcheck --error-exitcode 9 "$build/kernels/kernels_gpu_tests" \
+    --gtest_filter='GpuReference.*'
 }
 
 run_bench() {
