@@ -114,8 +114,9 @@ class Draws {
   std::int64_t log_between(std::int64_t lo, std::int64_t hi, double lo_fraction,
                            double hi_fraction) {
     const double fraction = lo_fraction + unit() * (hi_fraction - lo_fraction);
-    const double v = std::exp(std::log(static_cast<double>(lo)) +
-                              fraction * std::log(static_cast<double>(hi) / static_cast<double>(lo)));
+    const double v =
+        std::exp(std::log(static_cast<double>(lo)) +
+                 fraction * std::log(static_cast<double>(hi) / static_cast<double>(lo)));
     return std::clamp<std::int64_t>(std::llround(v), lo, hi);
   }
 

@@ -117,8 +117,7 @@ __global__ void ref_down(const LaneTile* tiles, const int* order, const float* w
       [&](int slot, int k) {
         return act[static_cast<std::size_t>(order[tile.first + slot]) * inter + k];
       },
-      [&](int, int f, int k) { return to_float(w[static_cast<std::size_t>(f) * inter + k]); },
-      acc);
+      [&](int, int f, int k) { return to_float(w[static_cast<std::size_t>(f) * inter + k]); }, acc);
   const int c = c0 + static_cast<int>(threadIdx.x) % kFeatureTile;
   const int first_slot = static_cast<int>(threadIdx.x) / kFeatureTile * kLanesPerThread;
   for (int j = 0; j < kLanesPerThread; ++j) {
@@ -243,8 +242,8 @@ ReferenceLanes upload_lanes(int rows, int per_row, const std::vector<int>& exper
   for (int e = 0; e < experts; ++e)
     for (int i = first[e]; i < first[e + 1]; i += kLaneTile)
       tiles.insert(tiles.end(), {e, i, std::min(kLaneTile, first[e + 1] - i)});
-  return {rows, per_row, upload(weight), upload(order), upload(tiles),
-          static_cast<int>(tiles.size() / 3)};
+  return {rows,          per_row,       upload(weight),
+          upload(order), upload(tiles), static_cast<int>(tiles.size() / 3)};
 }
 
 }  // namespace

@@ -86,8 +86,8 @@ TEST(HeldOut, RandomPointsFallOneInEachSliceOfTheLogTokenRange) {
     EXPECT_GE(std::count(per_slice.begin(), per_slice.end(), 1), count - 2) << "seed " << seed;
   }
   // A range with fewer free points than asked for gives what there is.
-  EXPECT_EQ(random_feasible_points(job.geometry, t, Component::gate_routing,
-                                   {{1, 0, 0}, {4, 0, 0}}, count, 7),
+  EXPECT_EQ(random_feasible_points(job.geometry, t, Component::gate_routing, {{1, 0, 0}, {4, 0, 0}},
+                                   count, 7),
             (std::vector<GridPoint>{{2, 0, 0}, {3, 0, 0}}));
 }
 
