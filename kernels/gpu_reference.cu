@@ -43,6 +43,14 @@ struct LaneTile {
   int expert, first, count;
 };
 
+// This thread's weight row within the block's tile, and the first of its lane slots.
+__device__ int thread_feature() {
+  return static_cast<int>(threadIdx.x) % kFeatureTile;
+}
+__device__ int thread_first_slot() {
+  return static_cast<int>(threadIdx.x) / kFeatureTile * kLanesPerThread;
+}
+
 // acc[m][j] = sum over k < k_len of weight_value(m, feature, k) * lane_value(lane slot, k) for
 // this thread's feature (threadIdx.x % kFeatureTile) and its kLanesPerThread lane slots; values
 // outside the tile (lane slot >= lanes, feature >= features) read as 0.
@@ -52,7 +60,7 @@ __device__ void tile_products(int lanes, int features, int k_len, LaneValue lane
   __shared__ float lane_tile[kLaneTile][kKChunk + 1];
   __shared__ float weight_tile[kMatrices][kFeatureTile][kKChunk + 1];
   const int t = static_cast<int>(threadIdx.x);
-  const int feature = t % kFeatureTile, first_slot = (t / kFeatureTile) * kLanesPerThread;
+  const int feature = thread_feature(), first_slot = thread_first_slot();
   for (int m = 0; m < kMatrices; ++m)
     for (int j = 0; j < kLanesPerThread; ++j) acc[m][j] = 0.0f;
   for (int k0 = 0; k0 < k_len; k0 += kKChunk) {
@@ -92,8 +100,7 @@ __global__ void ref_gate_up(const bf16* x, const LaneTile* tiles, const int* ord
         return to_float((m == 0 ? gate : up)[static_cast<std::size_t>(f) * h + k]);
       },
       acc);
-  const int i = f0 + static_cast<int>(threadIdx.x) % kFeatureTile;
-  const int first_slot = static_cast<int>(threadIdx.x) / kFeatureTile * kLanesPerThread;
+  const int i = f0 + thread_feature(), first_slot = thread_first_slot();
   for (int j = 0; j < kLanesPerThread; ++j) {
     if (i >= inter || first_slot + j >= tile.count) continue;
     const float g = round_bf16(acc[0][j]), u = round_bf16(acc[1][j]);
@@ -118,8 +125,7 @@ __global__ void ref_down(const LaneTile* tiles, const int* order, const float* w
         return act[static_cast<std::size_t>(order[tile.first + slot]) * inter + k];
       },
       [&](int, int f, int k) { return to_float(w[static_cast<std::size_t>(f) * inter + k]); }, acc);
-  const int c = c0 + static_cast<int>(threadIdx.x) % kFeatureTile;
-  const int first_slot = static_cast<int>(threadIdx.x) / kFeatureTile * kLanesPerThread;
+  const int c = c0 + thread_feature(), first_slot = thread_first_slot();
   for (int j = 0; j < kLanesPerThread; ++j) {
     if (c >= h || first_slot + j >= tile.count) continue;
     const int lane = order[tile.first + first_slot + j];
