@@ -15,7 +15,8 @@
 namespace moe {
 
 // 3: rows around declared time steps, balanced A; 4: rows-per-expert A axis where M = N·k;
-// 5: held-out probes in the halves of wide token intervals, stratified random held-out draws
+// 5: held-out probes in the halves of wide token intervals, stratified random held-out draws,
+// fresh random held-out points in every refinement stage that adds grid points
 inline constexpr int kPlannerVersion = 5;
 
 struct ComponentGrid {

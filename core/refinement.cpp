@@ -174,6 +174,14 @@ std::vector<GridPoint> random_feasible_points(const ModelGeometry& g, const Targ
   return {out.begin(), out.end()};
 }
 
+// The seed of a cell's random held-out draw: the planned set (stage 0) and each refinement stage.
+std::uint64_t held_out_seed(const JobSpec& job, const Target& t, Component c, int stage) {
+  return mix_seed({job.seed, static_cast<std::uint64_t>(t.tp), static_cast<std::uint64_t>(t.dp),
+                   static_cast<std::uint64_t>(t.rank), t.sp ? 1ULL : 0ULL,
+                   static_cast<std::uint64_t>(c), 0x4e1d0077ULL,
+                   static_cast<std::uint64_t>(stage)});
+}
+
 }  // namespace
 
 std::vector<GridPoint> random_feasible_points(const ModelGeometry& g, const Target& t, Component c,
@@ -215,17 +223,13 @@ std::vector<GridPoint> held_out_points(const JobSpec& job, const Target& t, Comp
     }
   }
   // Random feasible points inside the measured token range.
-  const auto random = random_feasible_points(
-      job.geometry, t, c, grid, job.fidelity.random_points,
-      mix_seed({job.seed, static_cast<std::uint64_t>(t.tp), static_cast<std::uint64_t>(t.dp),
-                static_cast<std::uint64_t>(t.rank), t.sp ? 1ULL : 0ULL,
-                static_cast<std::uint64_t>(c), 0x4e1d0077ULL}),
-      out);
+  const auto random = random_feasible_points(job.geometry, t, c, grid, job.fidelity.random_points,
+                                             held_out_seed(job, t, c, 0), out);
   out.insert(random.begin(), random.end());
   return {out.begin(), out.end()};
 }
 
-RefinementStep refinement_step(const JobSpec& job, const Target& t, Component c,
+RefinementStep refinement_step(const JobSpec& job, const Target& t, Component c, int stage,
                                const std::set<GridPoint>& grid,
                                const std::set<GridPoint>& measured_held_out,
                                std::vector<HeldOutMiss> misses, std::int64_t point_budget,
@@ -294,6 +298,18 @@ RefinementStep refinement_step(const JobSpec& job, const Target& t, Component c,
   }
   std::erase_if(probes,
                 [&](const GridPoint& q) { return known(q) || measured_held_out.contains(q); });
+  // A stage that changed the table is also checked where no miss pointed: fresh random points,
+  // drawn for this stage, so the final statistics include points refinement never steered by.
+  if (!added.empty()) {
+    std::set<GridPoint> table(grid);
+    table.insert(added.begin(), added.end());
+    std::set<GridPoint> taken(measured_held_out);
+    taken.insert(probes.begin(), probes.end());
+    for (const auto& q :
+         random_feasible_points(job.geometry, t, c, table, job.fidelity.random_points,
+                                held_out_seed(job, t, c, stage), taken))
+      probes.insert(q);
+  }
   return {{added.begin(), added.end()}, {probes.begin(), probes.end()}};
 }
 

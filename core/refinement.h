@@ -45,14 +45,16 @@ struct RefinementStep {
   std::vector<GridPoint> held_out;  // new held-out points in the refined intervals (sorted)
 };
 
-// One refinement step of a cell: for each miss (worst first) the grid rows that bracket it are
-// bisected: the N interval (a whole row at its midpoint; the miss itself joins the grid when it
-// lies on that row) or, for a miss on an existing N row, the A interval (a column at its
-// midpoint). When neither interval can be split the miss itself becomes a grid point. New
-// held-out points are the midpoints of the refined intervals, so the validation set stays
-// disjoint from the grid. Adds at most `point_budget` grid points (whole rows or columns only).
+// Refinement stage `stage` (1, 2, ...) of a cell: for each miss (worst first) the grid rows that
+// bracket it are bisected: the N interval (a whole row at its midpoint; the miss itself joins the
+// grid when it lies on that row) or, for a miss on an existing N row, the A interval (a column at
+// its midpoint). When neither interval can be split the miss itself becomes a grid point. New
+// held-out points are the midpoints of the refined intervals and, when the stage adds grid
+// points, `job.fidelity.random_points` fresh random feasible points drawn for the stage, so the
+// validation set stays disjoint from the grid and is never only where the misses were. Adds at
+// most `point_budget` grid points (whole rows or columns only).
 [[nodiscard]] RefinementStep refinement_step(const JobSpec& job, const Target& t, Component c,
-                                             const std::set<GridPoint>& grid,
+                                             int stage, const std::set<GridPoint>& grid,
                                              const std::set<GridPoint>& measured_held_out,
                                              std::vector<HeldOutMiss> misses,
                                              std::int64_t point_budget,

@@ -61,7 +61,7 @@ TEST(HeldOut, AWideTokenIntervalIsProbedInBothHalvesWhereItsBisectionWouldProbe)
   // A miss at the midpoint is bisected there, and the probes of the halves are the ones already
   // measured: nothing new to probe.
   std::set<GridPoint> measured(held.begin(), held.end());
-  const auto step = refinement_step(job, t, Component::gate_routing, {grid.begin(), grid.end()},
+  const auto step = refinement_step(job, t, Component::gate_routing, 1, {grid.begin(), grid.end()},
                                     measured, {{{3069, 0, 0}, 0.1}}, 10);
   EXPECT_EQ(step.grid, (std::vector<GridPoint>{{3069, 0, 0}}));
   EXPECT_TRUE(step.held_out.empty());
@@ -92,11 +92,12 @@ TEST(HeldOut, RandomPointsFallOneInEachSliceOfTheLogTokenRange) {
 }
 
 TEST(Refinement, BisectsTheTokenIntervalOfAMissAndProbesBothHalves) {
-  const auto job = tiny_job(1);
+  auto job = tiny_job(1);
+  job.fidelity.random_points = 0;  // the bisection's probes alone (fresh draws: below)
   const auto t = job.targets().front();
   const std::set<GridPoint> grid{{1, 0, 0}, {16, 0, 0}, {64, 0, 0}};
-  const auto step =
-      refinement_step(job, t, Component::gate_routing, grid, {{32, 0, 0}}, {{{32, 0, 0}, 0.1}}, 10);
+  const auto step = refinement_step(job, t, Component::gate_routing, 1, grid, {{32, 0, 0}},
+                                    {{{32, 0, 0}, 0.1}}, 10);
   // sqrt(16 * 64) = 32: the miss itself becomes the new row; probes at sqrt(16*32), sqrt(32*64).
   EXPECT_EQ(step.grid, (std::vector<GridPoint>{{32, 0, 0}}));
   EXPECT_EQ(step.held_out, (std::vector<GridPoint>{{23, 0, 0}, {45, 0, 0}}));
@@ -109,33 +110,64 @@ TEST(Refinement, AddsWholeExpertRowsWithinTheBudgetAndPromotesUnsplittableMisses
   for (const auto n : {8, 32})
     for (const auto& p : expert_row(job, t, n)) grid.insert(p);
   const auto miss = *balanced_point(job, t, 16);
-  const auto step = refinement_step(job, t, Component::experts, grid, {miss}, {{miss, 0.2}}, 1000);
+  const auto step =
+      refinement_step(job, t, Component::experts, 1, grid, {miss}, {{miss, 0.2}}, 1000);
   const auto row = expert_row(job, t, 16);
   for (const auto& p : row)
     EXPECT_TRUE(std::count(step.grid.begin(), step.grid.end(), p)) << p.activated;
   EXPECT_TRUE(std::count(step.grid.begin(), step.grid.end(), miss));
   // A budget smaller than the row adds nothing (no partial rows).
   EXPECT_TRUE(
-      refinement_step(job, t, Component::experts, grid, {miss}, {{miss, 0.2}}, 1).grid.empty());
+      refinement_step(job, t, Component::experts, 1, grid, {miss}, {{miss, 0.2}}, 1).grid.empty());
   // A miss on an existing row between adjacent A values cannot be bracketed: it joins the grid.
   const std::set<GridPoint> columns{{16, 2, 32}, {16, 3, 32}, {32, 2, 64}};
   const GridPoint between{16, 3, 20};
-  EXPECT_EQ(refinement_step(job, t, Component::experts, columns, {}, {{between, 0.3}}, 10).grid,
+  EXPECT_EQ(refinement_step(job, t, Component::experts, 1, columns, {}, {{between, 0.3}}, 10).grid,
             (std::vector<GridPoint>{between}));
 }
 
+TEST(Refinement, AStageThatAddsRowsAlsoDrawsFreshRandomPointsOfItsOwn) {
+  const auto job = tiny_job(1);  // fidelity.random_points 12
+  const auto t = job.targets().front();
+  const std::set<GridPoint> grid{{1, 0, 0}, {16, 0, 0}, {64, 0, 0}};
+  const std::set<GridPoint> measured{{4, 0, 0}, {32, 0, 0}, {40, 0, 0}};
+  const std::vector<HeldOutMiss> misses{{{32, 0, 0}, 0.1}};
+  const auto step = refinement_step(job, t, Component::gate_routing, 1, grid, measured, misses, 10);
+  ASSERT_EQ(step.grid, (std::vector<GridPoint>{{32, 0, 0}}));
+  // The two bisection probes, and 12 random points off the new table and off everything
+  // measured or probed already.
+  EXPECT_EQ(step.held_out.size(), 2u + 12u);
+  for (const auto& p : step.held_out) {
+    EXPECT_FALSE(grid.contains(p) || measured.contains(p) || p == (GridPoint{32, 0, 0}))
+        << p.tokens;
+    EXPECT_TRUE(p.tokens > 1 && p.tokens < 64) << p.tokens;
+  }
+  // The same stage draws the same points; another stage draws others.
+  EXPECT_EQ(
+      refinement_step(job, t, Component::gate_routing, 1, grid, measured, misses, 10).held_out,
+      step.held_out);
+  EXPECT_NE(
+      refinement_step(job, t, Component::gate_routing, 2, grid, measured, misses, 10).held_out,
+      step.held_out);
+  // A stage that adds nothing to the table draws nothing.
+  EXPECT_TRUE(
+      refinement_step(job, t, Component::gate_routing, 1, grid, measured, {}, 10).held_out.empty());
+}
+
 TEST(Refinement, WhereEveryRouteIsLocalAMissBetweenRaysAddsTheRayBetweenThemToEveryRow) {
-  const auto job = parse_job(
+  auto job = parse_job(
       "model: {preset: qwen3-30b-a3b}\ndeployment: {tp: [1], dp: [1]}\n"
       "tokens: {max_num_batched_tokens: 1024}\ngraph: {mode: NONE}\n",
       "test");
+  job.fidelity.random_points = 0;
   const auto t = job.targets().front();
   std::set<GridPoint> grid;
   for (const auto n : {256, 1024})
     for (const auto& p : expert_row(job, t, n)) grid.insert(p);
   // Rays M/A = 32 and 64 at both rows; the miss at N = 512 lies between them (M/A = 4096/90).
   const GridPoint miss{512, 90, 4096};
-  const auto step = refinement_step(job, t, Component::experts, grid, {miss}, {{miss, 0.2}}, 1000);
+  const auto step =
+      refinement_step(job, t, Component::experts, 1, grid, {miss}, {{miss, 0.2}}, 1000);
   // The ray midway, 48 rows per expert, on every row where A = M/48 is feasible: 2048/48 at
   // N = 256 (8192/48 at N = 1024 exceeds the 128 experts).
   EXPECT_EQ(step.grid, (std::vector<GridPoint>{{256, 43, 2048}}));

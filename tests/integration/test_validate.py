@@ -80,10 +80,14 @@ with tempfile.TemporaryDirectory() as tmp:
                                "--routing", "balanced", "--format", "json"], check=False).stdout)
     assert balanced["routing"] == "balanced"
     (experts,) = [c for c in balanced["entries"][0]["components"] if c["component"] == "experts"]
-    assert experts["count"] == 6, experts
+    def balanced_point(n):
+        return (n, min(8, n * 2, max(2, round(8 * (1 - (1 - 2 / 8) ** n)))), 2 * n)
+    # Refinement leaves few balanced points off the table; random draws find some of them.
+    free = [n for n in range(2, 64) if ("experts", balanced_point(n)) not in rows]
+    assert 0 < experts["count"] <= min(6, len(free)), (experts, free)
     for pt in experts["points"]:
         n, a, m = pt["point"]
-        assert a == min(8, n * 2, max(2, round(8 * (1 - (1 - 2 / 8) ** n)))) and m == 2 * n, pt
+        assert (n, a, m) == balanced_point(n) and n in free, pt
         assert abs(pt["measured_us"] - staircase_time_us("experts", n, a, m)) <= 1e-9 * pt["measured_us"]
     text = run([HARNESS, "validate", bundle, "--tp", "1", "--points", "3"], check=False)
     assert "seed " in text.stdout and ("within tolerance" in text.stdout or "OUTSIDE TOLERANCE" in text.stdout)
