@@ -78,8 +78,9 @@ double staircase_time_us(Component c, const GridPoint& p) {
       if (p.activated == 0) return 2.0;
       const auto per = p.assignments / p.activated, extra = p.assignments % p.activated;
       const auto started = (p.activated - extra) * tiles(per) + extra * tiles(per + 1);
+      const auto waves = (started + kStaircaseWaveTiles - 1) / kStaircaseWaveTiles;
       return 4.0 + 0.5 * static_cast<double>(p.activated) + 3.0 * static_cast<double>(started) +
-             0.01 * static_cast<double>(p.assignments);
+             8.0 * static_cast<double>(waves) + 0.01 * static_cast<double>(p.assignments);
     }
   }
   return 0.0;

@@ -2,9 +2,10 @@
 // (docs/measurement.md#fidelity). It computes and verifies every forward with the CPU reference,
 // but a forward's time is a known model read from a process-wide modeled clock instead of a clock:
 // for `experts` a staircase in rows per expert (each active expert pays per started tile of
-// kStaircaseTileRows rows), for the other components a straight line in N (the gate with a 1%
-// step where its modeled kernel changes). Its tables are exact, so
-// a refinement test can say which steps a table must resolve; they describe no hardware.
+// kStaircaseTileRows rows) and in waves (the tiles run kStaircaseWaveTiles at a time, as a GPU's
+// blocks run one wave per SM), for the other components a straight line in N (the gate with a
+// 1% step where its modeled kernel changes). Its tables are exact, so a refinement test can say
+// which steps a table must resolve; they describe no hardware.
 #pragma once
 
 #include <memory>
@@ -15,6 +16,7 @@
 namespace moe {
 
 inline constexpr std::int64_t kStaircaseTileRows = 4;
+inline constexpr std::int64_t kStaircaseWaveTiles = 6;
 // Above this many rows the modeled gate runs another "kernel" (its configuration says which)
 // that takes 1% longer: a step below the tolerance, visible only in the kernel list.
 inline constexpr std::int64_t kStaircaseGateSwitchRows = 44;

@@ -63,8 +63,10 @@ def check_complete(path, expect_rounds):
 
 # The staircase_model backend's times, restated here independently of kernels/staircase_backend.h:
 # experts pay 3 us per started tile of STAIRCASE_TILE rows of each active expert (rows spread over
-# the A experts as evenly as the stimulus spreads them), the other components are lines in N.
+# the A experts as evenly as the stimulus spreads them) and 8 us per wave of STAIRCASE_WAVE_TILES
+# tiles, the other components are lines in N.
 STAIRCASE_TILE = 4
+STAIRCASE_WAVE_TILES = 6
 
 
 def staircase_time_us(component, n, a=0, m=0):
@@ -78,7 +80,9 @@ def staircase_time_us(component, n, a=0, m=0):
         return 2.0
     per, extra = divmod(m, a)
     tiles = lambda rows: -(-rows // STAIRCASE_TILE)
-    return 4 + 0.5 * a + 3 * ((a - extra) * tiles(per) + extra * tiles(per + 1)) + 0.01 * m
+    started = (a - extra) * tiles(per) + extra * tiles(per + 1)
+    waves = -(-started // STAIRCASE_WAVE_TILES)
+    return 4 + 0.5 * a + 3 * started + 8 * waves + 0.01 * m
 
 
 def complete_rounds(h5):

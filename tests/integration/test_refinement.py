@@ -106,9 +106,12 @@ with tempfile.TemporaryDirectory() as tmp:
                  for n in range(1, 65) for a in range(K, min(E, n * K) + 1))
     off_p95, off_max = off[int(0.95 * len(off))], off[-1]
     print(f"off-balance: {len(off)} points, p95 {off_p95:.2%}, max {off_max:.2%}")
-    # Over (N, A, M) itself the Delaunay mesh gave p95 13.5% here; with only 7 feasible A per row
-    # (E = 8) a ray has few points, so the staircase's steps at 4, 8, ... rows stay partly between.
-    assert off_p95 <= 0.10, f"off-balance lookups miss the staircase: p95 {off_p95:.1%}"
+    # The steps in rows per expert and the waves in tiles both cut across the rows; fresh random
+    # held-out points in every stage keep refinement going until they are bracketed (with the
+    # planned sample alone refinement stopped at p95 8% here, max 26%; over (N, A, M) itself the
+    # Delaunay mesh gave p95 13.5%).
+    assert off_p95 <= 0.02 and off_max <= 0.05, \
+        f"off-balance lookups miss the staircase: p95 {off_p95:.1%}, max {off_max:.1%}"
     assert entry(bundle)["coverage"]["triangulation"]["built_in"] == "rows_per_expert"
     gate = fid["components"]["gate_routing"]
     gate_rows = sorted(int(r.split(",")[2]) for r in table(bundle).splitlines()[1:]
