@@ -172,7 +172,8 @@ void print_text(const Plan& plan, const std::string& backend, bool verbose, std:
   os << "\nheld-out validation: " << held_out << " points (in the total below); refinement may add "
      << plan.job.fidelity.max_added_points << " grid points per cell (" << cells
      << " cells), measured only where held-out errors exceed " << plan.job.fidelity.tolerance * 100
-     << "% and not in this estimate\n";
+     << "%, and with them up to " << plan.job.fidelity.random_points
+     << " fresh held-out points per stage; not in this estimate\n";
   os << "total: " << total.points << " points, " << total.forwards << " forwards, estimated "
      << human_duration(total.device_seconds) << " of timed device work and "
      << human_duration(total.held_seconds) << " of device time held (one "

@@ -10,6 +10,7 @@ import subprocess
 import tempfile
 
 import h5py
+import yaml
 
 from harness_test_lib import HARNESS, MPI_ENV, SOURCE_DIR, check_complete, file_sha, mpirun_cmd, run
 
@@ -85,6 +86,10 @@ with tempfile.TemporaryDirectory() as tmp:
     assert "cost model: measured" in p.stdout and out in p.stdout, p.stdout
     p = run([HARNESS, "plan", job, "--rounds", "20", "--campaign", os.path.join(tmp, "none")])
     assert "cost model: nominal" in p.stdout, p.stdout
+    # What refinement may add on top of the estimate: the cap and the fresh held-out draws.
+    fidelity = yaml.safe_load(open(job)).get("fidelity", {})
+    assert (f"refinement may add {fidelity.get('max_added_points', 2000)} grid points per cell" in p.stdout
+            and f"up to {fidelity.get('random_points', 12)} fresh held-out points per stage" in p.stdout), p.stdout
     broken = os.path.join(tmp, "broken")
     os.makedirs(broken)
     open(os.path.join(broken, "campaign.json"), "w").write("{not json")
