@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <cmath>
 #include <map>
+#include <numeric>
 #include <optional>
 
 #include "core/planner.h"
@@ -127,8 +128,9 @@ class Draws {
 
 // The random draws, also avoiding `taken` (points already chosen). Stratified in log N: the r-th
 // of `count` points is drawn in the r-th of `count` equal slices of the log token range, so no
-// stretch of the range (the sparse rows at large N above all) goes unsampled by chance; a slice
-// with no free feasible point leaves its draw to the whole range.
+// stretch of the range (the sparse rows at large N above all) goes unsampled by chance. The draws
+// of slices with no free feasible point are made up from the token counts of the whole range in a
+// seeded order, at most one per token count, so free points are found however few they are.
 std::vector<GridPoint> random_feasible_points(const ModelGeometry& g, const Target& t, Component c,
                                               const std::set<GridPoint>& grid, int count,
                                               std::uint64_t seed, const std::set<GridPoint>& taken,
@@ -139,8 +141,8 @@ std::vector<GridPoint> random_feasible_points(const ModelGeometry& g, const Targ
   if (rows.size() < 2 || count < 1) return {};
   const int l = ExpertOwnership::of(g, t).local_experts;
   Draws draw(seed);
-  const auto draw_point = [&](double lo_fraction, double hi_fraction) -> std::optional<GridPoint> {
-    const auto n = draw.log_between(rows.front(), rows.back(), lo_fraction, hi_fraction);
+  // A free point at N (for `experts`, (A, M) by `routing`), or nullopt.
+  const auto draw_at = [&](std::int64_t n) -> std::optional<GridPoint> {
     std::optional<GridPoint> p = GridPoint{n, 0, 0};
     if (experts && routing == Routing::balanced) {
       p = balanced_point(g, t, n);
@@ -155,22 +157,33 @@ std::vector<GridPoint> random_feasible_points(const ModelGeometry& g, const Targ
     if (!p || grid.contains(*p) || taken.contains(*p) || out.contains(*p)) return std::nullopt;
     return p;
   };
-  constexpr int kAttempts = 64;
+  constexpr int kAttempts = 64, kAttemptsPerToken = 8;
   int missing = 0;
   for (int r = 0; r < count; ++r) {
     std::optional<GridPoint> p;
     for (int attempt = 0; attempt < kAttempts && !p; ++attempt)
-      p = draw_point(static_cast<double>(r) / count, static_cast<double>(r + 1) / count);
+      p = draw_at(draw.log_between(rows.front(), rows.back(), static_cast<double>(r) / count,
+                                   static_cast<double>(r + 1) / count));
     if (p)
       out.insert(*p);
     else
       ++missing;
   }
-  for (int attempt = 0; missing > 0 && attempt < kAttempts * missing; ++attempt)
-    if (const auto p = draw_point(0.0, 1.0)) {
-      out.insert(*p);
-      --missing;
-    }
+  if (missing > 0) {
+    std::vector<std::int64_t> tokens(static_cast<std::size_t>(rows.back() - rows.front() + 1));
+    std::iota(tokens.begin(), tokens.end(), rows.front());
+    for (std::size_t i = tokens.size(); i > 1; --i)  // Fisher-Yates with the seeded draws
+      std::swap(
+          tokens[i - 1],
+          tokens[static_cast<std::size_t>(draw.between(0, static_cast<std::int64_t>(i) - 1))]);
+    for (std::size_t i = 0; i < tokens.size() && missing > 0; ++i)
+      for (int attempt = 0; attempt < kAttemptsPerToken; ++attempt)
+        if (const auto p = draw_at(tokens[i])) {
+          out.insert(*p);
+          --missing;
+          break;
+        }
+  }
   return {out.begin(), out.end()};
 }
 

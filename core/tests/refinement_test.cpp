@@ -85,6 +85,16 @@ TEST(HeldOut, RandomPointsFallOneInEachSliceOfTheLogTokenRange) {
     for (int s = 0; s < count; ++s) EXPECT_LE(per_slice[s], 2) << "seed " << seed << " slice " << s;
     EXPECT_GE(std::count(per_slice.begin(), per_slice.end(), 1), count - 2) << "seed " << seed;
   }
+  // Free points only near the top of the range (7 of 64 token counts): the empty slices' draws
+  // come from the whole range and still find them.
+  std::set<GridPoint> crowded;
+  for (std::int64_t n = 1; n <= 64; ++n)
+    if (n < 50 || n % 2 == 1) crowded.insert({n, 0, 0});  // free: 50, 52, ..., 62
+  for (std::uint64_t seed = 1; seed <= 20; ++seed)
+    EXPECT_EQ(
+        random_feasible_points(job.geometry, t, Component::gate_routing, crowded, 6, seed).size(),
+        6u)
+        << "seed " << seed;
   // A range with fewer free points than asked for gives what there is.
   EXPECT_EQ(random_feasible_points(job.geometry, t, Component::gate_routing, {{1, 0, 0}, {4, 0, 0}},
                                    count, 7),
