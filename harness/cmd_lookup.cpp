@@ -56,20 +56,6 @@ int lookup_collective(const std::string& variant_dir, const DeploymentKey& key,
 
 }  // namespace
 
-// The held-out errors that apply to the query (Deployment::held_out_errors), as JSON; null where
-// the entry records none.
-nlohmann::json held_out_json(const Deployment& d, Component c, std::int64_t n, std::int64_t a,
-                             std::int64_t m) {
-  const auto h = d.held_out_errors(c, n, a, m);
-  if (!h) return nullptr;
-  nlohmann::json out = {{"count", h->count},
-                        {"median_abs_relative_error", h->median},
-                        {"p95_abs_relative_error", h->p95},
-                        {"max_abs_relative_error", h->max}};
-  if (!h->routing.empty()) out["routing"] = h->routing;
-  return out;
-}
-
 int lookup(const Args& args) {
   std::string variant_dir, component, collective, format = "text", sp;
   DeploymentKey key;
@@ -129,7 +115,8 @@ int lookup(const Args& args) {
     if (*c == Component::experts)
       out["activated_experts"] = activated, out["local_assignments"] = assignments;
     if (explain) out["vertices"] = v;
-    out["held_out"] = held_out_json(d, *c, tokens, activated, assignments);
+    const auto held_out = d.held_out_errors(*c, tokens, activated, assignments);
+    out["held_out"] = held_out ? held_out->to_json() : nlohmann::json(nullptr);
     std::cout << out.dump(1) << "\n";
     return 0;
   }

@@ -47,5 +47,13 @@ __global__ void silu_and_mul(const bf16* y1, std::size_t rows, int inter, bf16* 
 [[nodiscard]] std::vector<float> download_f32(const float* p, std::size_t n);
 // bf16 copy of host values on the device (legacy stream: synchronize before other streams use it).
 [[nodiscard]] DeviceBuffer<bf16> upload_bf16(const std::vector<float>& v);
+// A copy of host values on the device, element for element (legacy stream, as upload_bf16).
+template <class T>
+[[nodiscard]] DeviceBuffer<T> upload(const std::vector<T>& v) {
+  DeviceBuffer<T> d(v.size());
+  if (!v.empty())
+    HARNESS_CHECK(cudaMemcpy(d.get(), v.data(), v.size() * sizeof(T), cudaMemcpyHostToDevice));
+  return d;
+}
 
 }  // namespace moe::cuda

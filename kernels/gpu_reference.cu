@@ -222,14 +222,6 @@ __global__ void any_flag(const int* flags, int n, unsigned* acc) {
     if (flags[i]) atomicOr(acc + 2, 1u);
 }
 
-template <class T>
-DeviceBuffer<T> upload(const std::vector<T>& v) {
-  DeviceBuffer<T> d(v.size());
-  if (!v.empty())
-    HARNESS_CHECK(cudaMemcpy(d.get(), v.data(), v.size() * sizeof(T), cudaMemcpyHostToDevice));
-  return d;
-}
-
 // The lanes on the device (`expert[lane]`: local expert index, -1: skip), as their expert-sorted
 // order and its lane tiles (host-side counting sort: lanes of one expert keep their order).
 ReferenceLanes upload_lanes(int rows, int per_row, const std::vector<int>& expert,

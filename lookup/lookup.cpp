@@ -75,6 +75,15 @@ Deployment& Deployment::operator=(Deployment&&) noexcept = default;
 const nlohmann::json& Deployment::contract() const {
   return impl_->contract;
 }
+nlohmann::json HeldOutErrors::to_json() const {
+  nlohmann::json out = {{"count", count},
+                        {"median_abs_relative_error", median},
+                        {"p95_abs_relative_error", p95},
+                        {"max_abs_relative_error", max}};
+  if (!routing.empty()) out["routing"] = routing;
+  return out;
+}
+
 std::optional<HeldOutErrors> Deployment::held_out_errors(Component c, std::int64_t tokens,
                                                          std::int64_t activated,
                                                          std::int64_t assignments) const {

@@ -36,6 +36,8 @@ struct HeldOutErrors {
   // "balanced" or "off_balance": the experts points of the query's routing class, where the
   // entry records both; empty: the table's whole held-out set.
   std::string routing;
+  // With the bundle's key names (count, median_abs_relative_error, ...), and `routing` if any.
+  [[nodiscard]] nlohmann::json to_json() const;
 };
 
 class Deployment {

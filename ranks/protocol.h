@@ -66,7 +66,7 @@ struct SettleRun {
 // Untimed forwards, in batches cycling over `banks`, until at least `settle.ms` of wall time has
 // passed, and on to `settle.capped_ms` when `held_down` advanced meanwhile: the device under
 // sustained load (its power and clock governors settled, as in serving) before a point is timed
-// (docs/measurement.md#protocol). Nothing runs when both are <= 0.
+// (docs/measurement.md#protocol). Nothing runs when settle.ms <= 0.
 [[nodiscard]] SettleRun settle_forwards(Workload& w, ForwardTimer& timer, int banks,
                                         const Settle& settle, const HeldDownClock& held_down,
                                         const std::string& label);

@@ -132,17 +132,6 @@ DeviceGateResult run_gate_on_device(const std::string& backend, int device, cons
   return r;
 }
 
-namespace {
-
-DeviceBuffer<float> upload_f32(const std::vector<float>& v) {
-  DeviceBuffer<float> d(v.size());
-  if (!v.empty())
-    HARNESS_CHECK(cudaMemcpy(d.get(), v.data(), v.size() * 4, cudaMemcpyHostToDevice));
-  return d;
-}
-
-}  // namespace
-
 std::vector<float> gpu_reference_experts(int device, const ModelGeometry& g, const Target& t,
                                          const std::vector<float>& x, const Routes& routes,
                                          const MlpWeights& w) {
@@ -165,7 +154,7 @@ std::vector<float> gpu_reference_wrapper(int device, const ModelGeometry& g,
   HARNESS_CHECK(cudaSetDevice(device));
   Stream stream;
   const auto dx = upload_bf16(x), w13 = upload_bf16(shared.w13), w2 = upload_bf16(shared.w2);
-  auto out = upload_f32(routed);
+  auto out = upload(routed);
   HARNESS_CHECK(cudaDeviceSynchronize());
   const int rows = static_cast<int>(x.size() / g.hidden);
   reference_mlp(dx.get(), shared_lanes(rows, shared.experts), w13.get(), w2.get(), g.hidden,
@@ -181,8 +170,7 @@ GpuGateReference gpu_reference_gate(int device, const ModelGeometry& g, const st
   const auto dx = upload_bf16(x);
   const auto router_bf16 =
       g.router_dtype == Dtype::bf16 ? upload_bf16(router) : DeviceBuffer<bf16>();
-  const auto router_f32 =
-      g.router_dtype == Dtype::fp32 ? upload_f32(router) : DeviceBuffer<float>();
+  const auto router_f32 = g.router_dtype == Dtype::fp32 ? upload(router) : DeviceBuffer<float>();
   const void* r = g.router_dtype == Dtype::fp32 ? static_cast<const void*>(router_f32.get())
                                                 : static_cast<const void*>(router_bf16.get());
   DeviceBuffer<float> dense(static_cast<std::size_t>(rows) * g.experts);
@@ -203,7 +191,7 @@ double gpu_relative_error(int device, const std::vector<float>& got,
   HARNESS_CHECK(cudaSetDevice(device));
   Stream stream;
   const auto dgot = upload_bf16(got);
-  const auto dwant = upload_f32(want);
+  const auto dwant = upload(want);
   HARNESS_CHECK(cudaDeviceSynchronize());
   DeviceComparison cmp(stream.get());
   cmp.add(dgot.get(), dwant.get(), want.size());
