@@ -82,19 +82,23 @@ constexpr int kMaxRefinementStages = 32;
 
 }  // namespace
 
-std::vector<std::size_t> wave_bounds(const std::vector<std::int64_t>& cell_points, int ranks,
-                                     std::int64_t max_points) {
+double wave_load(std::int64_t points, double predicted_seconds) {
+  return std::max(static_cast<double>(points) / static_cast<double>(kWavePoints),
+                  predicted_seconds / kWaveSeconds);
+}
+
+std::vector<std::size_t> wave_bounds(const std::vector<double>& cell_load, int ranks) {
   std::vector<std::size_t> bounds{0};
-  std::vector<std::int64_t> load(static_cast<std::size_t>(std::max(1, ranks)), 0);
-  for (std::size_t c = 0; c < cell_points.size(); ++c) {
+  std::vector<double> load(static_cast<std::size_t>(std::max(1, ranks)), 0);
+  for (std::size_t c = 0; c < cell_load.size(); ++c) {
     auto& owner = load[c % load.size()];
-    if (owner > 0 && owner + cell_points[c] > max_points) {
+    if (owner > 0 && owner + cell_load[c] > 1) {
       bounds.push_back(c);
       std::fill(load.begin(), load.end(), 0);
     }
-    owner += cell_points[c];
+    owner += cell_load[c];
   }
-  if (bounds.back() != cell_points.size()) bounds.push_back(cell_points.size());
+  if (bounds.back() != cell_load.size()) bounds.push_back(cell_load.size());
   return bounds;
 }
 
@@ -141,9 +145,7 @@ class Acquisition {
     calibrate();
     const auto measure_start = Clock::now();
     do {
-      std::vector<std::int64_t> cell_points;
-      for (const auto& cell : cells_) cell_points.push_back(cell.points());
-      const auto bounds = wave_bounds(cell_points, size_, kWavePoints);
+      const auto bounds = wave_bounds(wave_loads(), size_);
       for (int r = 0; r < job_.rounds && !stopped_by_budget(); ++r)
         for (std::size_t w = 0; w + 1 < bounds.size(); ++w) {
           const Wave wave{r, bounds[w], bounds[w + 1]};
@@ -649,6 +651,18 @@ class Acquisition {
         any ? "calibrated on a sample of each cell's points, then measured per wave"
             : "measured by earlier runs of this campaign, then per wave";
     if (rank_ == 0) campaign_->consume(total / size_, size_, 0);
+  }
+
+  // Each cell's wave load from its points and its owner's predicted cost, the same on every
+  // rank. Collective.
+  [[nodiscard]] std::vector<double> wave_loads() const {
+    std::vector<double> cost = cell_cost_;  // each rank knows its own cells' costs
+    HARNESS_CHECK_MPI(MPI_Allreduce(MPI_IN_PLACE, cost.data(), static_cast<int>(cost.size()),
+                                    MPI_DOUBLE, MPI_MAX, comm_));
+    std::vector<double> load;
+    for (std::size_t c = 0; c < cells_.size(); ++c)
+      load.push_back(wave_load(cells_[c].points(), cost[c]));
+    return load;
   }
 
   // Conservative estimate of one wave: the slowest rank's measured cell costs times every device

@@ -55,16 +55,22 @@ struct AcquireSummary {
   std::string cost_model;  // how the wave reservations were estimated
 };
 
-// Points of any one rank's cells that a wave holds at most: a round is measured and committed in
-// waves of consecutive cells, so a kill loses at most one wave's work (docs/design.md).
+// What one rank measures in a wave at most: a round is measured and committed in waves of
+// consecutive cells, so a kill (a time limit, a preemption) loses at most one wave's work
+// (docs/design.md). The points bound the memory a wave holds; the seconds (the cells' predicted
+// cost) bound the work lost, which at the H200's 0.3-1.4 s per point-round 256 points did not.
 inline constexpr std::int64_t kWavePoints = 256;
+inline constexpr double kWaveSeconds = 60;
+
+// A cell's share of a wave: the larger of its points over kWavePoints and its predicted seconds
+// (0 when unknown) over kWaveSeconds.
+[[nodiscard]] double wave_load(std::int64_t points, double predicted_seconds);
 
 // The waves of a round: boundaries 0 = b0 < b1 < ... < bk = cell count of consecutive ranges of
-// cells, where cell c belongs to rank c % ranks, each range holding at most `max_points` points of
-// any one rank's cells (a larger cell is a wave of its own). Depends only on the cells, so every
-// rank and every resumed run cuts the same waves.
-[[nodiscard]] std::vector<std::size_t> wave_bounds(const std::vector<std::int64_t>& cell_points,
-                                                   int ranks, std::int64_t max_points);
+// cells, where cell c belongs to rank c % ranks, each range holding a load of at most 1 of any
+// one rank's cells (a larger cell is a wave of its own). Every rank cuts the same waves from the
+// same loads; a resumed run may cut others, as a cell round, not a wave, is what is kept.
+[[nodiscard]] std::vector<std::size_t> wave_bounds(const std::vector<double>& cell_load, int ranks);
 
 // Collective over `comm`. Throws on bad input before any measurement; measurement errors are
 // thrown on the rank that saw them (the caller aborts the job).

@@ -14,8 +14,9 @@
 #              routings; fails where the bounds (median 1%, p95 2%, max 4%) or the tolerance miss
 # Each step's output is appended to OUT_DIR/<step>.log; every step runs, and the exit status is
 # non-zero when any failed. A step cut short (a time limit, a kill) can be rerun with the same
-# command: `acquire` resumes its campaign where it stopped (nothing measured is lost or measured
-# twice), so the full job can be spread over several shorter calls.
+# command: `acquire` resumes its campaign where it stopped (every committed wave is kept, the one in
+# flight, about a minute of work, is measured again), so the full job can be spread over several
+# shorter calls.
 set -euo pipefail
 here=$(cd "$(dirname "$0")" && pwd)
 build=${1:?build directory}

@@ -8,42 +8,59 @@
 namespace moe {
 namespace {
 
-// The work of rank `r` in wave [b, e): the points of its cells c (c % ranks == r).
-std::int64_t rank_points(const std::vector<std::int64_t>& cells, int ranks, int r, std::size_t b,
-                         std::size_t e) {
-  std::int64_t sum = 0;
+// The load of rank `r` in wave [b, e): the loads of its cells c (c % ranks == r).
+double rank_load(const std::vector<double>& cells, int ranks, int r, std::size_t b, std::size_t e) {
+  double sum = 0;
   for (std::size_t c = b; c < e; ++c)
     if (static_cast<int>(c % static_cast<std::size_t>(ranks)) == r) sum += cells[c];
   return sum;
 }
 
 TEST(Waves, EveryCellOnceAndNoRankOverTheBoundUnlessOneCellIs) {
-  const std::vector<std::int64_t> cells{64, 10, 64, 64, 3, 64, 64, 200, 1, 64, 64, 64, 5};
+  const std::vector<double> cells{0.5, 0.08, 0.5, 0.5, 0.02, 0.5, 0.5,
+                                  1.6, 0.01, 0.5, 0.5, 0.5,  0.04};
   for (const int ranks : {1, 2, 3, 8}) {
-    const auto bounds = wave_bounds(cells, ranks, 128);
+    const auto bounds = wave_bounds(cells, ranks);
     ASSERT_EQ(bounds.front(), 0u);
     ASSERT_EQ(bounds.back(), cells.size());
     for (std::size_t w = 0; w + 1 < bounds.size(); ++w) {
       ASSERT_LT(bounds[w], bounds[w + 1]) << "an empty wave";
       for (int r = 0; r < ranks; ++r) {
-        const auto load = rank_points(cells, ranks, r, bounds[w], bounds[w + 1]);
-        // Over the bound only as a single cell of its own (the 200-point one).
-        if (load > 128) {
-          EXPECT_EQ(load, 200) << ranks << " ranks, wave " << w;
+        const auto load = rank_load(cells, ranks, r, bounds[w], bounds[w + 1]);
+        // Over the bound only as a single cell of its own (the 1.6 one).
+        if (load > 1) {
+          EXPECT_EQ(load, 1.6) << ranks << " ranks, wave " << w;
         }
       }
       // Greedy: the next cell would have pushed its rank over the bound.
       if (bounds[w + 1] < cells.size()) {
         const auto next = bounds[w + 1];
         const int owner = static_cast<int>(next % static_cast<std::size_t>(ranks));
-        EXPECT_GT(rank_points(cells, ranks, owner, bounds[w], next + 1), 128)
+        EXPECT_GT(rank_load(cells, ranks, owner, bounds[w], next + 1), 1)
             << ranks << " ranks, wave " << w;
       }
     }
   }
-  // One rank, cells of 64 under a bound of 128: two cells a wave.
-  EXPECT_EQ(wave_bounds({64, 64, 64, 64, 64}, 1, 128), (std::vector<std::size_t>{0, 2, 4, 5}));
-  EXPECT_EQ(wave_bounds({}, 4, 128), (std::vector<std::size_t>{0}));
+  EXPECT_EQ(wave_bounds({0.5, 0.5, 0.5, 0.5, 0.5}, 1), (std::vector<std::size_t>{0, 2, 4, 5}));
+  EXPECT_EQ(wave_bounds({}, 4), (std::vector<std::size_t>{0}));
+}
+
+// Full cells (kCellPoints) of a fast backend fill a wave by points; slow ones (the H200's
+// 1.4 s per point-round at large N under the power cap) by predicted seconds, down to one cell
+// a wave, so a kill loses about kWaveSeconds, not 256 points' worth.
+TEST(Waves, AWaveIsBoundedByPointsAndByPredictedSeconds) {
+  const auto points = static_cast<std::int64_t>(kCellPoints);
+  const double fast = 0.01 * static_cast<double>(points), slow = 1.4 * static_cast<double>(points);
+  EXPECT_DOUBLE_EQ(wave_load(points, fast), static_cast<double>(points) / kWavePoints);
+  EXPECT_DOUBLE_EQ(wave_load(points, slow), slow / kWaveSeconds);
+  EXPECT_DOUBLE_EQ(wave_load(points, 0), static_cast<double>(points) / kWavePoints);  // no cost yet
+  const std::vector<double> fast_cells(8, wave_load(points, fast));
+  EXPECT_EQ(wave_bounds(fast_cells, 1), (std::vector<std::size_t>{0, 4, 8}));
+  const std::vector<double> slow_cells(3, wave_load(points, slow));
+  EXPECT_EQ(wave_bounds(slow_cells, 1), (std::vector<std::size_t>{0, 1, 2, 3}));
+  // Two ranks: one slow cell each measured side by side in one wave.
+  EXPECT_EQ(wave_bounds(std::vector<double>(4, wave_load(points, 0.9 * kWaveSeconds)), 2),
+            (std::vector<std::size_t>{0, 2, 4}));
 }
 
 TEST(Waves, CellPartsHaveTheirOwnIdsAndRoles) {
