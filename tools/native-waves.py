@@ -1,0 +1,150 @@
+#!/usr/bin/env python3
+"""How well launch waves explain `native` experts times (docs/native-backend.md#launch-waves-set-
+the-time-off-balanced-routing).
+
+Reads the experts rows of a bundle's table CSV (tp<T>/<table>.csv: tokens, activated_experts,
+local_assignments, time_us) measured with `--backend native` on a Hopper GPU (wgmma tiles), and
+for each point counts the tiles the tile rule runs (kernels/native_tile_rule.cpp, restated here as
+an independent reading) and the launch waves of the two GEMMs: wgmma tiles run one block of 256
+weight rows per SM, the narrow tile blocks of 64 rows, two per SM. Prints, per tile, a least-squares
+fit time = a + b * W13 waves + c * W2 waves with its |relative residual| median / p95 / max, and
+with --tokens N the points of that N. --steps prints the rows per expert where the tile rule steps
+(what `harness plan` prints for a native job), so the restatement can be checked against it.
+
+    tools/native-waves.py BUNDLE/tp1/TABLE.csv [--sms 132] [--hidden 2048] [--intermediate 768]
+                          [--tokens 1024] [--steps MAX_ROWS]
+"""
+import argparse
+import csv
+import math
+import sys
+
+TILES = [("narrow", 16, 309.0 / 376.0), ("medium", 64, 1.0), ("wide96", 96, 1.13), ("wide", 128, 476.0 / 376.0)]
+
+
+def tiles_per_expert(tokens, rows):
+    return max(1, math.ceil(rows / tokens))
+
+
+def tile_for(rows_per_expert):
+    """The tile of least predicted cost; the first of equal ones."""
+    best = TILES[0]
+    for t in TILES:
+        if tiles_per_expert(t[1], rows_per_expert) * t[2] < tiles_per_expert(best[1], rows_per_expert) * best[2]:
+            best = t
+    return best
+
+
+def steps(max_rows):
+    """Rows per expert b where the tile or an expert's tile count changes between b and b + 1."""
+    out = []
+    for b in range(1, max_rows):
+        at, above = tile_for(b), tile_for(b + 0.5)
+        if at != above or tiles_per_expert(at[1], b) != tiles_per_expert(above[1], b + 1):
+            out.append(b)
+    return out
+
+
+def waves(a, m, sms, hidden, intermediate):
+    """(tile name, tiles, W13 waves, W2 waves) of a forward whose A experts get floor(M/A) or
+    ceil(M/A) rows each, as the stimuli give them."""
+    name, tokens, _ = tile_for(m / a)
+    q, rem = divmod(m, a)
+    tiles = rem * math.ceil((q + 1) / tokens) + (a - rem) * math.ceil(q / tokens)
+    block_rows, slots = (64, 2 * sms) if name == "narrow" else (256, sms)
+    w13 = math.ceil(tiles * math.ceil(2 * intermediate / block_rows) / slots)
+    w2 = math.ceil(tiles * math.ceil(hidden / block_rows) / slots)
+    return name, tiles, w13, w2
+
+
+def solve(a, b):
+    """x with a x = b (Gaussian elimination with partial pivoting); None when singular."""
+    n = len(b)
+    m = [row[:] + [b[i]] for i, row in enumerate(a)]
+    for c in range(n):
+        p = max(range(c, n), key=lambda r: abs(m[r][c]))
+        if abs(m[p][c]) < 1e-9:
+            return None
+        m[c], m[p] = m[p], m[c]
+        for r in range(n):
+            if r != c:
+                f = m[r][c] / m[c][c]
+                m[r] = [x - f * y for x, y in zip(m[r], m[c])]
+    return [m[i][n] / m[i][i] for i in range(n)]
+
+
+def quantile(xs, q):
+    s = sorted(xs)
+    pos = q * (len(s) - 1)
+    lo = math.floor(pos)
+    hi = min(lo + 1, len(s) - 1)
+    return s[lo] + (s[hi] - s[lo]) * (pos - lo)
+
+
+def fit(points):
+    """Least squares of time on (1, W13 waves, W2 waves): (coefficients, |relative residuals|)."""
+    xs = [(1.0, float(w13), float(w2)) for w13, w2, _ in points]
+    ys = [t for _, _, t in points]
+    ata = [[sum(x[i] * x[j] for x in xs) for j in range(3)] for i in range(3)]
+    aty = [sum(x[i] * y for x, y in zip(xs, ys)) for i in range(3)]
+    c = solve(ata, aty)
+    if c is None:
+        return None, []
+    return c, [abs(sum(ci * xi for ci, xi in zip(c, x)) - y) / y for x, y in zip(xs, ys)]
+
+
+def read_points(path):
+    points = []
+    with open(path, newline="") as f:
+        for r in csv.DictReader(f):
+            if r.get("component", "experts") != "experts" or int(r["activated_experts"]) == 0:
+                continue
+            points.append((int(r["tokens"]), int(r["activated_experts"]), int(r["local_assignments"]),
+                           float(r["time_us"])))
+    return points
+
+
+def main():
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("table", nargs="?", help="a bundle's table CSV (experts rows)")
+    ap.add_argument("--sms", type=int, default=132, help="SMs of the GPU (H200: 132)")
+    ap.add_argument("--hidden", type=int, default=2048, help="H (Qwen3-30B-A3B: 2048)")
+    ap.add_argument("--intermediate", type=int, default=768, help="I (Qwen3-30B-A3B: 768)")
+    ap.add_argument("--tokens", type=int, help="also list the points of this N")
+    ap.add_argument("--steps", type=int, metavar="MAX_ROWS", help="print the tile rule's steps up to MAX_ROWS")
+    args = ap.parse_args()
+    if args.steps is not None:
+        print("steps:", " ".join(str(b) for b in steps(args.steps)))
+        if args.table is None:
+            return 0
+    if args.table is None:
+        ap.error("a table CSV is needed (or --steps)")
+    try:
+        points = read_points(args.table)
+    except (OSError, KeyError, ValueError) as e:
+        print(f"native-waves: cannot read experts rows from {args.table}: {e}", file=sys.stderr)
+        return 2
+    if not points:
+        print(f"native-waves: {args.table} has no experts rows with active experts", file=sys.stderr)
+        return 2
+    by_tile = {}
+    for n, a, m, t in sorted(points):
+        name, tiles, w13, w2 = waves(a, m, args.sms, args.hidden, args.intermediate)
+        by_tile.setdefault(name, []).append((w13, w2, t))
+        if args.tokens == n:
+            print(f"N={n} A={a} M={m} rows/expert={m / a:.1f} tile={name} tiles={tiles} "
+                  f"waves={w13}+{w2} time={t:.1f} us per wave={t / (w13 + w2):.2f}")
+    for name, _, _ in TILES:
+        pts = by_tile.get(name, [])
+        c, res = fit(pts) if len(pts) >= 4 else (None, [])
+        if c is None:
+            print(f"{name}: {len(pts)} points, too few or too alike to fit")
+            continue
+        print(f"{name}: {len(pts)} points, time = {c[0]:.2f} + {c[1]:.2f} * W13 waves + {c[2]:.2f} * W2 waves; "
+              f"|residual| median {100 * quantile(res, 0.5):.1f}% p95 {100 * quantile(res, 0.95):.1f}% "
+              f"max {100 * max(res):.1f}%")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
