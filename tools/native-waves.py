@@ -7,7 +7,9 @@ local_assignments, time_us) measured with `--backend native` on a Hopper GPU (wg
 for each point counts the tiles the tile rule runs (kernels/native_tile_rule.cpp, restated here as
 an independent reading) and the launch waves of the two GEMMs: wgmma tiles run one block of 256
 weight rows per SM, the narrow tile blocks of 64 rows, two per SM. Prints, per tile, a least-squares
-fit time = a + b * W13 waves + c * W2 waves with its |relative residual| median / p95 / max, and
+fit time = a + b * W13 waves + c * W2 waves with its |relative residual| median / p95 / max,
+the whole waves over the waves the blocks would fill without a partial last one (what a schedule
+without launch-wave steps could save at most), and
 with --tokens N the points of that N. --steps prints the rows per expert where the tile rule steps
 (what `harness plan` prints for a native job), so the restatement can be checked against it.
 
@@ -45,16 +47,28 @@ def steps(max_rows):
     return out
 
 
-def waves(a, m, sms, hidden, intermediate):
-    """(tile name, tiles, W13 waves, W2 waves) of a forward whose A experts get floor(M/A) or
-    ceil(M/A) rows each, as the stimuli give them."""
+def launch(a, m, sms, hidden, intermediate):
+    """(tile name, tiles, W13 blocks, W2 blocks, blocks per wave) of a forward whose A experts get
+    floor(M/A) or ceil(M/A) rows each, as the stimuli give them."""
     name, tokens, _ = tile_for(m / a)
     q, rem = divmod(m, a)
     tiles = rem * math.ceil((q + 1) / tokens) + (a - rem) * math.ceil(q / tokens)
     block_rows, slots = (64, 2 * sms) if name == "narrow" else (256, sms)
-    w13 = math.ceil(tiles * math.ceil(2 * intermediate / block_rows) / slots)
-    w2 = math.ceil(tiles * math.ceil(hidden / block_rows) / slots)
-    return name, tiles, w13, w2
+    return (name, tiles, tiles * math.ceil(2 * intermediate / block_rows), tiles * math.ceil(hidden / block_rows),
+            slots)
+
+
+def waves(a, m, sms, hidden, intermediate):
+    """(tile name, tiles, W13 waves, W2 waves): whole waves, as the launches run them."""
+    name, tiles, b13, b2, slots = launch(a, m, sms, hidden, intermediate)
+    return name, tiles, math.ceil(b13 / slots), math.ceil(b2 / slots)
+
+
+def wave_excess(a, m, sms, hidden, intermediate):
+    """Whole waves over the waves the blocks would fill without a partial last one: what a
+    schedule without launch-wave steps could save at most."""
+    _, _, b13, b2, slots = launch(a, m, sms, hidden, intermediate)
+    return (math.ceil(b13 / slots) + math.ceil(b2 / slots)) / ((b13 + b2) / slots)
 
 
 def solve(a, b):
@@ -128,6 +142,9 @@ def main():
         print(f"native-waves: {args.table} has no experts rows with active experts", file=sys.stderr)
         return 2
     by_tile = {}
+    excess = [wave_excess(a, m, args.sms, args.hidden, args.intermediate) for _, a, m, _ in points]
+    print(f"{len(points)} experts points; whole waves / filled waves: median {quantile(excess, 0.5):.3f}, "
+          f"p90 {quantile(excess, 0.9):.3f}, max {max(excess):.3f}")
     for n, a, m, t in sorted(points):
         name, tiles, w13, w2 = waves(a, m, args.sms, args.hidden, args.intermediate)
         by_tile.setdefault(name, []).append((w13, w2, t))

@@ -72,6 +72,13 @@ with tempfile.TemporaryDirectory() as tmp:
     wide = [l for l in p.stdout.splitlines() if l.startswith("wide:")]
     assert wide and "time = 12.00 + 31.00 * W13 waves + 19.00 * W2 waves" in wide[0], p.stdout
     assert "median 0.0% p95 0.0% max 0.0%" in wide[0], wide
+    # Whole over filled waves of one point: (1024, 9, 8192) runs 432 and 576 blocks on 132 SMs.
+    one = os.path.join(tmp, "one.csv")
+    write_table(one, [(1024, 9, 8192, 250.0)])
+    p = waves_tool(one)
+    want = 9 / ((432 + 576) / 132)
+    assert f"1 experts points; whole waves / filled waves: median {want:.3f}, p90 {want:.3f}, max {want:.3f}" \
+        in p.stdout, (want, p.stdout)
     # 4. One point 20% off the waves shows as the largest residual.
     off = os.path.join(tmp, "off.csv")
     write_table(off, points[:-1] + [points[-1][:3] + (points[-1][3] * 1.2,)])
