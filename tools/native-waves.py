@@ -11,10 +11,11 @@ fit time = a + b * W13 waves + c * W2 waves with its |relative residual| median 
 the whole waves over the waves the blocks would fill without a partial last one (what a schedule
 without launch-wave steps could save at most), and
 with --tokens N the points of that N. --steps prints the rows per expert where the tile rule steps
-(what `harness plan` prints for a native job), so the restatement can be checked against it.
+(what `harness plan` prints for a native job), so the restatement can be checked against it;
+--activated-steps N the A at which the wave count of N tokens changes (every route local).
 
     tools/native-waves.py BUNDLE/tp1/TABLE.csv [--sms 132] [--hidden 2048] [--intermediate 768]
-                          [--tokens 1024] [--steps MAX_ROWS]
+                          [--tokens 1024] [--steps MAX_ROWS] [--activated-steps N [--top-k 8] [--experts 128]]
 """
 import argparse
 import csv
@@ -69,6 +70,15 @@ def wave_excess(a, m, sms, hidden, intermediate):
     schedule without launch-wave steps could save at most."""
     _, _, b13, b2, slots = launch(a, m, sms, hidden, intermediate)
     return (math.ceil(b13 / slots) + math.ceil(b2 / slots)) / ((b13 + b2) / slots)
+
+
+def activated_steps(n, top_k, experts, sms, hidden, intermediate):
+    """A where the wave count of N tokens with every route local (M = N * k) changes between A and
+    A + 1: the A values a grid would have to bracket on that N row to follow the waves."""
+    m = n * top_k
+    lo, hi = max(1, -(-m // n)), min(experts, m)
+    counts = {a: waves(a, m, sms, hidden, intermediate)[2:] for a in range(lo, hi + 1)}
+    return [a for a in range(lo, hi) if counts[a] != counts[a + 1]]
 
 
 def solve(a, b):
@@ -126,7 +136,17 @@ def main():
     ap.add_argument("--intermediate", type=int, default=768, help="I (Qwen3-30B-A3B: 768)")
     ap.add_argument("--tokens", type=int, help="also list the points of this N")
     ap.add_argument("--steps", type=int, metavar="MAX_ROWS", help="print the tile rule's steps up to MAX_ROWS")
+    ap.add_argument("--activated-steps", type=int, metavar="N",
+                    help="print the A where the wave count of N tokens changes (every route local)")
+    ap.add_argument("--top-k", type=int, default=8, help="k (Qwen3-30B-A3B: 8)")
+    ap.add_argument("--experts", type=int, default=128, help="E (Qwen3-30B-A3B: 128)")
     args = ap.parse_args()
+    if args.activated_steps is not None:
+        st = activated_steps(args.activated_steps, args.top_k, args.experts, args.sms, args.hidden,
+                             args.intermediate)
+        print(f"N={args.activated_steps}: the waves change between A and A + 1 at {len(st)} A:", " ".join(map(str, st)))
+        if args.table is None and args.steps is None:
+            return 0
     if args.steps is not None:
         print("steps:", " ".join(str(b) for b in steps(args.steps)))
         if args.table is None:

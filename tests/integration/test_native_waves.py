@@ -54,6 +54,15 @@ for (n, a, m), want in by_hand.items():
     got = tool.waves(a, m, 132, 2048, 768)
     assert got == want, ((n, a, m), got, want)
 
+# The wave count along A at N = 256 (M = 2048, A from 8), by hand: A = 8 runs 16 wide tiles (1 + 1
+# waves), A = 9 and 10 run 18 and 20 (1 + 2), A = 15 runs 30 wide96 tiles (2 + 2), A = 16 16 wide
+# tiles (1 + 1), A = 17 17 wide tiles (1 + 2): it changes after 8, 15 and 16, not after 9.
+p = waves_tool("--activated-steps", "256")
+assert p.returncode == 0, p.stderr
+got = [int(a) for a in p.stdout.rsplit(":", 1)[1].split()]
+assert got[0] == 8 and 15 in got and 16 in got and 9 not in got, got
+assert all(tool.waves(a, 2048, 132, 2048, 768)[2:] != tool.waves(a + 1, 2048, 132, 2048, 768)[2:] for a in got)
+
 with tempfile.TemporaryDirectory() as tmp:
     # 3. Times that follow the waves exactly: the fit gives back the costs and no residual; the
     # listing of one N shows the hand-counted waves.
