@@ -5,6 +5,7 @@
 
 #include <algorithm>
 #include <chrono>
+#include <cmath>
 #include <cstdio>
 #include <filesystem>
 #include <iostream>
@@ -537,6 +538,17 @@ class Acquisition {
                                                   job_.gpu_hours * 3600.0, options_.raise_budget);
       watchdog_.beat_into(out / kHeartbeatFile);
       campaign_->reconcile(file_->complete_rows());
+      // Work a kill threw away is said, not only charged: the wave in flight is measured again.
+      if (const auto& w = campaign_->interrupted(); w && !options_.quiet) {
+        std::cerr << "acquire: the previous run stopped inside the wave of " << w->wave << " after "
+                  << std::llround(w->held_seconds) << " s";
+        if (w->from_heartbeat)
+          std::cerr << " (charged " << std::llround(w->charged_device_seconds)
+                    << " device-seconds to the budget, from its last heartbeat)";
+        else
+          std::cerr << " (no heartbeat file: nothing charged)";
+        std::cerr << "; its unfinished cell rounds are measured again\n";
+      }
     }
   }
 

@@ -161,6 +161,8 @@ CampaignState::CampaignState(const std::filesystem::path& dir, const std::string
                                ? "the interrupted run's last heartbeat"
                                : "nothing (no heartbeat file): 0 charged";
     doc_["interrupted_waves"].push_back(wave);
+    interrupted_ =
+        InterruptedWave{r.value("wave", ""), held, charged, std::filesystem::exists(heartbeat)};
     doc_.erase("reservation");
   }
   doc_["runs"].push_back(run);

@@ -79,6 +79,15 @@ class CampaignState {
     return doc_.value("device_seconds_consumed", 0.0);
   }
   [[nodiscard]] double budget_seconds() const { return budget_; }
+  // The wave the previous run was killed in, as this start charged it; nullopt when that run
+  // held no wave (it ended, or was killed between waves).
+  struct InterruptedWave {
+    std::string wave;
+    double held_seconds = 0;
+    double charged_device_seconds = 0;
+    bool from_heartbeat = false;  // false: no heartbeat file, nothing charged
+  };
+  [[nodiscard]] const std::optional<InterruptedWave>& interrupted() const { return interrupted_; }
   [[nodiscard]] const nlohmann::json& document() const { return doc_; }
 
  private:
@@ -86,6 +95,7 @@ class CampaignState {
   std::filesystem::path path_;
   double budget_;
   nlohmann::json doc_;
+  std::optional<InterruptedWave> interrupted_;
 };
 
 // Throws std::runtime_error when `dir`/campaign.json exists and its written-record counters do not

@@ -141,6 +141,13 @@ TEST_F(Campaign, AnInterruptedWaveIsChargedFromItsStartToTheLastHeartbeat) {
   EXPECT_EQ(doc["interrupted_waves"][0]["wave"], "round 3");
   EXPECT_DOUBLE_EQ(doc["interrupted_waves"][0]["held_seconds"].get<double>(), 30.0);
   EXPECT_DOUBLE_EQ(s.consumed_seconds(), 120.0) << "4 devices x 30 s";
+  // What acquire tells the user on resuming.
+  ASSERT_TRUE(s.interrupted().has_value());
+  EXPECT_EQ(s.interrupted()->wave, "round 3");
+  EXPECT_DOUBLE_EQ(s.interrupted()->held_seconds, 30.0);
+  EXPECT_DOUBLE_EQ(s.interrupted()->charged_device_seconds, 120.0);
+  EXPECT_TRUE(s.interrupted()->from_heartbeat);
+  EXPECT_FALSE(state().interrupted().has_value()) << "the next start finds no reservation";
   // A finished wave releases its reservation: nothing is charged twice.
   s.reserve("round 4", 10, 4);
   s.consume(2.0, 4, 1);

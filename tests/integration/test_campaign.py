@@ -69,6 +69,10 @@ with tempfile.TemporaryDirectory() as tmp:
     # The killed run's reserved wave (if the kill caught one) was charged from its heartbeat.
     for wave in state.get("interrupted_waves", []):
         assert wave["devices"] == 2 and wave["charged_device_seconds"] == 2 * wave["held_seconds"], wave
+        # ... and the resumed run said so.
+        assert f"the previous run stopped inside the wave of {wave['wave']} after" in p.stderr, p.stderr
+    if not state.get("interrupted_waves"):
+        assert "the previous run stopped inside" not in p.stderr, p.stderr
     assert "reservation" not in state
     assert all(len(r["harness_sha256"]) == 64 for r in state["runs"])
     # Each run's outcome: the budget stop, the killed run (none: it could not say), the resume.
