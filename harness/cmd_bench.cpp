@@ -11,6 +11,8 @@
 // floor max((weight + activation bytes) / bandwidth, flops / GEMM rate), the ratio to the
 // floor and native/cublas_grouped. gate_routing and finalize_copy rows use their byte floors.
 //
+//   harness bench experts --components experts --tokens 1024 --activated 8,9,16,17
+//                                                # off balanced routing: A experts, M = N*k
 //   harness bench experts --sweep                # 64 N from 1 to 8192, native, Qwen3-30B-A3B
 // prints every point with its kernel configuration and ratio to the floor, then the checks of
 // docs/native-backend.md#the-sweep: time close to monotone in N, and no cliff between neighbours.
@@ -230,11 +232,14 @@ int bench_experts(const Args& args) {
   int iterations = 20, device = 0;
   // What `acquire` does on a GPU, so the two agree.
   double settle_ms = kGpuSettleMs, capped_settle_ms = kGpuCappedSettleMs;
+  std::string activated;  // experts at these A (every route local) instead of balanced routing
   bool sweep = false;
   po::options_description desc("harness bench experts [options]");
   desc.add_options()("models", po::value(&models), "comma-separated model presets")(
-      "tokens", po::value(&tokens), "comma-separated N")("backends", po::value(&backends),
-                                                         "comma-separated CUDA backends")(
+      "tokens", po::value(&tokens), "comma-separated N")(
+      "activated", po::value(&activated),
+      "comma-separated A: experts at each N and A with M = N k (every route local) instead of "
+      "balanced routing")("backends", po::value(&backends), "comma-separated CUDA backends")(
       "components", po::value(&components), "experts, gate_routing, finalize_copy")(
       "iterations", po::value(&iterations), "timed forwards per point (at least one rotation)")(
       "settle-ms", po::value(&settle_ms),
@@ -250,8 +255,10 @@ int bench_experts(const Args& args) {
   if (!parsed) return 0;  // --help was printed
   const auto& given = *parsed;
   if (sweep) {
-    if (given.count("tokens"))
-      throw std::invalid_argument("--sweep chooses the token counts; leave out --tokens");
+    if (given.count("tokens") || given.count("activated"))
+      throw std::invalid_argument(
+          "--sweep chooses the token counts at balanced routing; leave out --tokens and "
+          "--activated");
     tokens.clear();
     for (const auto n : sweep_tokens(1, 8192, 64)) tokens += std::to_string(n) + ",";
     if (!given.count("models")) models = "qwen3-30b-a3b";
@@ -273,6 +280,16 @@ int bench_experts(const Args& args) {
   const auto ns = parse_int_list(tokens, "--tokens");
   for (const int n : ns)
     if (n < 1) throw std::invalid_argument("--tokens: token counts must be positive");
+  const auto as = activated.empty() ? std::vector<int>{} : parse_int_list(activated, "--activated");
+  for (const auto& g : geometries)
+    for (const int n : ns)
+      for (const int a : as)
+        if (a < g.top_k || a > std::min<std::int64_t>(g.experts, std::int64_t{n} * g.top_k))
+          throw std::invalid_argument(
+              "--activated " + std::to_string(a) + ": " + g.name + " at N=" + std::to_string(n) +
+              " with every route local needs k <= A <= min(E, N k), here " +
+              std::to_string(g.top_k) + " <= A <= " +
+              std::to_string(std::min<std::int64_t>(g.experts, std::int64_t{n} * g.top_k)));
   const auto cs = parse_component_list(components, "--components");
   if (std::find(cs.begin(), cs.end(), Component::wrapper) != cs.end())
     throw std::invalid_argument("--components takes experts, gate_routing, finalize_copy");
@@ -304,11 +321,21 @@ int bench_experts(const Args& args) {
                                 : 1;
       WorkloadSpec round{g, ep1, c, {}, banks, 0x5eedULL};
       const auto weights = bs.front()->make_weights(round);
+      std::vector<GridPoint> points;
       for (const auto n : ns) {
+        if (!experts)
+          points.push_back({n, 0, 0});
+        else if (as.empty())
+          points.push_back({n, balanced_activated(g, n), n * g.top_k});
+        for (const int a : experts ? as : std::vector<int>{})
+          points.push_back({n, a, std::int64_t{n} * g.top_k});
+      }
+      for (const auto& point : points) {
+        const auto n = point.tokens;
         WorkloadSpec spec = round;
-        spec.point =
-            experts ? GridPoint{n, balanced_activated(g, n), n * g.top_k} : GridPoint{n, 0, 0};
-        spec.seed = 0x5eedULL + static_cast<std::uint64_t>(n);
+        spec.point = point;
+        spec.seed = 0x5eedULL + static_cast<std::uint64_t>(n) +
+                    (as.empty() ? 0 : static_cast<std::uint64_t>(point.activated) << 32);
         std::map<std::string, double> by_backend;
         const std::size_t first = rows.size();
         for (auto& b : bs) {
@@ -317,7 +344,8 @@ int bench_experts(const Args& args) {
           rows.back().floor =
               floor_of(g, c, spec.point, {peaks.copy_bytes_per_s, peaks.bf16_flops_per_s});
           by_backend[b->name()] = rows.back().median_us;
-          std::cerr << "  " << rows.back().component << " " << g.name << " N=" << n << " "
+          std::cerr << "  " << rows.back().component << " " << g.name << " N=" << n
+                    << (as.empty() ? "" : " A=" + std::to_string(point.activated)) << " "
                     << b->name() << ": " << rows.back().median_us << " us\n";
         }
         if (by_backend.count("native") && by_backend.count("cublas_grouped"))

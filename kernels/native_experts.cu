@@ -1,9 +1,10 @@
 #include <algorithm>
-#include <array>
 #include <cmath>
 #include <cstdlib>
+#include <set>
 #include <stdexcept>
 #include <string>
+#include <utility>
 
 #include "kernels/device_helpers.h"
 #include "kernels/native_experts.h"
@@ -462,17 +463,22 @@ __device__ __forceinline__ void wgmma_bf16<128>(float (&d)[64], std::uint64_t a,
         "+f"(d[63])
       : "l"(a), "l"(b), "r"(accumulate));
 }
+// The dynamic shared memory of a wgmma block, placed on a 1024-byte boundary (the swizzle atom).
+__device__ __forceinline__ bf16* wgmma_smem() {
+  extern __shared__ __align__(1024) unsigned char wgmma_smem_raw[];
+  return reinterpret_cast<bf16*>(wgmma_smem_raw +
+                                 ((1024 - smem_addr(wgmma_smem_raw) % 1024) % 1024));
+}
+
+// One block tile: tile `tile_index` of the tile table times feature block `feature_block` of the
+// weights (kRows weight rows; gated: kRows/2 gate and kRows/2 up rows). Every thread of the block
+// calls it; on return every wgmma and every copy it issued is complete.
 template <class C, bool kGated>
-__global__ void __launch_bounds__(C::kThreads, 1) expert_gemm_wgmma(GemmArgs a) {
-  const int tile_index = static_cast<int>(blockIdx.x);
-  if (tile_index >= *a.num_tiles) return;
+__device__ __forceinline__ void wgmma_tile(const GemmArgs& a, int tile_index, int feature_block,
+                                           bf16* smem) {
   const int4 tile = a.tiles[tile_index];
   const int first_pos = tile.y, tile_rows = tile.z;
-  const int feature0 = static_cast<int>(blockIdx.y) * (kGated ? C::kRows / 2 : C::kRows);
-
-  extern __shared__ __align__(1024) unsigned char wgmma_smem_raw[];
-  bf16* smem =
-      reinterpret_cast<bf16*>(wgmma_smem_raw + ((1024 - smem_addr(wgmma_smem_raw) % 1024) % 1024));
+  const int feature0 = feature_block * (kGated ? C::kRows / 2 : C::kRows);
   const int tid = static_cast<int>(threadIdx.x), lane = tid % 32, warp = tid / 32;
   const int group = warp / 4, warp_in_group = warp % 4;
   const TileLoader<C, kGated> loader(a, tile.x, first_pos, tile_rows, feature0, tid);
@@ -520,6 +526,68 @@ __global__ void __launch_bounds__(C::kThreads, 1) expert_gemm_wgmma(GemmArgs a) 
   store_accumulators<kGated>(
       a, acc, [&](int j) { return (kGated ? group * 64 : mtile_row[j]) + 16 * warp_in_group; },
       feature0, 0, first_pos, tile_rows, lane);
+  cp_async_wait<0>();  // the pipeline's trailing (empty) groups: nothing left in flight
+}
+
+template <class C, bool kGated>
+__global__ void __launch_bounds__(C::kThreads, 1) expert_gemm_wgmma(GemmArgs a) {
+  const int tile_index = static_cast<int>(blockIdx.x);
+  if (tile_index >= *a.num_tiles) return;
+  wgmma_tile<C, kGated>(a, tile_index, static_cast<int>(blockIdx.y), wgmma_smem());
+}
+
+// The persistent schedule (HARNESS_NATIVE_SCHEDULE=persistent; docs/native-backend.md#launch-
+// waves-set-the-time-off-balanced-routing): both GEMMs in one launch of at most one block per
+// SM, each block taking units from a queue until none is left. Units are the W13 block tiles
+// (tile-major), then the W2 block tiles; a W2 unit starts once every W13 unit of its tile has
+// stored its activations (a per-tile count). Units are handed out in ticket order, so every W13
+// unit a W2 unit waits for is already held by a running block that waits for nothing: no
+// deadlock, whatever the number of resident blocks. The launch then takes about
+// ceil((W13 + W2 units) / SMs) unit-times instead of ceil(W13 / SMs) + ceil(W2 / SMs), and W2
+// units fill the SMs the last W13 wave leaves idle. The last block out resets the queue and the
+// counts, so the next forward (or graph replay) starts from zero.
+struct UnitQueue {
+  unsigned* ticket;  // next unit to hand out
+  unsigned* exited;  // blocks that found the queue empty
+  int* up_done;      // [tiles] W13 units of each tile whose activations are stored
+  int up_blocks;     // W13 feature blocks per tile
+  int down_blocks;   // W2 feature blocks per tile
+};
+
+template <class C>
+__global__ void __launch_bounds__(C::kThreads, 1)
+    expert_gemms_persistent(GemmArgs up, GemmArgs down, UnitQueue q) {
+  __shared__ int unit_of_block;
+  bf16* smem = wgmma_smem();
+  const int tiles = *up.num_tiles;
+  const int up_units = tiles * q.up_blocks, units = up_units + tiles * q.down_blocks;
+  for (;;) {
+    if (threadIdx.x == 0) unit_of_block = static_cast<int>(atomicAdd(q.ticket, 1u));
+    // Also orders the previous unit's last reads of the shared stages before this unit's copies.
+    __syncthreads();
+    const int unit = unit_of_block;
+    __syncthreads();  // every thread read the unit before thread 0 draws the next one
+    if (unit >= units) break;
+    if (unit < up_units) {
+      const int tile = unit / q.up_blocks;
+      wgmma_tile<C, true>(up, tile, unit % q.up_blocks, smem);
+      __threadfence();  // this thread's activation stores, before the count that releases them
+      __syncthreads();
+      if (threadIdx.x == 0) atomicAdd(&q.up_done[tile], 1);
+    } else {
+      const int u = unit - up_units, tile = u / q.down_blocks;
+      if (threadIdx.x == 0)
+        while (ld_acquire_gpu(&q.up_done[tile]) < q.up_blocks) __nanosleep(64);
+      __syncthreads();
+      wgmma_tile<C, false>(down, tile, u % q.down_blocks, smem);
+    }
+  }
+  if (threadIdx.x == 0 && atomicAdd(q.exited, 1u) == gridDim.x - 1) {
+    // Every block has left the loop: no unit runs or waits any more.
+    for (int t = 0; t < tiles; ++t) q.up_done[t] = 0;
+    *q.ticket = 0u;
+    *q.exited = 0u;
+  }
 }
 #endif  // HARNESS_WGMMA
 
@@ -584,6 +652,22 @@ static_assert(WgmmaMedium::kTokens == MediumTile::kTokens &&
               WgmmaWide::kTokens == WideTile::kTokens);
 #endif
 
+// The shared-memory opt-in is a per-device attribute of a kernel: set it once for each device.
+void allow_dynamic_smem(const void* kernel, int bytes) {
+  static std::set<std::pair<const void*, int>> done;  // (kernel, device)
+  int device = 0;
+  HARNESS_CHECK(cudaGetDevice(&device));
+  if (done.contains({kernel, device})) return;
+  HARNESS_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, bytes));
+  done.insert({kernel, device});
+}
+
+// Feature blocks of a GEMM with `weight_rows` output rows (2I gated, H for W2).
+template <class C>
+int feature_blocks(int weight_rows) {
+  return (weight_rows + C::kRows - 1) / C::kRows;
+}
+
 template <class C, bool kGated, bool kWgmma>
 void launch_gemm(const GemmArgs& a, int weight_rows, int max_tiles, cudaStream_t s) {
   auto* kernel = [] {
@@ -592,17 +676,9 @@ void launch_gemm(const GemmArgs& a, int weight_rows, int max_tiles, cudaStream_t
 #endif
     if constexpr (!kWgmma) return expert_gemm<C, kGated>;
   }();
-  // The shared-memory opt-in is a per-device attribute: set it once for each device used.
-  static std::array<bool, 256> configured{};
-  int device = 0;
-  HARNESS_CHECK(cudaGetDevice(&device));
-  if (!configured.at(static_cast<std::size_t>(device))) {
-    HARNESS_CHECK(
-        cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, C::kSmemBytes));
-    configured.at(static_cast<std::size_t>(device)) = true;
-  }
+  allow_dynamic_smem(reinterpret_cast<const void*>(kernel), C::kSmemBytes);
   const dim3 grid(static_cast<unsigned>(max_tiles),
-                  static_cast<unsigned>((weight_rows + C::kRows - 1) / C::kRows));
+                  static_cast<unsigned>(feature_blocks<C>(weight_rows)));
   kernel<<<grid, C::kThreads, C::kSmemBytes, s>>>(a);
   HARNESS_CHECK(cudaGetLastError());
 }
@@ -614,25 +690,53 @@ void launch_both(const GemmArgs& up, const GemmArgs& down, int inter, int hidden
   launch_gemm<C, false, kWgmma>(down, hidden, max_tiles, s);
 }
 
-// The medium and wide tiles: wgmma where the build and the GPU have it, mma.sync otherwise.
-template <class MmaTile, class WgmmaTile>
-void launch_tile(bool wgmma, const GemmArgs& up, const GemmArgs& down, int inter, int hidden,
-                 int max_tiles, cudaStream_t s) {
 #if HARNESS_WGMMA
-  if (wgmma) {
+// Both GEMMs as one persistent launch: at most one block per SM, never more blocks than units.
+template <class C>
+void launch_persistent(const GemmArgs& up, const GemmArgs& down, UnitQueue q, int max_tiles,
+                       int sms, cudaStream_t s) {
+  auto* kernel = expert_gemms_persistent<C>;
+  allow_dynamic_smem(reinterpret_cast<const void*>(kernel), C::kSmemBytes);
+  const int blocks = std::max(1, std::min(sms, max_tiles * (q.up_blocks + q.down_blocks)));
+  kernel<<<static_cast<unsigned>(blocks), C::kThreads, C::kSmemBytes, s>>>(up, down, q);
+  HARNESS_CHECK(cudaGetLastError());
+}
+#endif
+
+// How the medium and wide tiles run: wgmma where the build and the GPU have it (as two launches
+// or, with `queue`, one persistent launch), mma.sync otherwise.
+struct TileSchedule {
+  bool wgmma;
+  bool persistent;  // wgmma only: one launch taking units from the queue
+  unsigned* queue;  // persistent: ticket, exited
+  int* up_done;     // persistent: one count per tile
+  int sms;
+};
+
+template <class MmaTile, class WgmmaTile>
+void launch_tile(const TileSchedule& how, const GemmArgs& up, const GemmArgs& down, int inter,
+                 int hidden, int max_tiles, cudaStream_t s) {
+#if HARNESS_WGMMA
+  if (how.wgmma && how.persistent) {
+    const UnitQueue q{how.queue, how.queue + 1, how.up_done, feature_blocks<WgmmaTile>(2 * inter),
+                      feature_blocks<WgmmaTile>(hidden)};
+    launch_persistent<WgmmaTile>(up, down, q, max_tiles, how.sms, s);
+    return;
+  }
+  if (how.wgmma) {
     launch_both<WgmmaTile, true>(up, down, inter, hidden, max_tiles, s);
     return;
   }
 #endif
-  (void)wgmma;
   launch_both<MmaTile>(up, down, inter, hidden, max_tiles, s);
 }
 
 }  // namespace
 
 std::string NativeExperts::configuration() const {
+  const bool wgmma = tile_ != NativeTile::narrow && wgmma_;
   return std::string(to_string(tile_)) + " tile (" + std::to_string(native_tile_tokens(tile_)) +
-         " tokens" + (tile_ != NativeTile::narrow && wgmma_ ? ", wgmma)" : ")");
+         " tokens" + (wgmma ? ", wgmma" : "") + (wgmma && persistent_ ? ", persistent)" : ")");
 }
 
 NativeExperts::NativeExperts(const ModelGeometry& g, const ExpertOwnership& own, int rows,
@@ -651,7 +755,17 @@ NativeExperts::NativeExperts(const ModelGeometry& g, const ExpertOwnership& own,
   HARNESS_CHECK(cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, device));
   HARNESS_CHECK(cudaDeviceGetAttribute(&minor, cudaDevAttrComputeCapabilityMinor, device));
   wgmma_ = major == 9 && minor == 0 && std::getenv("HARNESS_NATIVE_NO_WGMMA") == nullptr;
+  HARNESS_CHECK(cudaDeviceGetAttribute(&sms_, cudaDevAttrMultiProcessorCount, device));
 #endif
+  // HARNESS_NATIVE_SCHEDULE=persistent|launches: the wgmma tiles' GEMMs as one persistent launch
+  // or as two launches (the default), a diagnostic while the persistent one is measured.
+  if (const char* schedule = std::getenv("HARNESS_NATIVE_SCHEDULE")) {
+    const std::string v = schedule;
+    if (v != "persistent" && v != "launches")
+      throw std::invalid_argument("HARNESS_NATIVE_SCHEDULE=" + v +
+                                  ": expected persistent or launches");
+    persistent_ = v == "persistent";
+  }
   const int t = native_tile_tokens(tile_);
   // Tiles of expert e: ceil(c_e / t) <= c_e / t + 1 for each expert with rows.
   max_tiles_ = (lanes_ + t - 1) / t + std::min(own.local_experts, lanes_);
@@ -666,6 +780,13 @@ NativeExperts::NativeExperts(const ModelGeometry& g, const ExpertOwnership& own,
   token_of_ = DeviceBuffer<int>(static_cast<std::size_t>(lanes_));
   num_tiles_ = DeviceBuffer<int>(1);
   tiles_ = DeviceBuffer<int4>(static_cast<std::size_t>(std::max(1, max_tiles_)));
+  if (persistent_) {
+    // The persistent launch's queue and counts start at zero; its last block resets them.
+    unit_queue_ = DeviceBuffer<unsigned>(2);
+    up_done_ = DeviceBuffer<int>(static_cast<std::size_t>(std::max(1, max_tiles_)));
+    HARNESS_CHECK(cudaMemsetAsync(unit_queue_.get(), 0, 2 * sizeof(unsigned), s_));
+    HARNESS_CHECK(cudaMemsetAsync(up_done_.get(), 0, up_done_.size() * sizeof(int), s_));
+  }
   act_ = DeviceBuffer<bf16>(static_cast<std::size_t>(lanes_) * g.intermediate);
   y_ = DeviceBuffer<bf16>(static_cast<std::size_t>(lanes_) * g.hidden);
 }
@@ -699,18 +820,19 @@ void NativeExperts::forward(const bf16* x, const int* ids, const float* weights,
                       act_.get(),   token_of_.get(),
                       tiles_.get(), num_tiles_.get(),
                       y_.get()};
+  const TileSchedule how{wgmma_, persistent_, unit_queue_.get(), up_done_.get(), sms_};
   switch (tile_) {
     case NativeTile::narrow:
       launch_both<NarrowTile>(up, down, inter, h, max_tiles_, s_);
       break;
     case NativeTile::medium:
-      launch_tile<MediumTile, WgmmaMedium>(wgmma_, up, down, inter, h, max_tiles_, s_);
+      launch_tile<MediumTile, WgmmaMedium>(how, up, down, inter, h, max_tiles_, s_);
       break;
     case NativeTile::wide96:
-      launch_tile<Wide96Tile, WgmmaWide96>(wgmma_, up, down, inter, h, max_tiles_, s_);
+      launch_tile<Wide96Tile, WgmmaWide96>(how, up, down, inter, h, max_tiles_, s_);
       break;
     case NativeTile::wide:
-      launch_tile<WideTile, WgmmaWide>(wgmma_, up, down, inter, h, max_tiles_, s_);
+      launch_tile<WideTile, WgmmaWide>(how, up, down, inter, h, max_tiles_, s_);
       break;
   }
   const std::size_t lane_bytes = static_cast<std::size_t>(g_.top_k) * 8;

@@ -12,6 +12,10 @@
 //                    tile's expert, SiLU(gate) * up in the epilogue -> act [positions][I].
 //   3. expert_gemm<!gated>  act times W2 -> expert outputs [positions][H] (bf16).
 //   4. combine_lanes        per token: router-weighted sum of its lanes' expert outputs in fp32.
+// With HARNESS_NATIVE_SCHEDULE=persistent the wgmma tiles run 2 and 3 as one persistent launch
+// (expert_gemms_persistent: a queue of W13 then W2 block tiles, W2 tiles waiting on a per-tile
+// count), so the W2 tiles fill the SMs the last W13 wave leaves idle; not yet measured, so not
+// the default (docs/native-backend.md#launch-waves-set-the-time-off-balanced-routing).
 // The GEMMs run bf16 mma.sync tensor-core tiles fed by a multi-stage cp.async pipeline; the
 // tile shape is picked from the expected rows per expert: a split-K, 16-token tile that keeps
 // enough weight bytes in flight when few rows share an expert, up to 128x128 tiles when many do.
@@ -52,9 +56,12 @@ class NativeExperts {
   cudaStream_t s_;
   int lanes_;
   int max_tiles_;
-  bool wgmma_ = false;  // medium and wide tiles on Hopper tensor-core wgmma (sm_90a builds)
+  bool wgmma_ = false;       // medium and wide tiles on Hopper tensor-core wgmma (sm_90a builds)
+  bool persistent_ = false;  // wgmma tiles as one persistent launch (HARNESS_NATIVE_SCHEDULE)
+  int sms_ = 0;
   DeviceBuffer<int> lane_slot_, lane_pos_, token_of_, num_tiles_, total_counts_, expert_offsets_;
-  DeviceBuffer<unsigned> ticket_;
+  DeviceBuffer<unsigned> ticket_, unit_queue_;
+  DeviceBuffer<int> up_done_;
   DeviceBuffer<int4> tiles_;
   DeviceBuffer<bf16> act_, y_;
 };

@@ -59,6 +59,8 @@ run_sanitizer() {
   "$cs" --tool memcheck --error-exitcode 9 "$build/kernels/kernels_gpu_tests" \
     --gtest_filter='NativeBackend.EveryTile*:NativeBackend.MmaSync*'
   "$cs" --tool memcheck --error-exitcode 9 "$build/kernels/kernels_gpu_tests" \
+    --gtest_filter='NativeBackend.PersistentSchedule*'
+  "$cs" --tool memcheck --error-exitcode 9 "$build/kernels/kernels_gpu_tests" \
     --gtest_filter='Backends/GpuBackend.Gate*/1'
   "$cs" --tool memcheck --error-exitcode 9 "$build/kernels/kernels_gpu_tests" \
     --gtest_filter='GpuReference.*'

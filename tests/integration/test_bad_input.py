@@ -129,5 +129,11 @@ expect_error([HARNESS, "acquire", "--watchdog-factor", "0.5"], "--watchdog-facto
 expect_error([HARNESS, "acquire", "--verdict-max-age", "0"], "--verdict-max-age must be a positive")
 expect_error([HARNESS, "colocate", "--intervals", "0"], "--intervals and --window >= 1")
 expect_error([HARNESS, "bench", "experts", "--sweep", "--tokens", "4"], "--sweep chooses the token counts")
+expect_error([HARNESS, "bench", "experts", "--sweep", "--activated", "8"], "leave out --tokens and --activated")
+expect_error([HARNESS, "bench", "experts", "--models", "qwen3-30b-a3b", "--tokens", "16", "--activated", "4"],
+             "--activated 4: qwen3-30b-a3b at N=16 with every route local needs k <= A <= min(E, N k), "
+             "here 8 <= A <= 128")
+expect_error([HARNESS, "bench", "experts", "--models", "qwen3-30b-a3b", "--tokens", "2", "--activated", "17"],
+             "here 8 <= A <= 16")
 expect_error([HARNESS, "colocate", "--min-clock-fraction", "1.5"], "--min-clock-fraction must be in [0, 1]")
 print("ok")
