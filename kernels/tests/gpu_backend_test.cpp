@@ -361,9 +361,10 @@ TEST(NativeBackend, PersistentScheduleMatchesTheTwoLaunches) {
   auto odd = *find_preset("tiny");
   odd.hidden = 72;
   odd.intermediate = 40;
-  const Target ep1{1, 1, 1, 0, false};
+  const Target ep1{1, 1, 1, 0, false}, ep4{2, 2, 4, 3, false};
   Rng rng(11);
-  const auto own = ExpertOwnership::of(qwen, ep1);
+  // EP4 (32 local experts) keeps the weights small; M/A sets the tiles and waves all the same.
+  const auto own = ExpertOwnership::of(qwen, ep4);
   const auto w = random_mlp(own.local_experts, qwen.hidden, qwen.intermediate, Dtype::bf16, rng);
   for (const char* tile : {"medium", "wide96", "wide"}) {
     SCOPED_TRACE(tile);
@@ -379,10 +380,10 @@ TEST(NativeBackend, PersistentScheduleMatchesTheTwoLaunches) {
       const auto x =
           random_values(static_cast<std::size_t>(rows) * qwen.hidden, 1.0f, Dtype::bf16, rng);
       const auto routes = make_expert_routes(rows, active, rows * 8, qwen, own, rng);
-      const auto persistent = run_experts_on_device("native", 0, qwen, ep1, x, routes, w);
-      const auto graphed = run_experts_on_device("native", 0, qwen, ep1, x, routes, w, true);
+      const auto persistent = run_experts_on_device("native", 0, qwen, ep4, x, routes, w);
+      const auto graphed = run_experts_on_device("native", 0, qwen, ep4, x, routes, w, true);
       ASSERT_EQ(setenv("HARNESS_NATIVE_SCHEDULE", "launches", 1), 0);
-      const auto launches = run_experts_on_device("native", 0, qwen, ep1, x, routes, w);
+      const auto launches = run_experts_on_device("native", 0, qwen, ep4, x, routes, w);
       ASSERT_EQ(setenv("HARNESS_NATIVE_SCHEDULE", "persistent", 1), 0);
       ASSERT_TRUE(has_nonzero(launches.out)) << rows;
       EXPECT_EQ(persistent.out, launches.out) << rows << " rows, " << active << " experts";
