@@ -323,12 +323,13 @@ int bench_experts(const Args& args) {
       const auto weights = bs.front()->make_weights(round);
       std::vector<GridPoint> points;
       for (const auto n : ns) {
+        const std::int64_t all_local = std::int64_t{n} * g.top_k;  // M with every route local
         if (!experts)
           points.push_back({n, 0, 0});
         else if (as.empty())
-          points.push_back({n, balanced_activated(g, n), n * g.top_k});
-        for (const int a : experts ? as : std::vector<int>{})
-          points.push_back({n, a, std::int64_t{n} * g.top_k});
+          points.push_back({n, balanced_activated(g, n), all_local});
+        else
+          for (const int a : as) points.push_back({n, a, all_local});
       }
       for (const auto& point : points) {
         const auto n = point.tokens;
