@@ -540,9 +540,10 @@ __global__ void __launch_bounds__(C::kThreads, 1) expert_gemm_wgmma(GemmArgs a) 
 // waves-set-the-time-off-balanced-routing): both GEMMs in one launch of at most one block per
 // SM, each block taking units from a queue until none is left. Units are the W13 block tiles
 // (tile-major), then the W2 block tiles; a W2 unit starts once every W13 unit of its tile has
-// stored its activations (a per-tile count). Units are handed out in ticket order, so every W13
-// unit a W2 unit waits for is already held by a running block that waits for nothing: no
-// deadlock, whatever the number of resident blocks. The launch then takes about
+// stored its activations (a per-tile count). Units are handed out in ticket order, and a block
+// draws its next unit while it runs one, so every W13 unit a W2 unit waits for is held by a
+// running block that is running it or an earlier W13 unit, and waits for nothing: no deadlock,
+// whatever the number of resident blocks. The launch then takes about
 // ceil((W13 + W2 units) / SMs) unit-times instead of ceil(W13 / SMs) + ceil(W2 / SMs), and W2
 // units fill the SMs the last W13 wave leaves idle. The last block out resets the queue and the
 // counts, so the next forward (or graph replay) starts from zero.
@@ -557,17 +558,19 @@ struct UnitQueue {
 template <class C>
 __global__ void __launch_bounds__(C::kThreads, 1)
     expert_gemms_persistent(GemmArgs up, GemmArgs down, UnitQueue q) {
-  __shared__ int unit_of_block;
+  // The unit this block runs, and the next one, drawn while it runs so that the ticket's round
+  // trip hides behind the work.
+  __shared__ int drawn[2];
   bf16* smem = wgmma_smem();
   const int tiles = *up.num_tiles;
   const int up_units = tiles * q.up_blocks, units = up_units + tiles * q.down_blocks;
-  for (;;) {
-    if (threadIdx.x == 0) unit_of_block = static_cast<int>(atomicAdd(q.ticket, 1u));
-    // Also orders the previous unit's last reads of the shared stages before this unit's copies.
-    __syncthreads();
-    const int unit = unit_of_block;
-    __syncthreads();  // every thread read the unit before thread 0 draws the next one
+  if (threadIdx.x == 0) drawn[0] = static_cast<int>(atomicAdd(q.ticket, 1u));
+  __syncthreads();
+  for (int slot = 0;; slot ^= 1) {
+    const int unit = drawn[slot];
     if (unit >= units) break;
+    // Every thread read drawn[slot ^ 1] before the barrier that ended the previous unit.
+    if (threadIdx.x == 0) drawn[slot ^ 1] = static_cast<int>(atomicAdd(q.ticket, 1u));
     if (unit < up_units) {
       const int tile = unit / q.up_blocks;
       wgmma_tile<C, true>(up, tile, unit % q.up_blocks, smem);
@@ -581,6 +584,9 @@ __global__ void __launch_bounds__(C::kThreads, 1)
       __syncthreads();
       wgmma_tile<C, false>(down, tile, u % q.down_blocks, smem);
     }
+    // This unit's last reads of the shared stages, before the next unit's copies; thread 0's
+    // draw, before every thread reads it.
+    __syncthreads();
   }
   if (threadIdx.x == 0 && atomicAdd(q.exited, 1u) == gridDim.x - 1) {
     // Every block has left the loop: no unit runs or waits any more.
