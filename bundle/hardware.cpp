@@ -1,6 +1,7 @@
 #include "bundle/hardware.h"
 
 #include <algorithm>
+#include <map>
 #include <set>
 #include <stdexcept>
 
@@ -9,6 +10,41 @@
 namespace moe {
 
 using nlohmann::json;
+
+namespace {
+
+// One device of one rank's provenance: "host|name|UUID" (the device index where there is none).
+std::string device_key(const json& rank) {
+  const auto& props = rank.at("device");
+  return rank.value("host", "") + "|" + props.value("device", "") + "|" +
+         props.value("uuid", props.value("device_index", ""));
+}
+
+std::string device_label(const json& rank) {
+  const auto& props = rank.at("device");
+  const auto index = props.value("device_index", "");
+  return props.value("uuid", props.value("device", "") + (index.empty() ? "" : " " + index)) +
+         " (host " + rank.value("host", "") + ")";
+}
+
+}  // namespace
+
+DeviceChange device_change(const std::vector<std::string>& run_starts) {
+  DeviceChange change;
+  if (run_starts.size() < 2) return change;
+  std::map<std::string, std::string> earlier;  // key -> label
+  for (std::size_t i = 0; i + 1 < run_starts.size(); ++i)
+    for (const auto& rank : json::parse(run_starts[i]))
+      earlier.emplace(device_key(rank), device_label(rank));
+  std::set<std::string> added;
+  for (const auto& rank : json::parse(run_starts.back()))
+    if (!earlier.contains(device_key(rank))) added.insert(device_label(rank));
+  if (added.empty()) return change;
+  for (const auto& label : added) change.added += (change.added.empty() ? "" : ", ") + label;
+  for (const auto& [key, label] : earlier)
+    change.earlier += (change.earlier.empty() ? "" : ", ") + label;
+  return change;
+}
 
 json hardware_identity(const StoredAcquisition& acq) {
   json devices = json::array();
@@ -19,9 +55,7 @@ json hardware_identity(const StoredAcquisition& acq) {
     const auto end = run.end.empty() ? json::array() : json::parse(run.end);
     for (const auto& rank : start) {
       const auto& props = rank.at("device");
-      const auto key = rank.value("host", "") + "|" + props.value("device", "") + "|" +
-                       props.value("uuid", props.value("device_index", ""));
-      auto [it, fresh] = index.emplace(key, devices.size());
+      auto [it, fresh] = index.emplace(device_key(rank), devices.size());
       if (fresh) {
         json d = props;
         d["host"] = rank.value("host", "");

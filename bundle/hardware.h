@@ -4,6 +4,8 @@
 #pragma once
 
 #include <nlohmann/json.hpp>
+#include <string>
+#include <vector>
 
 #include "store/acquisition_file.h"
 
@@ -15,6 +17,15 @@ namespace moe {
 // more than one device kind: one table must describe one kind of device.
 [[nodiscard]] nlohmann::json hardware_identity(const StoredAcquisition& acq);
 
+// The devices (host, name, UUID) of the latest of `run_starts` (each run's start provenance, the
+// JSON list of its ranks, oldest first) that no earlier run measured on, and those the earlier
+// runs used, each a list of "UUID (host H)" (the device index where there is no UUID) joined by
+// ", ". Both empty for a first run, or when the latest run uses only devices an earlier one used:
+// a resumed campaign on other GPUs of the same kind mixes their measurements in one table.
+struct DeviceChange {
+  std::string added, earlier;
+};
+[[nodiscard]] DeviceChange device_change(const std::vector<std::string>& run_starts);
 // One object per run of the acquisition, from rank 0's provenance: started_utc, command,
 // harness_revision, harness_binary_sha256, family_table_sha256, job_sha256, and, for a run that
 // ended, ended_utc and complete.

@@ -15,6 +15,7 @@
 #include "bundle/bundle_meta.h"
 #include "bundle/fidelity.h"
 #include "bundle/format.h"
+#include "bundle/hardware.h"
 #include "comm/collectives.h"
 #include "core/checked_call.h"
 #include "core/contract.h"
@@ -506,6 +507,8 @@ class Acquisition {
       mine["family_table_sha256"] = FamilyTable::builtin().sha256();
     }
     file_->write_provenance(mine.dump());
+    const auto starts = file_->provenance_starts();
+    if (rank_ == 0) device_change_ = device_change(starts);
   }
 
   // Resume: which cell rounds the file already holds, the placement regime from the variant's
@@ -528,6 +531,13 @@ class Acquisition {
       if (summary_.rounds_resumed)
         std::cerr << ", resuming (" << summary_.rounds_resumed << " cell rounds already complete)";
       std::cerr << "\n";
+      // A campaign resumed on other GPUs of the kind: the table will hold both (docs/cli.md).
+      if (!device_change_.added.empty())
+        std::cerr << "acquire: this run measures on " << device_change_.added
+                  << ", which no earlier run of this campaign used (they measured on "
+                  << device_change_.earlier
+                  << "); its tables will mix the devices' measurements, and their hardware "
+                     "identity lists every device\n";
     }
     if (rank_ == 0) {
       const std::string job_text =
@@ -891,6 +901,7 @@ class Acquisition {
   std::unique_ptr<AcquisitionFile> file_;
   std::vector<Cell> cells_;
   std::unique_ptr<CampaignState> campaign_;
+  DeviceChange device_change_;  // rank 0: devices this run adds to the campaign's
   int regime_ = 1, slots_ = 1;
   nlohmann::json placement_;  // how this node's regime was decided (provenance)
   Watchdog watchdog_;

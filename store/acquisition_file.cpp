@@ -516,6 +516,15 @@ void AcquisitionFile::write_provenance_end(const std::string& mine) {
   HARNESS_CHECK_H5(H5Fflush(impl_->file, H5F_SCOPE_GLOBAL));
 }
 
+std::vector<std::string> AcquisitionFile::provenance_starts() const {
+  std::vector<std::string> starts;
+  if (!link_exists(impl_->file, "provenance")) return starts;
+  const auto g = provenance_group(impl_->file);
+  for (int r = 0, runs = provenance_runs(g); r < runs; ++r)
+    starts.push_back(read_string_attr(g, "run_" + std::to_string(r)));
+  return starts;
+}
+
 namespace {
 
 // Opens an acquisition file read-only (serial) and checks its schema version.

@@ -84,6 +84,9 @@ class AcquisitionFile {
   // Collective: every rank's state at the end of this run (gathered) as run_<n>_end of the
   // latest run_<n>.
   void write_provenance_end(const std::string& mine);
+  // Collective: the start provenance of every run so far (run_<n>, oldest first), each the JSON
+  // list of its ranks.
+  [[nodiscard]] std::vector<std::string> provenance_starts() const;
 
  private:
   struct Impl;

@@ -63,5 +63,41 @@ TEST(HardwareIdentity, RefusesSeveralDeviceKinds) {
   }
 }
 
+std::string starts_of(std::initializer_list<json> ranks) {
+  return json(ranks).dump();
+}
+
+TEST(DeviceChange, AFirstRunOrAResumeOnTheSameDevicesChangesNothing) {
+  const auto a = starts_of({rank(0, "NVIDIA H200", "GPU-a", 1980)});
+  EXPECT_TRUE(device_change({a}).added.empty());
+  // Resumed with the ranks swapped onto the same two GPUs.
+  const auto ab =
+      starts_of({rank(0, "NVIDIA H200", "GPU-a", 1), rank(1, "NVIDIA H200", "GPU-b", 1)});
+  const auto ba =
+      starts_of({rank(0, "NVIDIA H200", "GPU-b", 1), rank(1, "NVIDIA H200", "GPU-a", 1)});
+  const auto change = device_change({ab, ba});
+  EXPECT_TRUE(change.added.empty());
+  EXPECT_TRUE(change.earlier.empty());
+}
+
+TEST(DeviceChange, NamesTheDevicesTheLatestRunAddsAndTheEarlierOnes) {
+  const auto run0 = starts_of({rank(0, "NVIDIA H200", "GPU-a", 1980)});
+  const auto run1 = starts_of({rank(0, "NVIDIA H200", "GPU-a", 1980)});
+  // The third run keeps GPU-a on rank 1 and adds GPU-c on rank 0.
+  const auto run2 =
+      starts_of({rank(0, "NVIDIA H200", "GPU-c", 1980), rank(1, "NVIDIA H200", "GPU-a", 1980)});
+  const auto change = device_change({run0, run1, run2});
+  EXPECT_EQ(change.added, "GPU-c (host node0)");
+  EXPECT_EQ(change.earlier, "GPU-a (host node0)");
+}
+
+TEST(DeviceChange, TheSameUuidOnAnotherHostIsAnotherDevice) {
+  auto moved = rank(0, "NVIDIA H200", "GPU-a", 1980);
+  moved["host"] = "node1";
+  const auto change =
+      device_change({starts_of({rank(0, "NVIDIA H200", "GPU-a", 1980)}), starts_of({moved})});
+  EXPECT_EQ(change.added, "GPU-a (host node1)");
+}
+
 }  // namespace
 }  // namespace moe

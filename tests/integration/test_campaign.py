@@ -10,6 +10,7 @@ import subprocess
 import tempfile
 
 import h5py
+import numpy
 import yaml
 
 from harness_test_lib import HARNESS, MPI_ENV, SOURCE_DIR, check_complete, file_sha, mpirun_cmd, run
@@ -60,8 +61,20 @@ with tempfile.TemporaryDirectory() as tmp:
     # 3. The same command resumes and completes; device time accumulates across runs.
     p = run(mpirun_cmd(1, "acquire", job, "--out", os.path.join(tmp, "nothing"), "--resume"), check=False)
     assert p.returncode != 0 and "no campaign to resume" in p.stderr, p.stderr
+    # The earlier runs measured on another node (their provenance says so): the resume names the
+    # devices it adds and the earlier ones.
+    with h5py.File(os.path.join(out, "acquisition.h5"), "r+") as f:
+        prov = f["provenance"]
+        runs = [k for k in prov.attrs if not k.endswith("_end")]
+        for k in runs:
+            ranks = json.loads(prov.attrs[k].decode())
+            for r in ranks:
+                r["host"] = "elsewhere"
+            prov.attrs[k] = numpy.bytes_(json.dumps(ranks))  # fixed-length, as harness writes
     p = run(mpirun_cmd(2, *base, "--resume"))
     assert f"resumed {done}" in p.stdout, p.stdout
+    assert (f"this run measures on host CPU (host {os.uname().nodename}), which no earlier run of this "
+            "campaign used (they measured on host CPU (host elsewhere))") in p.stderr, p.stderr
     check_complete(os.path.join(out, "acquisition.h5"), 20)
     state = json.load(open(os.path.join(out, "campaign.json")))
     assert state["phase"] == "complete" and len(state["runs"]) == 3
