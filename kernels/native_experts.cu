@@ -122,6 +122,95 @@ __global__ void __launch_bounds__(kPlanThreads)
   if (pos >= 0) token_of[pos] = i / k;
 }
 
+// ---------------------------------------------------------------- fused small forwards
+
+// At most kFusedLanes lanes on the narrow tile, every W13 block plans the routes itself instead
+// of reading a plan_routes kernel's plan (docs/native-backend.md#small-forwards): at a few lanes
+// that launch costs more than the work. Each block's plan costs O(lanes) per thread, so it pays
+// only up to 16 lanes (measured on the H200); the combine stays a kernel of its own (combining in
+// the last W2 block of each feature block was measured slower).
+constexpr int kFusedLanes = 16;
+
+// The routes a W13 kernel plans from; block (0, 0) also publishes the plan (lane positions, token
+// of each position, tile table and count) for the W2 and combine kernels and raises the flag for
+// an invalid lane.
+struct FusedRoutes {
+  const int* ids;
+  const float* weights;
+  int lanes, k, experts, first, local;
+  int* flag;
+  int* lane_pos;
+  int* token_of;
+  int4* tiles;
+  int* num_tiles;
+};
+
+// The plan in shared memory. Positions are grouped by local expert in ascending order and, inside
+// an expert, by lane, so that every block computes the same plan without atomics.
+struct FusedPlan {
+  int expert[kFusedLanes];  // local expert of each lane, -1 for a remote or invalid lane
+  int pos[kFusedLanes];     // position of each lane, -1 for none
+  int starts[kFusedLanes];  // 1 where a lane's position starts a tile
+  int token_of[kFusedLanes];
+  int4 tile;  // this block's tile
+  int num_tiles;
+};
+
+// Called by every thread of a block of at least kFusedLanes threads; on return `plan` is complete.
+template <int kTileTokens>
+__device__ void plan_fused(const FusedRoutes& r, int tile_index, bool publish, FusedPlan& plan) {
+  const int i = static_cast<int>(threadIdx.x);
+  const bool mine = i < r.lanes;
+  int expert = -1;
+  if (mine) {
+    const int id = r.ids[i];
+    if (!lane_is_valid(id, r.weights[i], r.experts)) {
+      if (publish) atomicOr(r.flag, 1);
+    } else if (id >= r.first && id < r.first + r.local) {
+      expert = id - r.first;
+    }
+    plan.expert[i] = expert;
+  }
+  __syncthreads();
+  int pos = -1, rank_in_expert = 0;
+  if (mine && expert >= 0) {
+    int before = 0;
+    for (int j = 0; j < r.lanes; ++j) {
+      const int e = plan.expert[j];
+      before += e >= 0 && e < expert;
+      rank_in_expert += e == expert && j < i;
+    }
+    pos = before + rank_in_expert;
+    plan.token_of[pos] = i / r.k;
+  }
+  if (mine) {
+    plan.pos[i] = pos;
+    plan.starts[i] = pos >= 0 && rank_in_expert % kTileTokens == 0;
+  }
+  __syncthreads();
+  if (mine && plan.starts[i]) {
+    int count = 0, index = 0;
+    for (int j = 0; j < r.lanes; ++j) {
+      count += plan.expert[j] == expert;
+      index += plan.starts[j] && plan.pos[j] < pos;
+    }
+    const int4 tile = make_int4(expert, pos, min(kTileTokens, count - rank_in_expert), 0);
+    if (index == tile_index) plan.tile = tile;
+    if (publish) r.tiles[index] = tile;
+  }
+  if (i == 0) {
+    int tiles = 0;
+    for (int j = 0; j < r.lanes; ++j) tiles += plan.starts[j];
+    plan.num_tiles = tiles;
+    if (publish) *r.num_tiles = tiles;
+  }
+  if (publish && mine) {
+    r.lane_pos[i] = pos;
+    if (pos >= 0) r.token_of[pos] = i / r.k;
+  }
+  __syncthreads();
+}
+
 // ---------------------------------------------------------------- grouped expert GEMM
 
 // Block tile: kRows weight rows x kTokens token rows, K in steps of kBK through kStages shared
@@ -282,13 +371,26 @@ __device__ __forceinline__ void store_accumulators(const GemmArgs& a,
     }
 }
 
-template <class C, bool kGated>
-__global__ void __launch_bounds__(C::kThreads, C::kMinBlocks) expert_gemm(GemmArgs a) {
+// kPlan (gated, the narrow tile, at most kFusedLanes lanes): the block plans the routes from
+// `routes` itself (plan_fused).
+template <class C, bool kGated, bool kPlan = false>
+__global__ void __launch_bounds__(C::kThreads, C::kMinBlocks)
+    expert_gemm(GemmArgs a, FusedRoutes routes) {
   const int tile_index = static_cast<int>(blockIdx.x);
-  if (tile_index >= *a.num_tiles) return;
-  const int4 tile = a.tiles[tile_index];
-  const int first_pos = tile.y, tile_rows = tile.z;
   const int feature0 = static_cast<int>(blockIdx.y) * (kGated ? C::kRows / 2 : C::kRows);
+  int4 tile;
+  if constexpr (kPlan) {
+    static_assert(kGated && C::kThreads >= kFusedLanes, "W13, one thread per lane");
+    __shared__ FusedPlan plan;
+    plan_fused<C::kTokens>(routes, tile_index, blockIdx.x == 0 && blockIdx.y == 0, plan);
+    if (tile_index >= plan.num_tiles) return;
+    tile = plan.tile;
+    a.token_of = plan.token_of;
+  } else {
+    if (tile_index >= *a.num_tiles) return;
+    tile = a.tiles[tile_index];
+  }
+  const int first_pos = tile.y, tile_rows = tile.z;
 
   extern __shared__ __align__(128) unsigned char smem_raw[];
   bf16* smem = reinterpret_cast<bf16*>(smem_raw);
@@ -674,19 +776,24 @@ int feature_blocks(int weight_rows) {
   return (weight_rows + C::kRows - 1) / C::kRows;
 }
 
-template <class C, bool kGated, bool kWgmma>
-void launch_gemm(const GemmArgs& a, int weight_rows, int max_tiles, cudaStream_t s) {
-  auto* kernel = [] {
-#if HARNESS_WGMMA
-    if constexpr (kWgmma) return expert_gemm_wgmma<C, kGated>;
-#endif
-    if constexpr (!kWgmma) return expert_gemm<C, kGated>;
-  }();
+// A grid of max_tiles x feature blocks of `kernel`, one block tile each.
+template <class C, class Kernel, class... Args>
+void launch_tiles(Kernel kernel, int weight_rows, int max_tiles, cudaStream_t s,
+                  const Args&... args) {
   allow_dynamic_smem(reinterpret_cast<const void*>(kernel), C::kSmemBytes);
   const dim3 grid(static_cast<unsigned>(max_tiles),
                   static_cast<unsigned>(feature_blocks<C>(weight_rows)));
-  kernel<<<grid, C::kThreads, C::kSmemBytes, s>>>(a);
+  kernel<<<grid, C::kThreads, C::kSmemBytes, s>>>(args...);
   HARNESS_CHECK(cudaGetLastError());
+}
+
+template <class C, bool kGated, bool kWgmma>
+void launch_gemm(const GemmArgs& a, int weight_rows, int max_tiles, cudaStream_t s) {
+#if HARNESS_WGMMA
+  if constexpr (kWgmma) launch_tiles<C>(expert_gemm_wgmma<C, kGated>, weight_rows, max_tiles, s, a);
+#endif
+  if constexpr (!kWgmma)
+    launch_tiles<C>(expert_gemm<C, kGated>, weight_rows, max_tiles, s, a, FusedRoutes{});
 }
 
 template <class C, bool kWgmma = false>
@@ -742,7 +849,8 @@ void launch_tile(const TileSchedule& how, const GemmArgs& up, const GemmArgs& do
 std::string NativeExperts::configuration() const {
   const bool wgmma = tile_ != NativeTile::narrow && wgmma_;
   return std::string(to_string(tile_)) + " tile (" + std::to_string(native_tile_tokens(tile_)) +
-         " tokens" + (wgmma ? ", wgmma" : "") + (wgmma && persistent_ ? ", persistent)" : ")");
+         " tokens" + (wgmma ? ", wgmma" : "") + (wgmma && persistent_ ? ", persistent" : "") +
+         (plan_in_gemm_ ? ", routes planned in the W13 blocks)" : ")");
 }
 
 NativeExperts::NativeExperts(const ModelGeometry& g, const ExpertOwnership& own, int rows,
@@ -795,17 +903,20 @@ NativeExperts::NativeExperts(const ModelGeometry& g, const ExpertOwnership& own,
   }
   act_ = DeviceBuffer<bf16>(static_cast<std::size_t>(lanes_) * g.intermediate);
   y_ = DeviceBuffer<bf16>(static_cast<std::size_t>(lanes_) * g.hidden);
+  plan_in_gemm_ = tile_ == NativeTile::narrow && lanes_ <= kFusedLanes;
 }
 
 void NativeExperts::forward(const bf16* x, const int* ids, const float* weights, const bf16* w13,
                             const bf16* w2, bf16* out, int* flag) {
   const int h = g_.hidden, inter = g_.intermediate;
   const unsigned plan_blocks = static_cast<unsigned>((lanes_ + kPlanThreads - 1) / kPlanThreads);
-  plan_routes<<<plan_blocks, kPlanThreads, 0, s_>>>(
-      ids, weights, lanes_, g_.top_k, g_.experts, own_.first_expert, own_.local_experts,
-      native_tile_tokens(tile_), total_counts_.get(), expert_offsets_.get(), ticket_.get(),
-      lane_slot_.get(), token_of_.get(), lane_pos_.get(), tiles_.get(), num_tiles_.get(), flag);
-  HARNESS_CHECK(cudaGetLastError());
+  if (!plan_in_gemm_) {
+    plan_routes<<<plan_blocks, kPlanThreads, 0, s_>>>(
+        ids, weights, lanes_, g_.top_k, g_.experts, own_.first_expert, own_.local_experts,
+        native_tile_tokens(tile_), total_counts_.get(), expert_offsets_.get(), ticket_.get(),
+        lane_slot_.get(), token_of_.get(), lane_pos_.get(), tiles_.get(), num_tiles_.get(), flag);
+    HARNESS_CHECK(cudaGetLastError());
+  }
   if (plan_blocks > 1) {
     scatter_routes<<<plan_blocks, kPlanThreads, 0, s_>>>(ids, lanes_, g_.top_k, own_.first_expert,
                                                          lane_slot_.get(), expert_offsets_.get(),
@@ -829,7 +940,25 @@ void NativeExperts::forward(const bf16* x, const int* ids, const float* weights,
   const TileSchedule how{wgmma_, persistent_, unit_queue_.get(), up_done_.get(), sms_};
   switch (tile_) {
     case NativeTile::narrow:
-      launch_both<NarrowTile>(up, down, inter, h, max_tiles_, s_);
+      if (plan_in_gemm_) {
+        const FusedRoutes routes{ids,
+                                 weights,
+                                 lanes_,
+                                 g_.top_k,
+                                 g_.experts,
+                                 own_.first_expert,
+                                 own_.local_experts,
+                                 flag,
+                                 lane_pos_.get(),
+                                 token_of_.get(),
+                                 tiles_.get(),
+                                 num_tiles_.get()};
+        launch_tiles<NarrowTile>(expert_gemm<NarrowTile, true, true>, 2 * inter, max_tiles_, s_, up,
+                                 routes);
+        launch_gemm<NarrowTile, false, false>(down, h, max_tiles_, s_);
+      } else {
+        launch_both<NarrowTile>(up, down, inter, h, max_tiles_, s_);
+      }
       break;
     case NativeTile::medium:
       launch_tile<MediumTile, WgmmaMedium>(how, up, down, inter, h, max_tiles_, s_);

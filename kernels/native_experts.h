@@ -1,21 +1,22 @@
 // The `native` experts component: our own sm_90 kernels, no host synchronization, so a forward
 // is capturable in a CUDA graph. Internal to kernels/: include only from .cu files.
 //
-// One forward is four kernels (five above 1024 lanes):
+// One forward is four kernels (five above 1024 lanes, three at most 16 lanes on the narrow tile):
 //   1. plan_routes   validates every lane (docs/measurement.md flag), counts local assignments per
-//   expert,
-//                    scans them into expert offsets and writes a tile table (expert, first
+//                    expert, scans them into expert offsets and writes a tile table (expert, first
 //                    position, rows) for the GEMMs; with one block (<= 1024 lanes) it also
 //                    writes the token of every expert-sorted position and the position of every
-//                    lane, otherwise scatter_routes does that.
+//                    lane, otherwise scatter_routes does that. At most 16 lanes on the narrow
+//                    tile, every W13 block plans the routes itself (no plan_routes launch).
 //   2. expert_gemm<gated>   x rows gathered through the plan (fused permute) times W13 of each
 //                    tile's expert, SiLU(gate) * up in the epilogue -> act [positions][I].
 //   3. expert_gemm<!gated>  act times W2 -> expert outputs [positions][H] (bf16).
 //   4. combine_lanes        per token: router-weighted sum of its lanes' expert outputs in fp32.
 // With HARNESS_NATIVE_SCHEDULE=persistent the wgmma tiles run 2 and 3 as one persistent launch
 // (expert_gemms_persistent: a queue of W13 then W2 block tiles, W2 tiles waiting on a per-tile
-// count), so the W2 tiles fill the SMs the last W13 wave leaves idle; not yet measured, so not
-// the default (docs/native-backend.md#launch-waves-set-the-time-off-balanced-routing).
+// count), so the W2 tiles fill the SMs the last W13 wave leaves idle; measured faster only where
+// that saves a wave, so not the default
+// (docs/native-backend.md#launch-waves-set-the-time-off-balanced-routing).
 // The GEMMs run bf16 mma.sync tensor-core tiles fed by a multi-stage cp.async pipeline; the
 // tile shape is picked from the expected rows per expert: a split-K, 16-token tile that keeps
 // enough weight bytes in flight when few rows share an expert, up to 128x128 tiles when many do.
@@ -56,8 +57,9 @@ class NativeExperts {
   cudaStream_t s_;
   int lanes_;
   int max_tiles_;
-  bool wgmma_ = false;       // medium and wide tiles on Hopper tensor-core wgmma (sm_90a builds)
-  bool persistent_ = false;  // wgmma tiles as one persistent launch (HARNESS_NATIVE_SCHEDULE)
+  bool wgmma_ = false;         // medium and wide tiles on Hopper tensor-core wgmma (sm_90a builds)
+  bool persistent_ = false;    // wgmma tiles as one persistent launch (HARNESS_NATIVE_SCHEDULE)
+  bool plan_in_gemm_ = false;  // narrow tile, few lanes: the W13 blocks plan the routes
   int sms_ = 0;
   DeviceBuffer<int> lane_slot_, lane_pos_, token_of_, num_tiles_, total_counts_, expert_offsets_;
   DeviceBuffer<unsigned> ticket_, unit_queue_;
