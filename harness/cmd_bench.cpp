@@ -282,14 +282,17 @@ int bench_experts(const Args& args) {
     if (n < 1) throw std::invalid_argument("--tokens: token counts must be positive");
   const auto as = activated.empty() ? std::vector<int>{} : parse_int_list(activated, "--activated");
   for (const auto& g : geometries)
-    for (const int n : ns)
+    for (const int n : ns) {
+      // Every route local (L = E), so M = N k: the planner's feasible A, k <= A <= min(E, N k).
+      const auto range = feasible_activated(n, g.experts, g.experts, g.top_k);
       for (const int a : as)
-        if (a < g.top_k || a > std::min<std::int64_t>(g.experts, std::int64_t{n} * g.top_k))
+        if (!range || a < range->lo || a > range->hi)
           throw std::invalid_argument(
               "--activated " + std::to_string(a) + ": " + g.name + " at N=" + std::to_string(n) +
               " with every route local needs k <= A <= min(E, N k), here " +
-              std::to_string(g.top_k) + " <= A <= " +
-              std::to_string(std::min<std::int64_t>(g.experts, std::int64_t{n} * g.top_k)));
+              (range ? std::to_string(range->lo) + " <= A <= " + std::to_string(range->hi)
+                     : std::string("no A")));
+    }
   const auto cs = parse_component_list(components, "--components");
   if (std::find(cs.begin(), cs.end(), Component::wrapper) != cs.end())
     throw std::invalid_argument("--components takes experts, gate_routing, finalize_copy");

@@ -849,7 +849,7 @@ void launch_tile(const TileSchedule& how, const GemmArgs& up, const GemmArgs& do
 std::string NativeExperts::configuration() const {
   const bool wgmma = tile_ != NativeTile::narrow && wgmma_;
   return std::string(to_string(tile_)) + " tile (" + std::to_string(native_tile_tokens(tile_)) +
-         " tokens" + (wgmma ? ", wgmma" : "") + (wgmma && persistent_ ? ", persistent" : "") +
+         " tokens" + (wgmma ? ", wgmma" : "") + (persistent_ ? ", persistent" : "") +
          (plan_in_gemm_ ? ", routes planned in the W13 blocks)" : ")");
 }
 
@@ -872,13 +872,13 @@ NativeExperts::NativeExperts(const ModelGeometry& g, const ExpertOwnership& own,
   HARNESS_CHECK(cudaDeviceGetAttribute(&sms_, cudaDevAttrMultiProcessorCount, device));
 #endif
   // HARNESS_NATIVE_SCHEDULE=persistent|launches: the wgmma tiles' GEMMs as one persistent launch
-  // or as two launches (the default), a diagnostic while the persistent one is measured.
+  // or as two launches (the default; docs/native-backend.md has the A/B). Other tiles ignore it.
   if (const char* schedule = std::getenv("HARNESS_NATIVE_SCHEDULE")) {
     const std::string v = schedule;
     if (v != "persistent" && v != "launches")
       throw std::invalid_argument("HARNESS_NATIVE_SCHEDULE=" + v +
                                   ": expected persistent or launches");
-    persistent_ = v == "persistent";
+    persistent_ = v == "persistent" && wgmma_ && tile_ != NativeTile::narrow;
   }
   const int t = native_tile_tokens(tile_);
   // Tiles of expert e: ceil(c_e / t) <= c_e / t + 1 for each expert with rows.

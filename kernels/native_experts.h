@@ -58,7 +58,7 @@ class NativeExperts {
   int lanes_;
   int max_tiles_;
   bool wgmma_ = false;         // medium and wide tiles on Hopper tensor-core wgmma (sm_90a builds)
-  bool persistent_ = false;    // wgmma tiles as one persistent launch (HARNESS_NATIVE_SCHEDULE)
+  bool persistent_ = false;    // this wgmma tile as one persistent launch (HARNESS_NATIVE_SCHEDULE)
   bool plan_in_gemm_ = false;  // narrow tile, few lanes: the W13 blocks plan the routes
   int sms_ = 0;
   DeviceBuffer<int> lane_slot_, lane_pos_, token_of_, num_tiles_, total_counts_, expert_offsets_;
