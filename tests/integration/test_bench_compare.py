@@ -61,6 +61,13 @@ with tempfile.TemporaryDirectory() as tmp:
     want = (f"experts all: 5 points, |error| median {100 * quantile(errors, 0.5):.2f}%, "
             f"p95 {100 * quantile(errors, 0.95):.2f}%, max {100 * errors[-1]:.2f}%")
     assert got and got[0].startswith(want), (got, want)
+    # The same with the offset (the signed median) removed.
+    signed = sorted(f - 1 for f in factors)
+    centred = sorted(abs(e - quantile(signed, 0.5)) for e in signed)
+    want = (f"experts all, the signed median removed: |error| median {100 * quantile(centred, 0.5):.2f}%, "
+            f"p95 {100 * quantile(centred, 0.95):.2f}%, max {100 * centred[-1]:.2f}%")
+    assert want in p.stdout, (want, p.stdout)
+    assert "gate_routing all, the signed median removed" not in p.stdout, p.stdout  # one point
     assert "experts 0 <= N < 8: 3 points" in p.stdout and "experts 8 <= N < inf: 2 points" in p.stdout, p.stdout
     assert "gate_routing all: 1 points, |error| median 0.30%" in p.stdout, p.stdout
     written = list(csv.DictReader(open(out)))
