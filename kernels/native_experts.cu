@@ -122,7 +122,7 @@ __global__ void __launch_bounds__(kPlanThreads)
   if (pos >= 0) token_of[pos] = i / k;
 }
 
-// ---------------------------------------------------------------- fused small forwards
+// ---------------------------------------------------------------- small forwards: the plan in W13
 
 // At most kFusedLanes lanes on the narrow tile, every W13 block plans the routes itself instead
 // of reading a plan_routes kernel's plan (docs/native-backend.md#small-forwards): at a few lanes
