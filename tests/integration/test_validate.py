@@ -57,6 +57,12 @@ with tempfile.TemporaryDirectory() as tmp:
         errors.sort()
         signed.sort()
         assert abs(c["median_relative_error"] - quantile(signed, 0.5)) < 1e-12  # an offset
+        # ... and the errors once it is removed (what interpolation alone leaves).
+        centred = sorted(abs(e - quantile(signed, 0.5)) for e in signed)
+        rest = c["offset_removed"]
+        assert rest["count"] == len(signed) and abs(rest["max_abs_relative_error"] - centred[-1]) < 1e-12, rest
+        assert abs(rest["median_abs_relative_error"] - quantile(centred, 0.5)) < 1e-12, rest
+        assert abs(rest["p95_abs_relative_error"] - quantile(centred, 0.95)) < 1e-12, rest
         assert abs(c["max_abs_relative_error"] - errors[-1]) < 1e-12
         assert abs(c["median_abs_relative_error"] - quantile(errors, 0.5)) < 1e-12
         assert abs(c["p95_abs_relative_error"] - quantile(errors, 0.95)) < 1e-12
