@@ -491,6 +491,20 @@ int provenance_runs(hid_t group) {
   return runs;
 }
 
+// Every run's provenance, oldest first (none when the file has no /provenance yet).
+std::vector<StoredAcquisition::Run> read_runs(hid_t root) {
+  std::vector<StoredAcquisition::Run> runs;
+  if (!link_exists(root, "provenance")) return runs;
+  auto g = H5_OPEN(H5Gopen2(root, "provenance", H5P_DEFAULT), H5Gclose);
+  for (int n = 0, count = provenance_runs(g); n < count; ++n) {
+    const auto name = "run_" + std::to_string(n);
+    runs.push_back({read_string_attr(g, name), H5Aexists(g, (name + "_end").c_str()) > 0
+                                                   ? read_string_attr(g, name + "_end")
+                                                   : std::string()});
+  }
+  return runs;
+}
+
 std::string gathered_list(MPI_Comm comm, const std::string& mine) {
   auto list = nlohmann::json::array();
   for (const auto& part : gather_strings(comm, mine)) list.push_back(nlohmann::json::parse(part));
@@ -518,10 +532,7 @@ void AcquisitionFile::write_provenance_end(const std::string& mine) {
 
 std::vector<std::string> AcquisitionFile::provenance_starts() const {
   std::vector<std::string> starts;
-  if (!link_exists(impl_->file, "provenance")) return starts;
-  const auto g = provenance_group(impl_->file);
-  for (int r = 0, runs = provenance_runs(g); r < runs; ++r)
-    starts.push_back(read_string_attr(g, "run_" + std::to_string(r)));
+  for (const auto& run : read_runs(impl_->file)) starts.push_back(run.start);
   return starts;
 }
 
@@ -669,15 +680,7 @@ StoredAcquisition read_acquisition(const std::string& path) {
             {name, read_string_attr(d, "backend"), read_all<CollectiveRow>(g, name, coll_type)});
       }
     }
-    if (link_exists(f, "provenance")) {
-      auto g = H5_OPEN(H5Gopen2(f, "provenance", H5P_DEFAULT), H5Gclose);
-      for (int n = 0, runs = provenance_runs(g); n < runs; ++n) {
-        const auto name = "run_" + std::to_string(n);
-        out.runs.push_back({read_string_attr(g, name), H5Aexists(g, (name + "_end").c_str()) > 0
-                                                           ? read_string_attr(g, name + "_end")
-                                                           : std::string()});
-      }
-    }
+    out.runs = read_runs(f);
     if (link_exists(f, "fidelity")) {
       auto g = H5_OPEN(H5Gopen2(f, "fidelity", H5P_DEFAULT), H5Gclose);
       for (int n = 0; link_exists(g, "evaluation_" + std::to_string(n)); ++n)
