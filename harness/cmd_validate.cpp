@@ -270,7 +270,7 @@ int validate(const Args& args) {
                     << 100 * c["max_abs_relative_error"].get<double>() << "% (tolerance "
                     << 100 * c["tolerance"].get<double>() << "%), bundle - measured median "
                     << std::showpos << 100 * c["median_relative_error"].get<double>()
-                    << std::noshowpos << "% (removed: median "
+                    << std::noshowpos << "% (with it removed: median "
                     << 100 * c["offset_removed"]["median_abs_relative_error"].get<double>()
                     << "%, p95 "
                     << 100 * c["offset_removed"]["p95_abs_relative_error"].get<double>()
