@@ -3,7 +3,8 @@
 #   tools/gpu-check.sh BUILD_DIR OUT_DIR [steps...]
 # Steps (default: tests sanitizer bench): 
 #   tests      the `gpu`-labelled test binaries (every backend vs the CPU reference, CUPTI, NCCL)
-#   sanitizer  compute-sanitizer memcheck on the native experts, gate and GPU reference tests
+#   sanitizer  compute-sanitizer memcheck on the native experts, gate and GPU reference tests,
+#              racecheck on the small forwards
 #              (skipped if not installed)
 #   bench      harness bench experts -> OUT_DIR/bench-experts.csv (+ .txt)
 #   acquire    harness acquire jobs/qwen3-30b-a3b.yaml --tp 1 --dp 1 --backend native
@@ -55,7 +56,10 @@ run_sanitizer() {
   cs=$(command -v compute-sanitizer || ls /usr/local/cuda*/bin/compute-sanitizer 2>/dev/null | head -1 || true)
   if [ -z "$cs" ]; then echo "compute-sanitizer not installed: skipped"; return 0; fi
   "$cs" --tool memcheck --error-exitcode 9 "$build/kernels/kernels_gpu_tests" \
-    --gtest_filter='Backends/GpuBackend.InvalidRoutes*/1:NativeBackend.ForwardIsCapturable*'
+    --gtest_filter='Backends/GpuBackend.InvalidRoutes*/1:NativeBackend.ForwardIsCapturable*:NativeBackend.SmallForwards*'
+  # The small forwards plan their routes in each W13 block's shared memory: its barriers too.
+  "$cs" --tool racecheck --error-exitcode 9 "$build/kernels/kernels_gpu_tests" \
+    --gtest_filter='NativeBackend.SmallForwards*'
   "$cs" --tool memcheck --error-exitcode 9 "$build/kernels/kernels_gpu_tests" \
     --gtest_filter='NativeBackend.EveryTile*:NativeBackend.MmaSync*'
   "$cs" --tool memcheck --error-exitcode 9 "$build/kernels/kernels_gpu_tests" \
