@@ -2,9 +2,13 @@
 // support.
 #include <algorithm>
 #include <cstdio>
+#include <fstream>
 #include <iomanip>
 #include <iostream>
 #include <nlohmann/json.hpp>
+#include <optional>
+#include <sstream>
+#include <vector>
 
 #include "core/job_spec.h"
 #include "harness/commands.h"
@@ -26,44 +30,172 @@ void warn_if_not_device_data(const nlohmann::json& contract) {
                  "time\n";
 }
 
+nlohmann::json collective_json(const std::string& collective, std::int64_t tokens,
+                               const CollectiveResult& r) {
+  nlohmann::json rows = nlohmann::json::array();
+  for (const auto& p : r.rows)
+    rows.push_back({{"tokens", p.tokens},
+                    {"bytes", p.bytes},
+                    {"time_us", p.time_us},
+                    {"steady_time_us", p.steady_time_us}});
+  return {{"collective", collective},
+          {"tokens", tokens},
+          {"bytes", r.bytes},
+          {"time_us", r.time_us},
+          {"steady_time_us", r.steady_time_us},
+          {"exact", r.exact},
+          {"rows", rows}};
+}
+
+nlohmann::json component_json(Deployment& d, Component c, std::int64_t tokens,
+                              std::int64_t activated, std::int64_t assignments,
+                              const LookupResult& r, bool explain) {
+  nlohmann::json out = {{"component", std::string(to_string(c))},
+                        {"tokens", tokens},
+                        {"time_us", r.time_us},
+                        {"exact", r.exact}};
+  if (c == Component::experts)
+    out["activated_experts"] = activated, out["local_assignments"] = assignments;
+  if (explain) {
+    nlohmann::json v = nlohmann::json::array();
+    for (const auto& x : r.vertices)
+      v.push_back({{"tokens", x.point.tokens},
+                   {"activated_experts", x.point.activated},
+                   {"local_assignments", x.point.assignments},
+                   {"time_us", x.time_us},
+                   {"weight", x.weight}});
+    out["vertices"] = v;
+  }
+  const auto held_out = d.held_out_errors(c, tokens, activated, assignments);
+  out["held_out"] = held_out ? held_out->to_json() : nlohmann::json(nullptr);
+  return out;
+}
+
 int lookup_collective(const std::string& variant_dir, const DeploymentKey& key,
                       const std::string& collective, std::int64_t tokens,
                       const std::string& format) {
   const auto table = CollectiveTable::load(variant_dir, key);
   warn_if_not_device_data(table.contract());
   const auto r = table.query(collective, tokens);
-  if (format == "json") {
-    nlohmann::json rows = nlohmann::json::array();
-    for (const auto& p : r.rows)
-      rows.push_back({{"tokens", p.tokens},
-                      {"bytes", p.bytes},
-                      {"time_us", p.time_us},
-                      {"steady_time_us", p.steady_time_us}});
-    std::cout << nlohmann::json{{"collective", collective},
-                                {"tokens", tokens},
-                                {"bytes", r.bytes},
-                                {"time_us", r.time_us},
-                                {"steady_time_us", r.steady_time_us},
-                                {"exact", r.exact},
-                                {"rows", rows}}
-                     .dump(1)
-              << "\n";
-  } else {
+  if (format == "json")
+    std::cout << collective_json(collective, tokens, r).dump(1) << "\n";
+  else
     std::cout << std::setprecision(10) << r.time_us << "\n";
-  }
   return 0;
+}
+
+// One line of a --queries file: "COMPONENT N", "experts N A M" or "COLLECTIVE N".
+struct BatchQuery {
+  int line = 0;
+  std::optional<Component> component;
+  std::string collective;
+  std::int64_t tokens = 0, activated = 0, assignments = 0;
+};
+
+// Reads every query before answering any, so a malformed file is refused whole, naming the line.
+std::vector<BatchQuery> read_queries(std::istream& in, const std::string& source) {
+  std::vector<BatchQuery> out;
+  std::string line;
+  for (int number = 1; std::getline(in, line); ++number) {
+    if (const auto hash = line.find('#'); hash != std::string::npos) line.resize(hash);
+    std::istringstream fields(line);
+    std::string name;
+    if (!(fields >> name)) continue;
+    const auto where = source + ":" + std::to_string(number) + ": ";
+    BatchQuery q;
+    q.line = number;
+    q.component = parse_component(name);
+    if (!q.component) q.collective = name;
+    const bool experts = q.component == Component::experts;
+    std::string extra;
+    if (!(fields >> q.tokens) || (experts && !(fields >> q.activated >> q.assignments)) ||
+        (fields >> extra))
+      throw LookupError(where + "expected '" +
+                        (experts ? std::string("experts N A M") : name + " N") +
+                        "' (a component or a collective, then whole numbers), got '" + line + "'");
+    out.push_back(q);
+  }
+  if (in.bad()) throw LookupError(source + ": read error");
+  return out;
+}
+
+// Answers every query of the file, one line each in order: the time, or "error: ..." where the
+// table refuses it (outside the support, infeasible, not in the table). Exit status 3 when any
+// was refused. The tables the queries need are loaded first, so a bundle that cannot answer at
+// all (no such entry, a checksum mismatch) is refused before any answer is printed.
+int lookup_batch(const std::string& variant_dir, const DeploymentKey& key,
+                 const std::string& source, const std::string& format, bool explain) {
+  std::ifstream file;
+  if (source != "-") {
+    file.open(source);
+    if (!file) throw LookupError(source + ": cannot open the queries file");
+  }
+  const auto queries = read_queries(source == "-" ? std::cin : file, source);
+  std::optional<Deployment> deployment;
+  std::optional<CollectiveTable> collectives;
+  for (const auto& q : queries) {
+    if (q.component && !deployment) {
+      deployment.emplace(Deployment::load(variant_dir, key));
+      warn_if_not_device_data(deployment->contract());
+    }
+    if (!q.component && !collectives) {
+      try {
+        collectives.emplace(CollectiveTable::load(variant_dir, key));
+      } catch (const LookupError& e) {
+        throw LookupError(source + ":" + std::to_string(q.line) + ": '" + q.collective +
+                          "' is no component (" + component_names() +
+                          "), so it names a collective, but " + e.what());
+      }
+      warn_if_not_device_data(collectives->contract());
+    }
+  }
+  const bool json = format == "json";
+  int refused = 0;
+  for (const auto& q : queries) {
+    nlohmann::json answer;  // --format json
+    double time_us = 0;
+    try {
+      if (q.component) {
+        const auto r = deployment->query(*q.component, q.tokens, q.activated, q.assignments);
+        time_us = r.time_us;
+        if (json)
+          answer = component_json(*deployment, *q.component, q.tokens, q.activated, q.assignments,
+                                  r, explain);
+      } else {
+        const auto r = collectives->query(q.collective, q.tokens);
+        time_us = r.time_us;
+        if (json) answer = collective_json(q.collective, q.tokens, r);
+      }
+    } catch (const LookupError& e) {
+      ++refused;
+      if (!json) {
+        std::cout << "error: " << e.what() << "\n";
+        continue;
+      }
+      answer = {{"error", e.what()}};
+    }
+    if (json)
+      std::cout << answer.dump() << "\n";
+    else
+      std::cout << std::setprecision(10) << time_us << "\n";
+  }
+  if (refused > 0)
+    std::cerr << "harness lookup: " << refused << " of " << queries.size()
+              << " queries refused (their lines say why)\n";
+  return refused > 0 ? 3 : 0;
 }
 
 }  // namespace
 
 int lookup(const Args& args) {
-  std::string variant_dir, component, collective, format = "text", sp;
+  std::string variant_dir, component, collective, format = "text", sp, queries;
   DeploymentKey key;
   std::int64_t tokens = 0, activated = 0, assignments = 0;
   bool explain = false;
   po::options_description desc(
       "harness lookup ROOT/VARIANT --tp T --dp D --rank R (--component C | --collective NAME) "
-      "--tokens N [options]");
+      "--tokens N [options]\n"
+      "harness lookup ROOT/VARIANT --tp T --dp D --rank R --queries FILE [options]");
   desc.add_options()("bundle", po::value(&variant_dir),
                      "bundle variant directory (holds meta.yaml)")(
       "tp", po::value(&key.tp)->required(), "TP degree")("dp", po::value(&key.dp)->required(),
@@ -75,12 +207,14 @@ int lookup(const Args& args) {
       "component", po::value(&component), "gate_routing | experts | finalize_copy | wrapper")(
       "collective", po::value(&collective),
       "a collective of the deployment's table (allgather_hidden, ep_dispatch, tp_allreduce, ...)")(
-      "tokens", po::value(&tokens)->required(),
+      "tokens", po::value(&tokens),
       "rows (local rows, expert rows N for experts, per-DP-rank tokens for collectives)")(
       "activated", po::value(&activated), "activated local experts A (experts)")(
       "assignments", po::value(&assignments), "local token-expert assignments M (experts)")(
       "explain", po::bool_switch(&explain), "list the measured vertices and weights used")(
-      "format", po::value(&format), "text | json");
+      "queries", po::value(&queries),
+      "answer every line of FILE (- for stdin): 'COMPONENT N', 'experts N A M' or "
+      "'COLLECTIVE N', one answer per line")("format", po::value(&format), "text | json");
   po::positional_options_description pos;
   pos.add("bundle", 1);
   const auto vm = parse(args, desc, pos);
@@ -91,8 +225,19 @@ int lookup(const Args& args) {
     key.sp = sp == "1";
   }
   if (format != "text" && format != "json") throw LookupError("--format must be text or json");
+  if (!queries.empty()) {
+    if (!component.empty() || !collective.empty() || vm->count("tokens") ||
+        vm->count("activated") || vm->count("assignments"))
+      throw LookupError(
+          "--queries takes the queries from its file: drop --component, --collective, --tokens, "
+          "--activated and --assignments");
+    if (explain && format != "json")
+      throw LookupError("--explain with --queries needs --format json (one object per line)");
+    return lookup_batch(variant_dir, key, queries, format, explain);
+  }
   if (component.empty() == collective.empty())
-    throw LookupError("name exactly one of --component and --collective");
+    throw LookupError("name exactly one of --component and --collective (or --queries FILE)");
+  if (!vm->count("tokens")) throw LookupError("--tokens N is required");
   if (!collective.empty()) return lookup_collective(variant_dir, key, collective, tokens, format);
   const auto c = parse_component(component);
   if (!c) throw LookupError("unknown component '" + component + "' (" + component_names() + ")");
@@ -103,21 +248,7 @@ int lookup(const Args& args) {
   warn_if_not_device_data(d.contract());
   const auto r = d.query(*c, tokens, activated, assignments);
   if (format == "json") {
-    nlohmann::json v = nlohmann::json::array();
-    for (const auto& x : r.vertices)
-      v.push_back({{"tokens", x.point.tokens},
-                   {"activated_experts", x.point.activated},
-                   {"local_assignments", x.point.assignments},
-                   {"time_us", x.time_us},
-                   {"weight", x.weight}});
-    nlohmann::json out = {
-        {"component", component}, {"tokens", tokens}, {"time_us", r.time_us}, {"exact", r.exact}};
-    if (*c == Component::experts)
-      out["activated_experts"] = activated, out["local_assignments"] = assignments;
-    if (explain) out["vertices"] = v;
-    const auto held_out = d.held_out_errors(*c, tokens, activated, assignments);
-    out["held_out"] = held_out ? held_out->to_json() : nlohmann::json(nullptr);
-    std::cout << out.dump(1) << "\n";
+    std::cout << component_json(d, *c, tokens, activated, assignments, r, explain).dump(1) << "\n";
     return 0;
   }
   std::cout << std::setprecision(10) << r.time_us << "\n";

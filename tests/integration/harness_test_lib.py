@@ -26,6 +26,16 @@ def run(cmd, check=True, **kw):
     return p
 
 
+def lookup_many(variant, tp, dp, queries):
+    """`harness lookup --queries` answers for [(component, N) or ("experts", N, A, M), ...], in
+    order, as floats; a refused query fails the test."""
+    lines = "".join(" ".join(str(x) for x in q) + "\n" for q in queries)
+    p = run([HARNESS, "lookup", variant, "--tp", str(tp), "--dp", str(dp), "--queries", "-"], input=lines)
+    answers = [float(x) for x in p.stdout.split()]
+    assert len(answers) == len(queries), (len(answers), len(queries), p.stdout)
+    return answers
+
+
 def file_sha(path):
     return hashlib.sha256(open(path, "rb").read()).hexdigest()
 

@@ -111,10 +111,24 @@ with tempfile.TemporaryDirectory() as tmp:
         want = {"gate_routing", "experts", "wrapper"} | ({"finalize_copy"} if t["dp"] > 1 else set())
         assert comps == want, comps
 
-    # Lookup at every measured row returns exactly the CSV value.
+    # Lookup at every measured row returns exactly the CSV value: all rows in one --queries file
+    # (one answer per line, in order), and a few rows one query per call as well.
     e = next(e for e in entries if e["target"]["dp"] == 2 and e["target"]["rank"] == 0)
     rows = list(csv.DictReader(open(os.path.join(variant, "tp1", e["path"]))))
-    for r in rows:
+    queries = os.path.join(tmp, "rows.txt")
+    with open(queries, "w") as f:
+        for r in rows:
+            f.write(f"{r['component']} {r['tokens']}" +
+                    (f" {r['activated_experts']} {r['local_assignments']}" if r["component"] == "experts" else "") +
+                    "\n")
+    answers = lookup(variant, "--tp", "1", "--dp", "2", "--rank", "0", "--queries", queries,
+                     "--format", "json").stdout.splitlines()
+    assert len(answers) == len(rows), (len(answers), len(rows))
+    for r, line in zip(rows, answers):
+        got = json.loads(line)
+        assert got["component"] == r["component"] and got["tokens"] == int(r["tokens"]), (r, got)
+        assert got["exact"] and abs(got["time_us"] - float(r["time_us"])) == 0, (r, got)
+    for r in rows[:: max(1, len(rows) // 6)]:
         out = lookup(variant, "--tp", "1", "--dp", "2", "--rank", "0", "--component", r["component"],
                      "--tokens", r["tokens"], "--activated", r["activated_experts"],
                      "--assignments", r["local_assignments"], "--format", "json")
@@ -204,6 +218,46 @@ with tempfile.TemporaryDirectory() as tmp:
                   "--tokens", "4"], "not in this deployment's contract")
     expect_error([HARNESS, "lookup", variant, "--tp", "1", "--dp", "2", "--component", "shared",
                   "--tokens", "4"], "unknown component")
+
+    # --queries: a refused query is a line of its own (the same message as a single lookup), the
+    # others are answered in order, and the exit status is 3; collectives and components mix.
+    q = os.path.join(tmp, "mixed.txt")
+    with open(q, "w") as f:
+        f.write("# comment line\ngate_routing 4\nexperts 24 3 60   # infeasible\n\nep_dispatch 4\n"
+                "ep_dispatch 100000\nexperts 4 0 3\n")
+    p = run([HARNESS, "lookup", variant, "--tp", "1", "--dp", "2", "--queries", q], check=False)
+    lines = p.stdout.splitlines()
+    assert p.returncode == 3 and len(lines) == 5, (p.returncode, p.stdout, p.stderr)
+    assert "3 of 5 queries refused" in p.stderr, p.stderr
+    single = lambda *a: float(lookup(variant, "--tp", "1", "--dp", "2", *a).stdout)
+    assert float(lines[0]) == single("--component", "gate_routing", "--tokens", "4"), lines
+    assert float(lines[2]) == single("--collective", "ep_dispatch", "--tokens", "4"), lines
+    assert lines[1].startswith("error: ") and "M <= N*min(k, A) = 48" in lines[1], lines
+    assert lines[3].startswith("error: ") and "outside the measured range" in lines[3], lines
+    assert lines[4].startswith("error: ") and "A >= 1 (or A = M = 0)" in lines[4], lines
+    # The same from stdin as JSON lines.
+    p = run([HARNESS, "lookup", variant, "--tp", "1", "--dp", "2", "--queries", "-", "--format", "json",
+             "--explain"], check=False, input=open(q).read())
+    objs = [json.loads(x) for x in p.stdout.splitlines()]
+    assert p.returncode == 3 and [("error" in o) for o in objs] == [False, True, False, True, True], p.stdout
+    assert objs[0]["component"] == "gate_routing" and objs[0]["vertices"], objs[0]
+    assert objs[2]["collective"] == "ep_dispatch" and objs[2]["time_us"] == float(lines[2]), objs[2]
+    # A malformed file is refused whole (nothing answered), naming its line; so are bad options.
+    with open(q, "w") as f:
+        f.write("gate_routing 4\nexperts 4 2\n")
+    p = run([HARNESS, "lookup", variant, "--tp", "1", "--dp", "2", "--queries", q], check=False)
+    assert p.returncode == 1 and p.stdout == "" and f"{q}:2: expected 'experts N A M'" in p.stderr, p
+    with open(q, "w") as f:
+        f.write("gate_routing 4\ngate_rooting 4\n")
+    expect_error([HARNESS, "lookup", variant, "--tp", "1", "--dp", "1", "--queries", q],
+                 f"{q}:2: 'gate_rooting' is no component (gate_routing, experts, finalize_copy, wrapper), "
+                 "so it names a collective, but")
+    expect_error([HARNESS, "lookup", variant, "--tp", "1", "--dp", "2", "--queries", q, "--tokens", "3"],
+                 "--queries takes the queries from its file")
+    expect_error([HARNESS, "lookup", variant, "--tp", "1", "--dp", "2", "--queries", q, "--explain"],
+                 "--explain with --queries needs --format json")
+    expect_error([HARNESS, "lookup", variant, "--tp", "1", "--dp", "2", "--queries", os.path.join(tmp, "none.txt")],
+                 "cannot open the queries file")
 
     # Collective lookup: exact at a measured row, linear in bytes between rows, refused outside.
     coll_csv = os.path.join(variant, "tp1", "collectives", "dp2_ep2_rank0_sp0", "collectives.csv")

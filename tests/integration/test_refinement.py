@@ -21,20 +21,14 @@ import sys
 import h5py
 import yaml
 
-from harness_test_lib import (HARNESS, MPI_ENV, SOURCE_DIR, check_complete, mpirun_cmd, quantile,
-                              run, staircase_time_us)
+from harness_test_lib import (HARNESS, MPI_ENV, SOURCE_DIR, check_complete, lookup_many, mpirun_cmd,
+                              quantile, run, staircase_time_us)
 
 sys.path.insert(0, os.path.join(SOURCE_DIR, "python"))
 import harness_reader  # noqa: E402  (answers like the library: test_python_reader.py)
 
 JOB = os.path.join(SOURCE_DIR, "tests/data/staircase.yaml")
 E, K = 8, 2  # the tiny preset
-
-
-def lookup(bundle, n, a, m):
-    p = run([HARNESS, "lookup", bundle, "--tp", "1", "--dp", "1", "--component", "experts",
-             "--tokens", str(n), "--activated", str(a), "--assignments", str(m)])
-    return float(p.stdout.split()[0])
 
 
 def entry(bundle):
@@ -92,11 +86,9 @@ with tempfile.TemporaryDirectory() as tmp:
             want = quantile(errors, q)
             # held_out.csv rounds the times to 4 decimals.
             assert abs(got[f"{key}_abs_relative_error"] - want) <= 1e-4, (routing, key, got, want)
-    worst = 0.0
-    for n in range(1, 65):
-        a, m = round(E * (1 - (1 - K / E) ** n)), n * K
-        want = staircase_time_us("experts", n, a, m)
-        worst = max(worst, abs(lookup(bundle, n, a, m) - want) / want)
+    balanced = [("experts", n, round(E * (1 - (1 - K / E) ** n)), n * K) for n in range(1, 65)]
+    worst = max(abs(got - staircase_time_us(*q)) / staircase_time_us(*q)
+                for q, got in zip(balanced, lookup_many(bundle, 1, 1, balanced)))
     assert worst <= 0.02, f"balanced-routing lookup misses the staircase by {worst:.1%}"
     # Off balanced routing: every feasible (N, A) (M = N*k at EP1), where the steps M/A = b run
     # diagonally across the N rows; the mesh over rows per expert keeps them on its edges.
@@ -119,9 +111,7 @@ with tempfile.TemporaryDirectory() as tmp:
     below = max(n for n in gate_rows if n <= 44)
     above = min(n for n in gate_rows if n > 44)
     assert gate["refinement"]["kernel_changes"] == [[below, above]], (gate["refinement"], gate_rows)
-    for n in range(1, 65):
-        got = float(run([HARNESS, "lookup", bundle, "--tp", "1", "--dp", "1", "--component",
-                         "gate_routing", "--tokens", str(n)]).stdout.split()[0])
+    for n, got in zip(range(1, 65), lookup_many(bundle, 1, 1, [("gate_routing", n) for n in range(1, 65)])):
         want = staircase_time_us("gate_routing", n)
         assert abs(got - want) <= 0.0101 * want, (n, got, want)
     planned = entry(bundle)["contract"]["grids"]["experts"]["points"]
