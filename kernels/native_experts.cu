@@ -776,15 +776,22 @@ int feature_blocks(int weight_rows) {
   return (weight_rows + C::kRows - 1) / C::kRows;
 }
 
+// `kernel` on `grid` blocks of tile C's threads and dynamic shared memory.
+template <class C, class Kernel, class... Args>
+void launch_blocks(Kernel kernel, dim3 grid, cudaStream_t s, const Args&... args) {
+  allow_dynamic_smem(reinterpret_cast<const void*>(kernel), C::kSmemBytes);
+  kernel<<<grid, C::kThreads, C::kSmemBytes, s>>>(args...);
+  HARNESS_CHECK(cudaGetLastError());
+}
+
 // A grid of max_tiles x feature blocks of `kernel`, one block tile each.
 template <class C, class Kernel, class... Args>
 void launch_tiles(Kernel kernel, int weight_rows, int max_tiles, cudaStream_t s,
                   const Args&... args) {
-  allow_dynamic_smem(reinterpret_cast<const void*>(kernel), C::kSmemBytes);
-  const dim3 grid(static_cast<unsigned>(max_tiles),
-                  static_cast<unsigned>(feature_blocks<C>(weight_rows)));
-  kernel<<<grid, C::kThreads, C::kSmemBytes, s>>>(args...);
-  HARNESS_CHECK(cudaGetLastError());
+  launch_blocks<C>(
+      kernel,
+      dim3(static_cast<unsigned>(max_tiles), static_cast<unsigned>(feature_blocks<C>(weight_rows))),
+      s, args...);
 }
 
 template <class C, bool kGated, bool kWgmma>
@@ -808,11 +815,8 @@ void launch_both(const GemmArgs& up, const GemmArgs& down, int inter, int hidden
 template <class C>
 void launch_persistent(const GemmArgs& up, const GemmArgs& down, UnitQueue q, int max_tiles,
                        int sms, cudaStream_t s) {
-  auto* kernel = expert_gemms_persistent<C>;
-  allow_dynamic_smem(reinterpret_cast<const void*>(kernel), C::kSmemBytes);
   const int blocks = std::max(1, std::min(sms, max_tiles * (q.up_blocks + q.down_blocks)));
-  kernel<<<static_cast<unsigned>(blocks), C::kThreads, C::kSmemBytes, s>>>(up, down, q);
-  HARNESS_CHECK(cudaGetLastError());
+  launch_blocks<C>(expert_gemms_persistent<C>, dim3(static_cast<unsigned>(blocks)), s, up, down, q);
 }
 #endif
 
