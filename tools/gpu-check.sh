@@ -7,6 +7,8 @@
 #              racecheck on the small forwards
 #              (skipped if not installed)
 #   bench      harness bench experts -> OUT_DIR/bench-experts.csv (+ .txt)
+#   sweep      harness bench experts --sweep twice (+ $SWEEP_ARGS) -> OUT_DIR/sweep{1,2}.csv and
+#              their plot OUT_DIR/sweep.svg (tools/sweep-plot.py)
 #   acquire    harness acquire jobs/qwen3-30b-a3b.yaml --tp 1 --dp 1 --backend native
 #              (+ $ACQUIRE_ARGS, e.g. "--rounds 1 --accept-failures")
 #   fidelity   the acquire step's bundle against points it was not built from: 23 balanced N
@@ -75,6 +77,19 @@ run_bench() {
   "$build/harness/harness" bench experts --csv "$out/bench-experts.csv" ${BENCH_ARGS:-} | tee "$out/bench-experts.txt"
 }
 
+run_sweep() {
+  # Two sweeps in one call (the bounds must hold in both), then their plot; each exits 3
+  # when a check fails, and the step reports that after both ran.
+  local rc=0 run
+  for run in 1 2; do
+    # shellcheck disable=SC2086  # SWEEP_ARGS: extra options, e.g. "--models deepseek-v3"
+    "$build/harness/harness" bench experts --sweep --csv "$out/sweep$run.csv" ${SWEEP_ARGS:-} || rc=1
+  done
+  python3 "$here/sweep-plot.py" "$out/sweep1.csv" "$out/sweep2.csv" --out "$out/sweep.svg" \
+    --title "harness bench experts --sweep, $(date -u +%F), two runs" || rc=1
+  return $rc
+}
+
 run_acquire() {
   # shellcheck disable=SC2086  # ACQUIRE_ARGS: extra options
   mpirun --allow-run-as-root -np 1 -x LD_LIBRARY_PATH "$build/harness/harness" acquire \
@@ -101,6 +116,7 @@ for s in "${steps[@]}"; do
     tests) step tests run_tests ;;
     sanitizer) step sanitizer run_sanitizer ;;
     bench) step bench run_bench ;;
+    sweep) step sweep run_sweep ;;
     acquire) step acquire run_acquire ;;
     fidelity) step fidelity run_fidelity ;;
     *) echo "unknown step '$s'" >&2; exit 2 ;;
