@@ -1,17 +1,20 @@
 // harness validate: re-measures a fresh random held-out set of a published bundle on this machine
 // and compares the bundle's answers with it (docs/measurement.md#validating-a-published-bundle).
 //
-// Rerun: harness validate ROOT/VARIANT [--tp 1 --dp 1] [--points 24] [--seed S]
-//        [--routing random|balanced]
+// Rerun: harness validate ROOT/VARIANT [--tp 1 --dp 1] [--points 24] [--table-rows 6]
+//        [--seed S] [--routing random|balanced]
 // Per entry and component: draws --points random feasible points (or, with --routing balanced,
 // balanced-routing points) inside the table's token range (off its rows) from a seed other than the
 // acquisition's, measures them under the entry's own protocol (backend, rounds, iterations, weight
 // banks; experts report the 2B arm), predicts them with the lookup library, and prints count,
-// median / p95 / max |error| and every point.
+// median / p95 / max |error| and every point. Beside them it re-measures --table-rows of the
+// table's own rows: their error has no interpolation in it, only this device and day's offset.
+#include <algorithm>
 #include <chrono>
 #include <cmath>
 #include <iomanip>
 #include <iostream>
+#include <map>
 #include <set>
 
 #include "bundle/bundle_meta.h"
@@ -118,12 +121,58 @@ json statistics_json(Validated& v, double tolerance) {
   return out;
 }
 
+// `count` of the table's rows (distinct points), spread over its log token range: the row whose
+// log N is nearest to the middle of each of `count` equal slices, the seed choosing among the
+// rows of that N. Re-measured, they carry no interpolation error: what they miss by is this
+// device and day against the table's (and the run-to-run spread).
+std::vector<GridPoint> pick_table_rows(const std::vector<TableRow>& rows, int count,
+                                       std::uint64_t seed) {
+  std::map<std::int64_t, std::vector<GridPoint>> by_tokens;
+  for (const auto& r : rows) by_tokens[r.point.tokens].push_back(r.point);
+  std::set<GridPoint> picked;
+  if (by_tokens.empty() || count < 1) return {};
+  const double lo = std::log(static_cast<double>(by_tokens.begin()->first));
+  const double hi = std::log(static_cast<double>(by_tokens.rbegin()->first));
+  for (int i = 0; i < count && picked.size() < rows.size(); ++i) {
+    const double target = lo + (i + 0.5) / count * (hi - lo);
+    // The nearest token row whose points are not all picked yet.
+    const std::vector<GridPoint>* best = nullptr;
+    double best_distance = INFINITY;
+    for (const auto& [n, points] : by_tokens) {
+      const double d = std::abs(std::log(static_cast<double>(n)) - target);
+      const bool left = std::any_of(points.begin(), points.end(),
+                                    [&](const GridPoint& p) { return !picked.count(p); });
+      if (left && d < best_distance) best = &points, best_distance = d;
+    }
+    if (!best) break;
+    std::vector<GridPoint> left;
+    for (const auto& p : *best)
+      if (!picked.count(p)) left.push_back(p);
+    picked.insert(left[mix_seed({seed, static_cast<std::uint64_t>(i)}) % left.size()]);
+  }
+  return {picked.begin(), picked.end()};
+}
+
+// The re-measured table rows of one component: the signed median is the offset.
+json table_rows_json(const std::vector<json>& points, const std::vector<double>& signed_errors,
+                     int bank_failures) {
+  std::vector<double> errors;
+  for (const double e : signed_errors) errors.push_back(std::abs(e));
+  HeldOutStatistics s;
+  s.set_errors(errors);
+  json out = s.errors_json();
+  out["bank_failures"] = bank_failures;
+  out["points"] = points;
+  if (!signed_errors.empty()) out["median_relative_error"] = quantile(signed_errors, 0.5);
+  return out;
+}
+
 }  // namespace
 
 int validate(const Args& args) {
   std::string variant_dir, format = "text";
   std::string routing_name = "random";
-  int tp = 0, dp = 0, rank = -1, count = 24, device = 0;
+  int tp = 0, dp = 0, rank = -1, count = 24, table_rows = 6, device = 0;
   std::uint64_t seed = 0;
   po::options_description desc("harness validate ROOT/VARIANT [options]");
   desc.add_options()("bundle", po::value(&variant_dir), "bundle variant directory")(
@@ -132,6 +181,9 @@ int validate(const Args& args) {
                                                               "only entries of this rank")(
       "points", po::value(&count)->default_value(24),
       "random held-out points per component (1-1000)")(
+      "table-rows", po::value(&table_rows)->default_value(6),
+      "also re-measure this many of the table's own rows per component (0-1000): their error is "
+      "the device and day offset, without interpolation")(
       "seed", po::value(&seed), "seed of the draw (default: from the clock, printed)")(
       "routing", po::value(&routing_name),
       "experts points: random (feasible A and M) | balanced (the balanced-routing point of each "
@@ -145,6 +197,8 @@ int validate(const Args& args) {
   if (variant_dir.empty()) throw ValidateError("name the bundle variant directory (ROOT/VARIANT)");
   if (count < 1 || count > kMaxPoints)
     throw ValidateError("--points must be between 1 and " + std::to_string(kMaxPoints));
+  if (table_rows < 0 || table_rows > kMaxPoints)
+    throw ValidateError("--table-rows must be between 0 and " + std::to_string(kMaxPoints));
   if (format != "text" && format != "json") throw ValidateError("--format must be text or json");
   if (routing_name != "random" && routing_name != "balanced")
     throw ValidateError("--routing must be random or balanced, got '" + routing_name + "'");
@@ -199,12 +253,12 @@ int validate(const Args& args) {
     for (const auto c : deployment.components()) {
       std::set<GridPoint> grid;
       for (const auto& r : deployment.rows(c)) grid.insert(r.point);
-      const auto points = random_feasible_points(
-          geometry_from_json(e->contract.at("geometry")), e->target, c, grid, count,
-          mix_seed({seed, static_cast<std::uint64_t>(e->target.tp),
-                    static_cast<std::uint64_t>(e->target.dp),
-                    static_cast<std::uint64_t>(e->target.rank), static_cast<std::uint64_t>(c)}),
-          routing);
+      const auto component_seed = mix_seed(
+          {seed, static_cast<std::uint64_t>(e->target.tp), static_cast<std::uint64_t>(e->target.dp),
+           static_cast<std::uint64_t>(e->target.rank), static_cast<std::uint64_t>(c)});
+      const auto points =
+          random_feasible_points(geometry_from_json(e->contract.at("geometry")), e->target, c, grid,
+                                 count, component_seed, routing);
       if (points.empty()) {  // a table of one token row has no interior: said, not dropped
         entry["components"].push_back(
             {{"component", to_string(c)},
@@ -213,10 +267,31 @@ int validate(const Args& args) {
              {"skipped", "no feasible point between the table's token rows"}});
         continue;
       }
+      const auto rows = pick_table_rows(deployment.rows(c), table_rows, component_seed);
+      auto measured_points = points;
+      measured_points.insert(measured_points.end(), rows.begin(), rows.end());
+      const std::set<GridPoint> row_set(rows.begin(), rows.end());
       Validated v{c, {}, {}, {}, {}};
-      for (const auto& p : measure(*backend, *timer, e->contract, e->target, c, points, seed)) {
+      std::vector<json> row_points;
+      std::vector<double> row_errors;
+      int row_bank_failures = 0;
+      for (const auto& p :
+           measure(*backend, *timer, e->contract, e->target, c, measured_points, seed)) {
         json j = {{"point", {p.point.tokens, p.point.activated, p.point.assignments}},
                   {"measured_us", *p.time_us}};
+        if (row_set.count(p.point)) {  // a table row: answered exactly, no interpolation
+          if (!p.bank_check_passed) {
+            ++row_bank_failures;
+            j["bank_check"] = "failed";
+          } else {
+            const double table_us =
+                deployment.query(c, p.point.tokens, p.point.activated, p.point.assignments).time_us;
+            j["table_us"] = table_us;
+            row_errors.push_back((table_us - *p.time_us) / *p.time_us);
+          }
+          row_points.push_back(j);
+          continue;
+        }
         if (!p.bank_check_passed) {
           ++v.statistics.bank_failures;
           j["bank_check"] = "failed";
@@ -237,6 +312,7 @@ int validate(const Args& args) {
         v.points.push_back(j);
       }
       auto stats = statistics_json(v, tolerance);
+      stats["table_rows"] = table_rows_json(row_points, row_errors, row_bank_failures);
       if (stats.contains("p95_abs_relative_error") &&
           stats["p95_abs_relative_error"].get<double>() > tolerance)
         within = false;
@@ -278,6 +354,13 @@ int validate(const Args& args) {
                     << 100 * c["offset_removed"]["max_abs_relative_error"].get<double>() << "%)";
         std::cout << "; " << c["unpredicted"] << " outside support, " << c["bank_failures"]
                   << " failing B/2B\n";
+        if (const auto& rows = c["table_rows"]; rows["count"].get<int>() > 0)
+          std::cout << std::fixed << std::setprecision(2) << "      " << rows["count"]
+                    << " table rows re-measured: bundle - measured median " << std::showpos
+                    << 100 * rows["median_relative_error"].get<double>() << std::noshowpos
+                    << "% (|error| median " << 100 * rows["median_abs_relative_error"].get<double>()
+                    << "%, max " << 100 * rows["max_abs_relative_error"].get<double>()
+                    << "%): this device and day against the table's, without interpolation\n";
         for (const auto& p : c["points"]) {
           std::cout << "      " << p["point"].dump() << ": measured " << std::setprecision(3)
                     << p["measured_us"].get<double>() << " us";
@@ -285,6 +368,14 @@ int validate(const Args& args) {
             std::cout << ", bundle " << p["predicted_us"].get<double>() << " us, error "
                       << 100 * p["relative_error"].get<double>() << "%";
           if (p.contains("unpredicted")) std::cout << ", " << p["unpredicted"].get<std::string>();
+          if (p.contains("bank_check")) std::cout << ", failed B/2B";
+          std::cout << "\n";
+        }
+        for (const auto& p : c["table_rows"]["points"]) {
+          std::cout << "      row " << p["point"].dump() << ": measured " << std::setprecision(3)
+                    << p["measured_us"].get<double>() << " us";
+          if (p.contains("table_us"))
+            std::cout << ", table " << p["table_us"].get<double>() << " us";
           if (p.contains("bank_check")) std::cout << ", failed B/2B";
           std::cout << "\n";
         }

@@ -2,6 +2,7 @@
 model's values (restated here), its predictions must be what `harness lookup` answers, its
 statistics must follow from its points, the same seed must draw the same points, and its exit
 status must follow the tolerance. Then every error path: one clear message, a non-zero exit."""
+import hashlib
 import json
 import os
 import shutil
@@ -68,6 +69,21 @@ with tempfile.TemporaryDirectory() as tmp:
         assert abs(c["p95_abs_relative_error"] - quantile(errors, 0.95)) < 1e-12
         within = within and c["p95_abs_relative_error"] <= c["tolerance"]
     assert report["within_tolerance"] == within and p.returncode == (0 if within else 3)
+    # Beside the held-out points, 6 (the default) of the table's own rows per component, spread
+    # over its token range: answered exactly by the table, so on the same (modeled) device they
+    # miss by nothing.
+    csv_time = {(r.split(",")[0], tuple(int(x) for x in r.split(",")[2:5])): float(r.split(",")[5])
+                for r in open(table).read().splitlines()[1:]}
+    for name, c in comps.items():
+        t = c["table_rows"]
+        assert t["count"] == len(t["points"]) == 6 and t["bank_failures"] == 0, (name, t)
+        tokens = sorted(pt["point"][0] for pt in t["points"])
+        assert tokens[0] < 8 and tokens[-1] > 24, (name, tokens)  # spread, not bunched
+        for pt in t["points"]:
+            key = (name, tuple(pt["point"]))
+            assert key in rows and pt["table_us"] == csv_time[key], (name, pt)
+            assert abs(pt["measured_us"] - staircase_time_us(name, *pt["point"])) <= 1e-9 * pt["measured_us"], pt
+        assert abs(t["median_relative_error"]) < 1e-4 and t["max_abs_relative_error"] < 1e-4, (name, t)  # 4-decimal CSV
     # Straight-line components are exact between rows (the gate within its 1% kernel step); the
     # experts staircase off balanced routing is where a sample can miss.
     assert comps["wrapper"]["max_abs_relative_error"] < 1e-9
@@ -111,8 +127,37 @@ with tempfile.TemporaryDirectory() as tmp:
     p = run([HARNESS, "validate", os.path.join(root, "one_row"), "--seed", "1"])
     assert "(skipped: no feasible point between the table's token rows)" in p.stdout, p.stdout
 
+    # A table 5% slower than this device measures (every row scaled, its checksum renewed): the
+    # re-measured rows say +5% without interpolation in it, and so does the held-out offset.
+    slow = os.path.join(tmp, "slow")
+    shutil.copytree(bundle, slow)
+    slow_table = os.path.join(slow, "tp1/moe_components/dp1_ep1_rank0_sp0/components.csv")
+    head, *body = open(slow_table).read().splitlines()
+    scaled = "\n".join([head] + [",".join(f[:5] + [f"{1.05 * float(f[5]):.4f}"]) for f in (r.split(",") for r in body)]) + "\n"
+    open(slow_table, "w").write(scaled)
+    meta_path = os.path.join(slow, "meta.yaml")
+    doc = yaml.safe_load(open(meta_path))
+    doc["per_tp"][1]["moe_components"]["entries"][0]["coverage"]["table_sha256"] = \
+        hashlib.sha256(scaled.encode()).hexdigest()
+    yaml.safe_dump(doc, open(meta_path, "w"))
+    p = run([HARNESS, "validate", slow, "--points", "4", "--table-rows", "3", "--seed", "3", "--format", "json"],
+            check=False)
+    for c in json.loads(p.stdout)["entries"][0]["components"]:
+        t = c["table_rows"]
+        assert t["count"] == 3 and abs(t["median_relative_error"] - 0.05) < 2e-4, (c["component"], t)
+        if c["component"] != "experts":  # straight lines: the held-out points carry the same +5%
+            assert abs(c["median_relative_error"] - 0.05) < 2e-4, c
+    text = run([HARNESS, "validate", slow, "--points", "2", "--table-rows", "3", "--seed", "3"], check=False).stdout
+    assert "3 table rows re-measured: bundle - measured median +5.00%" in text, text
+    assert "this device and day against the table's, without interpolation" in text, text
+    none = json.loads(run([HARNESS, "validate", bundle, "--points", "2", "--table-rows", "0", "--seed", "3",
+                           "--format", "json"], check=False).stdout)
+    assert all(c["table_rows"]["count"] == 0 and c["table_rows"]["points"] == []
+               for c in none["entries"][0]["components"]), none
+
     # Error paths.
     expect_error([os.path.join(tmp, "nowhere")], "no meta.yaml")
+    expect_error([bundle, "--table-rows", "-1"], "--table-rows must be between 0 and 1000")
     expect_error([bundle, "--points", "0"], "--points must be between 1 and 1000")
     expect_error([bundle, "--tp", "4"], "no component table matches --tp/--dp/--rank")
     expect_error([bundle, "--format", "xml"], "--format must be text or json")
