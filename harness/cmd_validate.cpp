@@ -354,13 +354,19 @@ int validate(const Args& args) {
                     << 100 * c["offset_removed"]["max_abs_relative_error"].get<double>() << "%)";
         std::cout << "; " << c["unpredicted"] << " outside support, " << c["bank_failures"]
                   << " failing B/2B\n";
-        if (const auto& rows = c["table_rows"]; rows["count"].get<int>() > 0)
-          std::cout << std::fixed << std::setprecision(2) << "      " << rows["count"]
-                    << " table rows re-measured: bundle - measured median " << std::showpos
-                    << 100 * rows["median_relative_error"].get<double>() << std::noshowpos
-                    << "% (|error| median " << 100 * rows["median_abs_relative_error"].get<double>()
-                    << "%, max " << 100 * rows["max_abs_relative_error"].get<double>()
-                    << "%): this device and day against the table's, without interpolation\n";
+        if (const auto& rows = c["table_rows"]; !rows["points"].empty()) {
+          std::cout << "      " << rows["points"].size() << " table rows re-measured";
+          if (rows["count"].get<int>() > 0)
+            std::cout << std::fixed << std::setprecision(2) << ": bundle - measured median "
+                      << std::showpos << 100 * rows["median_relative_error"].get<double>()
+                      << std::noshowpos << "% (|error| median "
+                      << 100 * rows["median_abs_relative_error"].get<double>() << "%, max "
+                      << 100 * rows["max_abs_relative_error"].get<double>()
+                      << "%): this device and day against the table's, without interpolation";
+          if (rows["bank_failures"].get<int>() > 0)
+            std::cout << "; " << rows["bank_failures"] << " failing B/2B (left out)";
+          std::cout << "\n";
+        }
         for (const auto& p : c["points"]) {
           std::cout << "      " << p["point"].dump() << ": measured " << std::setprecision(3)
                     << p["measured_us"].get<double>() << " us";
