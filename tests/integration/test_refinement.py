@@ -21,8 +21,8 @@ import sys
 import h5py
 import yaml
 
-from harness_test_lib import (HARNESS, MPI_ENV, SOURCE_DIR, check_complete, lookup_many, mpirun_cmd,
-                              quantile, run, staircase_time_us)
+from harness_test_lib import (MPI_ENV, SOURCE_DIR, check_complete, lookup_many, mpirun_cmd, quantile, run,
+                              staircase_time_us)
 
 sys.path.insert(0, os.path.join(SOURCE_DIR, "python"))
 import harness_reader  # noqa: E402  (answers like the library: test_python_reader.py)
