@@ -137,7 +137,7 @@ def main():
         w = csv.DictWriter(f, fieldnames=list(out_rows[0]))
         w.writeheader()
         w.writerows(out_rows)
-    print(f"| collective | bytes | kernel µs | steady µs | nccl-tests µs | steady/ref | kernel/ref |")
+    print("| collective | bytes | kernel µs | steady µs | nccl-tests µs | steady/ref | kernel/ref |")
     print("|---|---:|---:|---:|---:|---:|---:|")
     for r in out_rows:
         print(f"| {r['collective']} | {r['bytes']} | {r['time_us']:.1f} | {r['steady_time_us']:.1f} | "

@@ -37,5 +37,5 @@ with tempfile.TemporaryDirectory() as tmp:
     p = run(mpirun_cmd(nranks, "acquire", "--unverified", job, "--out", out, "--out-root", root))
     assert f"cell rounds measured now 0, resumed {2 * len(cells)}" in p.stdout, p.stdout
     assert "settle: extended at 0 of 0 point-rounds measured now" in p.stdout, p.stdout
-    assert f"already published (unchanged)" in p.stdout and f", {3 + collectives} already" in p.stdout, p.stdout
+    assert "already published (unchanged)" in p.stdout and f", {3 + collectives} already" in p.stdout, p.stdout
 print(f"ok: {nranks} ranks")
