@@ -16,7 +16,8 @@ are marked `grid`, points outside its support are listed and left out. Prints ev
 component, the count, median / p95 / max |error| (quantiles interpolated between order
 statistics, as core/statistics.h) and the signed median, over all rows and over the N ranges that
 --split cuts, and over all rows once more with the signed median subtracted (an offset between
-devices shows as a signed median; what remains is interpolation). Exit status 3 when a component misses --bounds (median, p95, max of |error|), 1 on
+devices shows as a signed median; what remains is interpolation); where bench points are rows of
+the table, their signed median alone (exact lookups: an offset without interpolation). Exit status 3 when a component misses --bounds (median, p95, max of |error|), 1 on
 an error, else 0. `--draw-tokens K` only prints K distinct token counts drawn log-uniformly from
 [2, --max-tokens] with --seed (Python's random), comma-separated, for the bench's --tokens.
 """
@@ -164,6 +165,11 @@ def main():
             print(f"{component} {name}: {s['count']} points, |error| median {100 * s['median']:.2f}%, "
                   f"p95 {100 * s['p95']:.2f}%, max {100 * s['max']:.2f}%, signed median "
                   f"{100 * s['signed_median']:+.2f}%")
+            grid = [r["error"] for r in selected if r["grid"]]
+            if name == "all" and grid:
+                # The table answers its own rows exactly: what they miss by is no interpolation.
+                print(f"{component} at the table's own rows: {len(grid)} points, signed median "
+                      f"{100 * statistics(grid)['signed_median']:+.2f}% (this device and day against the table's)")
             if name == "all" and len(selected) > 1:
                 # An offset shared by every point (another device of the kind, another day) spends
                 # the bounds by itself; what is left once it is removed is the table's.

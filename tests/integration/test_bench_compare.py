@@ -74,6 +74,22 @@ with tempfile.TemporaryDirectory() as tmp:
     assert len(written) == 6, written
     for r, f in zip(written, factors):
         assert abs(float(r["error"]) - (f - 1)) < 1e-4, (r, f)
+    # gate_routing N=6 is a row of the table (an exact lookup) unless its B/2B control failed on a
+    # loaded host and left it out: its own line says so.
+    table_csv = os.path.join(bundle, "tp1/moe_components/dp1_ep1_rank0_sp0/components.csv")
+    gate_row = any(r["component"] == "gate_routing" and r["tokens"] == "6" for r in csv.DictReader(open(table_csv)))
+    assert ("gate_routing at the table's own rows: 1 points, signed median +0.30%" in p.stdout) == gate_row, p.stdout
+    # Bench points at two of the table's own rows, 2% and 4% faster than the table: their line says
+    # +3.00% (the median), the lookups there being exact.
+    table_rows = [r for r in csv.DictReader(open(table_csv)) if r["component"] == "experts"
+        and r["activated_experts"] != "0" and (int(r["tokens"]), int(r["activated_experts"]),
+                                               int(r["local_assignments"])) not in points][:2]
+    grid_rows = [("experts", "cpu_reference", int(r["tokens"]), int(r["activated_experts"]),
+                  int(r["local_assignments"]), float(r["time_us"]) / f) for r, f in zip(table_rows, (1.02, 1.04))]
+    write_bench(bench, rows[:3] + grid_rows)
+    p = compare(*args)
+    assert "experts at the table's own rows: 2 points, signed median +3.00%" in p.stdout, p.stdout
+    assert sum(line.endswith("| grid |") for line in p.stdout.splitlines()) == 2, p.stdout
     # Within the bounds once the 5% point is gone (and wider bounds accept it).
     write_bench(bench, rows[:3] + rows[4:6])
     p = compare(*args)
