@@ -167,6 +167,11 @@ json table_rows_json(const std::vector<json>& points, const std::vector<double>&
   return out;
 }
 
+// A signed fraction as a percentage to 2 decimals, with no "-0.00" for a tiny negative value.
+double signed_percent(const json& fraction) {
+  return std::round(fraction.get<double>() * 1e4) / 100 + 0.0;
+}
+
 }  // namespace
 
 int validate(const Args& args) {
@@ -345,8 +350,8 @@ int validate(const Args& args) {
                     << 100 * c["p95_abs_relative_error"].get<double>() << "%, max "
                     << 100 * c["max_abs_relative_error"].get<double>() << "% (tolerance "
                     << 100 * c["tolerance"].get<double>() << "%), bundle - measured median "
-                    << std::showpos << 100 * c["median_relative_error"].get<double>()
-                    << std::noshowpos << "% (with it removed: median "
+                    << std::showpos << signed_percent(c["median_relative_error"]) << std::noshowpos
+                    << "% (with it removed: median "
                     << 100 * c["offset_removed"]["median_abs_relative_error"].get<double>()
                     << "%, p95 "
                     << 100 * c["offset_removed"]["p95_abs_relative_error"].get<double>()
@@ -358,7 +363,7 @@ int validate(const Args& args) {
           std::cout << "      " << rows["points"].size() << " table rows re-measured";
           if (rows["count"].get<int>() > 0)
             std::cout << std::fixed << std::setprecision(2) << ": bundle - measured median "
-                      << std::showpos << 100 * rows["median_relative_error"].get<double>()
+                      << std::showpos << signed_percent(rows["median_relative_error"])
                       << std::noshowpos << "% (|error| median "
                       << 100 * rows["median_abs_relative_error"].get<double>() << "%, max "
                       << 100 * rows["max_abs_relative_error"].get<double>()
