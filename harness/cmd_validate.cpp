@@ -97,6 +97,15 @@ struct Validated {
   HeldOutStatistics statistics;       // unpredicted and bank_failures counted while measuring
 };
 
+// Statistics of |e - offset| over signed relative errors e, with the bundle's key names.
+json abs_error_statistics(const std::vector<double>& signed_errors, double offset) {
+  std::vector<double> errors;
+  for (const double e : signed_errors) errors.push_back(std::abs(e - offset));
+  HeldOutStatistics s;
+  s.set_errors(errors);
+  return s.errors_json();
+}
+
 json statistics_json(Validated& v, double tolerance) {
   v.statistics.set_errors(v.errors);
   const auto& s = v.statistics;
@@ -112,11 +121,7 @@ json statistics_json(Validated& v, double tolerance) {
     // interpolation error: the median of the signed errors, and what is left once it is removed.
     const double offset = quantile(v.signed_errors, 0.5);
     out["median_relative_error"] = offset;
-    std::vector<double> centred;
-    for (const double e : v.signed_errors) centred.push_back(std::abs(e - offset));
-    HeldOutStatistics rest;
-    rest.set_errors(centred);
-    out["offset_removed"] = rest.errors_json();
+    out["offset_removed"] = abs_error_statistics(v.signed_errors, offset);
   }
   return out;
 }
@@ -156,11 +161,7 @@ std::vector<GridPoint> pick_table_rows(const std::vector<TableRow>& rows, int co
 // The re-measured table rows of one component: the signed median is the offset.
 json table_rows_json(const std::vector<json>& points, const std::vector<double>& signed_errors,
                      int bank_failures) {
-  std::vector<double> errors;
-  for (const double e : signed_errors) errors.push_back(std::abs(e));
-  HeldOutStatistics s;
-  s.set_errors(errors);
-  json out = s.errors_json();
+  json out = abs_error_statistics(signed_errors, 0);
   out["bank_failures"] = bank_failures;
   out["points"] = points;
   if (!signed_errors.empty()) out["median_relative_error"] = quantile(signed_errors, 0.5);
@@ -372,24 +373,21 @@ int validate(const Args& args) {
             std::cout << "; " << rows["bank_failures"] << " failing B/2B (left out)";
           std::cout << "\n";
         }
-        for (const auto& p : c["points"]) {
-          std::cout << "      " << p["point"].dump() << ": measured " << std::setprecision(3)
-                    << p["measured_us"].get<double>() << " us";
+        // A held-out point (bundle prediction) or, with "row ", a re-measured table row.
+        const auto print_point = [](const json& p, const char* prefix) {
+          std::cout << "      " << prefix << p["point"].dump() << ": measured "
+                    << std::setprecision(3) << p["measured_us"].get<double>() << " us";
           if (p.contains("predicted_us"))
             std::cout << ", bundle " << p["predicted_us"].get<double>() << " us, error "
                       << 100 * p["relative_error"].get<double>() << "%";
+          if (p.contains("table_us"))
+            std::cout << ", table " << p["table_us"].get<double>() << " us";
           if (p.contains("unpredicted")) std::cout << ", " << p["unpredicted"].get<std::string>();
           if (p.contains("bank_check")) std::cout << ", failed B/2B";
           std::cout << "\n";
-        }
-        for (const auto& p : c["table_rows"]["points"]) {
-          std::cout << "      row " << p["point"].dump() << ": measured " << std::setprecision(3)
-                    << p["measured_us"].get<double>() << " us";
-          if (p.contains("table_us"))
-            std::cout << ", table " << p["table_us"].get<double>() << " us";
-          if (p.contains("bank_check")) std::cout << ", failed B/2B";
-          std::cout << "\n";
-        }
+        };
+        for (const auto& p : c["points"]) print_point(p, "");
+        for (const auto& p : c["table_rows"]["points"]) print_point(p, "row ");
         std::cout.unsetf(std::ios::fixed);
       }
     }
