@@ -286,6 +286,8 @@ with tempfile.TemporaryDirectory() as tmp:
                  "name exactly one of --component and --collective")
     expect_error([HARNESS, "lookup", variant, "--tp", "1", "--dp", "2", "--component", "experts", "--tokens", "6"],
                  "experts needs --activated A and --assignments M")
+    expect_error([HARNESS, "lookup", variant, "--tp", "1", "--dp", "2", "--component", "gate_routing"],
+                 "--tokens N is required")
 
     # The expected device: a table measured elsewhere is refused, naming both.
     query = ["--tp", "1", "--dp", "2", "--component", "gate_routing", "--tokens", "4"]
