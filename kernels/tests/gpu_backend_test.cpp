@@ -329,14 +329,14 @@ TEST(NativeBackend, SmallForwardsMatchTheReference) {
   expect_matches_reference("native", qwen, ep1, Component::experts, {8, 64, 64}, 2);
   expect_matches_reference("native", big, ep4, Component::experts, {5, 3, 4}, 2);   // most remote
   expect_matches_reference("native", qwen, ep2, Component::experts, {3, 0, 0}, 2);  // all remote
-  // Up to 16 lanes on the narrow tile the W13 blocks plan the routes themselves: 16 lanes with
-  // several per expert, most remote, all remote; from 17 lanes plan_routes does.
-  expect_matches_reference("native", qwen, ep1, Component::experts, {2, 5, 16}, 2);
+  // Up to 16 lanes on the narrow tile the W13 blocks plan the routes themselves: 16 lanes, two per
+  // expert (N = 2 allows no more), most remote, all remote; from 17 lanes plan_routes does.
+  expect_matches_reference("native", qwen, ep1, Component::experts, {2, 8, 16}, 2);
   expect_matches_reference("native", big, ep4, Component::experts, {2, 3, 4}, 2);
   expect_matches_reference("native", qwen, ep2, Component::experts, {1, 0, 0}, 2);
   auto backend = make_cuda_backend("native", 0);
   for (const auto& [p, planned_in_gemm] :
-       {std::pair{GridPoint{2, 5, 16}, true}, std::pair{GridPoint{3, 5, 24}, false}}) {
+       {std::pair{GridPoint{2, 8, 16}, true}, std::pair{GridPoint{3, 8, 24}, false}}) {
     const WorkloadSpec spec{qwen, ep1, Component::experts, p, 2, 1};
     const auto config = backend->make(spec, backend->make_weights(spec))->configuration();
     EXPECT_EQ(config.find("routes planned in the W13 blocks") != std::string::npos, planned_in_gemm)
