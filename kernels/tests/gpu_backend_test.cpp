@@ -344,6 +344,27 @@ TEST(NativeBackend, SmallForwardsMatchTheReference) {
   }
 }
 
+// The plan in the W13 blocks on the tiny model: 16 lanes on all 8 experts, a few lanes per
+// expert, a partial feature block (H = 72, I = 40). Small enough for compute-sanitizer racecheck
+// (tools/gpu-check.sh), which takes minutes on the real models.
+TEST(NativeBackend, SmallForwardsOnTinyModels) {
+  REQUIRE_GPU();
+  const auto tiny = *find_preset("tiny");
+  auto odd = tiny;
+  odd.hidden = 72;
+  odd.intermediate = 40;
+  const Target ep1{1, 1, 1, 0, false};
+  auto backend = make_cuda_backend("native", 0);
+  for (const auto& [g, p] :
+       {std::pair{tiny, GridPoint{8, 8, 16}}, std::pair{tiny, GridPoint{4, 3, 8}},
+        std::pair{odd, GridPoint{3, 2, 6}}}) {
+    const WorkloadSpec spec{g, ep1, Component::experts, p, 2, 1};
+    const auto config = backend->make(spec, backend->make_weights(spec))->configuration();
+    EXPECT_NE(config.find("routes planned in the W13 blocks"), std::string::npos) << config;
+    expect_matches_reference("native", g, ep1, Component::experts, p, 2);
+  }
+}
+
 TEST(NativeBackend, ForwardIsCapturableInACudaGraph) {
   REQUIRE_GPU();
   const auto g = *find_preset("qwen3-30b-a3b");
