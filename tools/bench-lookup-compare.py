@@ -71,15 +71,20 @@ def bench_rows(path, model, backend):
     return rows
 
 
-def lookup(a, row):
+def lookup_all(a, rows):
+    """One `harness lookup --queries -` call for every bench row: (answer, None) or (None, why) per
+    row, in order. A bundle that cannot answer at all (it refuses the whole batch) ends the run."""
+    lines = "".join(f"{r['component']} {r['tokens']}"
+                    + (f" {r['activated']} {r['assignments']}" if r["component"] == "experts" else "") + "\n"
+                    for r in rows)
     cmd = [a.harness, "lookup", a.bundle, "--tp", str(a.tp), "--dp", str(a.dp), "--rank", str(a.rank),
-           "--component", row["component"], "--tokens", row["tokens"], "--format", "json"]
-    if row["component"] == "experts":
-        cmd += ["--activated", row["activated"], "--assignments", row["assignments"]]
-    p = subprocess.run(cmd, capture_output=True, text=True)
-    if p.returncode != 0:
-        return None, p.stderr.strip().splitlines()[-1] if p.stderr.strip() else f"exit {p.returncode}"
-    return json.loads(p.stdout), None
+           "--queries", "-", "--format", "json"]
+    p = subprocess.run(cmd, input=lines, capture_output=True, text=True)
+    answers = [json.loads(line) for line in p.stdout.splitlines()]
+    if p.returncode not in (0, 3) or len(answers) != len(rows):
+        why = p.stderr.strip().splitlines()[-1] if p.stderr.strip() else f"exit {p.returncode}"
+        sys.exit(f"bench-lookup-compare: harness lookup failed: {why}")
+    return [(None, x["error"]) if "error" in x else (x, None) for x in answers]
 
 
 def statistics(errors):
@@ -121,8 +126,8 @@ def main():
         sys.exit("bench-lookup-compare: --bounds takes median,p95,max, e.g. 0.01,0.02,0.04")
 
     out_rows, outside = [], []
-    for row in bench_rows(a.bench, a.model, a.backend):
-        answer, why = lookup(a, row)
+    rows = bench_rows(a.bench, a.model, a.backend)
+    for row, (answer, why) in zip(rows, lookup_all(a, rows)):
         if answer is None:
             if "outside" not in why and "support" not in why:
                 sys.exit(f"bench-lookup-compare: harness lookup failed for {row['component']} "
