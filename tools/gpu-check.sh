@@ -54,23 +54,26 @@ run_tests() {
 }
 
 run_sanitizer() {
-  local cs
+  local cs rc=0
   cs=$(command -v compute-sanitizer || ls /usr/local/cuda*/bin/compute-sanitizer 2>/dev/null | head -1 || true)
   if [ -z "$cs" ]; then echo "compute-sanitizer not installed: skipped"; return 0; fi
-  "$cs" --tool memcheck --error-exitcode 9 "$build/kernels/kernels_gpu_tests" \
-    --gtest_filter='Backends/GpuBackend.InvalidRoutes*/1:NativeBackend.ForwardIsCapturable*:NativeBackend.SmallForwards*'
+  # One run of TOOL over the GPU tests FILTER selects; each says its exit status and time, and
+  # every run goes ahead when one fails (the step then fails).
+  sanitize() {
+    local t0=$SECONDS status=0
+    "$cs" --tool "$1" --error-exitcode 9 "$build/kernels/kernels_gpu_tests" --gtest_filter="$2" || status=$?
+    echo "-- $1 $2: exit $status ($((SECONDS - t0)) s)"
+    return "$status"
+  }
+  sanitize memcheck 'Backends/GpuBackend.InvalidRoutes*/1:NativeBackend.ForwardIsCapturable*:NativeBackend.SmallForwards*' || rc=1
   # The small forwards plan their routes in each W13 block's shared memory: its barriers too, on
   # the tiny models (racecheck of the real ones takes minutes).
-  "$cs" --tool racecheck --error-exitcode 9 "$build/kernels/kernels_gpu_tests" \
-    --gtest_filter='NativeBackend.SmallForwardsOnTinyModels'
-  "$cs" --tool memcheck --error-exitcode 9 "$build/kernels/kernels_gpu_tests" \
-    --gtest_filter='NativeBackend.EveryTile*:NativeBackend.MmaSync*'
-  "$cs" --tool memcheck --error-exitcode 9 "$build/kernels/kernels_gpu_tests" \
-    --gtest_filter='NativeBackend.PersistentSchedule*'
-  "$cs" --tool memcheck --error-exitcode 9 "$build/kernels/kernels_gpu_tests" \
-    --gtest_filter='Backends/GpuBackend.Gate*/1'
-  "$cs" --tool memcheck --error-exitcode 9 "$build/kernels/kernels_gpu_tests" \
-    --gtest_filter='GpuReference.*'
+  sanitize racecheck 'NativeBackend.SmallForwardsOnTinyModels' || rc=1
+  sanitize memcheck 'NativeBackend.EveryTile*:NativeBackend.MmaSync*' || rc=1
+  sanitize memcheck 'NativeBackend.PersistentSchedule*' || rc=1
+  sanitize memcheck 'Backends/GpuBackend.Gate*/1' || rc=1
+  sanitize memcheck 'GpuReference.*' || rc=1
+  return $rc
 }
 
 run_bench() {
@@ -102,7 +105,7 @@ run_fidelity() {
   if [ ! -f "$bundle/meta.yaml" ]; then echo "no bundle at $bundle: run the acquire step first"; return 1; fi
   tokens=$(python3 "$here/bench-lookup-compare.py" --draw-tokens 23 --seed "$seed" --max-tokens 8000)
   "$build/harness/harness" bench experts --models qwen3-30b-a3b --backends native \
-    --components experts --tokens "$tokens" --csv "$out/fidelity-bench.csv"
+    --components experts --tokens "$tokens" --csv "$out/fidelity-bench.csv" || rc=1
   python3 "$here/bench-lookup-compare.py" --bundle "$bundle" --bench "$out/fidelity-bench.csv" \
     --harness "$build/harness/harness" --split 2048 --out "$out/fidelity-compare.csv" || rc=1
   for routing in balanced random; do
