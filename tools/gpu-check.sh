@@ -9,6 +9,11 @@
 #   bench      harness bench experts -> OUT_DIR/bench-experts.csv (+ .txt)
 #   sweep      harness bench experts --sweep twice (+ $SWEEP_ARGS) -> OUT_DIR/sweep{1,2}.csv and
 #              their plot OUT_DIR/sweep.svg (tools/sweep-plot.py)
+#   ab         a same-call A/B: harness bench experts $AB_ARGS (e.g. "--backends native
+#              --components experts --tokens 1,2"), twice for each arm, alternating (A B A B);
+#              arm A is BUILD_DIR with the environment $AB_ENV_A (e.g.
+#              "HARNESS_NATIVE_SCHEDULE=launches"), arm B is $AB_BUILD (default BUILD_DIR) with
+#              $AB_ENV_B -> OUT_DIR/ab_{a,b}{1,2}.csv, compared by tools/bench-ab.py (B / A)
 #   acquire    harness acquire jobs/qwen3-30b-a3b.yaml --tp 1 --dp 1 --backend native
 #              (+ $ACQUIRE_ARGS, e.g. "--rounds 1 --accept-failures")
 #   fidelity   the acquire step's bundle against points it was not built from: 23 balanced N
@@ -94,6 +99,21 @@ run_sweep() {
   return $rc
 }
 
+run_ab() {
+  local rc=0 run arm bin arm_env
+  for run in 1 2; do
+    for arm in a b; do
+      if [ "$arm" = a ]; then bin=$build arm_env=${AB_ENV_A:-}; else bin=${AB_BUILD:-$build} arm_env=${AB_ENV_B:-}; fi
+      echo "-- arm $arm run $run: $arm_env $bin/harness/harness bench experts ${AB_ARGS:-}"
+      # shellcheck disable=SC2086  # the arm's VAR=value words and the bench options
+      env $arm_env "$bin/harness/harness" bench experts ${AB_ARGS:-} --csv "$out/ab_$arm$run.csv" || rc=1
+    done
+  done
+  python3 "$here/bench-ab.py" --a "$out/ab_a1.csv" "$out/ab_a2.csv" --b "$out/ab_b1.csv" \
+    "$out/ab_b2.csv" || rc=1
+  return "$rc"
+}
+
 run_acquire() {
   # shellcheck disable=SC2086  # ACQUIRE_ARGS: extra options
   mpirun --allow-run-as-root -np 1 -x LD_LIBRARY_PATH "$build/harness/harness" acquire \
@@ -121,6 +141,7 @@ for s in "${steps[@]}"; do
     sanitizer) step sanitizer run_sanitizer ;;
     bench) step bench run_bench ;;
     sweep) step sweep run_sweep ;;
+    ab) step ab run_ab ;;
     acquire) step acquire run_acquire ;;
     fidelity) step fidelity run_fidelity ;;
     *) echo "unknown step '$s'" >&2; exit 2 ;;
