@@ -12,7 +12,8 @@
 #   ab         a same-call A/B: harness bench experts $AB_ARGS (e.g. "--backends native
 #              --components experts --tokens 1,2"), twice for each arm, alternating (A B A B);
 #              arm A is BUILD_DIR with the environment $AB_ENV_A, arm B is $AB_BUILD (default
-#              BUILD_DIR) with $AB_ENV_B (e.g. "HARNESS_NATIVE_SCHEDULE=persistent") -> OUT_DIR/ab_{a,b}{1,2}.csv, compared by tools/bench-ab.py (B / A)
+#              BUILD_DIR) with $AB_ENV_B (e.g. "HARNESS_NATIVE_SCHEDULE=persistent")
+#              -> OUT_DIR/ab_{a,b}{1,2}.csv, compared by tools/bench-ab.py (B / A)
 #   acquire    harness acquire jobs/qwen3-30b-a3b.yaml --tp 1 --dp 1 --backend native
 #              (+ $ACQUIRE_ARGS, e.g. "--rounds 1 --accept-failures")
 #   fidelity   the acquire step's bundle against points it was not built from: 23 balanced N
@@ -77,7 +78,7 @@ run_sanitizer() {
   sanitize memcheck 'NativeBackend.PersistentSchedule*' || rc=1
   sanitize memcheck 'Backends/GpuBackend.Gate*/1' || rc=1
   sanitize memcheck 'GpuReference.*' || rc=1
-  return $rc
+  return "$rc"
 }
 
 run_bench() {
