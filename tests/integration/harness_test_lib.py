@@ -3,6 +3,7 @@
 import hashlib
 import json
 import os
+import stat
 import subprocess
 import sys
 
@@ -112,3 +113,17 @@ def quantile(sorted_values, q):
     lo = int(pos)
     hi = min(lo + 1, len(sorted_values) - 1)
     return sorted_values[lo] + (pos - lo) * (sorted_values[hi] - sorted_values[lo])
+
+
+def write_executable(path, text):
+    """Writes a stand-in program (a script with its #! line) at `path`, making its folder."""
+    os.makedirs(os.path.dirname(path), exist_ok=True)
+    with open(path, "w") as f:
+        f.write(text)
+    os.chmod(path, os.stat(path).st_mode | stat.S_IXUSR)
+
+
+def gpu_check(build, out, *steps, **env):
+    """tools/gpu-check.sh BUILD OUT STEPS... with `env` added to the environment."""
+    return subprocess.run(["bash", os.path.join(SOURCE_DIR, "tools/gpu-check.sh"), build, out, *steps],
+                          capture_output=True, text=True, env=dict(os.environ, **env))

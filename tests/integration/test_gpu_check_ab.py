@@ -4,13 +4,10 @@ sets. The step must run the arms alternating A B A B, give each arm its own envi
 build, compare them with tools/bench-ab.py (B / A), and fail when a bench fails while still
 running the others."""
 import os
-import stat
-import subprocess
 import tempfile
 
-from harness_test_lib import SOURCE_DIR
+from harness_test_lib import gpu_check, write_executable
 
-SCRIPT = os.path.join(SOURCE_DIR, "tools/gpu-check.sh")
 FAKE = """#!/usr/bin/env python3
 # Stand-in for `harness bench experts [options] --csv FILE`: two points at BASE_US x $SPEED;
 # records "<build> <speed> <options>" per call in $ORDER_FILE and exits 1 on call $FAIL_CALL.
@@ -31,17 +28,9 @@ sys.exit(1 if os.environ.get("FAIL_CALL") == str(calls) else 0)
 
 
 def make_build(root, name, base_us):
-    os.makedirs(os.path.join(root, name, "harness"))
-    fake = os.path.join(root, name, "harness", "harness")
-    with open(fake, "w") as f:
-        f.write(FAKE.replace("BUILD", name).replace("BASE_US", str(base_us)))
-    os.chmod(fake, os.stat(fake).st_mode | stat.S_IXUSR)
+    write_executable(os.path.join(root, name, "harness", "harness"),
+                     FAKE.replace("BUILD", name).replace("BASE_US", str(base_us)))
     return os.path.join(root, name)
-
-
-def gpu_check(build, out, **env):
-    return subprocess.run(["bash", SCRIPT, build, out, "ab"], capture_output=True, text=True,
-                          env=dict(os.environ, **env))
 
 
 with tempfile.TemporaryDirectory() as tmp:
@@ -52,7 +41,7 @@ with tempfile.TemporaryDirectory() as tmp:
     # gets its own environment and the bench options.
     order = os.path.join(tmp, "order-env")
     out = os.path.join(tmp, "env")
-    p = gpu_check(base, out, ORDER_FILE=order, AB_ENV_A="SPEED=1.0", AB_ENV_B="SPEED=0.9",
+    p = gpu_check(base, out, "ab", ORDER_FILE=order, AB_ENV_A="SPEED=1.0", AB_ENV_B="SPEED=0.9",
                   AB_ARGS="--tokens 1,2")
     assert p.returncode == 0 and "== ab ok" in p.stdout, (p.stdout, p.stderr)
     assert open(order).read().splitlines() == ["base 1.0 --tokens 1,2", "base 0.9 --tokens 1,2"] * 2
@@ -64,14 +53,14 @@ with tempfile.TemporaryDirectory() as tmp:
     # Two builds (AB_BUILD), no environment: B / A is their base times' ratio.
     order = os.path.join(tmp, "order-build")
     out = os.path.join(tmp, "build")
-    p = gpu_check(base, out, ORDER_FILE=order, AB_BUILD=other)
+    p = gpu_check(base, out, "ab", ORDER_FILE=order, AB_BUILD=other)
     assert p.returncode == 0, (p.stdout, p.stderr)
     assert [line.split()[0] for line in open(order).read().splitlines()] == ["base", "other"] * 2
     assert "N=1 A=8 M=8: B/A 1.250" in open(os.path.join(out, "ab.log")).read()
 
     # The third bench (A's second run) fails: the fourth still runs, and the step fails.
     order = os.path.join(tmp, "order-fail")
-    p = gpu_check(base, os.path.join(tmp, "fail"), ORDER_FILE=order, FAIL_CALL="3")
+    p = gpu_check(base, os.path.join(tmp, "fail"), "ab", ORDER_FILE=order, FAIL_CALL="3")
     assert p.returncode != 0 and "== ab FAILED" in p.stdout, (p.stdout, p.stderr)
     assert len(open(order).read().splitlines()) == 4
 print("ok")

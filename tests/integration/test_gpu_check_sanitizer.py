@@ -5,13 +5,10 @@ first as much as the last, must fail the step."""
 import glob
 import os
 import shutil
-import stat
-import subprocess
 import tempfile
 
-from harness_test_lib import SOURCE_DIR
+from harness_test_lib import gpu_check, write_executable
 
-SCRIPT = os.path.join(SOURCE_DIR, "tools/gpu-check.sh")
 FAKE = """#!/usr/bin/env python3
 import os, sys
 args = sys.argv[1:]
@@ -25,23 +22,18 @@ sys.exit(9 if os.environ.get("FAIL_FILTER") == flt else 0)
 """
 
 
-def gpu_check(out, path, **env):
-    return subprocess.run(["bash", SCRIPT, os.path.join(tmp, "build"), out, "sanitizer"],
-                          capture_output=True, text=True, env=dict(os.environ, PATH=path, **env))
+def sanitizer_step(out, path, **env):
+    return gpu_check(os.path.join(tmp, "build"), out, "sanitizer", PATH=path, **env)
 
 
 with tempfile.TemporaryDirectory() as tmp:
     bindir = os.path.join(tmp, "bin")
-    os.makedirs(bindir)
-    fake = os.path.join(bindir, "compute-sanitizer")
-    with open(fake, "w") as f:
-        f.write(FAKE)
-    os.chmod(fake, os.stat(fake).st_mode | stat.S_IXUSR)
+    write_executable(os.path.join(bindir, "compute-sanitizer"), FAKE)
     path = bindir + os.pathsep + os.environ["PATH"]
 
     # Every run passes: the step is ok, and the log says each run's status.
     runs_ok = os.path.join(tmp, "runs-ok")
-    p = gpu_check(os.path.join(tmp, "ok"), path, RUNS_FILE=runs_ok)
+    p = sanitizer_step(os.path.join(tmp, "ok"), path, RUNS_FILE=runs_ok)
     assert p.returncode == 0 and "== sanitizer ok" in p.stdout, (p.stdout, p.stderr)
     runs = open(runs_ok).read().splitlines()
     tools = [r.split()[0] for r in runs]
@@ -53,20 +45,20 @@ with tempfile.TemporaryDirectory() as tmp:
     # The first run fails (the last passes): the step fails, and every later run still happens.
     first = runs[0].split(" ", 1)[1]
     runs_fail = os.path.join(tmp, "runs-fail")
-    p = gpu_check(os.path.join(tmp, "fail"), path, RUNS_FILE=runs_fail, FAIL_FILTER=first)
+    p = sanitizer_step(os.path.join(tmp, "fail"), path, RUNS_FILE=runs_fail, FAIL_FILTER=first)
     assert p.returncode != 0 and "== sanitizer FAILED" in p.stdout, (p.stdout, p.stderr)
     assert open(runs_fail).read().splitlines() == runs
     assert f"-- {runs[0]}: exit 9 (" in open(os.path.join(tmp, "fail", "sanitizer.log")).read()
 
     # A failing middle run fails the step as well.
     middle = runs[len(runs) // 2].split(" ", 1)[1]
-    p = gpu_check(os.path.join(tmp, "middle"), path, RUNS_FILE=os.path.join(tmp, "runs-middle"),
+    p = sanitizer_step(os.path.join(tmp, "middle"), path, RUNS_FILE=os.path.join(tmp, "runs-middle"),
                   FAIL_FILTER=middle)
     assert p.returncode != 0 and "== sanitizer FAILED" in p.stdout, (p.stdout, p.stderr)
 
     # Without compute-sanitizer the step says so and passes (where none is installed here).
     if not shutil.which("compute-sanitizer") and not glob.glob("/usr/local/cuda*/bin/compute-sanitizer"):
-        p = gpu_check(os.path.join(tmp, "none"), os.environ["PATH"])
+        p = sanitizer_step(os.path.join(tmp, "none"), os.environ["PATH"])
         assert p.returncode == 0, (p.stdout, p.stderr)
         assert "compute-sanitizer not installed: skipped" in open(os.path.join(tmp, "none", "sanitizer.log")).read()
 print("ok")

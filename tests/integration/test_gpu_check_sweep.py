@@ -4,14 +4,11 @@ the step must run it twice, plot both runs (tools/sweep-plot.py), and report a f
 either run as a failed step while still writing the plot; an unknown step is refused."""
 import csv
 import os
-import stat
-import subprocess
 import tempfile
 import xml.etree.ElementTree as ET
 
-from harness_test_lib import SOURCE_DIR
+from harness_test_lib import gpu_check, write_executable
 
-SCRIPT = os.path.join(SOURCE_DIR, "tools/gpu-check.sh")
 FAKE = """#!/usr/bin/env python3
 # Stand-in for `harness bench experts --sweep --csv FILE`: three points; exits 3 (a failed sweep
 # check) on the run named in $FAIL_RUN, counting runs in $COUNT_FILE.
@@ -31,18 +28,10 @@ sys.exit(3 if os.environ.get("FAIL_RUN") == str(run) else 0)
 """
 
 
-def gpu_check(build, out, *steps, **env):
-    return subprocess.run(["bash", SCRIPT, build, out, *steps], capture_output=True, text=True,
-                          env=dict(os.environ, **env))
-
 
 with tempfile.TemporaryDirectory() as tmp:
     build = os.path.join(tmp, "build")
-    os.makedirs(os.path.join(build, "harness"))
-    fake = os.path.join(build, "harness", "harness")
-    with open(fake, "w") as f:
-        f.write(FAKE)
-    os.chmod(fake, os.stat(fake).st_mode | stat.S_IXUSR)
+    write_executable(os.path.join(build, "harness", "harness"), FAKE)
 
     # Both runs pass: two CSVs, one plot with both runs, the step is ok.
     out = os.path.join(tmp, "ok")
