@@ -67,6 +67,9 @@ void print_summary(const AcquireSummary& s, const StoredAcquisition& acq, std::o
      << "  device time consumed (campaign): " << s.device_seconds_consumed / 3600 << " GPU-hours\n"
      << "  collectives: " << s.collective_tables << " target tables measured now\n";
   for (const auto& skip : s.collectives_skipped) os << "  collectives skipped: " << skip << "\n";
+  os << "  crash snapshots: " << s.snapshots << " taken, " << std::setprecision(2) << s.snapshot_s
+     << " s copying on rank 0 (every rank waits)\n";
+  if (!s.restored.empty()) os << "  restored: " << s.restored << "\n";
   os << sanity_of(acq, cells).to_text();
 }
 

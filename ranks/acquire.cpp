@@ -232,6 +232,7 @@ class Acquisition {
     identity_ = identity;
     // Refinement stages an earlier run of this acquisition added (their points live only in the
     // file): read before the collective open, declared after the planned cells.
+    restore_torn_file();
     const auto earlier_stages = stage_cells_in_file();
     require_campaign_state();
     file_ = std::make_unique<AcquisitionFile>(comm_, path_, identity_);
@@ -337,6 +338,35 @@ class Acquisition {
 
   // Rank 0 reads the refinement-stage cells of an existing file (stage > 0; descriptions only),
   // in stage order, and broadcasts them. Collective.
+  // Before anything reads the file: a file that HDF5 cannot read whole, or whose complete rounds
+  // the campaign's counters cannot explain, is what a kill inside an HDF5 flush leaves
+  // (docs/measurement.md#crash-consistency-and-resume). When its snapshot has neither problem,
+  // the file is moved aside and the snapshot takes its place; the rounds after the snapshot are
+  // measured again. Always said, and recorded in campaign.json.
+  void restore_torn_file() {
+    if (rank_ == 0) {
+      const auto problem = [&](const std::string& file) -> std::optional<std::string> {
+        if (auto damage = hdf5_damage(file)) return damage;
+        try {
+          return unexplained_rows(options_.out_dir, read_acquisition(file).complete_rows());
+        } catch (const std::exception& e) {
+          return std::string(e.what());
+        }
+      };
+      restored_ = restore_snapshot_if_damaged(path_, problem);
+      if (restored_)
+        summary_.restored = path_ + " was damaged (" + restored_->problem +
+                            "); resumed from its snapshot, the damaged file is kept as " +
+                            restored_->damaged_copy;
+      if (restored_)
+        std::cerr << "acquire: " << path_ << " was damaged (" << restored_->problem
+                  << "); it is kept as " << restored_->damaged_copy
+                  << ", and the acquisition resumes from its last snapshot ("
+                  << snapshot_path(path_)
+                  << "): rounds committed after that snapshot are measured again\n";
+    }
+  }
+
   std::vector<CellInfo> stage_cells_in_file() {
     std::string text = "[]";
     if (rank_ == 0 && std::filesystem::exists(path_)) {
@@ -379,6 +409,7 @@ class Acquisition {
     const auto start = Clock::now();
     const std::size_t before = cells_.size();
     std::string text = "[]";
+    count_snapshots();
     file_.reset();  // the file is read serially on rank 0 and reopened collectively
     if (rank_ == 0) text = next_stage().dump();
     for (const auto& j : json::parse(broadcast_string(comm_, text)))
@@ -468,6 +499,12 @@ class Acquisition {
     return out;
   }
 
+  // Adds the snapshots the open file object took to the summary (before it is replaced).
+  void count_snapshots() {
+    summary_.snapshots += file_->snapshots();
+    summary_.snapshot_s += file_->snapshot_seconds();
+  }
+
   // Seconds per point-round of a new cell, from the measured costs of its target's component.
   [[nodiscard]] double cost_per_point(const Cell& cell) const {
     double seconds = 0, points = 0;
@@ -547,6 +584,7 @@ class Acquisition {
                                                   FamilyTable::builtin().sha256(),
                                                   job_.gpu_hours * 3600.0, options_.raise_budget);
       watchdog_.beat_into(out / kHeartbeatFile);
+      if (restored_) campaign_->record_restore(restored_->problem, restored_->damaged_copy);
       campaign_->reconcile(file_->complete_rows());
       // Work a kill threw away is said, not only charged: the wave in flight is measured again.
       if (const auto& w = campaign_->interrupted(); w && !options_.quiet) {
@@ -876,6 +914,7 @@ class Acquisition {
                                      {"complete", complete},
                                      {"device_state_after", ctx_->backend->live_state()}}
                                     .dump());
+    count_snapshots();
     summary_.file = path_;
     summary_.backend = ctx_->backend->name();
     summary_.cells = static_cast<int>(cells_.size());
@@ -901,7 +940,8 @@ class Acquisition {
   std::unique_ptr<AcquisitionFile> file_;
   std::vector<Cell> cells_;
   std::unique_ptr<CampaignState> campaign_;
-  DeviceChange device_change_;  // rank 0: devices this run adds to the campaign's
+  std::optional<SnapshotRestore> restored_;  // rank 0: the file this run replaced by its snapshot
+  DeviceChange device_change_;               // rank 0: devices this run adds to the campaign's
   int regime_ = 1, slots_ = 1;
   nlohmann::json placement_;  // how this node's regime was decided (provenance)
   Watchdog watchdog_;

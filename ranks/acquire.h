@@ -53,6 +53,12 @@ struct AcquireSummary {
   std::int64_t point_rounds_measured = 0;
   std::int64_t settles_extended = 0;
   std::string cost_model;  // how the wave reservations were estimated
+  // Crash snapshots of the file taken by this run (store/acquisition_file.h) and rank 0's seconds
+  // copying (every rank waits meanwhile); `restored`: what this run's start replaced by the
+  // snapshot, empty when nothing.
+  int snapshots = 0;
+  double snapshot_s = 0;
+  std::string restored;
 };
 
 // What one rank measures in a wave at most: a round is measured and committed in waves of

@@ -1,6 +1,8 @@
 #include "store/acquisition_file.h"
 
+#include <algorithm>
 #include <array>
+#include <chrono>
 #include <cstring>
 #include <exception>
 #include <filesystem>
@@ -10,6 +12,7 @@
 #include "core/contract.h"
 #include "core/files.h"
 #include "core/statistics.h"
+#include "core/timestamp.h"
 #include "store/hdf5_handle.h"
 #include "store/mpi_gather.h"
 
@@ -197,6 +200,8 @@ struct AcquisitionFile::Impl {
   std::string path;
   H5Id file;
   std::vector<CellInfo> cells;
+  int snapshots = 0;
+  double snapshot_seconds = 0;
 };
 
 AcquisitionFile::AcquisitionFile(MPI_Comm comm, const std::string& path,
@@ -298,7 +303,7 @@ void AcquisitionFile::declare_cells(const std::vector<CellInfo>& cells) {
         H5Dcreate2(g, "rounds_done", H5T_NATIVE_INT8, space, H5P_DEFAULT, dcpl, H5P_DEFAULT),
         H5Dclose);
   }
-  HARNESS_CHECK_H5(H5Fflush(impl_->file, H5F_SCOPE_GLOBAL));
+  flush_and_snapshot();
 }
 
 std::vector<std::int8_t> AcquisitionFile::rounds_done(int cell) const {
@@ -435,7 +440,7 @@ void AcquisitionFile::commit(const std::vector<std::pair<int, const CellRound*>>
     const std::int8_t flag = 1;
     HARNESS_CHECK_H5(H5Dwrite(d, H5T_NATIVE_INT8, mspace, fspace, H5P_DEFAULT, &flag));
   }
-  HARNESS_CHECK_H5(H5Fflush(impl_->file, H5F_SCOPE_GLOBAL));
+  flush_and_snapshot();
 }
 
 bool AcquisitionFile::has_collectives(const std::string& target_id) const {
@@ -472,7 +477,7 @@ void AcquisitionFile::write_collectives(
         if (my_id == id) write_all(d, type, my_rows);
     }
   }
-  HARNESS_CHECK_H5(H5Fflush(root, H5F_SCOPE_GLOBAL));
+  flush_and_snapshot();
 }
 
 namespace {
@@ -518,7 +523,7 @@ void AcquisitionFile::write_provenance(const std::string& mine) {
   auto g = provenance_group(impl_->file);
   // Each (re)start appends its provenance; earlier runs of a resumed acquisition are kept.
   write_string_attr(g, "run_" + std::to_string(provenance_runs(g)), list);
-  HARNESS_CHECK_H5(H5Fflush(impl_->file, H5F_SCOPE_GLOBAL));
+  flush_and_snapshot();
 }
 
 void AcquisitionFile::write_provenance_end(const std::string& mine) {
@@ -527,7 +532,30 @@ void AcquisitionFile::write_provenance_end(const std::string& mine) {
   const int runs = provenance_runs(g);
   if (runs == 0) throw FileError("no run to end: write_provenance was never called");
   write_string_attr(g, "run_" + std::to_string(runs - 1) + "_end", list);
+  flush_and_snapshot();
+}
+
+void AcquisitionFile::flush_and_snapshot() {
   HARNESS_CHECK_H5(H5Fflush(impl_->file, H5F_SCOPE_GLOBAL));
+  // Every rank's writes are in the file before rank 0 copies it, and none starts the next
+  // write before the copy is done.
+  HARNESS_CHECK_MPI(MPI_Barrier(impl_->comm));
+  if (impl_->rank == 0) {
+    const auto start = std::chrono::steady_clock::now();
+    take_snapshot(impl_->path);
+    impl_->snapshot_seconds +=
+        std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+  }
+  ++impl_->snapshots;
+  HARNESS_CHECK_MPI(MPI_Barrier(impl_->comm));
+}
+
+int AcquisitionFile::snapshots() const {
+  return impl_->snapshots;
+}
+
+double AcquisitionFile::snapshot_seconds() const {
+  return impl_->snapshot_seconds;
 }
 
 std::vector<std::string> AcquisitionFile::provenance_starts() const {
@@ -694,18 +722,114 @@ StoredAcquisition read_acquisition(const std::string& path) {
 
 int append_fidelity_evaluation(const std::string& path, const std::string& json) {
   H5Eset_auto2(H5E_DEFAULT, nullptr, nullptr);
-  const hid_t f = H5Fopen(path.c_str(), H5F_ACC_RDWR, H5P_DEFAULT);
-  if (f < 0) throw FileError("cannot open acquisition file '" + path + "' to record fidelity");
-  H5Id file(f, H5Fclose);
-  H5Id g =
-      link_exists(f, "fidelity")
-          ? H5_OPEN(H5Gopen2(f, "fidelity", H5P_DEFAULT), H5Gclose)
-          : H5_OPEN(H5Gcreate2(f, "fidelity", H5P_DEFAULT, H5P_DEFAULT, H5P_DEFAULT), H5Gclose);
+  // Written into a copy that replaces the file once closed: a kill inside HDF5's flush would
+  // otherwise tear the file (see take_snapshot).
+  const std::string appending = path + ".appending";
+  std::filesystem::copy_file(path, appending, std::filesystem::copy_options::overwrite_existing);
   int n = 0;
-  while (link_exists(g, "evaluation_" + std::to_string(n))) ++n;
-  write_text_dataset(g, "evaluation_" + std::to_string(n), json);
-  HARNESS_CHECK_H5(H5Fflush(f, H5F_SCOPE_GLOBAL));
+  {
+    const hid_t f = H5Fopen(appending.c_str(), H5F_ACC_RDWR, H5P_DEFAULT);
+    if (f < 0) throw FileError("cannot open acquisition file '" + path + "' to record fidelity");
+    H5Id file(f, H5Fclose);
+    H5Id g =
+        link_exists(f, "fidelity")
+            ? H5_OPEN(H5Gopen2(f, "fidelity", H5P_DEFAULT), H5Gclose)
+            : H5_OPEN(H5Gcreate2(f, "fidelity", H5P_DEFAULT, H5P_DEFAULT, H5P_DEFAULT), H5Gclose);
+    while (link_exists(g, "evaluation_" + std::to_string(n))) ++n;
+    write_text_dataset(g, "evaluation_" + std::to_string(n), json);
+    g.close();
+    file.close();
+  }
+  std::filesystem::rename(appending, path);
+  take_snapshot(path);
   return n;
+}
+
+std::string snapshot_path(const std::string& path) {
+  return path + ".snapshot";
+}
+
+void take_snapshot(const std::string& path) {
+  const std::string snapshot = snapshot_path(path), copying = snapshot + ".copying";
+  std::filesystem::copy_file(path, copying, std::filesystem::copy_options::overwrite_existing);
+  std::filesystem::rename(copying, snapshot);
+}
+
+namespace {
+
+// Opens every attribute of `obj` and reads it.
+herr_t read_attribute(hid_t obj, const char* name, const H5A_info_t*, void*) {
+  const hid_t a = H5Aopen(obj, name, H5P_DEFAULT);
+  if (a < 0) return -1;
+  H5Id attr(a, H5Aclose);
+  const hid_t type = H5Aget_type(a);
+  if (type < 0) return -1;
+  H5Id t(type, H5Tclose);
+  const auto bytes = H5Aget_storage_size(a);
+  std::vector<unsigned char> buffer(std::max<hsize_t>(bytes, 1));
+  // Variable-length and string types read with their stored type; the storage size bounds them.
+  return H5Tis_variable_str(type) > 0 ? 0 : H5Aread(a, type, buffer.data());
+}
+
+// Opens the object a link names, reads its attributes and (datasets) its data; the first failure
+// stops the walk and is named in `damage`.
+herr_t visit_link(hid_t group, const char* name, const H5L_info_t*, void* damage) {
+  auto& why = *static_cast<std::string*>(damage);
+  const hid_t o = H5Oopen(group, name, H5P_DEFAULT);
+  if (o < 0) return why = std::string("cannot open object '") + name + "'", -1;
+  H5Id obj(o, H5Oclose);
+  if (H5Aiterate2(o, H5_INDEX_NAME, H5_ITER_NATIVE, nullptr, read_attribute, nullptr) < 0)
+    return why = std::string("cannot read the attributes of '") + name + "'", -1;
+  if (H5Iget_type(o) != H5I_DATASET) return 0;
+  const hid_t type = H5Dget_type(o);
+  if (type < 0) return why = std::string("cannot read the type of '") + name + "'", -1;
+  H5Id t(type, H5Tclose);
+  const hid_t space = H5Dget_space(o);
+  if (space < 0) return why = std::string("cannot read the shape of '") + name + "'", -1;
+  H5Id sp(space, H5Sclose);
+  const auto elements = H5Sget_simple_extent_npoints(space);
+  const auto size = H5Tget_size(type);
+  if (elements < 0 || size == 0)
+    return why = std::string("cannot read the shape of '") + name + "'", -1;
+  std::vector<unsigned char> data(static_cast<std::size_t>(elements) * size + 1);
+  if (elements > 0 && H5Dread(o, type, H5S_ALL, H5S_ALL, H5P_DEFAULT, data.data()) < 0)
+    return why = std::string("cannot read the data of '") + name + "'", -1;
+  return 0;
+}
+
+}  // namespace
+
+std::optional<std::string> hdf5_damage(const std::string& path) {
+  H5Eset_auto2(H5E_DEFAULT, nullptr, nullptr);
+  const hid_t f = H5Fopen(path.c_str(), H5F_ACC_RDONLY, H5P_DEFAULT);
+  if (f < 0) return "HDF5 cannot open '" + path + "'";
+  H5Id file(f, H5Fclose);
+  std::string why;
+  if (H5Aiterate2(f, H5_INDEX_NAME, H5_ITER_NATIVE, nullptr, read_attribute, nullptr) < 0)
+    return "cannot read the root attributes of '" + path + "'";
+  if (H5Lvisit(f, H5_INDEX_NAME, H5_ITER_NATIVE, visit_link, &why) < 0)
+    return "'" + path + "': " + (why.empty() ? std::string("cannot walk its groups") : why);
+  return std::nullopt;
+}
+
+std::optional<SnapshotRestore> restore_snapshot_if_damaged(
+    const std::string& path,
+    const std::function<std::optional<std::string>(const std::string&)>& problem) {
+  const std::string snapshot = snapshot_path(path);
+  if (!std::filesystem::exists(path) || !std::filesystem::exists(snapshot)) return std::nullopt;
+  auto why = problem(path);
+  if (!why || problem(snapshot)) return std::nullopt;
+  std::string stamp = utc_now();
+  std::replace(stamp.begin(), stamp.end(), ':', '-');
+  std::string damaged = path + ".damaged-" + stamp;
+  for (int n = 1; std::filesystem::exists(damaged); ++n)
+    damaged = path + ".damaged-" + stamp + "-" + std::to_string(n);
+  std::filesystem::rename(path, damaged);
+  const std::string restoring = path + ".restoring";
+  std::filesystem::copy_file(snapshot, restoring,
+                             std::filesystem::copy_options::overwrite_existing);
+  std::filesystem::rename(restoring, path);
+  return SnapshotRestore{*why, damaged};
 }
 
 }  // namespace moe

@@ -18,8 +18,10 @@
 #include <mpi.h>
 
 #include <cstdint>
+#include <functional>
 #include <map>
 #include <memory>
+#include <optional>
 #include <stdexcept>
 #include <string>
 #include <vector>
@@ -88,7 +90,14 @@ class AcquisitionFile {
   // list of its ranks.
   [[nodiscard]] std::vector<std::string> provenance_starts() const;
 
+  // Snapshots taken by this object (every collective write ends with one, see take_snapshot)
+  // and the seconds rank 0 spent copying (0 on the other ranks).
+  [[nodiscard]] int snapshots() const;
+  [[nodiscard]] double snapshot_seconds() const;
+
  private:
+  // Flushes, then rank 0 copies the file to its snapshot while every rank waits.
+  void flush_and_snapshot();
   struct Impl;
   std::unique_ptr<Impl> impl_;
   bool resumed_ = false;
@@ -99,8 +108,32 @@ class AcquisitionFile {
 [[nodiscard]] std::string round_sha256(const CellRound& r);
 
 // Serial, while no rank holds the file open collectively (rank 0 between refinement stages):
-// appends one held-out evaluation (JSON text) as /fidelity/evaluation_<n>; returns n.
+// appends one held-out evaluation (JSON text) as /fidelity/evaluation_<n>; returns n. The append
+// is made on a copy that then replaces `path` (rename), so a kill leaves the old file or the new.
 int append_fidelity_evaluation(const std::string& path, const std::string& json);
+
+// Crash recovery (docs/measurement.md#crash-consistency-and-resume). HDF5 does not journal its
+// metadata: a process killed inside a flush (or a close) can leave a file HDF5 cannot read, or
+// one that lost groups it had. Every collective write of AcquisitionFile therefore ends with a
+// snapshot: `<path>.snapshot`, a copy of the file as that flush left it, made through a
+// temporary and a rename, so a kill leaves the previous snapshot or the new one, never a torn one.
+[[nodiscard]] std::string snapshot_path(const std::string& path);
+// Serial (no rank writing the file): copies `path` to its snapshot.
+void take_snapshot(const std::string& path);
+// Serial: why HDF5 cannot read `path` whole -- the file, a link, an object header, an attribute
+// or a dataset's data (every object is visited, partial rounds too); nullopt when it can.
+[[nodiscard]] std::optional<std::string> hdf5_damage(const std::string& path);
+// Serial, before any rank opens `path`: when `problem(path)` names a problem and
+// `problem(snapshot)` names none, moves `path` aside to `<path>.damaged-<UTC>` (kept, never
+// overwritten) and copies the snapshot into its place. Returns what was done, or nullopt when
+// nothing was (no problem, no snapshot, or a snapshot with a problem of its own).
+struct SnapshotRestore {
+  std::string problem;       // what was wrong with the file
+  std::string damaged_copy;  // where the damaged file now is
+};
+[[nodiscard]] std::optional<SnapshotRestore> restore_snapshot_if_damaged(
+    const std::string& path,
+    const std::function<std::optional<std::string>(const std::string&)>& problem);
 
 // Reads a finished or partial acquisition file without MPI collectives (serial, read-only).
 struct StoredCell {

@@ -273,23 +273,48 @@ void CampaignState::dropped(std::int64_t n) {
   save();
 }
 
+namespace {
+
+// The last commit stopped somewhere between "encoded" and "written": the rounds whose flags were
+// set (all, none, or some ranks' before a kill) are written; the rest was lost in flight and is
+// measured again. Rows outside that range are not explained.
+std::optional<std::string> unexplained(const nlohmann::json& records, const RecordCounts& in_file,
+                                       const std::string& state) {
+  const auto enc = counts_of(records.value("encoded", nlohmann::json::object())),
+             wr = counts_of(records.value("written", nlohmann::json::object()));
+  const auto between = [](const RecordCounts& lo, const RecordCounts& x, const RecordCounts& hi) {
+    return lo.samples <= x.samples && x.samples <= hi.samples && lo.medians <= x.medians &&
+           x.medians <= hi.medians && lo.checks <= x.checks && x.checks <= hi.checks;
+  };
+  if (between(wr, in_file, enc)) return std::nullopt;
+  return "record counters do not balance: the file holds " + counts_json(in_file).dump() +
+         " rows in complete rounds, " + state + " accounts for " + counts_json(wr).dump() +
+         " written and " + counts_json(enc).dump() + " encoded";
+}
+
+}  // namespace
+
+std::optional<std::string> unexplained_rows(const std::filesystem::path& dir,
+                                            const RecordCounts& rows_in_file) {
+  const auto state = dir / kCampaignFile;
+  if (!std::filesystem::exists(state)) return std::nullopt;
+  const auto doc = load_campaign_document(state);
+  return unexplained(doc.value("records", nlohmann::json::object()), rows_in_file, state.string());
+}
+
+void CampaignState::record_restore(const std::string& problem, const std::string& damaged_copy) {
+  doc_["restored_from_snapshot"].push_back(
+      {{"utc", utc_now()}, {"problem", problem}, {"damaged_copy", damaged_copy}});
+  save();
+}
+
 void CampaignState::reconcile(const RecordCounts& in_file) {
   auto& records = doc_["records"];
   const auto enc = counts_of(records.value("encoded", nlohmann::json::object())),
              wr = counts_of(records.value("written", nlohmann::json::object()));
   if (in_file == wr && enc == wr) return;
-  const auto between = [](const RecordCounts& lo, const RecordCounts& x, const RecordCounts& hi) {
-    return lo.samples <= x.samples && x.samples <= hi.samples && lo.medians <= x.medians &&
-           x.medians <= hi.medians && lo.checks <= x.checks && x.checks <= hi.checks;
-  };
-  // The last commit stopped somewhere between "encoded" and "written": the rounds whose flags
-  // were set (all, none, or some ranks' before a kill) are written; the rest was lost in flight
-  // and is measured again.
-  if (!between(wr, in_file, enc))
-    throw std::runtime_error("record counters do not balance: the file holds " +
-                             counts_json(in_file).dump() + " rows in complete rounds, " +
-                             path_.string() + " accounts for " + counts_json(wr).dump() +
-                             " written and " + counts_json(enc).dump() + " encoded");
+  if (const auto why = unexplained(records, in_file, path_.string()))
+    throw std::runtime_error(*why);
   auto lost = counts_of(records.value("lost_in_flight", nlohmann::json::object()));
   lost +=
       {enc.samples - in_file.samples, enc.medians - in_file.medians, enc.checks - in_file.checks};

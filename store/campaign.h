@@ -75,6 +75,10 @@ class CampaignState {
   // campaign with any.
   void dropped(std::int64_t n);
   void reconcile(const RecordCounts& in_file);
+  // Records, under `restored_from_snapshot`, that the acquisition file was replaced by its
+  // snapshot (store/acquisition_file.h) because of `problem`; the damaged file is kept at
+  // `damaged_copy`.
+  void record_restore(const std::string& problem, const std::string& damaged_copy);
   [[nodiscard]] double consumed_seconds() const {
     return doc_.value("device_seconds_consumed", 0.0);
   }
@@ -101,6 +105,12 @@ class CampaignState {
 // Throws std::runtime_error when `dir`/campaign.json exists and its written-record counters do not
 // balance with the rows in complete rounds of the acquisition file (or records dropped rows).
 void check_record_balance(const std::filesystem::path& dir, const RecordCounts& rows_in_file);
+
+// Why rows in complete rounds of an acquisition file cannot be what `dir`/campaign.json's counters
+// say (fewer than `written` or more than `encoded`, the test of CampaignState::reconcile);
+// nullopt when they can or there is no campaign state. Throws as load_campaign_document does.
+[[nodiscard]] std::optional<std::string> unexplained_rows(const std::filesystem::path& dir,
+                                                          const RecordCounts& rows_in_file);
 
 // The measured cost per point-round recorded in `dir`/campaign.json, if any (for `harness plan`).
 // Throws std::runtime_error when the file exists but is not valid JSON.

@@ -1,0 +1,135 @@
+// Crash recovery of the acquisition file: the damage walk, the snapshot and its restore
+// (store/acquisition_file.h). Files here are written serially with plain HDF5 calls.
+#include <gtest/gtest.h>
+#include <hdf5.h>
+
+#include <filesystem>
+#include <fstream>
+#include <vector>
+
+#include "core/files.h"
+#include "store/acquisition_file.h"
+
+namespace moe {
+namespace {
+
+namespace fs = std::filesystem;
+
+class Snapshot : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    dir_ = fs::temp_directory_path() /
+           ("snapshot_test_" + std::to_string(::testing::UnitTest::GetInstance()->random_seed()) +
+            "_" + ::testing::UnitTest::GetInstance()->current_test_info()->name());
+    fs::remove_all(dir_);
+    fs::create_directories(dir_);
+    path_ = (dir_ / "acquisition.h5").string();
+  }
+  void TearDown() override { fs::remove_all(dir_); }
+
+  // A file like an acquisition's: a root attribute, a group of groups with datasets in them.
+  void write_file(const std::string& path, int value) const {
+    const hid_t f = H5Fcreate(path.c_str(), H5F_ACC_TRUNC, H5P_DEFAULT, H5P_DEFAULT);
+    ASSERT_GE(f, 0);
+    const hsize_t one[1] = {1}, n[1] = {64};
+    const hid_t scalar = H5Screate_simple(1, one, nullptr);
+    const hid_t a =
+        H5Acreate2(f, "schema_version", H5T_NATIVE_INT, scalar, H5P_DEFAULT, H5P_DEFAULT);
+    ASSERT_GE(H5Awrite(a, H5T_NATIVE_INT, &value), 0);
+    H5Aclose(a);
+    const hid_t cells = H5Gcreate2(f, "cells", H5P_DEFAULT, H5P_DEFAULT, H5P_DEFAULT);
+    const hid_t space = H5Screate_simple(1, n, nullptr);
+    std::vector<int> data(64, value);
+    for (int c = 0; c < 4; ++c) {
+      const hid_t g = H5Gcreate2(cells, ("cell_" + std::to_string(c)).c_str(), H5P_DEFAULT,
+                                 H5P_DEFAULT, H5P_DEFAULT);
+      const hid_t d =
+          H5Dcreate2(g, "samples", H5T_NATIVE_INT, space, H5P_DEFAULT, H5P_DEFAULT, H5P_DEFAULT);
+      ASSERT_GE(H5Dwrite(d, H5T_NATIVE_INT, H5S_ALL, H5S_ALL, H5P_DEFAULT, data.data()), 0);
+      H5Dclose(d);
+      H5Gclose(g);
+    }
+    H5Sclose(space);
+    H5Sclose(scalar);
+    H5Gclose(cells);
+    ASSERT_GE(H5Fclose(f), 0);
+  }
+
+  // Overwrites the last group symbol-table node ("SNOD") of the file: what a kill inside a flush
+  // leaves when the node's new version was never written.
+  static void tear(const std::string& path) {
+    auto bytes = read_file(path);
+    const auto at = bytes.rfind("SNOD");
+    ASSERT_NE(at, std::string::npos);
+    std::fill(bytes.begin() + static_cast<std::ptrdiff_t>(at),
+              bytes.begin() + static_cast<std::ptrdiff_t>(at) + 64, '\xA5');
+    std::ofstream(path, std::ios::binary | std::ios::trunc) << bytes;
+  }
+
+  fs::path dir_;
+  std::string path_;
+};
+
+TEST_F(Snapshot, TheWalkFindsTornAndTruncatedFilesAndPassesWholeOnes) {
+  write_file(path_, 7);
+  EXPECT_EQ(hdf5_damage(path_), std::nullopt);
+  tear(path_);
+  const auto torn = hdf5_damage(path_);
+  ASSERT_TRUE(torn.has_value());
+  EXPECT_NE(torn->find(path_), std::string::npos) << *torn;
+  write_file(path_, 7);
+  fs::resize_file(path_, fs::file_size(path_) / 2);
+  EXPECT_TRUE(hdf5_damage(path_).has_value());
+  EXPECT_TRUE(hdf5_damage((dir_ / "missing.h5").string()).has_value());
+}
+
+TEST_F(Snapshot, ASnapshotIsACopyMadeThroughARename) {
+  write_file(path_, 7);
+  take_snapshot(path_);
+  EXPECT_EQ(read_file(snapshot_path(path_)), read_file(path_));
+  EXPECT_FALSE(fs::exists(snapshot_path(path_) + ".copying"));
+  write_file(path_, 8);  // a later commit replaces the snapshot
+  take_snapshot(path_);
+  EXPECT_EQ(read_file(snapshot_path(path_)), read_file(path_));
+}
+
+TEST_F(Snapshot, ADamagedFileIsMovedAsideAndTheSnapshotRestored) {
+  write_file(path_, 7);
+  take_snapshot(path_);
+  const auto snapshot = read_file(snapshot_path(path_));
+  write_file(path_, 8);
+  tear(path_);
+  const auto damaged = read_file(path_);
+  const auto restored = restore_snapshot_if_damaged(path_, hdf5_damage);
+  ASSERT_TRUE(restored.has_value());
+  EXPECT_FALSE(restored->problem.empty());
+  EXPECT_EQ(read_file(path_), snapshot);
+  EXPECT_EQ(read_file(restored->damaged_copy), damaged);  // kept as it was
+  EXPECT_EQ(read_file(snapshot_path(path_)), snapshot);   // still there for the next kill
+  EXPECT_EQ(hdf5_damage(path_), std::nullopt);
+  // A second damage within the same second gets a copy of its own; nothing is overwritten.
+  tear(path_);
+  const auto again = restore_snapshot_if_damaged(path_, hdf5_damage);
+  ASSERT_TRUE(again.has_value());
+  EXPECT_NE(again->damaged_copy, restored->damaged_copy);
+  EXPECT_EQ(read_file(restored->damaged_copy), damaged);
+}
+
+TEST_F(Snapshot, NothingIsTouchedWithoutAProblemOrAUsableSnapshot) {
+  write_file(path_, 7);
+  const auto whole = read_file(path_);
+  EXPECT_EQ(restore_snapshot_if_damaged(path_, hdf5_damage), std::nullopt);  // no snapshot
+  take_snapshot(path_);
+  EXPECT_EQ(restore_snapshot_if_damaged(path_, hdf5_damage), std::nullopt);  // file whole
+  tear(path_);
+  const auto torn = read_file(path_);
+  tear(snapshot_path(path_));
+  EXPECT_EQ(restore_snapshot_if_damaged(path_, hdf5_damage), std::nullopt);  // snapshot torn too
+  EXPECT_EQ(read_file(path_), torn);
+  for (const auto& e : fs::directory_iterator(dir_))
+    EXPECT_EQ(e.path().string().find(".damaged-"), std::string::npos) << e.path();
+  EXPECT_NE(whole, torn);
+}
+
+}  // namespace
+}  // namespace moe

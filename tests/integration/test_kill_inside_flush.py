@@ -1,0 +1,102 @@
+"""Kills a rank inside HDF5's own writes (hdf5_kill_shim.c, preloaded): after the Mth write of a
+flush or of a close, where HDF5 has written part of the metadata it changes. HDF5 does not journal
+it, so such a kill can leave a file HDF5 cannot read; the resume must then move the damaged file
+aside and restore the last snapshot (store/acquisition_file.h), say so, record it in
+campaign.json, and finish: every planned round complete, published, and every round the snapshot
+held kept, not measured again. A reference run lists each rank's flushes and closes with the
+writes each made (KILL_REPORT); the cases are spread over that list, rounds, refinement stages
+and the serial append of the held-out evaluations alike."""
+import glob
+import json
+import os
+import shutil
+import tempfile
+
+import h5py
+
+from harness_test_lib import HARNESS, MPIEXEC, SOURCE_DIR, check_complete, complete_rounds, run
+
+JOB = os.path.join(SOURCE_DIR, "tests/data/micro.yaml")
+SHIM = os.environ["HDF5_KILL_SHIM"]
+ROUNDS = 4
+FLUSH_CASES_PER_RANK = 5
+
+
+def acquire(d, *mpiexec_options):
+    return [MPIEXEC, "-np", "2", "--oversubscribe", *mpiexec_options, HARNESS, "acquire", "--unverified", JOB,
+            "--rounds", str(ROUNDS), "--out", os.path.join(d, "acq"), "--out-root", os.path.join(d, "bundles"),
+            "--quiet"]
+
+
+def readable(h5):
+    """Whether h5py reads every group, attribute and dataset of the file (partial rounds too)."""
+    def read(name, obj):
+        dict(obj.attrs)
+        if isinstance(obj, h5py.Dataset):
+            obj[()]
+    try:
+        with h5py.File(h5, "r") as f:
+            dict(f.attrs)
+            f.visititems(read)
+        return True
+    except (OSError, KeyError, ValueError, RuntimeError):
+        return False
+
+
+with tempfile.TemporaryDirectory() as tmp:
+    report = os.path.join(tmp, "report.txt")
+    run(acquire(os.path.join(tmp, "reference"), "-x", f"LD_PRELOAD={SHIM}", "-x", f"KILL_REPORT={report}"))
+    calls = [(int(r), c, int(w)) for r, c, n, w in (line.split() for line in open(report))]
+    # Cases: (rank, call, W) -- killed after the Wth file write inside that rank's calls of that
+    # kind, spread over the writes the reference run's flushes made (a run's number of waves
+    # depends on measured costs, so cases count writes, not calls).
+    cases = []
+    for rank in (0, 1):
+        total = sum(w for r, c, w in calls if r == rank and c == "H5Fflush")
+        assert total > 100, f"rank {rank}'s flushes wrote only {total} times"
+        cases += [(rank, "H5Fflush", total * (2 * i + 1) // (2 * FLUSH_CASES_PER_RANK))
+                  for i in range(FLUSH_CASES_PER_RANK)]
+    # The serial append of a held-out evaluation writes in a close on rank 0 only: the first
+    # close after the new file's that writes more than the superblock.
+    closes = [w for r, c, w in calls if r == 0 and c == "H5Fclose" and w > 0]
+    append = next((i for i, w in enumerate(closes) if i > 0 and w >= 2), None)
+    assert append is not None, f"rank 0's closes wrote {closes}: no serial append"
+    cases.append((0, "H5Fclose", sum(closes[:append]) + closes[append] // 2))
+
+    damaged = 0
+    for i, (rank, call, writes) in enumerate(cases):
+        d = os.path.join(tmp, f"case{i}")
+        h5 = os.path.join(d, "acq", "acquisition.h5")
+        name = f"rank {rank} killed after write {writes} inside {call}"
+        killed = run(acquire(d, "-x", f"LD_PRELOAD={SHIM}", "-x", f"KILL_CALL={call}", "-x", f"KILL_WRITES={writes}",
+                             "-x", f"KILL_RANK={rank}"), check=False)
+        assert killed.returncode != 0, f"{name}: never reached, the case tests nothing"
+        snapshot = h5 + ".snapshot"
+        # What was committed before the kill: the file, or where a torn write left it unreadable,
+        # the snapshot (a copy of the file as the last completed flush left it).
+        intact = not os.path.exists(h5) or readable(h5)  # no file: killed while creating it
+        kept = complete_rounds(h5 if intact else snapshot)
+        resumed = run(acquire(d), check=False)
+        assert resumed.returncode == 0, f"{name}: resume failed:\n{resumed.stderr[-2000:]}"
+        after = check_complete(h5, ROUNDS)
+        for (cell, r), samples in kept.items():
+            assert (after[cell][r] == samples).all(), f"{name}: {cell} round {r} measured again"
+        assert os.path.exists(os.path.join(d, "bundles", "micro", "meta.yaml")), f"{name}: not published"
+        state = json.load(open(os.path.join(d, "acq", "campaign.json")))
+        restores = state.get("restored_from_snapshot", [])
+        copies = glob.glob(h5 + ".damaged-*")
+        if not intact:
+            damaged += 1
+            assert "was damaged" in resumed.stderr, f"{name}: the restore was not said:\n{resumed.stderr}"
+            assert len(restores) == 1 and len(copies) == 1, f"{name}: {restores} {copies}"
+            assert restores[0]["damaged_copy"] == copies[0], (restores, copies)
+            with open(copies[0], "rb") as f:
+                assert f.read(8) == b"\x89HDF\r\n\x1a\n", f"{name}: the damaged file was not kept as it was"
+        else:
+            assert not restores and not copies, f"{name}: a readable file was replaced: {restores}"
+        print(f"ok: {name}: {'damaged, restored from the snapshot' if not intact else 'file intact'}, "
+              f"{len(kept)} complete rounds kept, resumed cleanly")
+        shutil.rmtree(d)
+    # Without torn files the restore path would be untested.
+    assert damaged >= 2, f"only {damaged} of {len(cases)} kills left a damaged file"
+    print(f"kills inside HDF5 writes: {len(cases)}, damaged files restored: {damaged}, all resumed cleanly")
