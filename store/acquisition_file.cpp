@@ -566,12 +566,22 @@ std::vector<std::string> AcquisitionFile::provenance_starts() const {
 
 namespace {
 
+// What to do about an acquisition file that cannot be read when a crash snapshot of it exists.
+std::string snapshot_hint(const std::string& path) {
+  const auto snapshot = snapshot_path(path);
+  return std::filesystem::exists(snapshot)
+             ? " (re-running its `harness acquire` command resumes from the crash snapshot '" +
+                   snapshot + "')"
+             : "";
+}
+
 // Opens an acquisition file read-only (serial) and checks its schema version.
 H5Id open_for_reading(const std::string& path) {
   H5Eset_auto2(H5E_DEFAULT, nullptr, nullptr);
   const hid_t f = H5Fopen(path.c_str(), H5F_ACC_RDONLY, H5P_DEFAULT);
   if (f < 0)
-    throw FileError("cannot open acquisition file '" + path + "' (missing, corrupt or not HDF5)");
+    throw FileError("cannot open acquisition file '" + path + "' (missing, corrupt or not HDF5)" +
+                    snapshot_hint(path));
   H5Id file(f, H5Fclose);
   try {
     if (read_int_attr(f, "schema_version") != kSchemaVersion)
@@ -715,7 +725,7 @@ StoredAcquisition read_acquisition(const std::string& path) {
         out.fidelity_evaluations.push_back(read_text_dataset(g, "evaluation_" + std::to_string(n)));
     }
   } catch (const std::runtime_error& e) {
-    throw FileError("'" + path + "': " + e.what());
+    throw FileError("'" + path + "': " + e.what() + snapshot_hint(path));
   }
   return out;
 }

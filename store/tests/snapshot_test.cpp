@@ -115,6 +115,25 @@ TEST_F(Snapshot, ADamagedFileIsMovedAsideAndTheSnapshotRestored) {
   EXPECT_EQ(read_file(restored->damaged_copy), damaged);
 }
 
+// publish, inspect and report read the file without restoring it: their error says what does.
+TEST_F(Snapshot, AnUnreadableFileNamesItsSnapshot) {
+  write_file(path_, 7);
+  fs::resize_file(path_, fs::file_size(path_) / 2);
+  const auto message = [&] {
+    try {
+      (void)read_acquisition(path_);
+    } catch (const FileError& e) {
+      return std::string(e.what());
+    }
+    return std::string("read");
+  };
+  EXPECT_EQ(message().find("crash snapshot"), std::string::npos) << message();
+  write_file(snapshot_path(path_), 7);
+  EXPECT_NE(message().find("resumes from the crash snapshot '" + snapshot_path(path_) + "'"),
+            std::string::npos)
+      << message();
+}
+
 TEST_F(Snapshot, NothingIsTouchedWithoutAProblemOrAUsableSnapshot) {
   write_file(path_, 7);
   const auto whole = read_file(path_);
