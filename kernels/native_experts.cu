@@ -643,7 +643,7 @@ __device__ __forceinline__ void wgmma_tile(const GemmArgs& a, int tile_index, in
   }
   // The wide tiles' outputs go through shared memory, so that global stores are whole 16-byte
   // runs of a token's features (a fragment store holds 2-byte pieces of 4 token rows): measured
-  // 2-4 % faster for Qwen3-30B-A3B from N = 2048, and 0.4-1 % slower on the medium tile
+  // 2-4 % faster for the Qwen3 models from N = 2048; the medium tile gained nothing measurable
   // (docs/native-backend.md#the-epilogue-through-shared-memory).
   __syncthreads();  // both warpgroups' last wgmma read its stage: the stages are free
   constexpr int kFeatures = kGated ? C::kRows / 2 : C::kRows, kStride = kFeatures + 8;
