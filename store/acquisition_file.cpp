@@ -761,8 +761,13 @@ std::string snapshot_path(const std::string& path) {
 
 void take_snapshot(const std::string& path) {
   const std::string snapshot = snapshot_path(path), copying = snapshot + ".copying";
-  std::filesystem::copy_file(path, copying, std::filesystem::copy_options::overwrite_existing);
-  std::filesystem::rename(copying, snapshot);
+  try {
+    std::filesystem::copy_file(path, copying, std::filesystem::copy_options::overwrite_existing);
+    std::filesystem::rename(copying, snapshot);
+  } catch (const std::filesystem::filesystem_error& e) {
+    throw FileError("cannot snapshot '" + path + "' to '" + snapshot + "' (" + e.code().message() +
+                    "); the file and its previous snapshot are intact");
+  }
 }
 
 namespace {

@@ -93,6 +93,24 @@ TEST_F(Snapshot, ASnapshotIsACopyMadeThroughARename) {
   EXPECT_EQ(read_file(snapshot_path(path_)), read_file(path_));
 }
 
+// A copy that fails (here: its temporary is a directory; elsewhere a full disk) is one error
+// naming both files, and the previous snapshot is left as it was.
+TEST_F(Snapshot, AFailedCopyIsAnErrorAndKeepsThePreviousSnapshot) {
+  write_file(path_, 7);
+  take_snapshot(path_);
+  const auto previous = read_file(snapshot_path(path_));
+  write_file(path_, 8);
+  fs::create_directories(snapshot_path(path_) + ".copying/blocked");
+  try {
+    take_snapshot(path_);
+    ADD_FAILURE() << "the copy into a directory succeeded";
+  } catch (const FileError& e) {
+    EXPECT_NE(std::string(e.what()).find("cannot snapshot '" + path_ + "'"), std::string::npos)
+        << e.what();
+  }
+  EXPECT_EQ(read_file(snapshot_path(path_)), previous);
+}
+
 TEST_F(Snapshot, ADamagedFileIsMovedAsideAndTheSnapshotRestored) {
   write_file(path_, 7);
   take_snapshot(path_);
