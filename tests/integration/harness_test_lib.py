@@ -106,6 +106,30 @@ def complete_rounds(h5):
                 for r, done in enumerate(cell["rounds_done"][()]) if done}
 
 
+def reads_whole(h5):
+    """Whether h5py reads every group, attribute and dataset of the file (partial rounds too)."""
+    def read(name, obj):
+        dict(obj.attrs)
+        if isinstance(obj, h5py.Dataset):
+            obj[()]
+    try:
+        with h5py.File(h5, "r") as f:
+            dict(f.attrs)
+            f.visititems(read)
+        return True
+    except (OSError, KeyError, ValueError, RuntimeError):
+        return False
+
+
+def committed_rounds(h5):
+    """The complete rounds a resume keeps: the file's when it reads whole (or there is none yet),
+    else its crash snapshot's -- a kill inside an HDF5 write tore the file, and the resume restores
+    the snapshot."""
+    if not os.path.exists(h5) or reads_whole(h5):
+        return complete_rounds(h5)
+    return complete_rounds(h5 + ".snapshot")
+
+
 def quantile(sorted_values, q):
     """The q-quantile of ascending values, interpolated between order statistics as
     core/statistics.h's quantile is."""

@@ -12,9 +12,7 @@ import os
 import shutil
 import tempfile
 
-import h5py
-
-from harness_test_lib import HARNESS, MPIEXEC, SOURCE_DIR, check_complete, complete_rounds, run
+from harness_test_lib import HARNESS, MPIEXEC, SOURCE_DIR, check_complete, committed_rounds, reads_whole, run
 
 JOB = os.path.join(SOURCE_DIR, "tests/data/micro.yaml")
 SHIM = os.environ["HDF5_KILL_SHIM"]
@@ -28,21 +26,6 @@ def acquire(d, *mpiexec_options):
             "--quiet"]
 
 
-def readable(h5):
-    """Whether h5py reads every group, attribute and dataset of the file (partial rounds too)."""
-    def read(name, obj):
-        dict(obj.attrs)
-        if isinstance(obj, h5py.Dataset):
-            obj[()]
-    try:
-        with h5py.File(h5, "r") as f:
-            dict(f.attrs)
-            f.visititems(read)
-        return True
-    except (OSError, KeyError, ValueError, RuntimeError):
-        return False
-
-
 with tempfile.TemporaryDirectory() as tmp:
     report = os.path.join(tmp, "report.txt")
     run(acquire(os.path.join(tmp, "reference"), "-x", f"LD_PRELOAD={SHIM}", "-x", f"KILL_REPORT={report}"))
@@ -54,7 +37,8 @@ with tempfile.TemporaryDirectory() as tmp:
     for rank in (0, 1):
         total = sum(w for r, c, w in calls if r == rank and c == "H5Fflush")
         assert total > 100, f"rank {rank}'s flushes wrote only {total} times"
-        cases += [(rank, "H5Fflush", total * (2 * i + 1) // (2 * FLUSH_CASES_PER_RANK))
+        # Over the first 70 %: a run on a loaded machine can make fewer waves, and fewer writes.
+        cases += [(rank, "H5Fflush", total * 7 * (2 * i + 1) // (20 * FLUSH_CASES_PER_RANK))
                   for i in range(FLUSH_CASES_PER_RANK)]
     # The serial append of a held-out evaluation writes in a close on rank 0 only: the first
     # close after the new file's that writes more than the superblock.
@@ -70,12 +54,11 @@ with tempfile.TemporaryDirectory() as tmp:
         name = f"rank {rank} killed after write {writes} inside {call}"
         killed = run(acquire(d, "-x", f"LD_PRELOAD={SHIM}", "-x", f"KILL_CALL={call}", "-x", f"KILL_WRITES={writes}",
                              "-x", f"KILL_RANK={rank}"), check=False)
-        assert killed.returncode != 0, f"{name}: never reached, the case tests nothing"
-        snapshot = h5 + ".snapshot"
+        assert killed.returncode != 0, f"{name}: never reached (the run made fewer writes), the case tests nothing"
         # What was committed before the kill: the file, or where a torn write left it unreadable,
         # the snapshot (a copy of the file as the last completed flush left it).
-        intact = not os.path.exists(h5) or readable(h5)  # no file: killed while creating it
-        kept = complete_rounds(h5 if intact else snapshot)
+        intact = not os.path.exists(h5) or reads_whole(h5)  # no file: killed while creating it
+        kept = committed_rounds(h5)
         resumed = run(acquire(d), check=False)
         assert resumed.returncode == 0, f"{name}: resume failed:\n{resumed.stderr[-2000:]}"
         after = check_complete(h5, ROUNDS)
