@@ -37,7 +37,7 @@ with tempfile.TemporaryDirectory() as tmp:
     for rank in (0, 1):
         total = sum(w for r, c, w in calls if r == rank and c == "H5Fflush")
         assert total > 100, f"rank {rank}'s flushes wrote only {total} times"
-        # Over the first 70 %: a run on a loaded machine can make fewer waves, and fewer writes.
+        # Over the first 70 %: another run can make fewer writes (see the retry below).
         cases += [(rank, "H5Fflush", total * 7 * (2 * i + 1) // (20 * FLUSH_CASES_PER_RANK))
                   for i in range(FLUSH_CASES_PER_RANK)]
     # The serial append of a held-out evaluation writes in a close on rank 0 only: the first
@@ -51,10 +51,19 @@ with tempfile.TemporaryDirectory() as tmp:
     for i, (rank, call, writes) in enumerate(cases):
         d = os.path.join(tmp, f"case{i}")
         h5 = os.path.join(d, "acq", "acquisition.h5")
-        name = f"rank {rank} killed after write {writes} inside {call}"
-        killed = run(acquire(d, "-x", f"LD_PRELOAD={SHIM}", "-x", f"KILL_CALL={call}", "-x", f"KILL_WRITES={writes}",
-                             "-x", f"KILL_RANK={rank}"), check=False)
-        assert killed.returncode != 0, f"{name}: never reached (the run made fewer writes), the case tests nothing"
+        # A run whose refinement took fewer stages than the reference's (its held-out errors
+        # depend on the machine's timing noise) can finish before the Wth write: then the case
+        # is tried again at half the writes, twice at most.
+        for attempt in range(3):
+            name = f"rank {rank} killed after write {writes} inside {call}"
+            killed = run(acquire(d, "-x", f"LD_PRELOAD={SHIM}", "-x", f"KILL_CALL={call}", "-x",
+                                 f"KILL_WRITES={writes}", "-x", f"KILL_RANK={rank}"), check=False)
+            if killed.returncode != 0:
+                break
+            print(f"{name}: the run finished first; trying half the writes")
+            shutil.rmtree(d)
+            writes //= 2
+        assert killed.returncode != 0, f"{name}: never reached, the case tests nothing"
         # What was committed before the kill: the file, or where a torn write left it unreadable,
         # the snapshot (a copy of the file as the last completed flush left it).
         intact = not os.path.exists(h5) or reads_whole(h5)  # no file: killed while creating it
