@@ -230,9 +230,9 @@ class Acquisition {
                            {"out_root", job_.out_root},
                            {"planner_version", std::to_string(kPlannerVersion)}}};
     identity_ = identity;
+    restore_torn_file();
     // Refinement stages an earlier run of this acquisition added (their points live only in the
     // file): read before the collective open, declared after the planned cells.
-    restore_torn_file();
     const auto earlier_stages = stage_cells_in_file();
     require_campaign_state();
     file_ = std::make_unique<AcquisitionFile>(comm_, path_, identity_);
@@ -336,8 +336,6 @@ class Acquisition {
       cells_[c].rounds_done = file_->rounds_done(static_cast<int>(c));
   }
 
-  // Rank 0 reads the refinement-stage cells of an existing file (stage > 0; descriptions only),
-  // in stage order, and broadcasts them. Collective.
   // Before anything reads the file: a file that HDF5 cannot read whole, or whose complete rounds
   // the campaign's counters cannot explain, is what a kill inside an HDF5 flush leaves
   // (docs/measurement.md#crash-consistency-and-resume). When its snapshot has neither problem,
@@ -354,19 +352,21 @@ class Acquisition {
         }
       };
       restored_ = restore_snapshot_if_damaged(path_, problem);
-      if (restored_)
+      if (restored_) {
         summary_.restored = path_ + " was damaged (" + restored_->problem +
                             "); resumed from its snapshot, the damaged file is kept as " +
                             restored_->damaged_copy;
-      if (restored_)
         std::cerr << "acquire: " << path_ << " was damaged (" << restored_->problem
                   << "); it is kept as " << restored_->damaged_copy
                   << ", and the acquisition resumes from its last snapshot ("
                   << snapshot_path(path_)
                   << "): rounds committed after that snapshot are measured again\n";
+      }
     }
   }
 
+  // Rank 0 reads the refinement-stage cells of an existing file (stage > 0; descriptions only),
+  // in stage order, and broadcasts them. Collective.
   std::vector<CellInfo> stage_cells_in_file() {
     std::string text = "[]";
     if (rank_ == 0 && std::filesystem::exists(path_)) {
