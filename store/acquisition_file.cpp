@@ -782,33 +782,35 @@ herr_t read_attribute(hid_t obj, const char* name, const H5A_info_t*, void*) {
   H5Id t(type, H5Tclose);
   const auto bytes = H5Aget_storage_size(a);
   std::vector<unsigned char> buffer(std::max<hsize_t>(bytes, 1));
-  // Variable-length and string types read with their stored type; the storage size bounds them.
+  // A variable-length string would be read into memory HDF5 allocates; the harness writes none.
   return H5Tis_variable_str(type) > 0 ? 0 : H5Aread(a, type, buffer.data());
 }
 
 // Opens the object a link names, reads its attributes and (datasets) its data; the first failure
 // stops the walk and is named in `damage`.
 herr_t visit_link(hid_t group, const char* name, const H5L_info_t*, void* damage) {
-  auto& why = *static_cast<std::string*>(damage);
+  const auto fail = [&](const char* what) {
+    *static_cast<std::string*>(damage) = std::string("cannot ") + what + " '" + name + "'";
+    return -1;
+  };
   const hid_t o = H5Oopen(group, name, H5P_DEFAULT);
-  if (o < 0) return why = std::string("cannot open object '") + name + "'", -1;
+  if (o < 0) return fail("open object");
   H5Id obj(o, H5Oclose);
   if (H5Aiterate2(o, H5_INDEX_NAME, H5_ITER_NATIVE, nullptr, read_attribute, nullptr) < 0)
-    return why = std::string("cannot read the attributes of '") + name + "'", -1;
+    return fail("read the attributes of");
   if (H5Iget_type(o) != H5I_DATASET) return 0;
   const hid_t type = H5Dget_type(o);
-  if (type < 0) return why = std::string("cannot read the type of '") + name + "'", -1;
+  if (type < 0) return fail("read the type of");
   H5Id t(type, H5Tclose);
   const hid_t space = H5Dget_space(o);
-  if (space < 0) return why = std::string("cannot read the shape of '") + name + "'", -1;
+  if (space < 0) return fail("read the shape of");
   H5Id sp(space, H5Sclose);
   const auto elements = H5Sget_simple_extent_npoints(space);
   const auto size = H5Tget_size(type);
-  if (elements < 0 || size == 0)
-    return why = std::string("cannot read the shape of '") + name + "'", -1;
+  if (elements < 0 || size == 0) return fail("read the shape of");
   std::vector<unsigned char> data(static_cast<std::size_t>(elements) * size + 1);
   if (elements > 0 && H5Dread(o, type, H5S_ALL, H5S_ALL, H5P_DEFAULT, data.data()) < 0)
-    return why = std::string("cannot read the data of '") + name + "'", -1;
+    return fail("read the data of");
   return 0;
 }
 
@@ -839,11 +841,18 @@ std::optional<SnapshotRestore> restore_snapshot_if_damaged(
   std::string damaged = path + ".damaged-" + stamp;
   for (int n = 1; std::filesystem::exists(damaged); ++n)
     damaged = path + ".damaged-" + stamp + "-" + std::to_string(n);
-  std::filesystem::rename(path, damaged);
+  // The copy first: if it fails (a full disk), nothing has moved yet.
   const std::string restoring = path + ".restoring";
-  std::filesystem::copy_file(snapshot, restoring,
-                             std::filesystem::copy_options::overwrite_existing);
-  std::filesystem::rename(restoring, path);
+  try {
+    std::filesystem::copy_file(snapshot, restoring,
+                               std::filesystem::copy_options::overwrite_existing);
+    std::filesystem::rename(path, damaged);
+    std::filesystem::rename(restoring, path);
+  } catch (const std::filesystem::filesystem_error& e) {
+    throw FileError("'" + path + "' is damaged (" + *why +
+                    ") but cannot be replaced by its snapshot '" + snapshot + "' (" +
+                    e.code().message() + ")");
+  }
   return SnapshotRestore{*why, damaged};
 }
 

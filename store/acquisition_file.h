@@ -126,7 +126,8 @@ void take_snapshot(const std::string& path);
 // Serial, before any rank opens `path`: when `problem(path)` names a problem and
 // `problem(snapshot)` names none, moves `path` aside to `<path>.damaged-<UTC>` (kept, never
 // overwritten) and copies the snapshot into its place. Returns what was done, or nullopt when
-// nothing was (no problem, no snapshot, or a snapshot with a problem of its own).
+// nothing was (no problem, no snapshot, or a snapshot with a problem of its own). A copy that
+// fails (a full disk) is a FileError, with nothing moved.
 struct SnapshotRestore {
   std::string problem;       // what was wrong with the file
   std::string damaged_copy;  // where the damaged file now is
