@@ -152,6 +152,25 @@ TEST_F(Snapshot, AnUnreadableFileNamesItsSnapshot) {
       << message();
 }
 
+// A restore whose copy fails (here: its temporary is a directory) moves nothing.
+TEST_F(Snapshot, ARestoreThatCannotCopyMovesNothing) {
+  write_file(path_, 7);
+  take_snapshot(path_);
+  tear(path_);
+  const auto torn = read_file(path_);
+  fs::create_directories(path_ + ".restoring/blocked");
+  try {
+    (void)restore_snapshot_if_damaged(path_, hdf5_damage);
+    ADD_FAILURE() << "the restore copied into a directory";
+  } catch (const FileError& e) {
+    EXPECT_NE(std::string(e.what()).find("cannot be replaced by its snapshot"), std::string::npos)
+        << e.what();
+  }
+  EXPECT_EQ(read_file(path_), torn);
+  for (const auto& e : fs::directory_iterator(dir_))
+    EXPECT_EQ(e.path().string().find(".damaged-"), std::string::npos) << e.path();
+}
+
 TEST_F(Snapshot, NothingIsTouchedWithoutAProblemOrAUsableSnapshot) {
   write_file(path_, 7);
   const auto whole = read_file(path_);
