@@ -25,12 +25,12 @@
 #include <unistd.h>
 
 static int calls;
-static int flushes;       /* H5Fflush calls of this process */
-static int closes;        /* H5Fclose calls of this process */
-static int in_call;       /* inside an H5Fflush or H5Fclose */
-static int counting;      /* inside a call of the KILL_CALL kind, with KILL_WRITES set */
-static int call_writes;   /* writes made by the current call */
-static int counted;       /* writes made inside calls of the KILL_CALL kind so far */
+static int flushes;     /* H5Fflush calls of this process */
+static int closes;      /* H5Fclose calls of this process */
+static int in_call;     /* inside an H5Fflush or H5Fclose */
+static int counting;    /* inside a call of the KILL_CALL kind, with KILL_WRITES set */
+static int call_writes; /* writes made by the current call */
+static int counted;     /* writes made inside calls of the KILL_CALL kind so far */
 
 static int reached(const char* fn) {
   const char* call = getenv("KILL_CALL");
