@@ -145,7 +145,7 @@ def main():
             print(f"{m:16s} N={n:5d} A={row['activated']:3d} torch {torch_us:9.1f} us ({kernels} kernels)  "
                   f"native {nat_us:9.1f}  native/floor {row['native_over_floor']:.2f}  "
                   f"native/cublas {row['native_over_cublas']}  native/torch {row['native_over_torch']:.2f}", flush=True)
-        del w13, w2
+        w13 = w2 = None  # free this model's weights before the next one's
         torch.cuda.empty_cache()
     with open(args.out, "w", newline="") as f:
         w = csv.DictWriter(f, fieldnames=list(rows[0]))
