@@ -130,6 +130,27 @@ def committed_rounds(h5):
     return complete_rounds(h5 + ".snapshot")
 
 
+def shim_kill_acquire(d, rounds, *mpiexec_options):
+    """The command the HDF5 kill tests kill (with the shim's options) and re-run (without): a
+    2-rank `acquire --unverified` of tests/data/micro.yaml into d/acq, publishing into d/bundles."""
+    return [MPIEXEC, "-np", "2", "--oversubscribe", *mpiexec_options, HARNESS, "acquire", "--unverified",
+            os.path.join(SOURCE_DIR, "tests/data/micro.yaml"), "--rounds", str(rounds), "--out",
+            os.path.join(d, "acq"), "--out-root", os.path.join(d, "bundles"), "--quiet"]
+
+
+def require_clean_resume(d, rounds, kept, name):
+    """Re-runs shim_kill_acquire(d, rounds) and requires a clean resume: it completes, every planned
+    round is in the file, every round of `kept` ({(cell, round): samples}) is there unchanged (not
+    measured again), and the bundle is published. Returns the resume's completed process."""
+    resumed = run(shim_kill_acquire(d, rounds), check=False)
+    assert resumed.returncode == 0, f"{name}: resume failed:\n{resumed.stderr[-2000:]}"
+    after = check_complete(os.path.join(d, "acq", "acquisition.h5"), rounds)
+    for (cell, r), samples in kept.items():
+        assert (after[cell][r] == samples).all(), f"{name}: {cell} round {r} measured again"
+    assert os.path.exists(os.path.join(d, "bundles", "micro", "meta.yaml")), f"{name}: not published"
+    return resumed
+
+
 def quantile(sorted_values, q):
     """The q-quantile of ascending values, interpolated between order statistics as
     core/statistics.h's quantile is."""

@@ -12,23 +12,16 @@ import os
 import shutil
 import tempfile
 
-from harness_test_lib import HARNESS, MPIEXEC, SOURCE_DIR, check_complete, committed_rounds, reads_whole, run
+from harness_test_lib import committed_rounds, reads_whole, require_clean_resume, run, shim_kill_acquire
 
-JOB = os.path.join(SOURCE_DIR, "tests/data/micro.yaml")
 SHIM = os.environ["HDF5_KILL_SHIM"]
 ROUNDS = 4
 FLUSH_CASES_PER_RANK = 5
 
 
-def acquire(d, *mpiexec_options):
-    return [MPIEXEC, "-np", "2", "--oversubscribe", *mpiexec_options, HARNESS, "acquire", "--unverified", JOB,
-            "--rounds", str(ROUNDS), "--out", os.path.join(d, "acq"), "--out-root", os.path.join(d, "bundles"),
-            "--quiet"]
-
-
 with tempfile.TemporaryDirectory() as tmp:
     report = os.path.join(tmp, "report.txt")
-    run(acquire(os.path.join(tmp, "reference"), "-x", f"LD_PRELOAD={SHIM}", "-x", f"KILL_REPORT={report}"))
+    run(shim_kill_acquire(os.path.join(tmp, "reference"), ROUNDS, "-x", f"LD_PRELOAD={SHIM}", "-x", f"KILL_REPORT={report}"))
     calls = [(int(r), c, int(w)) for r, c, n, w in (line.split() for line in open(report))]
     # Cases: (rank, call, W) -- killed after the Wth file write inside that rank's calls of that
     # kind, spread over the writes the reference run's flushes made (a run's number of waves
@@ -56,7 +49,7 @@ with tempfile.TemporaryDirectory() as tmp:
         # is tried again at half the writes, twice at most.
         for attempt in range(3):
             name = f"rank {rank} killed after write {writes} inside {call}"
-            killed = run(acquire(d, "-x", f"LD_PRELOAD={SHIM}", "-x", f"KILL_CALL={call}", "-x",
+            killed = run(shim_kill_acquire(d, ROUNDS, "-x", f"LD_PRELOAD={SHIM}", "-x", f"KILL_CALL={call}", "-x",
                                  f"KILL_WRITES={writes}", "-x", f"KILL_RANK={rank}"), check=False)
             if killed.returncode != 0:
                 break
@@ -68,12 +61,7 @@ with tempfile.TemporaryDirectory() as tmp:
         # the snapshot (a copy of the file as the last completed flush left it).
         intact = not os.path.exists(h5) or reads_whole(h5)  # no file: killed while creating it
         kept = committed_rounds(h5)
-        resumed = run(acquire(d), check=False)
-        assert resumed.returncode == 0, f"{name}: resume failed:\n{resumed.stderr[-2000:]}"
-        after = check_complete(h5, ROUNDS)
-        for (cell, r), samples in kept.items():
-            assert (after[cell][r] == samples).all(), f"{name}: {cell} round {r} measured again"
-        assert os.path.exists(os.path.join(d, "bundles", "micro", "meta.yaml")), f"{name}: not published"
+        resumed = require_clean_resume(d, ROUNDS, kept, name)
         state = json.load(open(os.path.join(d, "acq", "campaign.json")))
         restores = state.get("restored_from_snapshot", [])
         copies = glob.glob(h5 + ".damaged-*")
