@@ -353,14 +353,11 @@ class Acquisition {
       };
       restored_ = restore_snapshot_if_damaged(path_, problem);
       if (restored_) {
-        summary_.restored = path_ + " was damaged (" + restored_->problem +
-                            "); resumed from its snapshot, the damaged file is kept as " +
-                            restored_->damaged_copy;
-        std::cerr << "acquire: " << path_ << " was damaged (" << restored_->problem
-                  << "); it is kept as " << restored_->damaged_copy
-                  << ", and the acquisition resumes from its last snapshot ("
-                  << snapshot_path(path_)
-                  << "): rounds committed after that snapshot are measured again\n";
+        summary_.restored = path_ + " was damaged (" + restored_->problem + "); it is kept as " +
+                            restored_->damaged_copy + ", and the acquisition resumed from " +
+                            snapshot_path(path_);
+        std::cerr << "acquire: " << summary_.restored
+                  << ": rounds committed after that snapshot are measured again\n";
       }
     }
   }
