@@ -1,3 +1,5 @@
+#include <cudaTypedefs.h>
+
 #include <algorithm>
 #include <cmath>
 #include <cstdlib>
@@ -492,6 +494,10 @@ using WgmmaWide = WgmmaConfig<128, 4>;
 using WgmmaWide96 = WgmmaConfig<96, 4>;
 using WgmmaMedium = WgmmaConfig<64, 5>;
 
+// The weight boxes the tensor maps are encoded with: 64 K columns (128 bytes, the swizzle span)
+// by 128 weight rows, two per stage.
+constexpr int kMapRows = 128;
+
 #if HARNESS_WGMMA
 // ---------------------------------------------------------------- Hopper wgmma GEMM (sm_90a)
 
@@ -728,6 +734,202 @@ __global__ void __launch_bounds__(C::kThreads, 1)
     *q.exited = 0u;
   }
 }
+
+// ---------------------------------------------------------------- the warp-specialised pipeline
+
+// mbarrier and TMA wrappers (sm_90). A barrier's phase completes when its pending arrivals reach
+// zero and, for the stages' `full` barriers, when the bytes it was told to expect have landed.
+__device__ __forceinline__ void mbar_init(std::uint64_t* bar, unsigned arrivals) {
+  asm volatile("mbarrier.init.shared::cta.b64 [%0], %1;\n" ::"r"(smem_addr(bar)), "r"(arrivals)
+               : "memory");
+}
+__device__ __forceinline__ void mbar_arrive(std::uint64_t* bar) {
+  asm volatile("mbarrier.arrive.shared::cta.b64 _, [%0];\n" ::"r"(smem_addr(bar)) : "memory");
+}
+__device__ __forceinline__ void mbar_arrive_expect_bytes(std::uint64_t* bar, unsigned bytes) {
+  asm volatile("mbarrier.arrive.expect_tx.shared::cta.b64 _, [%0], %1;\n" ::"r"(smem_addr(bar)),
+               "r"(bytes)
+               : "memory");
+}
+// Returns once the phase of parity `parity` has completed (a fresh barrier is in phase 0, so
+// waiting for parity 1 returns at once).
+__device__ __forceinline__ void mbar_wait(std::uint64_t* bar, unsigned parity) {
+  unsigned done = 0;
+  do {
+    asm volatile(
+        "{\n.reg .pred p;\nmbarrier.try_wait.parity.shared::cta.b64 p, [%1], %2;\n"
+        "selp.u32 %0, 1, 0, p;\n}\n"
+        : "=r"(done)
+        : "r"(smem_addr(bar)), "r"(parity)
+        : "memory");
+  } while (!done);
+}
+// One arrival on `bar` once every cp.async this thread issued so far has landed (counted in the
+// barrier's arrivals: .noinc).
+__device__ __forceinline__ void cp_async_arrive(std::uint64_t* bar) {
+  asm volatile("cp.async.mbarrier.arrive.noinc.shared::cta.b64 [%0];\n" ::"r"(smem_addr(bar))
+               : "memory");
+}
+// A box of the 2-D tensor map `map` at (column, row) into shared memory; its bytes count against
+// `bar`'s expected bytes.
+__device__ __forceinline__ void tma_load_2d(void* dst, const CUtensorMap& map, int column, int row,
+                                            std::uint64_t* bar) {
+  asm volatile(
+      "cp.async.bulk.tensor.2d.shared::cluster.global.mbarrier::complete_tx::bytes [%0], [%1, {%2, "
+      "%3}], [%4];\n" ::"r"(smem_addr(dst)),
+      "l"(reinterpret_cast<std::uint64_t>(&map)), "r"(column), "r"(row), "r"(smem_addr(bar))
+      : "memory");
+}
+
+// HARNESS_NATIVE_SCHEDULE=pipelined: a persistent launch of one block per SM for one GEMM, each
+// block taking block tiles (tile, feature block) round-robin, feature block fastest. A producer
+// warpgroup fills kStages stages ahead and two consumer warpgroups run the same wgmma steps as
+// wgmma_tile, each stage handed over by mbarriers: `full` completes when the stage's bytes have
+// landed, `empty` when both consumer warpgroups' wgmma reading it have retired. So loads never
+// wait on a block-wide barrier, and the next block tile's loads run under this one's epilogue
+// (direct fragment stores: the stages are never free for staging). The 256 weight rows come by
+// TMA (two 128-row boxes, in the 128-byte swizzle the descriptors read); W2's token rows, which
+// are consecutive positions, by one more box; W13's, gathered through the plan (TMA cannot),
+// by cp.async from the whole producer warpgroup (one warp could not issue them fast enough:
+// measured 2x slower). Same sums in the same order as wgmma_tile, so the outputs are
+// bit-identical. docs/native-backend.md#the-warp-specialised-pipeline.
+template <class C>
+struct Pipelined : C {
+  static constexpr int kConsumerThreads = C::kThreads, kProducerThreads = 128;
+  static constexpr int kThreads = kConsumerThreads + kProducerThreads;
+  static constexpr int kStageBytes = (C::kStageW + C::kStageX) * 2;
+  // The token rows each producer thread copies: 16-byte chunk t % 8 of rows t / 8 + 16 j.
+  static constexpr int kCopyRows = C::kTokens * C::kChunks / kProducerThreads;
+  // As many stages as fit beside the 1024-byte alignment and the barriers (no epilogue staging
+  // to leave room for): wide 4, wide96 and medium 5.
+  static constexpr int kMaxSmem = 227 * 1024;
+  static constexpr int kStages = (kMaxSmem - 1024 - 1024) / (kStageBytes + 16);
+  // The stages, then a full and an empty barrier per stage.
+  static constexpr int kSmemBytes = kStages * kStageBytes + 1024 + 2 * kStages * 8;
+  static_assert(C::kRows == 2 * kMapRows && C::kTokens * C::kChunks % kProducerThreads == 0);
+  static_assert(kStageBytes % 1024 == 0 && C::kStageW * 2 % 1024 == 0,
+                "every box lands on a swizzle atom");
+};
+
+template <class C, bool kGated>
+__global__ void __launch_bounds__(Pipelined<C>::kThreads, 1)
+    expert_gemm_pipelined(GemmArgs a, const __grid_constant__ CUtensorMap weights,
+                          const __grid_constant__ CUtensorMap tokens, int blocks_per_tile) {
+  using P = Pipelined<C>;
+  bf16* smem = wgmma_smem();
+  auto* full = reinterpret_cast<std::uint64_t*>(smem + P::kStages * (C::kStageW + C::kStageX));
+  std::uint64_t* empty = full + P::kStages;
+  const int tid = static_cast<int>(threadIdx.x), lane = tid % 32, warp = tid / 32;
+  constexpr int kConsumerWarps = P::kConsumerThreads / 32;
+  if (tid == 0) {
+    for (int s = 0; s < P::kStages; ++s) {
+      // W13: every producer thread's cp.async arrival and the expect_tx; W2: the expect_tx.
+      mbar_init(&full[s], kGated ? P::kProducerThreads + 1 : 1);
+      mbar_init(&empty[s], kConsumerWarps);
+    }
+    asm volatile("fence.mbarrier_init.release.cluster;\n" ::: "memory");
+  }
+  __syncthreads();
+  const int units = *a.num_tiles * blocks_per_tile;
+  const int k_steps = (a.k + C::kBK - 1) / C::kBK;
+  auto stage_w = [&](int stage) { return smem + stage * (C::kStageW + C::kStageX); };
+
+  if (warp >= kConsumerWarps) {
+    const int ptid = tid - P::kConsumerThreads, chunk = ptid % C::kChunks;
+    if (!kGated && ptid != 0) return;  // W2: one thread issues the boxes
+    const int rows_per_expert = kGated ? 2 * a.out_features : a.out_features;
+    constexpr unsigned kBytes = (kGated ? C::kStageW : C::kStageW + C::kStageX) * 2;
+    int it = 0;
+    for (int unit = static_cast<int>(blockIdx.x); unit < units;
+         unit += static_cast<int>(gridDim.x)) {
+      const int4 tile = a.tiles[unit / blocks_per_tile];
+      const int feature0 = (unit % blocks_per_tile) * (kGated ? C::kRows / 2 : C::kRows);
+      const int row0 = tile.x * rows_per_expert + feature0;
+      const int row1 = kGated ? row0 + a.out_features : row0 + kMapRows;
+      // W13: this thread's token rows, null past the tile.
+      const bf16* src[kGated ? P::kCopyRows : 1];
+      if constexpr (kGated) {
+#pragma unroll
+        for (int j = 0; j < P::kCopyRows; ++j) {
+          const int row = ptid / C::kChunks + j * (P::kProducerThreads / C::kChunks);
+          src[j] = row < tile.z ? a.src + static_cast<std::int64_t>(a.token_of[tile.y + row]) * a.k
+                                : nullptr;
+        }
+      }
+      for (int step = 0; step < k_steps; ++step, ++it) {
+        const int stage = it % P::kStages, k0 = step * C::kBK;
+        mbar_wait(&empty[stage], ((it / P::kStages) & 1) ^ 1);
+        bf16* sw = stage_w(stage);
+        bf16* sx = sw + C::kStageW;
+        if (ptid == 0) {
+          mbar_arrive_expect_bytes(&full[stage], kBytes);
+          tma_load_2d(sw, weights, k0, row0, &full[stage]);
+          tma_load_2d(sw + kMapRows * C::kBK, weights, k0, row1, &full[stage]);
+          // Rows past the tile are the next tile's (or zeros past the end): they only reach
+          // output columns the epilogue drops.
+          if constexpr (!kGated) tma_load_2d(sx, tokens, k0, tile.y, &full[stage]);
+        }
+        if constexpr (kGated) {
+          const int col = k0 + chunk * 8;
+#pragma unroll
+          for (int j = 0; j < P::kCopyRows; ++j) {
+            const int row = ptid / C::kChunks + j * (P::kProducerThreads / C::kChunks);
+            const bool ok = src[j] != nullptr && col < a.k;
+            cp_async16(sx + swizzled<C::kBK>(row, chunk), ok ? src[j] + col : a.src, ok);
+          }
+          cp_async_arrive(&full[stage]);
+        }
+      }
+    }
+    if constexpr (kGated) asm volatile("cp.async.wait_all;\n" ::: "memory");
+    return;
+  }
+
+  // Consumers: warpgroup g, as in wgmma_tile.
+  const int group = warp / 4, warp_in_group = warp % 4;
+  const int mtile_row[2] = {kGated ? group * 64 : group * 128,
+                            kGated ? C::kRows / 2 + group * 64 : group * 128 + 64};
+  const auto row_of = [&](int j) {
+    return (kGated ? group * 64 : mtile_row[j]) + 16 * warp_in_group;
+  };
+  int it = 0;
+  for (int unit = static_cast<int>(blockIdx.x); unit < units; unit += static_cast<int>(gridDim.x)) {
+    const int4 tile = a.tiles[unit / blocks_per_tile];
+    const int feature0 = (unit % blocks_per_tile) * (kGated ? C::kRows / 2 : C::kRows);
+    float acc[2][C::kNT][4];
+    for (int step = 0; step < k_steps; ++step, ++it) {
+      const int stage = it % P::kStages;
+      mbar_wait(&full[stage], (it / P::kStages) & 1);
+      // W13's token rows came through cp.async (the generic proxy); wgmma reads through the
+      // async proxy.
+      if constexpr (kGated) asm volatile("fence.proxy.async.shared::cta;\n" ::: "memory");
+      const bf16* sw = stage_w(stage);
+      const bf16* sx = sw + C::kStageW;
+      wgmma_fence();
+#pragma unroll
+      for (int ks = 0; ks < C::kBK / 16; ++ks) {
+        const std::uint64_t b = wgmma_desc(sx + ks * 16);
+#pragma unroll
+        for (int j = 0; j < 2; ++j)
+          wgmma_bf16<C::kTokens>(reinterpret_cast<float(&)[C::kTokens / 2]>(acc[j]),
+                                 wgmma_desc(sw + mtile_row[j] * C::kBK + ks * 16), b,
+                                 step > 0 || ks > 0);
+      }
+      wgmma_commit();
+      wgmma_wait<1>();  // the previous step's wgmma has retired: its stage is free
+      if (step > 0 && lane == 0) mbar_arrive(&empty[(it - 1) % P::kStages]);
+    }
+    wgmma_wait<0>();
+    if (lane == 0) mbar_arrive(&empty[(it - 1) % P::kStages]);
+#pragma unroll
+    for (int j = 0; j < 2; ++j)
+#pragma unroll
+      for (int n = 0; n < C::kNT; ++n)
+#pragma unroll
+        for (int r = 0; r < 4; ++r) asm volatile("" : "+f"(acc[j][n][r])::"memory");
+    store_accumulators<kGated>(a, acc, row_of, feature0, 0, tile.y, tile.z, lane);
+  }
+}
 #endif  // HARNESS_WGMMA
 
 // One block per token row: out[row] = sum over its local lanes of weight * expert output, in
@@ -851,13 +1053,56 @@ void launch_persistent(const GemmArgs& up, const GemmArgs& down, UnitQueue q, in
 }
 #endif
 
-// How the medium and wide tiles run: wgmma where the build and the GPU have it (as two launches
-// or, with `queue`, one persistent launch), mma.sync otherwise.
+#if HARNESS_WGMMA
+// One GEMM as a pipelined launch: one block per SM, never more blocks than block tiles. `tokens`:
+// W2's activations (W13 gathers its token rows and ignores it).
+template <class C, bool kGated>
+void launch_pipelined(const GemmArgs& a, const CUtensorMap& weights, const CUtensorMap& tokens,
+                      int weight_rows, int max_tiles, int sms, cudaStream_t s) {
+  const int per_tile = feature_blocks<C>(weight_rows);
+  const int blocks = std::max(1, std::min(sms, max_tiles * per_tile));
+  launch_blocks<Pipelined<C>>(expert_gemm_pipelined<C, kGated>, dim3(static_cast<unsigned>(blocks)),
+                              s, a, weights, tokens, per_tile);
+}
+#endif
+
+// The TMA descriptor of a [rows][k] bf16 matrix in boxes of box_rows x 64, the 128-byte swizzle,
+// zero fill past its ends. The encoder is the driver's, found at run time, so that the library
+// loads on machines without a driver.
+CUtensorMap tma_map(const bf16* w, int k, std::int64_t rows, int box_rows) {
+  static const auto encode = [] {
+    void* fn = nullptr;
+    cudaDriverEntryPointQueryResult found{};
+    HARNESS_CHECK(cudaGetDriverEntryPointByVersion("cuTensorMapEncodeTiled", &fn, 12000,
+                                                   cudaEnableDefault, &found));
+    if (found != cudaDriverEntryPointSuccess || fn == nullptr)
+      throw std::runtime_error(
+          "the CUDA driver has no cuTensorMapEncodeTiled (needs 12.0 or later)");
+    return reinterpret_cast<PFN_cuTensorMapEncodeTiled_v12000>(fn);
+  }();
+  CUtensorMap map{};
+  const cuuint64_t dims[2] = {static_cast<cuuint64_t>(k), static_cast<cuuint64_t>(rows)};
+  const cuuint64_t row_bytes[1] = {static_cast<cuuint64_t>(k) * sizeof(bf16)};
+  const cuuint32_t box[2] = {64, static_cast<cuuint32_t>(box_rows)}, unit_strides[2] = {1, 1};
+  const CUresult r =
+      encode(&map, CU_TENSOR_MAP_DATA_TYPE_BFLOAT16, 2, const_cast<bf16*>(w), dims, row_bytes, box,
+             unit_strides, CU_TENSOR_MAP_INTERLEAVE_NONE, CU_TENSOR_MAP_SWIZZLE_128B,
+             CU_TENSOR_MAP_L2_PROMOTION_L2_256B, CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE);
+  if (r != CUDA_SUCCESS)
+    throw std::runtime_error("cuTensorMapEncodeTiled failed (CUresult " + std::to_string(r) +
+                             ") for a " + std::to_string(rows) + " x " + std::to_string(k) +
+                             " matrix");
+  return map;
+}
+
+// How the medium and wide tiles run: wgmma where the build and the GPU have it (as two launches,
+// one persistent launch with `queue`, or two pipelined launches), mma.sync otherwise.
 struct TileSchedule {
   bool wgmma;
-  bool persistent;  // wgmma only: one launch taking units from the queue
-  unsigned* queue;  // persistent: ticket, exited
-  int* up_done;     // persistent: one count per tile
+  NativeSchedule schedule;  // wgmma only
+  unsigned* queue;          // persistent: ticket, exited
+  int* up_done;             // persistent: one count per tile
+  const CUtensorMap* maps;  // pipelined: W13, W2, act
   int sms;
 };
 
@@ -865,7 +1110,14 @@ template <class MmaTile, class WgmmaTile>
 void launch_tile(const TileSchedule& how, const GemmArgs& up, const GemmArgs& down, int inter,
                  int hidden, int max_tiles, cudaStream_t s) {
 #if HARNESS_WGMMA
-  if (how.wgmma && how.persistent) {
+  if (how.wgmma && how.schedule == NativeSchedule::pipelined) {
+    launch_pipelined<WgmmaTile, true>(up, how.maps[0], how.maps[2], 2 * inter, max_tiles, how.sms,
+                                      s);
+    launch_pipelined<WgmmaTile, false>(down, how.maps[1], how.maps[2], hidden, max_tiles, how.sms,
+                                       s);
+    return;
+  }
+  if (how.wgmma && how.schedule == NativeSchedule::persistent) {
     const UnitQueue q{how.queue, how.queue + 1, how.up_done, feature_blocks<WgmmaTile>(2 * inter),
                       feature_blocks<WgmmaTile>(hidden)};
     launch_persistent<WgmmaTile>(up, down, q, max_tiles, how.sms, s);
@@ -884,7 +1136,10 @@ void launch_tile(const TileSchedule& how, const GemmArgs& up, const GemmArgs& do
 std::string NativeExperts::configuration() const {
   const bool wgmma = tile_ != NativeTile::narrow && wgmma_;
   return std::string(to_string(tile_)) + " tile (" + std::to_string(native_tile_tokens(tile_)) +
-         " tokens" + (wgmma ? ", wgmma" : "") + (persistent_ ? ", persistent" : "") +
+         " tokens" + (wgmma ? ", wgmma" : "") +
+         (schedule_ == NativeSchedule::persistent  ? ", persistent"
+          : schedule_ == NativeSchedule::pipelined ? ", pipelined"
+                                                   : "") +
          (plan_in_gemm_ ? ", routes planned in the W13 blocks)" : ")");
 }
 
@@ -906,14 +1161,19 @@ NativeExperts::NativeExperts(const ModelGeometry& g, const ExpertOwnership& own,
   wgmma_ = major == 9 && minor == 0 && std::getenv("HARNESS_NATIVE_NO_WGMMA") == nullptr;
   HARNESS_CHECK(cudaDeviceGetAttribute(&sms_, cudaDevAttrMultiProcessorCount, device));
 #endif
-  // HARNESS_NATIVE_SCHEDULE=persistent|launches: the wgmma tiles' GEMMs as one persistent launch
-  // or as two launches (the default; docs/native-backend.md has the A/B). Other tiles ignore it.
+  // HARNESS_NATIVE_SCHEDULE=launches|persistent|pipelined: how the wgmma tiles run their GEMMs
+  // (NativeSchedule; docs/native-backend.md has the A/Bs). Pipelined unless it says otherwise;
+  // other tiles ignore it.
+  if (wgmma_ && tile_ != NativeTile::narrow) schedule_ = NativeSchedule::pipelined;
   if (const char* schedule = std::getenv("HARNESS_NATIVE_SCHEDULE")) {
     const std::string v = schedule;
-    if (v != "persistent" && v != "launches")
+    if (v != "persistent" && v != "launches" && v != "pipelined")
       throw std::invalid_argument("HARNESS_NATIVE_SCHEDULE=" + v +
-                                  ": expected persistent or launches");
-    persistent_ = v == "persistent" && wgmma_ && tile_ != NativeTile::narrow;
+                                  ": expected launches, persistent or pipelined");
+    if (wgmma_ && tile_ != NativeTile::narrow)
+      schedule_ = v == "persistent"  ? NativeSchedule::persistent
+                  : v == "pipelined" ? NativeSchedule::pipelined
+                                     : NativeSchedule::launches;
   }
   const int t = native_tile_tokens(tile_);
   // Tiles of expert e: ceil(c_e / t) <= c_e / t + 1 for each expert with rows.
@@ -929,7 +1189,7 @@ NativeExperts::NativeExperts(const ModelGeometry& g, const ExpertOwnership& own,
   token_of_ = DeviceBuffer<int>(static_cast<std::size_t>(lanes_));
   num_tiles_ = DeviceBuffer<int>(1);
   tiles_ = DeviceBuffer<int4>(static_cast<std::size_t>(std::max(1, max_tiles_)));
-  if (persistent_) {
+  if (schedule_ == NativeSchedule::persistent) {
     // The persistent launch's queue and counts start at zero; its last block resets them.
     unit_queue_ = DeviceBuffer<unsigned>(2);
     up_done_ = DeviceBuffer<int>(static_cast<std::size_t>(std::max(1, max_tiles_)));
@@ -937,6 +1197,8 @@ NativeExperts::NativeExperts(const ModelGeometry& g, const ExpertOwnership& own,
     HARNESS_CHECK(cudaMemsetAsync(up_done_.get(), 0, up_done_.size() * sizeof(int), s_));
   }
   act_ = DeviceBuffer<bf16>(static_cast<std::size_t>(lanes_) * g.intermediate);
+  if (schedule_ == NativeSchedule::pipelined)
+    maps_[2] = tma_map(act_.get(), g.intermediate, lanes_, t);
   y_ = DeviceBuffer<bf16>(static_cast<std::size_t>(lanes_) * g.hidden);
   plan_in_gemm_ = tile_ == NativeTile::narrow && lanes_ <= kFusedLanes;
 }
@@ -972,7 +1234,13 @@ void NativeExperts::forward(const bf16* x, const int* ids, const float* weights,
                       act_.get(),   token_of_.get(),
                       tiles_.get(), num_tiles_.get(),
                       y_.get()};
-  const TileSchedule how{wgmma_, persistent_, unit_queue_.get(), up_done_.get(), sms_};
+  if (schedule_ == NativeSchedule::pipelined && (w13 != mapped_w13_ || w2 != mapped_w2_)) {
+    const std::int64_t experts = own_.local_experts;
+    maps_[0] = tma_map(w13, h, experts * 2 * inter, kMapRows);
+    maps_[1] = tma_map(w2, inter, experts * h, kMapRows);
+    mapped_w13_ = w13, mapped_w2_ = w2;
+  }
+  const TileSchedule how{wgmma_, schedule_, unit_queue_.get(), up_done_.get(), maps_.data(), sms_};
   switch (tile_) {
     case NativeTile::narrow:
       if (plan_in_gemm_) {

@@ -12,18 +12,23 @@
 //                    tile's expert, SiLU(gate) * up in the epilogue -> act [positions][I].
 //   3. expert_gemm<!gated>  act times W2 -> expert outputs [positions][H] (bf16).
 //   4. combine_lanes        per token: router-weighted sum of its lanes' expert outputs in fp32.
-// With HARNESS_NATIVE_SCHEDULE=persistent the wgmma tiles run 2 and 3 as one persistent launch
-// (expert_gemms_persistent: a queue of W13 then W2 block tiles, W2 tiles waiting on a per-tile
-// count), so the W2 tiles fill the SMs the last W13 wave leaves idle; measured faster only where
-// that saves a wave, so not the default
-// (docs/native-backend.md#launch-waves-set-the-time-off-balanced-routing).
-// The GEMMs run bf16 mma.sync tensor-core tiles fed by a multi-stage cp.async pipeline; the
+// The wgmma tiles (medium and wide, sm_90a) run 2 and 3 as warp-specialised persistent launches
+// (expert_gemm_pipelined: a producer warpgroup loads stages by TMA and cp.async, two consumer
+// warpgroups run wgmma, mbarriers hand the stages over) unless HARNESS_NATIVE_SCHEDULE says
+// `launches` (one block per block tile, every thread loading and computing) or `persistent`
+// (expert_gemms_persistent: 2 and 3 in one launch, a queue of W13 then W2 block tiles, W2 tiles
+// waiting on a per-tile count; faster only where that saves a wave)
+// (docs/native-backend.md#the-warp-specialised-pipeline).
+// The narrow tile runs bf16 mma.sync tensor-core tiles fed by a multi-stage cp.async pipeline; the
 // tile shape is picked from the expected rows per expert: a split-K, 16-token tile that keeps
 // enough weight bytes in flight when few rows share an expert, up to 128x128 tiles when many do.
 // (Combining in the W2 epilogue with fp32 atomics was measured slower: N*k*H atomics cost more
 // than writing and re-reading the bf16 expert outputs.)
 #pragma once
 
+#include <cuda.h>
+
+#include <array>
 #include <cstdint>
 #include <string>
 
@@ -32,6 +37,11 @@
 #include "kernels/native_tile_rule.h"
 
 namespace moe::cuda {
+
+// How the medium and wide (wgmma) tiles run their two GEMMs (HARNESS_NATIVE_SCHEDULE): one launch
+// each, one persistent launch for both, or one warp-specialised persistent launch each (TMA loads,
+// mbarrier stages; the default: docs/native-backend.md#the-warp-specialised-pipeline).
+enum class NativeSchedule { launches, persistent, pipelined };
 
 class NativeExperts {
  public:
@@ -46,7 +56,7 @@ class NativeExperts {
   // [rows][k] routes; invalid lanes become padding and set *flag.
   void forward(const bf16* x, const int* ids, const float* weights, const bf16* w13, const bf16* w2,
                bf16* out, int* flag);
-  // "medium tile (64 tokens, wgmma)".
+  // "medium tile (64 tokens, wgmma, pipelined)".
   [[nodiscard]] std::string configuration() const;
 
  private:
@@ -57,8 +67,8 @@ class NativeExperts {
   cudaStream_t s_;
   int lanes_;
   int max_tiles_;
-  bool wgmma_ = false;         // medium and wide tiles on Hopper tensor-core wgmma (sm_90a builds)
-  bool persistent_ = false;    // this wgmma tile as one persistent launch (HARNESS_NATIVE_SCHEDULE)
+  bool wgmma_ = false;  // medium and wide tiles on Hopper tensor-core wgmma (sm_90a builds)
+  NativeSchedule schedule_ = NativeSchedule::launches;  // wgmma tiles only
   bool plan_in_gemm_ = false;  // narrow tile, few lanes: the W13 blocks plan the routes
   int sms_ = 0;
   DeviceBuffer<int> lane_slot_, lane_pos_, token_of_, num_tiles_, total_counts_, expert_offsets_;
@@ -66,6 +76,11 @@ class NativeExperts {
   DeviceBuffer<int> up_done_;
   DeviceBuffer<int4> tiles_;
   DeviceBuffer<bf16> act_, y_;
+  // pipelined: TMA descriptors of W13 and W2 as last passed to forward (re-encoded when they
+  // move) and of act_.
+  const bf16* mapped_w13_ = nullptr;
+  const bf16* mapped_w2_ = nullptr;
+  std::array<CUtensorMap, 3> maps_{};
 };
 
 }  // namespace moe::cuda

@@ -384,12 +384,14 @@ TEST(NativeBackend, ForwardIsCapturableInACudaGraph) {
 }
 
 // HARNESS_NATIVE_SCHEDULE=persistent runs a wgmma tile's two GEMMs as one persistent launch whose
-// W2 units wait for their tile's W13 units (docs/native-backend.md). Every wgmma tile, forced, at
-// one, a few and many tiles per expert and at off-balance points of several launch waves: it
-// matches the reference, it is bit-identical to the two launches (each output element is the same
-// block tile's sum in the same order), and so is its graph replay (the queue resets itself
-// between forwards). A value that is not a schedule is refused.
-TEST(NativeBackend, PersistentScheduleMatchesTheTwoLaunches) {
+// W2 units wait for their tile's W13 units, and =pipelined each GEMM as a warp-specialised
+// persistent launch (TMA weights, mbarrier stages; docs/native-backend.md). Every wgmma tile,
+// forced, at one, a few and many tiles per expert, at off-balance points of several launch waves
+// and on the odd shapes (partial boxes in rows, features and K): it matches the reference, it is
+// bit-identical to the two launches (each output element is the same block tile's sum in the same
+// order), and so is its graph replay (the queue resets itself between forwards; the pipelined
+// blocks re-arm their barriers). A value that is not a schedule is refused.
+TEST(NativeBackend, PersistentSchedulesMatchTheTwoLaunches) {
   REQUIRE_GPU();
   const auto qwen = *find_preset("qwen3-30b-a3b");
   auto odd = *find_preset("tiny");
@@ -400,31 +402,41 @@ TEST(NativeBackend, PersistentScheduleMatchesTheTwoLaunches) {
   // EP4 (32 local experts) keeps the weights small; M/A sets the tiles and waves all the same.
   const auto own = ExpertOwnership::of(qwen, ep4);
   const auto w = random_mlp(own.local_experts, qwen.hidden, qwen.intermediate, Dtype::bf16, rng);
-  for (const char* tile : {"medium", "wide96", "wide"}) {
-    SCOPED_TRACE(tile);
-    ASSERT_EQ(setenv("HARNESS_NATIVE_TILE", tile, 1), 0);
-    ASSERT_EQ(setenv("HARNESS_NATIVE_SCHEDULE", "persistent", 1), 0);
-    for (const GridPoint p : {GridPoint{1400, 100, 11200}, GridPoint{2400, 50, 19200},
-                              GridPoint{3000, 8, 24000}, GridPoint{1024, 9, 8192}})
-      expect_matches_reference("native", qwen, ep1, Component::experts, p, 2);
-    for (GridPoint p : {GridPoint{3, 2, 6}, GridPoint{300, 8, 600}, GridPoint{1000, 8, 2000}})
-      expect_matches_reference("native", odd, ep1, Component::experts, p, 2);
-    // (1024, 9) and (216, 23) run several W13 and W2 waves with partial last ones.
-    for (const auto& [rows, active] : {std::pair{1024, 9}, std::pair{216, 23}}) {
-      const auto x =
-          random_values(static_cast<std::size_t>(rows) * qwen.hidden, 1.0f, Dtype::bf16, rng);
-      const auto routes = make_expert_routes(rows, active, rows * 8, qwen, own, rng);
-      const auto persistent = run_experts_on_device("native", 0, qwen, ep4, x, routes, w);
-      const auto graphed = run_experts_on_device("native", 0, qwen, ep4, x, routes, w, true);
-      ASSERT_EQ(setenv("HARNESS_NATIVE_SCHEDULE", "launches", 1), 0);
-      const auto launches = run_experts_on_device("native", 0, qwen, ep4, x, routes, w);
-      ASSERT_EQ(setenv("HARNESS_NATIVE_SCHEDULE", "persistent", 1), 0);
-      ASSERT_TRUE(has_nonzero(launches.out)) << rows;
-      EXPECT_EQ(persistent.out, launches.out) << rows << " rows, " << active << " experts";
-      EXPECT_EQ(graphed.out, launches.out) << rows << " rows, " << active << " experts";
-      EXPECT_FALSE(persistent.route_error || graphed.route_error) << rows;
+  const auto odd_own = ExpertOwnership::of(odd, ep1);
+  const auto odd_w =
+      random_mlp(odd_own.local_experts, odd.hidden, odd.intermediate, Dtype::bf16, rng);
+  for (const char* schedule : {"persistent", "pipelined"})
+    for (const char* tile : {"medium", "wide96", "wide"}) {
+      SCOPED_TRACE(std::string(schedule) + ", " + tile);
+      ASSERT_EQ(setenv("HARNESS_NATIVE_TILE", tile, 1), 0);
+      ASSERT_EQ(setenv("HARNESS_NATIVE_SCHEDULE", schedule, 1), 0);
+      for (const GridPoint p : {GridPoint{1400, 100, 11200}, GridPoint{2400, 50, 19200},
+                                GridPoint{3000, 8, 24000}, GridPoint{1024, 9, 8192}})
+        expect_matches_reference("native", qwen, ep1, Component::experts, p, 2);
+      for (GridPoint p : {GridPoint{3, 2, 6}, GridPoint{300, 8, 600}, GridPoint{1000, 8, 2000}})
+        expect_matches_reference("native", odd, ep1, Component::experts, p, 2);
+      // (1024, 9) and (216, 23) run several W13 and W2 waves with partial last ones; (500, 8) is
+      // the odd shape.
+      for (const auto& [g, t, weights, rows, active] :
+           {std::tuple{qwen, ep4, &w, 1024, 9}, std::tuple{qwen, ep4, &w, 216, 23},
+            std::tuple{odd, ep1, &odd_w, 500, 8}}) {
+        const auto x =
+            random_values(static_cast<std::size_t>(rows) * g.hidden, 1.0f, Dtype::bf16, rng);
+        const auto routes =
+            make_expert_routes(rows, active, rows * g.top_k, g, ExpertOwnership::of(g, t), rng);
+        const auto scheduled = run_experts_on_device("native", 0, g, t, x, routes, *weights);
+        const auto graphed = run_experts_on_device("native", 0, g, t, x, routes, *weights, true);
+        ASSERT_EQ(setenv("HARNESS_NATIVE_SCHEDULE", "launches", 1), 0);
+        const auto launches = run_experts_on_device("native", 0, g, t, x, routes, *weights);
+        ASSERT_EQ(setenv("HARNESS_NATIVE_SCHEDULE", schedule, 1), 0);
+        ASSERT_TRUE(has_nonzero(launches.out)) << rows;
+        EXPECT_EQ(scheduled.out, launches.out)
+            << g.name << ", " << rows << " rows, " << active << " experts";
+        EXPECT_EQ(graphed.out, launches.out)
+            << g.name << ", " << rows << " rows, " << active << " experts";
+        EXPECT_FALSE(scheduled.route_error || graphed.route_error) << rows;
+      }
     }
-  }
   ASSERT_EQ(unsetenv("HARNESS_NATIVE_TILE"), 0);
   ASSERT_EQ(setenv("HARNESS_NATIVE_SCHEDULE", "interleaved", 1), 0);
   auto backend = make_cuda_backend("native", 0);
