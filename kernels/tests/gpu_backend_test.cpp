@@ -449,6 +449,15 @@ TEST(NativeBackend, PersistentSchedulesMatchTheTwoLaunches) {
         << e.what();
   }
   ASSERT_EQ(unsetenv("HARNESS_NATIVE_SCHEDULE"), 0);
+  // Unset, the wgmma tiles run pipelined (the configuration says so); the narrow tile (N = 256)
+  // and the mma.sync fallback have no schedule.
+  for (const GridPoint p : {GridPoint{1024, 128, 8192}, GridPoint{256, 128, 2048}}) {
+    const WorkloadSpec s{qwen, ep1, Component::experts, p, 2, 1};
+    const auto config = backend->make(s, backend->make_weights(s))->configuration();
+    EXPECT_EQ(config.find(", pipelined") != std::string::npos,
+              config.find("wgmma") != std::string::npos)
+        << config;
+  }
 }
 
 TEST(NativeBackend, RejectsShapesItDoesNotCover) {
