@@ -842,6 +842,7 @@ struct Pipelined : C {
   // The stages, then a full and an empty barrier per stage.
   static constexpr int kSmemBytes = kStages * kStageBytes + 1024 + 2 * kStages * 8;
   static_assert(C::kRows == 2 * kMapRows && C::kTokens * C::kChunks % kProducerThreads == 0);
+  static_assert(kStages >= 2 && kSmemBytes <= kMaxSmem, "a stage fills while another is read");
   static_assert(kStageBytes % 1024 == 0 && C::kStageW * 2 % 1024 == 0,
                 "every box lands on a swizzle atom");
 };
