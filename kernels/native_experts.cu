@@ -518,6 +518,13 @@ template <int kPending>
 __device__ __forceinline__ void wgmma_wait() {
   asm volatile("wgmma.wait_group.sync.aligned %0;\n" ::"n"(kPending) : "memory");
 }
+// The accumulators were written by asynchronous wgmma: orders every later read of them after the
+// wgmma_wait that retired it. `acc` is the thread's accumulators, flat.
+template <int kN>
+__device__ __forceinline__ void order_after_wgmma(float (&acc)[kN]) {
+#pragma unroll
+  for (int i = 0; i < kN; ++i) asm volatile("" : "+f"(acc[i])::"memory");
+}
 
 // D (64 x kN, fp32, the warpgroup's fragments) (+)= A (64 x 16) * B (16 x kN), both K-major in
 // shared memory.
@@ -666,13 +673,7 @@ __device__ __forceinline__ void wgmma_tile(const GemmArgs& a, int tile_index, in
         wgmma_wait<1>();
       });
   wgmma_wait<0>();
-  // The accumulators were written by asynchronous wgmma: order every later read after the wait.
-#pragma unroll
-  for (int j = 0; j < 2; ++j)
-#pragma unroll
-    for (int n = 0; n < C::kNT; ++n)
-#pragma unroll
-      for (int r = 0; r < 4; ++r) asm volatile("" : "+f"(acc[j][n][r])::"memory");
+  order_after_wgmma(reinterpret_cast<float(&)[2 * C::kNT * 4]>(acc));
   const auto row_of = [&](int j) {
     return (kGated ? group * 64 : mtile_row[j]) + 16 * warp_in_group;
   };
@@ -816,6 +817,30 @@ __device__ __forceinline__ void tma_load_2d(void* dst, const CUtensorMap& map, i
       : "memory");
 }
 
+// The consumer side of one block tile's K steps: waits for each step's stage (`full`), runs
+// issue(stage, accumulated) as one wgmma group (accumulated: an earlier step wrote the
+// accumulators), and once a group's predecessor has retired frees the predecessor's stage
+// (`empty`, one arrival per warp). On return every wgmma of the tile has retired and every stage
+// it read is free. `it` counts K steps over the block's tiles (stage and phase).
+template <int kStages, bool kGated, class Issue>
+__device__ __forceinline__ void consume_stages(std::uint64_t* full, std::uint64_t* empty,
+                                               int k_steps, int& it, int lane, const Issue& issue) {
+  for (int step = 0; step < k_steps; ++step, ++it) {
+    const int stage = it % kStages;
+    mbar_wait(&full[stage], (it / kStages) & 1);
+    // W13's token rows came through cp.async (the generic proxy); wgmma reads through the async
+    // proxy.
+    if constexpr (kGated) asm volatile("fence.proxy.async.shared::cta;\n" ::: "memory");
+    wgmma_fence();
+    issue(stage, step > 0);
+    wgmma_commit();
+    wgmma_wait<1>();  // the previous step's wgmma has retired: its stage is free
+    if (step > 0 && lane == 0) mbar_arrive(&empty[(it - 1) % kStages]);
+  }
+  wgmma_wait<0>();
+  if (lane == 0) mbar_arrive(&empty[(it - 1) % kStages]);
+}
+
 // HARNESS_NATIVE_SCHEDULE=pipelined: a persistent launch of one block per SM for one GEMM, each
 // block taking block tiles (tile, feature block) round-robin, feature block fastest. A producer
 // warpgroup fills kStages stages ahead and two consumer warpgroups run the same wgmma steps as
@@ -869,6 +894,13 @@ __global__ void __launch_bounds__(Pipelined<C>::kThreads, 1)
   const int units = *a.num_tiles * blocks_per_tile;
   const int k_steps = (a.k + C::kBK - 1) / C::kBK;
   auto stage_w = [&](int stage) { return smem + stage * (C::kStageW + C::kStageX); };
+  // f(tile table row, first feature) for each block tile of this block, in order: block tiles
+  // round-robin over the blocks, feature block fastest.
+  const auto for_each_block_tile = [&](const auto& f) {
+    for (int unit = static_cast<int>(blockIdx.x); unit < units; unit += static_cast<int>(gridDim.x))
+      f(a.tiles[unit / blocks_per_tile],
+        (unit % blocks_per_tile) * (kGated ? C::kRows / 2 : C::kRows));
+  };
 
   if (warp >= kConsumerWarps) {
     const int ptid = tid - P::kConsumerThreads, chunk = ptid % C::kChunks;
@@ -876,10 +908,7 @@ __global__ void __launch_bounds__(Pipelined<C>::kThreads, 1)
     const int rows_per_expert = kGated ? 2 * a.out_features : a.out_features;
     constexpr unsigned kBytes = (kGated ? C::kStageW : C::kStageW + C::kStageX) * 2;
     int it = 0;
-    for (int unit = static_cast<int>(blockIdx.x); unit < units;
-         unit += static_cast<int>(gridDim.x)) {
-      const int4 tile = a.tiles[unit / blocks_per_tile];
-      const int feature0 = (unit % blocks_per_tile) * (kGated ? C::kRows / 2 : C::kRows);
+    for_each_block_tile([&](const int4 tile, int feature0) {
       const int row0 = tile.x * rows_per_expert + feature0;
       const int row1 = kGated ? row0 + a.out_features : row0 + kMapRows;
       // W13: this thread's token rows, null past the tile.
@@ -916,7 +945,7 @@ __global__ void __launch_bounds__(Pipelined<C>::kThreads, 1)
           cp_async_arrive(&full[stage]);
         }
       }
-    }
+    });
     if constexpr (kGated) asm volatile("cp.async.wait_all;\n" ::: "memory");
     return;
   }
@@ -930,33 +959,19 @@ __global__ void __launch_bounds__(Pipelined<C>::kThreads, 1)
     // (docs/native-backend.md#the-warp-specialised-pipeline). acc[i][r]: token 16w + lane/4 +
     // 8(r/2) of the warpgroup's 64, gate row 8i + 2(lane%4) + r%2 for i < 16, up row for i + 16.
     int it = 0;
-    for (int unit = static_cast<int>(blockIdx.x); unit < units;
-         unit += static_cast<int>(gridDim.x)) {
-      const int4 tile = a.tiles[unit / blocks_per_tile];
-      const int feature0 = (unit % blocks_per_tile) * (C::kRows / 2);
+    for_each_block_tile([&](const int4 tile, int feature0) {
       float acc[C::kRows / 8][4];
-      for (int step = 0; step < k_steps; ++step, ++it) {
-        const int stage = it % P::kStages;
-        mbar_wait(&full[stage], (it / P::kStages) & 1);
-        asm volatile("fence.proxy.async.shared::cta;\n" ::: "memory");  // as below
-        const bf16* sw = stage_w(stage);
-        const bf16* sx = sw + C::kStageW + group * 64 * C::kBK;
-        wgmma_fence();
+      consume_stages<P::kStages, kGated>(
+          full, empty, k_steps, it, lane, [&](int stage, bool accumulated) {
+            const bf16* sw = stage_w(stage);
+            const bf16* sx = sw + C::kStageW + group * 64 * C::kBK;
 #pragma unroll
-        for (int ks = 0; ks < C::kBK / 16; ++ks)
-          wgmma_bf16<C::kRows>(reinterpret_cast<float(&)[C::kRows / 2]>(acc),
-                               wgmma_desc(sx + ks * 16), wgmma_desc(sw + ks * 16),
-                               step > 0 || ks > 0);
-        wgmma_commit();
-        wgmma_wait<1>();
-        if (step > 0 && lane == 0) mbar_arrive(&empty[(it - 1) % P::kStages]);
-      }
-      wgmma_wait<0>();
-      if (lane == 0) mbar_arrive(&empty[(it - 1) % P::kStages]);
-#pragma unroll
-      for (int i = 0; i < C::kRows / 8; ++i)
-#pragma unroll
-        for (int r = 0; r < 4; ++r) asm volatile("" : "+f"(acc[i][r])::"memory");
+            for (int ks = 0; ks < C::kBK / 16; ++ks)
+              wgmma_bf16<C::kRows>(reinterpret_cast<float(&)[C::kRows / 2]>(acc),
+                                   wgmma_desc(sx + ks * 16), wgmma_desc(sw + ks * 16),
+                                   accumulated || ks > 0);
+          });
+      order_after_wgmma(reinterpret_cast<float(&)[C::kRows / 2]>(acc));
       // SiLU(gate) * up as for_each_output computes it, two neighbouring features per store.
       const int pair = (lane & 3) * 2;
 #pragma unroll
@@ -979,7 +994,7 @@ __global__ void __launch_bounds__(Pipelined<C>::kThreads, 1)
                 __floats2bfloat162_rn(v[0], v[1]);
         }
       }
-    }
+    });
     return;
   }
 
@@ -990,42 +1005,25 @@ __global__ void __launch_bounds__(Pipelined<C>::kThreads, 1)
     return (kGated ? group * 64 : mtile_row[j]) + 16 * warp_in_group;
   };
   int it = 0;
-  for (int unit = static_cast<int>(blockIdx.x); unit < units; unit += static_cast<int>(gridDim.x)) {
-    const int4 tile = a.tiles[unit / blocks_per_tile];
-    const int feature0 = (unit % blocks_per_tile) * (kGated ? C::kRows / 2 : C::kRows);
+  for_each_block_tile([&](const int4 tile, int feature0) {
     float acc[2][C::kNT][4];
-    for (int step = 0; step < k_steps; ++step, ++it) {
-      const int stage = it % P::kStages;
-      mbar_wait(&full[stage], (it / P::kStages) & 1);
-      // W13's token rows came through cp.async (the generic proxy); wgmma reads through the
-      // async proxy.
-      if constexpr (kGated) asm volatile("fence.proxy.async.shared::cta;\n" ::: "memory");
-      const bf16* sw = stage_w(stage);
-      const bf16* sx = sw + C::kStageW;
-      wgmma_fence();
+    consume_stages<P::kStages, kGated>(
+        full, empty, k_steps, it, lane, [&](int stage, bool accumulated) {
+          const bf16* sw = stage_w(stage);
+          const bf16* sx = sw + C::kStageW;
 #pragma unroll
-      for (int ks = 0; ks < C::kBK / 16; ++ks) {
-        const std::uint64_t b = wgmma_desc(sx + ks * 16);
+          for (int ks = 0; ks < C::kBK / 16; ++ks) {
+            const std::uint64_t b = wgmma_desc(sx + ks * 16);
 #pragma unroll
-        for (int j = 0; j < 2; ++j)
-          wgmma_bf16<C::kTokens>(reinterpret_cast<float(&)[C::kTokens / 2]>(acc[j]),
-                                 wgmma_desc(sw + mtile_row[j] * C::kBK + ks * 16), b,
-                                 step > 0 || ks > 0);
-      }
-      wgmma_commit();
-      wgmma_wait<1>();  // the previous step's wgmma has retired: its stage is free
-      if (step > 0 && lane == 0) mbar_arrive(&empty[(it - 1) % P::kStages]);
-    }
-    wgmma_wait<0>();
-    if (lane == 0) mbar_arrive(&empty[(it - 1) % P::kStages]);
-#pragma unroll
-    for (int j = 0; j < 2; ++j)
-#pragma unroll
-      for (int n = 0; n < C::kNT; ++n)
-#pragma unroll
-        for (int r = 0; r < 4; ++r) asm volatile("" : "+f"(acc[j][n][r])::"memory");
+            for (int j = 0; j < 2; ++j)
+              wgmma_bf16<C::kTokens>(reinterpret_cast<float(&)[C::kTokens / 2]>(acc[j]),
+                                     wgmma_desc(sw + mtile_row[j] * C::kBK + ks * 16), b,
+                                     accumulated || ks > 0);
+          }
+        });
+    order_after_wgmma(reinterpret_cast<float(&)[2 * C::kNT * 4]>(acc));
     store_accumulators<kGated>(a, acc, row_of, feature0, 0, tile.y, tile.z, lane);
-  }
+  });
 }
 #endif  // HARNESS_WGMMA
 
