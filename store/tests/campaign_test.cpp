@@ -8,28 +8,21 @@
 
 #include "core/files.h"
 #include "core/timestamp.h"
+#include "store/tests/scratch_dir.h"
 
 namespace moe {
 namespace {
 
 namespace fs = std::filesystem;
 
-class Campaign : public ::testing::Test {
+class Campaign : public ScratchDirTest {
  protected:
-  void SetUp() override {
-    dir_ = fs::temp_directory_path() /
-           ("campaign_test_" + std::to_string(::testing::UnitTest::GetInstance()->random_seed()) +
-            "_" + ::testing::UnitTest::GetInstance()->current_test_info()->name());
-    fs::remove_all(dir_);
-    fs::create_directories(dir_);
-  }
-  void TearDown() override { fs::remove_all(dir_); }
+  Campaign() : ScratchDirTest("campaign_test_") {}
   CampaignState state() const { return CampaignState(dir_, "harness acquire", "job", "f", 3600); }
   nlohmann::json records() const {
     std::ifstream f(dir_ / kCampaignFile);
     return nlohmann::json::parse(f)["records"];
   }
-  fs::path dir_;
 };
 
 // A kill after a wave was encoded and before any flag was set: the next run finds only the

@@ -9,23 +9,20 @@
 
 #include "core/files.h"
 #include "store/acquisition_file.h"
+#include "store/tests/scratch_dir.h"
 
 namespace moe {
 namespace {
 
 namespace fs = std::filesystem;
 
-class Snapshot : public ::testing::Test {
+class Snapshot : public ScratchDirTest {
  protected:
+  Snapshot() : ScratchDirTest("snapshot_test_") {}
   void SetUp() override {
-    dir_ = fs::temp_directory_path() /
-           ("snapshot_test_" + std::to_string(::testing::UnitTest::GetInstance()->random_seed()) +
-            "_" + ::testing::UnitTest::GetInstance()->current_test_info()->name());
-    fs::remove_all(dir_);
-    fs::create_directories(dir_);
+    ScratchDirTest::SetUp();
     path_ = (dir_ / "acquisition.h5").string();
   }
-  void TearDown() override { fs::remove_all(dir_); }
 
   // A file like an acquisition's: a root attribute, a group of groups with datasets in them.
   void write_file(const std::string& path, int value) const {
@@ -66,7 +63,6 @@ class Snapshot : public ::testing::Test {
     std::ofstream(path, std::ios::binary | std::ios::trunc) << bytes;
   }
 
-  fs::path dir_;
   std::string path_;
 };
 
