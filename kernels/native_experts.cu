@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <cmath>
 #include <cstdlib>
+#include <iterator>
 #include <set>
 #include <stdexcept>
 #include <string>
@@ -1190,14 +1191,25 @@ CUtensorMap tma_map(const bf16* w, int k, std::int64_t rows, int box_rows) {
   return map;
 }
 
+// HARNESS_NATIVE_SCHEDULE's values, by which the configuration names the schedule too.
+constexpr std::pair<NativeSchedule, const char*> kScheduleNames[] = {
+    {NativeSchedule::launches, "launches"},
+    {NativeSchedule::persistent, "persistent"},
+    {NativeSchedule::pipelined, "pipelined"}};
+
+const char* schedule_name(NativeSchedule schedule) {
+  return std::ranges::find(kScheduleNames, schedule, &std::pair<NativeSchedule, const char*>::first)
+      ->second;
+}
+
 // How the medium and wide tiles run: wgmma where the build and the GPU have it (as two launches,
 // one persistent launch with `queue`, or two pipelined launches), mma.sync otherwise.
 struct TileSchedule {
   bool wgmma;
-  NativeSchedule schedule;  // wgmma only
-  unsigned* queue;          // persistent: ticket, exited
-  int* up_done;             // persistent: one count per tile
-  const CUtensorMap* maps;  // pipelined: W13, W2, act
+  NativeSchedule schedule;   // wgmma only
+  unsigned* queue;           // persistent: ticket, exited
+  int* up_done;              // persistent: one count per tile
+  const PipelineMaps* maps;  // pipelined
   int sms;
 };
 
@@ -1206,10 +1218,10 @@ void launch_tile(const TileSchedule& how, const GemmArgs& up, const GemmArgs& do
                  int hidden, int max_tiles, cudaStream_t s) {
 #if HARNESS_WGMMA
   if (how.wgmma && how.schedule == NativeSchedule::pipelined) {
-    launch_pipelined<WgmmaTile, true>(up, how.maps[0], how.maps[2], 2 * inter, max_tiles, how.sms,
-                                      s);
-    launch_pipelined<WgmmaTile, false>(down, how.maps[1], how.maps[2], hidden, max_tiles, how.sms,
-                                       s);
+    launch_pipelined<WgmmaTile, true>(up, how.maps->w13, how.maps->act, 2 * inter, max_tiles,
+                                      how.sms, s);
+    launch_pipelined<WgmmaTile, false>(down, how.maps->w2, how.maps->act, hidden, max_tiles,
+                                       how.sms, s);
     return;
   }
   if (how.wgmma && how.schedule == NativeSchedule::persistent) {
@@ -1232,9 +1244,8 @@ std::string NativeExperts::configuration() const {
   const bool wgmma = tile_ != NativeTile::narrow && wgmma_;
   return std::string(to_string(tile_)) + " tile (" + std::to_string(native_tile_tokens(tile_)) +
          " tokens" + (wgmma ? ", wgmma" : "") +
-         (schedule_ == NativeSchedule::persistent  ? ", persistent"
-          : schedule_ == NativeSchedule::pipelined ? ", pipelined"
-                                                   : "") +
+         (schedule_ == NativeSchedule::launches ? ""
+                                                : std::string(", ") + schedule_name(schedule_)) +
          (plan_in_gemm_ ? ", routes planned in the W13 blocks)" : ")");
 }
 
@@ -1262,13 +1273,12 @@ NativeExperts::NativeExperts(const ModelGeometry& g, const ExpertOwnership& own,
   if (wgmma_ && tile_ != NativeTile::narrow) schedule_ = NativeSchedule::pipelined;
   if (const char* schedule = std::getenv("HARNESS_NATIVE_SCHEDULE")) {
     const std::string v = schedule;
-    if (v != "persistent" && v != "launches" && v != "pipelined")
+    const auto* named =
+        std::ranges::find_if(kScheduleNames, [&](const auto& name) { return v == name.second; });
+    if (named == std::end(kScheduleNames))
       throw std::invalid_argument("HARNESS_NATIVE_SCHEDULE=" + v +
                                   ": expected launches, persistent or pipelined");
-    if (wgmma_ && tile_ != NativeTile::narrow)
-      schedule_ = v == "persistent"  ? NativeSchedule::persistent
-                  : v == "pipelined" ? NativeSchedule::pipelined
-                                     : NativeSchedule::launches;
+    if (wgmma_ && tile_ != NativeTile::narrow) schedule_ = named->first;
   }
   const int t = native_tile_tokens(tile_);
   // Tiles of expert e: ceil(c_e / t) <= c_e / t + 1 for each expert with rows.
@@ -1293,7 +1303,7 @@ NativeExperts::NativeExperts(const ModelGeometry& g, const ExpertOwnership& own,
   }
   act_ = DeviceBuffer<bf16>(static_cast<std::size_t>(lanes_) * g.intermediate);
   if (schedule_ == NativeSchedule::pipelined)
-    maps_[2] = tma_map(act_.get(), g.intermediate, lanes_, t);
+    maps_.act = tma_map(act_.get(), g.intermediate, lanes_, t);
   y_ = DeviceBuffer<bf16>(static_cast<std::size_t>(lanes_) * g.hidden);
   plan_in_gemm_ = tile_ == NativeTile::narrow && lanes_ <= kFusedLanes;
 }
@@ -1331,11 +1341,11 @@ void NativeExperts::forward(const bf16* x, const int* ids, const float* weights,
                       y_.get()};
   if (schedule_ == NativeSchedule::pipelined && (w13 != mapped_w13_ || w2 != mapped_w2_)) {
     const std::int64_t experts = own_.local_experts;
-    maps_[0] = tma_map(w13, h, experts * 2 * inter, kMapRows);
-    maps_[1] = tma_map(w2, inter, experts * h, kMapRows);
+    maps_.w13 = tma_map(w13, h, experts * 2 * inter, kMapRows);
+    maps_.w2 = tma_map(w2, inter, experts * h, kMapRows);
     mapped_w13_ = w13, mapped_w2_ = w2;
   }
-  const TileSchedule how{wgmma_, schedule_, unit_queue_.get(), up_done_.get(), maps_.data(), sms_};
+  const TileSchedule how{wgmma_, schedule_, unit_queue_.get(), up_done_.get(), &maps_, sms_};
   switch (tile_) {
     case NativeTile::narrow:
       if (plan_in_gemm_) {

@@ -28,7 +28,6 @@
 
 #include <cuda.h>
 
-#include <array>
 #include <cstdint>
 #include <string>
 
@@ -42,6 +41,11 @@ namespace moe::cuda {
 // each, one persistent launch for both, or one warp-specialised persistent launch each (TMA loads,
 // mbarrier stages; the default: docs/native-backend.md#the-warp-specialised-pipeline).
 enum class NativeSchedule { launches, persistent, pipelined };
+
+// The TMA descriptors of the pipelined schedule: the weights, and W2's input activations.
+struct PipelineMaps {
+  CUtensorMap w13{}, w2{}, act{};
+};
 
 class NativeExperts {
  public:
@@ -80,7 +84,7 @@ class NativeExperts {
   // move) and of act_.
   const bf16* mapped_w13_ = nullptr;
   const bf16* mapped_w2_ = nullptr;
-  std::array<CUtensorMap, 3> maps_{};
+  PipelineMaps maps_;
 };
 
 }  // namespace moe::cuda
