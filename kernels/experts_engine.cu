@@ -116,14 +116,14 @@ double rows_per_active_expert(const Routes& r, const ExpertOwnership& own) {
 // The tile by cost, or HARNESS_NATIVE_TILE=narrow|medium|wide96|wide: a diagnostic that forces one
 // tile (the per-tile sweeps of docs/native-backend.md#tile-choice measure each tile's cost this
 // way).
-NativeTile tile_for(const Routes& routes, const ExpertOwnership& own) {
+NativeTile tile_for(double rows_per_expert) {
   if (const char* forced = std::getenv("HARNESS_NATIVE_TILE")) {
     for (const auto t : kNativeTiles)
       if (std::string(forced) == to_string(t)) return t;
     throw std::invalid_argument(std::string("HARNESS_NATIVE_TILE=") + forced +
                                 ": expected narrow, medium, wide96 or wide");
   }
-  return native_tile_for(rows_per_active_expert(routes, own));
+  return native_tile_for(rows_per_expert);
 }
 
 }  // namespace
@@ -139,9 +139,11 @@ ExpertsEngine::ExpertsEngine(const ModelGeometry& g, const ExpertOwnership& own,
       ids_(lanes_),
       weights_(lanes_),
       flag_(1) {
-  if (native)
-    native_ = std::make_unique<NativeExperts>(g, own, rows_, tile_for(routes, own), s);
-  else
+  if (native) {
+    const double rows_per_expert = rows_per_active_expert(routes, own);
+    native_ = std::make_unique<NativeExperts>(g, own, rows_, tile_for(rows_per_expert),
+                                              rows_per_expert, s);
+  } else
     scratch_ = std::make_unique<CublasScratch>(g, own, lanes_);
   HARNESS_CHECK(cudaMemsetAsync(flag_.get(), 0, sizeof(int), s_));
 }

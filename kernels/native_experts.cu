@@ -4,6 +4,7 @@
 #include <cmath>
 #include <cstdlib>
 #include <iterator>
+#include <map>
 #include <set>
 #include <stdexcept>
 #include <string>
@@ -817,15 +818,50 @@ __device__ __forceinline__ void tma_load_2d(void* dst, const CUtensorMap& map, i
       "l"(reinterpret_cast<std::uint64_t>(&map)), "r"(column), "r"(row), "r"(smem_addr(bar))
       : "memory");
 }
+// The same box into shared memory at dst's offset in each CTA of the cluster that `ctas` names
+// (a bit per rank), counted against the barrier at bar's offset in each.
+__device__ __forceinline__ void tma_load_2d_multicast(void* dst, const CUtensorMap& map, int column,
+                                                      int row, std::uint64_t* bar,
+                                                      std::uint16_t ctas) {
+  asm volatile(
+      "cp.async.bulk.tensor.2d.shared::cluster.global.mbarrier::complete_tx::bytes.multicast::"
+      "cluster [%0], [%1, {%2, %3}], [%4], %5;\n" ::"r"(smem_addr(dst)),
+      "l"(reinterpret_cast<std::uint64_t>(&map)), "r"(column), "r"(row), "r"(smem_addr(bar)),
+      "h"(ctas)
+      : "memory");
+}
+// Thread-block clusters: this CTA's rank, a barrier of every (non-exited) thread of the cluster,
+// and an arrival on the barrier at bar's offset in the shared memory of CTA `rank`.
+__device__ __forceinline__ unsigned cluster_rank() {
+  unsigned rank;
+  asm volatile("mov.u32 %0, %%cluster_ctarank;\n" : "=r"(rank));
+  return rank;
+}
+__device__ __forceinline__ void cluster_sync() {
+  asm volatile("barrier.cluster.arrive.release;\nbarrier.cluster.wait.acquire;\n" ::: "memory");
+}
+__device__ __forceinline__ void mbar_arrive_cluster(std::uint64_t* bar, unsigned rank) {
+  asm volatile(
+      "{\n.reg .b32 remote;\nmapa.shared::cluster.u32 remote, %0, %1;\n"
+      "mbarrier.arrive.shared::cluster.b64 _, [remote];\n}\n" ::"r"(smem_addr(bar)),
+      "r"(rank)
+      : "memory");
+}
 
 // The consumer side of one block tile's K steps: waits for each step's stage (`full`), runs
 // issue(stage, accumulated) as one wgmma group (accumulated: an earlier step wrote the
 // accumulators), and once a group's predecessor has retired frees the predecessor's stage
 // (`empty`, one arrival per warp). On return every wgmma of the tile has retired and every stage
-// it read is free. `it` counts K steps over the block's tiles (stage and phase).
-template <int kStages, bool kGated, class Issue>
+// it read is free. `it` counts K steps over the block's tiles (stage and phase). kPairs: a stage
+// is freed in both CTAs of the cluster (the peer's producer multicasts into this CTA's stages).
+template <int kStages, bool kGated, bool kPairs, class Issue>
 __device__ __forceinline__ void consume_stages(std::uint64_t* full, std::uint64_t* empty,
-                                               int k_steps, int& it, int lane, const Issue& issue) {
+                                               int k_steps, int& it, int lane, unsigned peer,
+                                               const Issue& issue) {
+  const auto release = [&](int stage) {
+    mbar_arrive(&empty[stage]);
+    if constexpr (kPairs) mbar_arrive_cluster(&empty[stage], peer);
+  };
   for (int step = 0; step < k_steps; ++step, ++it) {
     const int stage = it % kStages;
     mbar_wait(&full[stage], (it / kStages) & 1);
@@ -836,10 +872,10 @@ __device__ __forceinline__ void consume_stages(std::uint64_t* full, std::uint64_
     issue(stage, step > 0);
     wgmma_commit();
     wgmma_wait<1>();  // the previous step's wgmma has retired: its stage is free
-    if (step > 0 && lane == 0) mbar_arrive(&empty[(it - 1) % kStages]);
+    if (step > 0 && lane == 0) release((it - 1) % kStages);
   }
   wgmma_wait<0>();
-  if (lane == 0) mbar_arrive(&empty[(it - 1) % kStages]);
+  if (lane == 0) release((it - 1) % kStages);
 }
 
 // HARNESS_NATIVE_SCHEDULE=pipelined: a persistent launch of one block per SM for one GEMM, each
@@ -873,7 +909,14 @@ struct Pipelined : C {
                 "every box lands on a swizzle atom");
 };
 
-template <class C, bool kGated>
+//
+// kPairs (HARNESS_NATIVE_SCHEDULE=clustered): clusters of two CTAs take the unit (tiles 2p and
+// 2p + 1 of the table, one feature block), one tile each. Where both tiles are the same expert's
+// (or the second is past the table's end: an empty tile), the two need the same weight rows, and
+// each CTA fetches one of the two weight boxes of a stage for both (TMA multicast), so every
+// weight byte crosses L2 once per pair instead of once per tile; otherwise each loads its own. A
+// stage is refilled once both CTAs' consumers have freed it, and the CTAs leave together.
+template <class C, bool kGated, bool kPairs>
 __global__ void __launch_bounds__(Pipelined<C>::kThreads, 1)
     expert_gemm_pipelined(GemmArgs a, const __grid_constant__ CUtensorMap weights,
                           const __grid_constant__ CUtensorMap tokens, int blocks_per_tile) {
@@ -882,34 +925,53 @@ __global__ void __launch_bounds__(Pipelined<C>::kThreads, 1)
   auto* full = reinterpret_cast<std::uint64_t*>(smem + P::kStages * (C::kStageW + C::kStageX));
   std::uint64_t* empty = full + P::kStages;
   const int tid = static_cast<int>(threadIdx.x), lane = tid % 32, warp = tid / 32;
-  constexpr int kConsumerWarps = P::kConsumerThreads / 32;
+  constexpr int kConsumerWarps = P::kConsumerThreads / 32, kCtas = kPairs ? 2 : 1;
+  const unsigned rank = kPairs ? cluster_rank() : 0u, peer = rank ^ 1u;
   if (tid == 0) {
     for (int s = 0; s < P::kStages; ++s) {
       // W13: every producer thread's cp.async arrival and the expect_tx; W2: the expect_tx.
       mbar_init(&full[s], kGated ? P::kProducerThreads + 1 : 1);
-      mbar_init(&empty[s], kConsumerWarps);
+      mbar_init(&empty[s], kConsumerWarps * kCtas);
     }
     asm volatile("fence.mbarrier_init.release.cluster;\n" ::: "memory");
   }
-  __syncthreads();
-  const int units = *a.num_tiles * blocks_per_tile;
+  if constexpr (kPairs)
+    cluster_sync();  // both CTAs' barriers are armed before either arrives on or fills the other
+  else
+    __syncthreads();
+  const int tiles = *a.num_tiles;
+  const int units = (tiles + kCtas - 1) / kCtas * blocks_per_tile;
   const int k_steps = (a.k + C::kBK - 1) / C::kBK;
   auto stage_w = [&](int stage) { return smem + stage * (C::kStageW + C::kStageX); };
-  // f(tile table row, first feature) for each block tile of this block, in order: block tiles
-  // round-robin over the blocks, feature block fastest.
+  // f(tile table row, first feature, shared weights) for each block tile of this block (of this
+  // cluster, kPairs), in order: units round-robin over the blocks (clusters), feature block
+  // fastest.
   const auto for_each_block_tile = [&](const auto& f) {
-    for (int unit = static_cast<int>(blockIdx.x); unit < units; unit += static_cast<int>(gridDim.x))
-      f(a.tiles[unit / blocks_per_tile],
-        (unit % blocks_per_tile) * (kGated ? C::kRows / 2 : C::kRows));
+    const int first = static_cast<int>(blockIdx.x) / kCtas,
+              stride = static_cast<int>(gridDim.x) / kCtas;
+    for (int unit = first; unit < units; unit += stride) {
+      const int feature0 = (unit % blocks_per_tile) * (kGated ? C::kRows / 2 : C::kRows);
+      const int row = unit / blocks_per_tile * kCtas;
+      if constexpr (kPairs) {
+        const int4 lead = a.tiles[row];
+        const int4 second = row + 1 < tiles ? a.tiles[row + 1] : make_int4(lead.x, lead.y, 0, 0);
+        f(rank == 0 ? lead : second, feature0, lead.x == second.x);
+      } else {
+        f(a.tiles[row], feature0, false);
+      }
+    }
   };
 
   if (warp >= kConsumerWarps) {
     const int ptid = tid - P::kConsumerThreads, chunk = ptid % C::kChunks;
-    if (!kGated && ptid != 0) return;  // W2: one thread issues the boxes
+    if (!kGated && ptid != 0) {  // W2: one thread issues the boxes
+      if constexpr (kPairs) cluster_sync();
+      return;
+    }
     const int rows_per_expert = kGated ? 2 * a.out_features : a.out_features;
     constexpr unsigned kBytes = (kGated ? C::kStageW : C::kStageW + C::kStageX) * 2;
     int it = 0;
-    for_each_block_tile([&](const int4 tile, int feature0) {
+    for_each_block_tile([&](const int4 tile, int feature0, bool shared) {
       const int row0 = tile.x * rows_per_expert + feature0;
       const int row1 = kGated ? row0 + a.out_features : row0 + kMapRows;
       // W13: this thread's token rows, null past the tile.
@@ -929,8 +991,14 @@ __global__ void __launch_bounds__(Pipelined<C>::kThreads, 1)
         bf16* sx = sw + C::kStageW;
         if (ptid == 0) {
           mbar_arrive_expect_bytes(&full[stage], kBytes);
-          tma_load_2d(sw, weights, k0, row0, &full[stage]);
-          tma_load_2d(sw + kMapRows * C::kBK, weights, k0, row1, &full[stage]);
+          if (kPairs && shared) {
+            // This CTA's box for both; the peer's box lands here the same way.
+            tma_load_2d_multicast(sw + rank * kMapRows * C::kBK, weights, k0, rank ? row1 : row0,
+                                  &full[stage], 0b11);
+          } else {
+            tma_load_2d(sw, weights, k0, row0, &full[stage]);
+            tma_load_2d(sw + kMapRows * C::kBK, weights, k0, row1, &full[stage]);
+          }
           // Rows past the tile are the next tile's (or zeros past the end): they only reach
           // output columns the epilogue drops.
           if constexpr (!kGated) tma_load_2d(sx, tokens, k0, tile.y, &full[stage]);
@@ -948,6 +1016,8 @@ __global__ void __launch_bounds__(Pipelined<C>::kThreads, 1)
       }
     });
     if constexpr (kGated) asm volatile("cp.async.wait_all;\n" ::: "memory");
+    // kPairs: every thread of both CTAs stays until neither arrives on the other's barriers.
+    if constexpr (kPairs) cluster_sync();
     return;
   }
 
@@ -960,10 +1030,10 @@ __global__ void __launch_bounds__(Pipelined<C>::kThreads, 1)
     // (docs/native-backend.md#the-warp-specialised-pipeline). acc[i][r]: token 16w + lane/4 +
     // 8(r/2) of the warpgroup's 64, gate row 8i + 2(lane%4) + r%2 for i < 16, up row for i + 16.
     int it = 0;
-    for_each_block_tile([&](const int4 tile, int feature0) {
+    for_each_block_tile([&](const int4 tile, int feature0, bool) {
       float acc[C::kRows / 8][4];
-      consume_stages<P::kStages, kGated>(
-          full, empty, k_steps, it, lane, [&](int stage, bool accumulated) {
+      consume_stages<P::kStages, kGated, kPairs>(
+          full, empty, k_steps, it, lane, peer, [&](int stage, bool accumulated) {
             const bf16* sw = stage_w(stage);
             const bf16* sx = sw + C::kStageW + group * 64 * C::kBK;
 #pragma unroll
@@ -996,6 +1066,7 @@ __global__ void __launch_bounds__(Pipelined<C>::kThreads, 1)
         }
       }
     });
+    if constexpr (kPairs) cluster_sync();
     return;
   }
 
@@ -1006,10 +1077,10 @@ __global__ void __launch_bounds__(Pipelined<C>::kThreads, 1)
     return (kGated ? group * 64 : mtile_row[j]) + 16 * warp_in_group;
   };
   int it = 0;
-  for_each_block_tile([&](const int4 tile, int feature0) {
+  for_each_block_tile([&](const int4 tile, int feature0, bool) {
     float acc[2][C::kNT][4];
-    consume_stages<P::kStages, kGated>(
-        full, empty, k_steps, it, lane, [&](int stage, bool accumulated) {
+    consume_stages<P::kStages, kGated, kPairs>(
+        full, empty, k_steps, it, lane, peer, [&](int stage, bool accumulated) {
           const bf16* sw = stage_w(stage);
           const bf16* sx = sw + C::kStageW;
 #pragma unroll
@@ -1025,6 +1096,7 @@ __global__ void __launch_bounds__(Pipelined<C>::kThreads, 1)
     order_after_wgmma(reinterpret_cast<float(&)[2 * C::kNT * 4]>(acc));
     store_accumulators<kGated>(a, acc, row_of, feature0, 0, tile.y, tile.z, lane);
   });
+  if constexpr (kPairs) cluster_sync();
 }
 #endif  // HARNESS_WGMMA
 
@@ -1150,15 +1222,60 @@ void launch_persistent(const GemmArgs& up, const GemmArgs& down, UnitQueue q, in
 #endif
 
 #if HARNESS_WGMMA
-// One GEMM as a pipelined launch: one block per SM, never more blocks than block tiles. `tokens`:
-// W2's activations (W13 gathers its token rows and ignores it).
-template <class C, bool kGated>
+// The launch of one pipelined GEMM kernel: its block, shared memory and (kPairs) cluster of two.
+template <class C, bool kGated, bool kPairs>
+struct PipelinedLaunch {
+  static constexpr auto kKernel = expert_gemm_pipelined<C, kGated, kPairs>;
+  cudaLaunchAttribute pair{};
+  cudaLaunchConfig_t config{};
+
+  explicit PipelinedLaunch(cudaStream_t s) {
+    using P = Pipelined<C>;
+    allow_dynamic_smem(reinterpret_cast<const void*>(kKernel), P::kSmemBytes);
+    pair.id = cudaLaunchAttributeClusterDimension;
+    pair.val.clusterDim = {kPairs ? 2u : 1u, 1, 1};
+    config.gridDim = dim3(pair.val.clusterDim.x);
+    config.blockDim = dim3(P::kThreads);
+    config.dynamicSmemBytes = P::kSmemBytes;
+    config.stream = s;
+    config.attrs = &pair;
+    config.numAttrs = kPairs ? 1 : 0;
+  }
+  PipelinedLaunch(const PipelinedLaunch&) = delete;
+  PipelinedLaunch& operator=(const PipelinedLaunch&) = delete;
+
+  // Clusters of two this kernel can hold resident on the device at once, asked once per device.
+  int resident_pairs() const {
+    static std::map<int, int> known;  // device -> clusters
+    int device = 0;
+    HARNESS_CHECK(cudaGetDevice(&device));
+    const auto [at, added] = known.try_emplace(device, 0);
+    if (added) HARNESS_CHECK(cudaOccupancyMaxActiveClusters(&at->second, kKernel, &config));
+    if (at->second < 1)
+      throw std::runtime_error("no cluster of two of the pipelined experts kernel fits on the GPU");
+    return at->second;
+  }
+};
+
+// One GEMM as a pipelined launch: one block per SM (kPairs: as many clusters of two as are
+// resident at once), never more than there are units. `tokens`: W2's activations (W13 gathers
+// its token rows and ignores it).
+template <class C, bool kGated, bool kPairs>
 void launch_pipelined(const GemmArgs& a, const CUtensorMap& weights, const CUtensorMap& tokens,
                       int weight_rows, int max_tiles, int sms, cudaStream_t s) {
+  PipelinedLaunch<C, kGated, kPairs> launch(s);
   const int per_tile = feature_blocks<C>(weight_rows);
-  const int blocks = std::max(1, std::min(sms, max_tiles * per_tile));
-  launch_blocks<Pipelined<C>>(expert_gemm_pipelined<C, kGated>, dim3(static_cast<unsigned>(blocks)),
-                              s, a, weights, tokens, per_tile);
+  const int blocks =
+      kPairs ? 2 * std::max(1, std::min(launch.resident_pairs(), (max_tiles + 1) / 2 * per_tile))
+             : std::max(1, std::min(sms, max_tiles * per_tile));
+  launch.config.gridDim = dim3(static_cast<unsigned>(blocks));
+  HARNESS_CHECK(cudaLaunchKernelEx(&launch.config, launch.kKernel, a, weights, tokens, per_tile));
+}
+
+// The clustered schedule's resident clusters of two, for the configuration.
+template <class C>
+int resident_pairs() {
+  return PipelinedLaunch<C, true, true>(nullptr).resident_pairs();
 }
 #endif
 
@@ -1195,7 +1312,8 @@ CUtensorMap tma_map(const bf16* w, int k, std::int64_t rows, int box_rows) {
 constexpr std::pair<NativeSchedule, const char*> kScheduleNames[] = {
     {NativeSchedule::launches, "launches"},
     {NativeSchedule::persistent, "persistent"},
-    {NativeSchedule::pipelined, "pipelined"}};
+    {NativeSchedule::pipelined, "pipelined"},
+    {NativeSchedule::clustered, "clustered"}};
 
 const char* schedule_name(NativeSchedule schedule) {
   return std::ranges::find(kScheduleNames, schedule, &std::pair<NativeSchedule, const char*>::first)
@@ -1218,10 +1336,17 @@ void launch_tile(const TileSchedule& how, const GemmArgs& up, const GemmArgs& do
                  int hidden, int max_tiles, cudaStream_t s) {
 #if HARNESS_WGMMA
   if (how.wgmma && how.schedule == NativeSchedule::pipelined) {
-    launch_pipelined<WgmmaTile, true>(up, how.maps->w13, how.maps->act, 2 * inter, max_tiles,
-                                      how.sms, s);
-    launch_pipelined<WgmmaTile, false>(down, how.maps->w2, how.maps->act, hidden, max_tiles,
-                                       how.sms, s);
+    launch_pipelined<WgmmaTile, true, false>(up, how.maps->w13, how.maps->act, 2 * inter, max_tiles,
+                                             how.sms, s);
+    launch_pipelined<WgmmaTile, false, false>(down, how.maps->w2, how.maps->act, hidden, max_tiles,
+                                              how.sms, s);
+    return;
+  }
+  if (how.wgmma && how.schedule == NativeSchedule::clustered) {
+    launch_pipelined<WgmmaTile, true, true>(up, how.maps->w13, how.maps->act, 2 * inter, max_tiles,
+                                            how.sms, s);
+    launch_pipelined<WgmmaTile, false, true>(down, how.maps->w2, how.maps->act, hidden, max_tiles,
+                                             how.sms, s);
     return;
   }
   if (how.wgmma && how.schedule == NativeSchedule::persistent) {
@@ -1246,11 +1371,12 @@ std::string NativeExperts::configuration() const {
          " tokens" + (wgmma ? ", wgmma" : "") +
          (schedule_ == NativeSchedule::launches ? ""
                                                 : std::string(", ") + schedule_name(schedule_)) +
+         (pairs_ > 0 ? " in " + std::to_string(pairs_) + " pairs of SMs" : "") +
          (plan_in_gemm_ ? ", routes planned in the W13 blocks)" : ")");
 }
 
 NativeExperts::NativeExperts(const ModelGeometry& g, const ExpertOwnership& own, int rows,
-                             NativeTile tile, cudaStream_t s)
+                             NativeTile tile, double rows_per_expert, cudaStream_t s)
     : g_(g), own_(own), rows_(rows), tile_(tile), s_(s), lanes_(rows * g.top_k) {
   if (g.hidden % 8 != 0 || g.intermediate % 8 != 0)
     throw std::invalid_argument(
@@ -1267,19 +1393,38 @@ NativeExperts::NativeExperts(const ModelGeometry& g, const ExpertOwnership& own,
   wgmma_ = major == 9 && minor == 0 && std::getenv("HARNESS_NATIVE_NO_WGMMA") == nullptr;
   HARNESS_CHECK(cudaDeviceGetAttribute(&sms_, cudaDevAttrMultiProcessorCount, device));
 #endif
-  // HARNESS_NATIVE_SCHEDULE=launches|persistent|pipelined: how the wgmma tiles run their GEMMs
-  // (NativeSchedule; docs/native-backend.md has the A/Bs). Pipelined unless it says otherwise;
-  // other tiles ignore it.
-  if (wgmma_ && tile_ != NativeTile::narrow) schedule_ = NativeSchedule::pipelined;
+  // HARNESS_NATIVE_SCHEDULE=launches|persistent|pipelined|clustered: how the wgmma tiles run their
+  // GEMMs (NativeSchedule; docs/native-backend.md has the A/Bs). Unless it says otherwise,
+  // clustered where an expert takes more than one tile, else pipelined; other tiles ignore it.
+  if (wgmma_ && tile_ != NativeTile::narrow)
+    schedule_ = native_pairs_tiles(tile_, rows_per_expert) ? NativeSchedule::clustered
+                                                           : NativeSchedule::pipelined;
   if (const char* schedule = std::getenv("HARNESS_NATIVE_SCHEDULE")) {
     const std::string v = schedule;
     const auto* named =
         std::ranges::find_if(kScheduleNames, [&](const auto& name) { return v == name.second; });
     if (named == std::end(kScheduleNames))
       throw std::invalid_argument("HARNESS_NATIVE_SCHEDULE=" + v +
-                                  ": expected launches, persistent or pipelined");
+                                  ": expected launches, persistent, pipelined or clustered");
     if (wgmma_ && tile_ != NativeTile::narrow) schedule_ = named->first;
   }
+#if HARNESS_WGMMA
+  if (schedule_ == NativeSchedule::clustered) {
+    switch (tile_) {
+      case NativeTile::medium:
+        pairs_ = resident_pairs<WgmmaMedium>();
+        break;
+      case NativeTile::wide96:
+        pairs_ = resident_pairs<WgmmaWide96>();
+        break;
+      case NativeTile::wide:
+        pairs_ = resident_pairs<WgmmaWide>();
+        break;
+      case NativeTile::narrow:
+        break;
+    }
+  }
+#endif
   const int t = native_tile_tokens(tile_);
   // Tiles of expert e: ceil(c_e / t) <= c_e / t + 1 for each expert with rows.
   max_tiles_ = (lanes_ + t - 1) / t + std::min(own.local_experts, lanes_);
@@ -1302,8 +1447,7 @@ NativeExperts::NativeExperts(const ModelGeometry& g, const ExpertOwnership& own,
     HARNESS_CHECK(cudaMemsetAsync(up_done_.get(), 0, up_done_.size() * sizeof(int), s_));
   }
   act_ = DeviceBuffer<bf16>(static_cast<std::size_t>(lanes_) * g.intermediate);
-  if (schedule_ == NativeSchedule::pipelined)
-    maps_.act = tma_map(act_.get(), g.intermediate, lanes_, t);
+  if (uses_tensor_maps()) maps_.act = tma_map(act_.get(), g.intermediate, lanes_, t);
   y_ = DeviceBuffer<bf16>(static_cast<std::size_t>(lanes_) * g.hidden);
   plan_in_gemm_ = tile_ == NativeTile::narrow && lanes_ <= kFusedLanes;
 }
@@ -1339,7 +1483,7 @@ void NativeExperts::forward(const bf16* x, const int* ids, const float* weights,
                       act_.get(),   token_of_.get(),
                       tiles_.get(), num_tiles_.get(),
                       y_.get()};
-  if (schedule_ == NativeSchedule::pipelined && (w13 != mapped_w13_ || w2 != mapped_w2_)) {
+  if (uses_tensor_maps() && (w13 != mapped_w13_ || w2 != mapped_w2_)) {
     const std::int64_t experts = own_.local_experts;
     maps_.w13 = tma_map(w13, h, experts * 2 * inter, kMapRows);
     maps_.w2 = tma_map(w2, inter, experts * h, kMapRows);

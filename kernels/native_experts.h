@@ -18,7 +18,9 @@
 // `launches` (one block per block tile, every thread loading and computing) or `persistent`
 // (expert_gemms_persistent: 2 and 3 in one launch, a queue of W13 then W2 block tiles, W2 tiles
 // waiting on a per-tile count; faster only where that saves a wave)
-// (docs/native-backend.md#the-warp-specialised-pipeline).
+// (docs/native-backend.md#the-warp-specialised-pipeline). Where an expert takes more than one
+// tile they run in clusters of two CTAs that multicast the weights of neighbouring tiles
+// (`clustered`; docs/native-backend.md#pairs-of-tiles-share-their-weights).
 // The narrow tile runs bf16 mma.sync tensor-core tiles fed by a multi-stage cp.async pipeline; the
 // tile shape is picked from the expected rows per expert: a split-K, 16-token tile that keeps
 // enough weight bytes in flight when few rows share an expert, up to 128x128 tiles when many do.
@@ -39,8 +41,9 @@ namespace moe::cuda {
 
 // How the medium and wide (wgmma) tiles run their two GEMMs (HARNESS_NATIVE_SCHEDULE): one launch
 // each, one persistent launch for both, or one warp-specialised persistent launch each (TMA loads,
-// mbarrier stages; the default: docs/native-backend.md#the-warp-specialised-pipeline).
-enum class NativeSchedule { launches, persistent, pipelined };
+// mbarrier stages; the default: docs/native-backend.md#the-warp-specialised-pipeline), the last
+// also in clusters of two CTAs that share the weight loads of neighbouring tiles of an expert.
+enum class NativeSchedule { launches, persistent, pipelined, clustered };
 
 // The TMA descriptors of the pipelined schedule: the weights, and W2's input activations.
 struct PipelineMaps {
@@ -51,8 +54,9 @@ class NativeExperts {
  public:
   // Throws std::invalid_argument for shapes the kernels do not cover (H or I not a multiple of 8,
   // more than 1024 local experts).
+  // `rows_per_expert`: the expected local rows per active expert, which picks the schedule.
   NativeExperts(const ModelGeometry& g, const ExpertOwnership& own, int rows, NativeTile tile,
-                cudaStream_t s);
+                double rows_per_expert, cudaStream_t s);
   NativeExperts(const NativeExperts&) = delete;
   NativeExperts& operator=(const NativeExperts&) = delete;
 
@@ -64,6 +68,9 @@ class NativeExperts {
   [[nodiscard]] std::string configuration() const;
 
  private:
+  [[nodiscard]] bool uses_tensor_maps() const {
+    return schedule_ == NativeSchedule::pipelined || schedule_ == NativeSchedule::clustered;
+  }
   ModelGeometry g_;
   ExpertOwnership own_;
   int rows_;
@@ -75,6 +82,7 @@ class NativeExperts {
   NativeSchedule schedule_ = NativeSchedule::launches;  // wgmma tiles only
   bool plan_in_gemm_ = false;  // narrow tile, few lanes: the W13 blocks plan the routes
   int sms_ = 0;
+  int pairs_ = 0;  // clustered: the clusters of two resident at once
   DeviceBuffer<int> lane_slot_, lane_pos_, token_of_, num_tiles_, total_counts_, expert_offsets_;
   DeviceBuffer<unsigned> ticket_, unit_queue_;
   DeviceBuffer<int> up_done_;

@@ -52,6 +52,10 @@ double native_tile_cost(NativeTile t, double rows_per_expert) {
   return tiles_per_expert(t, rows_per_expert) * tile_cost(t);
 }
 
+bool native_pairs_tiles(NativeTile t, double rows_per_expert) {
+  return t != NativeTile::narrow && rows_per_expert > native_tile_tokens(t);
+}
+
 NativeTile native_tile_for(double rows_per_expert) {
   NativeTile best = NativeTile::narrow;
   for (const auto t : kNativeTiles)

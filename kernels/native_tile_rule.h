@@ -35,6 +35,11 @@ inline constexpr NativeTile kNativeTiles[] = {NativeTile::narrow, NativeTile::me
 [[nodiscard]] NativeTile native_tile_for(double rows_per_expert);
 // Its predicted cost, in units of one full medium tile: tiles per expert x the tile's cost.
 [[nodiscard]] double native_tile_cost(NativeTile t, double rows_per_expert);
+// Whether a wgmma tile runs its GEMMs in clusters of two CTAs that share (multicast) the weight
+// loads of neighbouring tiles (the clustered schedule): where an expert takes more than one tile.
+// With one tile per expert the pairs are tiles of different experts, which share nothing and
+// measured 1-2 % slower (docs/native-backend.md#pairs-of-tiles-share-their-weights).
+[[nodiscard]] bool native_pairs_tiles(NativeTile t, double rows_per_expert);
 
 // Rows per expert b, up to `max_rows`, where the `native` forward changes between b and more
 // rows per expert: the tile changes, or the tiles per expert of an expert with b + 1 rows. A

@@ -384,8 +384,10 @@ TEST(NativeBackend, ForwardIsCapturableInACudaGraph) {
 }
 
 // HARNESS_NATIVE_SCHEDULE=persistent runs a wgmma tile's two GEMMs as one persistent launch whose
-// W2 units wait for their tile's W13 units, and =pipelined each GEMM as a warp-specialised
-// persistent launch (TMA weights, mbarrier stages; docs/native-backend.md). Every wgmma tile,
+// W2 units wait for their tile's W13 units, =pipelined each GEMM as a warp-specialised
+// persistent launch (TMA weights, mbarrier stages; docs/native-backend.md), and =clustered the
+// same in clusters of two CTAs that multicast the weights of neighbouring tiles of one expert
+// (several tiles per expert, pairs across experts, an empty second tile). Every wgmma tile,
 // forced, at one, a few and many tiles per expert, at off-balance points of several launch waves
 // and on the odd shapes (partial boxes in rows, features and K): it matches the reference, it is
 // bit-identical to the two launches (each output element is the same block tile's sum in the same
@@ -405,7 +407,7 @@ TEST(NativeBackend, PersistentSchedulesMatchTheTwoLaunches) {
   const auto odd_own = ExpertOwnership::of(odd, ep1);
   const auto odd_w =
       random_mlp(odd_own.local_experts, odd.hidden, odd.intermediate, Dtype::bf16, rng);
-  for (const char* schedule : {"persistent", "pipelined"})
+  for (const char* schedule : {"persistent", "pipelined", "clustered"})
     for (const char* tile : {"medium", "wide96", "wide"}) {
       SCOPED_TRACE(std::string(schedule) + ", " + tile);
       ASSERT_EQ(setenv("HARNESS_NATIVE_TILE", tile, 1), 0);
@@ -449,13 +451,15 @@ TEST(NativeBackend, PersistentSchedulesMatchTheTwoLaunches) {
         << e.what();
   }
   ASSERT_EQ(unsetenv("HARNESS_NATIVE_SCHEDULE"), 0);
-  // Unset, the wgmma tiles run pipelined (the configuration says so); the narrow tile (N = 256)
-  // and the mma.sync fallback have no schedule.
-  for (const GridPoint p : {GridPoint{1024, 128, 8192}, GridPoint{256, 128, 2048}}) {
+  // Unset, the wgmma tiles run clustered where an expert takes more than one tile (N = 4096: two
+  // wide tiles), else pipelined (N = 1024: one medium tile), and the configuration says so; the
+  // narrow tile (N = 256) and the mma.sync fallback have no schedule.
+  for (const auto& [p, schedule] : {std::pair{GridPoint{4096, 128, 32768}, ", clustered in "},
+                                    std::pair{GridPoint{1024, 128, 8192}, ", pipelined"},
+                                    std::pair{GridPoint{256, 128, 2048}, ", pipelined"}}) {
     const WorkloadSpec s{qwen, ep1, Component::experts, p, 2, 1};
     const auto config = backend->make(s, backend->make_weights(s))->configuration();
-    EXPECT_EQ(config.find(", pipelined") != std::string::npos,
-              config.find("wgmma") != std::string::npos)
+    EXPECT_EQ(config.find(schedule) != std::string::npos, config.find("wgmma") != std::string::npos)
         << config;
   }
 }

@@ -30,6 +30,28 @@ TEST(NativeTileRule, StepsAreExactlyWhereTheForwardChanges) {
             (std::vector<std::int64_t>{16, 64, 96, 128, 192, 256, 288, 384, 512}));
 }
 
+// Pairs of tiles share their weights only where an expert takes more than one tile; the narrow
+// tile has no clustered schedule.
+TEST(NativeTileRule, TilesArePairedWhereAnExpertTakesSeveral) {
+  for (const auto t : kNativeTiles) {
+    const double tokens = native_tile_tokens(t);
+    const bool wgmma = t != NativeTile::narrow;
+    EXPECT_FALSE(native_pairs_tiles(t, 1.0)) << to_string(t);
+    EXPECT_FALSE(native_pairs_tiles(t, tokens)) << to_string(t);
+    EXPECT_EQ(native_pairs_tiles(t, tokens + 0.5), wgmma) << to_string(t);
+    EXPECT_EQ(native_pairs_tiles(t, 4 * tokens), wgmma) << to_string(t);
+  }
+  // The schedule the rule's tile gets changes only at declared steps (the planner needs no more).
+  const auto steps = native_time_steps(1024);
+  for (std::int64_t b = 1; b < 1024; ++b) {
+    const auto rows = static_cast<double>(b);
+    if (native_pairs_tiles(native_tile_for(rows), rows) !=
+        native_pairs_tiles(native_tile_for(rows + 0.5), rows + 0.5)) {
+      EXPECT_TRUE(std::binary_search(steps.begin(), steps.end(), b)) << b;
+    }
+  }
+}
+
 TEST(NativeTileRule, OnlyNativeDeclaresSteps) {
   EXPECT_FALSE(expert_time_steps("native", 1024).empty());
   EXPECT_TRUE(expert_time_steps("cublas_grouped", 1024).empty());
