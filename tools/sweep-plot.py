@@ -23,6 +23,7 @@ RUN_COLOURS = ("#333333", "#888888", "#1f77b4", "#9467bd")
 TILE_COLOURS = ("#d62728", "#2ca02c", "#ff7f0e", "#17becf", "#8c564b", "#e377c2", "#bcbd22",
                 "#7f7f7f")
 WIDTH, LEFT, RIGHT = 760, 70, 230
+CHAR_W = 6.5  # px per character of 11 px sans-serif, generously: the legend must not be cut
 TOP_H, BOTTOM_H, GAP, MARGIN = 300, 170, 60, 30
 
 
@@ -116,7 +117,13 @@ def render(runs, names, title):
     b0 = top0 + TOP_H + GAP
     y_ratio = Axis(min(1.0, min(ratios)), max(ratios) * 1.05, b0 + BOTTOM_H, b0, False)
     height = b0 + BOTTOM_H + 40
-    out = [f'<svg xmlns="http://www.w3.org/2000/svg" width="{WIDTH}" height="{height}" '
+    legend = [("line", "#1f77b4", "floor", True)] + [
+        ("line", RUN_COLOURS[i % len(RUN_COLOURS)], name, False) for i, name in enumerate(names)] + [
+        ("dot", tile_colour[c], c, False) for c in tiles]
+    lx = WIDTH - RIGHT + 12
+    # Wide enough for the longest legend entry (configurations name tile, schedule and pairs).
+    width = max(WIDTH, math.ceil(lx + 22 + CHAR_W * max(len(text) for *_, text, _ in legend) + 8))
+    out = [f'<svg xmlns="http://www.w3.org/2000/svg" width="{width}" height="{height}" '
            'font-family="sans-serif" font-size="11">',
            '<rect width="100%" height="100%" fill="white"/>',
            f'<text x="{LEFT}" y="18" font-size="13" font-weight="bold">{escape(title)}</text>']
@@ -139,10 +146,6 @@ def render(runs, names, title):
                 out.append(f'<circle class="{cls}" data-run={quoteattr(name)} data-tokens="{n}" '
                            f'data-us="{us:g}" cx="{x(n):.1f}" cy="{py:.1f}" r="2.2" '
                            f'fill="{tile_colour[c]}"><title>{escape(f"{name}: N={n} {us:g} us, {us / f:.2f}x the floor, {c}")}</title></circle>')
-    legend = [("line", "#1f77b4", "floor", True)] + [
-        ("line", RUN_COLOURS[i % len(RUN_COLOURS)], name, False) for i, name in enumerate(names)] + [
-        ("dot", tile_colour[c], c, False) for c in tiles]
-    lx = WIDTH - RIGHT + 12
     for i, (kind, colour, text, dashed) in enumerate(legend):
         ly = top0 + 14 * i
         if kind == "line":

@@ -94,6 +94,22 @@ with tempfile.TemporaryDirectory() as tmp:
         fills.setdefault(tile(int(c.get("data-tokens"))), set()).add(c.get("fill"))
     assert all(len(f) == 1 for f in fills.values()) and len({f.pop() for f in fills.values()}) == 2, fills
 
+    # The legend is not cut: the plot is as wide as its longest entry needs (at a generous 6.5 px
+    # per character of the 11 px font), so a longer configuration widens it.
+    def legend_fits(path):
+        root = ET.parse(path).getroot()
+        width = float(root.get("width"))
+        for t in root.iter(SVG + "text"):
+            assert float(t.get("x", 0)) + 6.5 * len(t.text or "") <= width or t.get("text-anchor"), \
+                (t.text, t.get("x"), width)
+        return width
+    short_width = legend_fits(p("s.svg"))
+    long_tile = "wide96 tile (96 tokens, wgmma, clustered in 66 pairs of SMs, routes planned elsewhere)"
+    write(p("long.csv"), [r[:8] + [long_tile if r[3] > 16 else r[8]] for r in sweep_rows(0)])
+    r = plot(p("long.csv"), "--out", p("long.svg"))
+    assert r.returncode == 0, r.stderr
+    assert legend_fits(p("long.svg")) > short_width >= 760
+
     # Errors: one line naming the problem, exit 1, no plot written.
     def expect_error(args, needle):
         out = p("err.svg")
