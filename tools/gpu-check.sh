@@ -9,6 +9,10 @@
 #   bench      harness bench experts -> OUT_DIR/bench-experts.csv (+ .txt)
 #   sweep      harness bench experts --sweep twice (+ $SWEEP_ARGS) -> OUT_DIR/sweep{1,2}.csv and
 #              their plot OUT_DIR/sweep.svg (tools/sweep-plot.py)
+#   tiles      the sweep as the tile rule runs it and with each tile forced (HARNESS_NATIVE_TILE;
+#              $TILES, default "narrow medium wide96 wide"; + $SWEEP_ARGS) -> OUT_DIR/tiles-*.csv,
+#              checked by tools/tile-rule-check.py (fails where the rule's tile is more than 2%
+#              slower than the fastest forced tile; the sweeps' own checks are the sweep step's)
 #   ab         a same-call A/B: harness bench experts $AB_ARGS (e.g. "--backends native
 #              --components experts --tokens 1,2"), twice for each arm, alternating (A B A B);
 #              arm A is BUILD_DIR with the environment $AB_ENV_A, arm B is $AB_BUILD (default
@@ -99,6 +103,25 @@ run_sweep() {
   return $rc
 }
 
+run_tiles() {
+  local rc=0 tile status forced=()
+  for tile in rule ${TILES:-narrow medium wide96 wide}; do
+    status=0
+    # shellcheck disable=SC2086  # SWEEP_ARGS: extra options, e.g. "--models deepseek-v3"
+    if [ "$tile" = rule ]; then
+      "$build/harness/harness" bench experts --sweep --csv "$out/tiles-rule.csv" ${SWEEP_ARGS:-} || status=$?
+    else
+      HARNESS_NATIVE_TILE=$tile "$build/harness/harness" bench experts --sweep \
+        --csv "$out/tiles-$tile.csv" ${SWEEP_ARGS:-} || status=$?
+      forced+=("$out/tiles-$tile.csv")
+    fi
+    # Exit 3 is the sweep's own monotone / cliff verdict, which the sweep step judges.
+    if [ "$status" -ne 0 ] && [ "$status" -ne 3 ]; then rc=1; fi
+  done
+  python3 "$here/tile-rule-check.py" "$out/tiles-rule.csv" "${forced[@]}" || rc=1
+  return "$rc"
+}
+
 run_ab() {
   local rc=0 run arm bin arm_env
   for run in 1 2; do
@@ -141,6 +164,7 @@ for s in "${steps[@]}"; do
     sanitizer) step sanitizer run_sanitizer ;;
     bench) step bench run_bench ;;
     sweep) step sweep run_sweep ;;
+    tiles) step tiles run_tiles ;;
     ab) step ab run_ab ;;
     acquire) step acquire run_acquire ;;
     fidelity) step fidelity run_fidelity ;;

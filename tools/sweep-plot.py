@@ -13,12 +13,12 @@ both axes logarithmic; bottom panel: time / floor against N (logarithmic N, line
 Prints one summary line per run. Exit status 1 on an error (named), else 0.
 """
 import argparse
-import csv
 import math
 import sys
 from xml.sax.saxutils import escape, quoteattr
 
-NEEDED = ("component", "model", "backend", "tokens", "median_us", "floor_us", "configuration")
+from bench_csv import experts_rows
+
 RUN_COLOURS = ("#333333", "#888888", "#1f77b4", "#9467bd")
 TILE_COLOURS = ("#d62728", "#2ca02c", "#ff7f0e", "#17becf", "#8c564b", "#e377c2", "#bcbd22",
                 "#7f7f7f")
@@ -29,29 +29,8 @@ TOP_H, BOTTOM_H, GAP, MARGIN = 300, 170, 60, 30
 
 def read_run(path, model, backend):
     """{N: (median_us, floor_us, configuration)} of the run's experts rows for model and backend."""
-    with open(path, newline="") as f:
-        reader = csv.DictReader(f)
-        missing = [c for c in NEEDED if c not in (reader.fieldnames or [])]
-        if missing:
-            raise ValueError(f"{path}: no column {missing[0]} (is it a `harness bench experts --csv` file?)")
-        rows = [r for r in reader if r["component"] == "experts"]
-    for name, value in (("model", model), ("backend", backend)):
-        present = sorted({r[name] for r in rows})
-        if value is None and len(present) > 1:
-            raise ValueError(f"{path}: several {name}s ({', '.join(present)}): pick one with --{name}")
-        rows = [r for r in rows if value is None or r[name] == value]
-    if not rows:
-        raise ValueError(f"{path}: no experts rows" + (f" of model {model}" if model else "") +
-                         (f" and backend {backend}" if backend else ""))
-    points = {}
-    for r in rows:
-        n, us, floor = int(r["tokens"]), float(r["median_us"]), float(r["floor_us"])
-        if n < 1 or not (us > 0 and floor > 0):
-            raise ValueError(f"{path}: N={n}: tokens, median_us and floor_us must be positive")
-        if n in points:
-            raise ValueError(f"{path}: N={n} appears twice (one sweep per file)")
-        points[n] = (us, floor, r["configuration"])
-    return points
+    rows = experts_rows(path, model, backend, columns=("floor_us",), positive=("median_us", "floor_us"))
+    return {n: (float(r["median_us"]), float(r["floor_us"]), r["configuration"]) for n, r in rows.items()}
 
 
 class Axis:

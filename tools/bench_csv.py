@@ -1,0 +1,36 @@
+"""The experts rows of a `harness bench experts --csv` file, for the tools that plot and check
+sweeps (tools/sweep-plot.py, tools/tile-rule-check.py). Errors are ValueErrors naming the file and
+the problem."""
+import csv
+
+BASE = ("component", "model", "backend", "tokens", "median_us", "configuration")
+
+
+def experts_rows(path, model=None, backend=None, columns=(), positive=("median_us",)):
+    """{N: row} of the file's `experts` rows of one model and backend (`model` / `backend` pick
+    them where the file holds several), one row per N; `columns` are needed besides BASE, and the
+    `positive` ones must be numbers above zero."""
+    with open(path, newline="") as f:
+        reader = csv.DictReader(f)
+        missing = [c for c in BASE + tuple(columns) if c not in (reader.fieldnames or [])]
+        if missing:
+            raise ValueError(f"{path}: no column {missing[0]} (is it a `harness bench experts --csv` file?)")
+        rows = [r for r in reader if r["component"] == "experts"]
+    for name, value in (("model", model), ("backend", backend)):
+        present = sorted({r[name] for r in rows})
+        if value is None and len(present) > 1:
+            raise ValueError(f"{path}: several {name}s ({', '.join(present)}): pick one with --{name}")
+        rows = [r for r in rows if value is None or r[name] == value]
+    if not rows:
+        raise ValueError(f"{path}: no experts rows" + (f" of model {model}" if model else "") +
+                         (f" and backend {backend}" if backend else ""))
+    points = {}
+    for r in rows:
+        n = int(r["tokens"])
+        if n < 1 or not all(float(r[c]) > 0 for c in positive):
+            names = ", ".join(positive[:-1]) + " and " + positive[-1] if len(positive) > 1 else positive[0]
+            raise ValueError(f"{path}: N={n}: tokens, {names} must be positive")
+        if n in points:
+            raise ValueError(f"{path}: N={n} appears twice (one sweep per file)")
+        points[n] = r
+    return points
