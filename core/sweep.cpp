@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <iomanip>
 #include <stdexcept>
 #include <string>
 
@@ -44,6 +45,42 @@ SweepCheck check_sweep(const std::vector<SweepPoint>& points, double monotone, d
     if (step.excess() > cliff) c.cliffs.push_back(step);
   }
   return c;
+}
+
+void print_sweep(const std::vector<SweepPoint>& points, const SweepCheck& check, std::ostream& os) {
+  const auto flags = os.flags();
+  const auto precision = os.precision();
+  os << "       N  rows/expert        us    floor  ratio  configuration\n" << std::fixed;
+  for (const auto& p : points)
+    os << std::setw(8) << p.tokens << std::setw(13) << std::setprecision(1) << p.rows_per_expert
+       << std::setw(10) << p.time_us << std::setw(9) << p.floor_us << std::setw(7)
+       << std::setprecision(2) << p.time_us / p.floor_us << "  " << p.configuration << "\n";
+  os << "  monotone (every N2 > N1 at least 0.97 x time(N1)): "
+     << (check.drops.empty() ? "yes" : "NO, " + std::to_string(check.drops.size()) + " pairs")
+     << "\n";
+  for (std::size_t i = 0; i < std::min<std::size_t>(5, check.drops.size()); ++i) {
+    const auto& d = check.drops[i];
+    os << std::setprecision(1) << "    N=" << d.n2 << " takes " << d.t2 << " us, "
+       << 100 * (1 - d.t2 / d.t1) << "% less than N=" << d.n1 << " (" << d.t1 << " us)\n";
+  }
+  os << "  cliffs (a step more than 10% beyond its floor ratio): "
+     << (check.cliffs.empty() ? "none" : std::to_string(check.cliffs.size())) << "\n";
+  const auto at = [&](std::int64_t tokens) -> const SweepPoint& {
+    return *std::find_if(points.begin(), points.end(),
+                         [&](const SweepPoint& p) { return p.tokens == tokens; });
+  };
+  for (const auto& c : check.cliffs) {
+    const auto &a = at(c.n1), &b = at(c.n2);
+    os << std::setprecision(2) << "    N=" << c.n1 << " -> " << c.n2 << ": time x" << c.time_ratio
+       << ", floor x" << c.floor_ratio << " (+" << std::setprecision(0) << 100 * c.excess()
+       << "%); rows/expert " << std::setprecision(1) << a.rows_per_expert << " -> "
+       << b.rows_per_expert;
+    if (a.configuration != b.configuration)
+      os << "; " << a.configuration << " -> " << b.configuration;
+    os << "\n";
+  }
+  os.flags(flags);
+  os.precision(precision);
 }
 
 }  // namespace moe

@@ -4,6 +4,8 @@
 #pragma once
 
 #include <cstdint>
+#include <ostream>
+#include <string>
 #include <vector>
 
 namespace moe {
@@ -15,7 +17,9 @@ namespace moe {
 struct SweepPoint {
   std::int64_t tokens = 0;
   double time_us = 0;
-  double floor_us = 0;  // max(bytes / bandwidth, flops / rate) at these tokens
+  double floor_us = 0;         // max(bytes / bandwidth, flops / rate) at these tokens
+  double rows_per_expert = 0;  // local assignments / active experts
+  std::string configuration;   // what ran (the backend's kernel configuration)
 };
 
 struct SweepCheck {
@@ -37,5 +41,10 @@ struct SweepCheck {
 // time or floor.
 [[nodiscard]] SweepCheck check_sweep(const std::vector<SweepPoint>& points, double monotone = 0.97,
                                      double cliff = 0.10);
+
+// The sweep as `harness bench experts --sweep` prints it: every point with its rows per expert,
+// ratio to the floor and configuration, then the checks (the default thresholds), each cliff with
+// the rows per expert and, where it changed, the configuration at its two ends: what stepped.
+void print_sweep(const std::vector<SweepPoint>& points, const SweepCheck& check, std::ostream& os);
 
 }  // namespace moe

@@ -193,34 +193,16 @@ bool print_sweep(const std::vector<Row>& rows, std::ostream& os) {
     if (r.component == "experts") series[{r.model, r.backend}].push_back(&r);
   bool passed = true;
   for (const auto& [key, points] : series) {
-    os << "\nsweep " << key.first << " " << key.second << ":\n"
-       << "       N  rows/expert        us    floor  ratio  configuration\n";
+    os << "\nsweep " << key.first << " " << key.second << ":\n";
     std::vector<SweepPoint> sweep;
     for (const auto* r : points) {
       const double per_expert =
           r->point.activated ? static_cast<double>(r->point.assignments) / r->point.activated : 0.0;
-      os << std::fixed << std::setw(8) << r->point.tokens << std::setw(13) << std::setprecision(1)
-         << per_expert << std::setw(10) << r->median_us << std::setw(9) << r->floor.us
-         << std::setw(7) << std::setprecision(2) << r->median_us / r->floor.us << "  "
-         << r->configuration << "\n"
-         << std::defaultfloat;
-      sweep.push_back({r->point.tokens, r->median_us, r->floor.us});
+      sweep.push_back({r->point.tokens, r->median_us, r->floor.us, per_expert, r->configuration});
     }
     const auto check = check_sweep(sweep);
     passed = passed && check.passed();
-    os << "  monotone (every N2 > N1 at least 0.97 x time(N1)): "
-       << (check.drops.empty() ? "yes" : "NO, " + std::to_string(check.drops.size()) + " pairs")
-       << "\n";
-    for (std::size_t i = 0; i < std::min<std::size_t>(5, check.drops.size()); ++i) {
-      const auto& d = check.drops[i];
-      os << "    N=" << d.n2 << " takes " << d.t2 << " us, " << 100 * (1 - d.t2 / d.t1)
-         << "% less than N=" << d.n1 << " (" << d.t1 << " us)\n";
-    }
-    os << "  cliffs (a step more than 10% beyond its floor ratio): "
-       << (check.cliffs.empty() ? "none" : std::to_string(check.cliffs.size())) << "\n";
-    for (const auto& c : check.cliffs)
-      os << "    N=" << c.n1 << " -> " << c.n2 << ": time x" << c.time_ratio << ", floor x"
-         << c.floor_ratio << " (+" << 100 * c.excess() << "%)\n";
+    print_sweep(sweep, check, os);
   }
   return passed;
 }
