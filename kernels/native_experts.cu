@@ -831,7 +831,11 @@ __device__ __forceinline__ void tma_load_2d_multicast(void* dst, const CUtensorM
       : "memory");
 }
 // Thread-block clusters: this CTA's rank, a barrier of every (non-exited) thread of the cluster,
-// and an arrival on the barrier at bar's offset in the shared memory of CTA `rank`.
+// and an arrival on the barrier at bar's offset in the shared memory of CTA `rank`. The arrival
+// has the default (CTA-scope) semantics: what it releases are stage reads by wgmma, retired
+// before it; with .release.cluster it also waited for the warp's earlier global stores and the
+// clustered kernels ran 1.26-1.64x slower
+// (docs/native-backend.md#pairs-of-tiles-share-their-weights).
 __device__ __forceinline__ unsigned cluster_rank() {
   unsigned rank;
   asm volatile("mov.u32 %0, %%cluster_ctarank;\n" : "=r"(rank));
@@ -909,7 +913,6 @@ struct Pipelined : C {
                 "every box lands on a swizzle atom");
 };
 
-//
 // kPairs (HARNESS_NATIVE_SCHEDULE=clustered): clusters of two CTAs take the unit (tiles 2p and
 // 2p + 1 of the table, one feature block), one tile each. Where both tiles are the same expert's
 // (or the second is past the table's end: an empty tile), the two need the same weight rows, and
