@@ -1334,22 +1334,28 @@ struct TileSchedule {
   int sms;
 };
 
+#if HARNESS_WGMMA
+// Both GEMMs as pipelined launches (kPairs: in clusters of two).
+template <class C, bool kPairs>
+void launch_pipelined_both(const TileSchedule& how, const GemmArgs& up, const GemmArgs& down,
+                           int inter, int hidden, int max_tiles, cudaStream_t s) {
+  launch_pipelined<C, true, kPairs>(up, how.maps->w13, how.maps->act, 2 * inter, max_tiles, how.sms,
+                                    s);
+  launch_pipelined<C, false, kPairs>(down, how.maps->w2, how.maps->act, hidden, max_tiles, how.sms,
+                                     s);
+}
+#endif
+
 template <class MmaTile, class WgmmaTile>
 void launch_tile(const TileSchedule& how, const GemmArgs& up, const GemmArgs& down, int inter,
                  int hidden, int max_tiles, cudaStream_t s) {
 #if HARNESS_WGMMA
   if (how.wgmma && how.schedule == NativeSchedule::pipelined) {
-    launch_pipelined<WgmmaTile, true, false>(up, how.maps->w13, how.maps->act, 2 * inter, max_tiles,
-                                             how.sms, s);
-    launch_pipelined<WgmmaTile, false, false>(down, how.maps->w2, how.maps->act, hidden, max_tiles,
-                                              how.sms, s);
+    launch_pipelined_both<WgmmaTile, false>(how, up, down, inter, hidden, max_tiles, s);
     return;
   }
   if (how.wgmma && how.schedule == NativeSchedule::clustered) {
-    launch_pipelined<WgmmaTile, true, true>(up, how.maps->w13, how.maps->act, 2 * inter, max_tiles,
-                                            how.sms, s);
-    launch_pipelined<WgmmaTile, false, true>(down, how.maps->w2, how.maps->act, hidden, max_tiles,
-                                             how.sms, s);
+    launch_pipelined_both<WgmmaTile, true>(how, up, down, inter, hidden, max_tiles, s);
     return;
   }
   if (how.wgmma && how.schedule == NativeSchedule::persistent) {
