@@ -113,15 +113,18 @@ double rows_per_active_expert(const Routes& r, const ExpertOwnership& own) {
   return active ? static_cast<double>(lanes) / active : 0.0;
 }
 
-// The tile by cost, or HARNESS_NATIVE_TILE=narrow|medium|wide96|wide: a diagnostic that forces one
-// tile (the per-tile sweeps of docs/native-backend.md#tile-choice measure each tile's cost this
+// The tile by cost, or HARNESS_NATIVE_TILE=narrow|medium|wide80|...|wide: a diagnostic that forces
+// one tile (the per-tile sweeps of docs/native-backend.md#tile-choice measure each tile's cost this
 // way).
 NativeTile tile_for(double rows_per_expert) {
   if (const char* forced = std::getenv("HARNESS_NATIVE_TILE")) {
     for (const auto t : kNativeTiles)
       if (std::string(forced) == to_string(t)) return t;
+    std::string names;
+    for (const auto t : kNativeTiles)
+      names += std::string(names.empty() ? "" : ", ") + to_string(t);
     throw std::invalid_argument(std::string("HARNESS_NATIVE_TILE=") + forced +
-                                ": expected narrow, medium, wide96 or wide");
+                                ": expected one of " + names);
   }
   return native_tile_for(rows_per_expert);
 }

@@ -247,8 +247,11 @@ struct TileConfig {
 using NarrowTile = TileConfig<2, 1, 2, 2, 2, 128, 4, 2>;
 // Tens of rows per expert: 128 x 64 tiles.
 using MediumTile = TileConfig<4, 1, 1, 2, 8, 64, 4, 2>;
-// Between the medium and the wide tile: 128 x 96 tiles, 64 x 48 per warp.
+// Between the medium and the wide tile: 128 x 80 and 128 x 112 tiles as the medium one (one warp
+// along tokens), 128 x 96 tiles 64 x 48 per warp.
+using Wide80Tile = TileConfig<4, 1, 1, 2, 10, 64, 4, 2>;
 using Wide96Tile = TileConfig<2, 2, 1, 4, 6, 64, 3, 2>;
+using Wide112Tile = TileConfig<4, 1, 1, 2, 14, 64, 3, 2>;
 // Many rows per expert: 128 x 128 tiles, 64 x 64 per warp.
 using WideTile = TileConfig<2, 2, 1, 4, 8, 64, 3, 2>;
 
@@ -286,6 +289,7 @@ struct TileLoader {
   const bf16* w_src[C::kWLoads];
   bool w_ok[C::kWLoads];
   int w_dst[C::kWLoads], w_chunk[C::kWLoads];
+  static constexpr bool kPartialX = C::kTokens * C::kChunks % C::kThreads != 0;
   const bf16* x_src[C::kXLoads];
   bool x_ok[C::kXLoads];
   int x_dst[C::kXLoads], x_chunk[C::kXLoads];
@@ -315,7 +319,7 @@ struct TileLoader {
 #pragma unroll
     for (int i = 0; i < C::kXLoads; ++i) {
       const int q = tid + i * C::kThreads, row = q / C::kChunks, chunk = q % C::kChunks;
-      x_ok[i] = row < tile_rows;
+      x_ok[i] = row < tile_rows;  // so also false past the tile (row >= kTokens >= tile_rows)
       const int pos = first_pos + (x_ok[i] ? row : 0);
       const std::int64_t src_row = kGated ? a.token_of[pos] : pos;
       x_src[i] = a.src + src_row * a.k;
@@ -335,6 +339,7 @@ struct TileLoader {
     }
 #pragma unroll
     for (int i = 0; i < C::kXLoads; ++i) {
+      if (kPartialX && i == C::kXLoads - 1 && x_dst[i] >= C::kStageX) break;  // past the tile
       const int col = k0 + x_chunk[i] * 8;
       const bool ok = x_ok[i] && col < k;
       cp_async16(sx + x_dst[i], ok ? x_src[i] + col : x_base, ok);
@@ -486,14 +491,19 @@ struct WgmmaConfig {
   static constexpr int kThreads = 256, kRows = 256, kTokens = kTokens_, kBK = 64,
                        kStages = kStages_, kChunks = 8;
   static constexpr int kStageW = kRows * kBK, kStageX = kTokens * kBK;
-  static constexpr int kWLoads = kRows * kChunks / kThreads, kXLoads = kTokens * kChunks / kThreads;
+  // The 80- and 112-token tiles' token chunks are not a multiple of the threads: the last copy of
+  // some threads falls past the tile (TileLoader skips it).
+  static constexpr int kWLoads = kRows * kChunks / kThreads,
+                       kXLoads = (kTokens * kChunks + kThreads - 1) / kThreads;
   static constexpr int kNT = kTokens / 8;
   // +1024: the stages are placed on a 1024-byte boundary (the swizzle atom).
   static constexpr int kSmemBytes = kStages * (kStageW + kStageX) * 2 + 1024;
   static_assert(kStages >= 3, "a stage is refilled two steps after its wgmma was issued");
 };
 using WgmmaWide = WgmmaConfig<128, 4>;
+using WgmmaWide112 = WgmmaConfig<112, 4>;
 using WgmmaWide96 = WgmmaConfig<96, 4>;
+using WgmmaWide80 = WgmmaConfig<80, 5>;
 using WgmmaMedium = WgmmaConfig<64, 5>;
 
 // The weight boxes the tensor maps are encoded with: 64 K columns (128 bytes, the swizzle span)
@@ -549,6 +559,23 @@ __device__ __forceinline__ void wgmma_bf16<64>(float (&d)[32], std::uint64_t a, 
       : "l"(a), "l"(b), "r"(accumulate));
 }
 template <>
+__device__ __forceinline__ void wgmma_bf16<80>(float (&d)[40], std::uint64_t a, std::uint64_t b,
+                                               int accumulate) {
+  asm volatile(
+      "{\n.reg .pred p;\nsetp.ne.b32 p, %42, 0;\n"
+      "wgmma.mma_async.sync.aligned.m64n80k16.f32.bf16.bf16 {%0, %1, %2, %3, %4, %5, %6, %7, "
+      "%8, %9, %10, %11, %12, %13, %14, %15, %16, %17, %18, %19, %20, %21, %22, %23, %24, %25, "
+      "%26, %27, %28, %29, %30, %31, %32, %33, %34, %35, %36, %37, %38, %39}, %40, %41, p, 1, "
+      "1, 0, 0;\n}\n"
+      : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3]), "+f"(d[4]), "+f"(d[5]), "+f"(d[6]),
+        "+f"(d[7]), "+f"(d[8]), "+f"(d[9]), "+f"(d[10]), "+f"(d[11]), "+f"(d[12]), "+f"(d[13]),
+        "+f"(d[14]), "+f"(d[15]), "+f"(d[16]), "+f"(d[17]), "+f"(d[18]), "+f"(d[19]), "+f"(d[20]),
+        "+f"(d[21]), "+f"(d[22]), "+f"(d[23]), "+f"(d[24]), "+f"(d[25]), "+f"(d[26]), "+f"(d[27]),
+        "+f"(d[28]), "+f"(d[29]), "+f"(d[30]), "+f"(d[31]), "+f"(d[32]), "+f"(d[33]), "+f"(d[34]),
+        "+f"(d[35]), "+f"(d[36]), "+f"(d[37]), "+f"(d[38]), "+f"(d[39])
+      : "l"(a), "l"(b), "r"(accumulate));
+}
+template <>
 __device__ __forceinline__ void wgmma_bf16<96>(float (&d)[48], std::uint64_t a, std::uint64_t b,
                                                int accumulate) {
   asm volatile(
@@ -564,6 +591,26 @@ __device__ __forceinline__ void wgmma_bf16<96>(float (&d)[48], std::uint64_t a, 
         "+f"(d[28]), "+f"(d[29]), "+f"(d[30]), "+f"(d[31]), "+f"(d[32]), "+f"(d[33]), "+f"(d[34]),
         "+f"(d[35]), "+f"(d[36]), "+f"(d[37]), "+f"(d[38]), "+f"(d[39]), "+f"(d[40]), "+f"(d[41]),
         "+f"(d[42]), "+f"(d[43]), "+f"(d[44]), "+f"(d[45]), "+f"(d[46]), "+f"(d[47])
+      : "l"(a), "l"(b), "r"(accumulate));
+}
+template <>
+__device__ __forceinline__ void wgmma_bf16<112>(float (&d)[56], std::uint64_t a, std::uint64_t b,
+                                                int accumulate) {
+  asm volatile(
+      "{\n.reg .pred p;\nsetp.ne.b32 p, %58, 0;\n"
+      "wgmma.mma_async.sync.aligned.m64n112k16.f32.bf16.bf16 {%0, %1, %2, %3, %4, %5, %6, %7, "
+      "%8, %9, %10, %11, %12, %13, %14, %15, %16, %17, %18, %19, %20, %21, %22, %23, %24, %25, "
+      "%26, %27, %28, %29, %30, %31, %32, %33, %34, %35, %36, %37, %38, %39, %40, %41, %42, "
+      "%43, %44, %45, %46, %47, %48, %49, %50, %51, %52, %53, %54, %55}, %56, %57, p, 1, 1, 0, "
+      "0;\n}\n"
+      : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3]), "+f"(d[4]), "+f"(d[5]), "+f"(d[6]),
+        "+f"(d[7]), "+f"(d[8]), "+f"(d[9]), "+f"(d[10]), "+f"(d[11]), "+f"(d[12]), "+f"(d[13]),
+        "+f"(d[14]), "+f"(d[15]), "+f"(d[16]), "+f"(d[17]), "+f"(d[18]), "+f"(d[19]), "+f"(d[20]),
+        "+f"(d[21]), "+f"(d[22]), "+f"(d[23]), "+f"(d[24]), "+f"(d[25]), "+f"(d[26]), "+f"(d[27]),
+        "+f"(d[28]), "+f"(d[29]), "+f"(d[30]), "+f"(d[31]), "+f"(d[32]), "+f"(d[33]), "+f"(d[34]),
+        "+f"(d[35]), "+f"(d[36]), "+f"(d[37]), "+f"(d[38]), "+f"(d[39]), "+f"(d[40]), "+f"(d[41]),
+        "+f"(d[42]), "+f"(d[43]), "+f"(d[44]), "+f"(d[45]), "+f"(d[46]), "+f"(d[47]), "+f"(d[48]),
+        "+f"(d[49]), "+f"(d[50]), "+f"(d[51]), "+f"(d[52]), "+f"(d[53]), "+f"(d[54]), "+f"(d[55])
       : "l"(a), "l"(b), "r"(accumulate));
 }
 template <>
@@ -835,7 +882,7 @@ __device__ __forceinline__ void tma_load_2d_multicast(void* dst, const CUtensorM
 // has the default (CTA-scope) semantics: what it releases are stage reads by wgmma, retired
 // before it; with .release.cluster it also waited for the warp's earlier global stores and the
 // clustered kernels ran 1.26-1.64x slower
-// (docs/native-backend.md#pairs-of-tiles-share-their-weights).
+// (docs/native-backend.md#clusters-of-tiles-share-their-weights).
 __device__ __forceinline__ unsigned cluster_rank() {
   unsigned rank;
   asm volatile("mov.u32 %0, %%cluster_ctarank;\n" : "=r"(rank));
@@ -856,15 +903,17 @@ __device__ __forceinline__ void mbar_arrive_cluster(std::uint64_t* bar, unsigned
 // issue(stage, accumulated) as one wgmma group (accumulated: an earlier step wrote the
 // accumulators), and once a group's predecessor has retired frees the predecessor's stage
 // (`empty`, one arrival per warp). On return every wgmma of the tile has retired and every stage
-// it read is free. `it` counts K steps over the block's tiles (stage and phase). kPairs: a stage
-// is freed in both CTAs of the cluster (the peer's producer multicasts into this CTA's stages).
-template <int kStages, bool kGated, bool kPairs, class Issue>
+// it read is free. `it` counts K steps over the block's tiles (stage and phase). kCtas > 1: a
+// stage is freed in every CTA of the cluster (their producers multicast into this CTA's stages):
+// lane r of the warp arrives on CTA rank + r's barrier.
+template <int kStages, bool kGated, int kCtas, class Issue>
 __device__ __forceinline__ void consume_stages(std::uint64_t* full, std::uint64_t* empty,
-                                               int k_steps, int& it, int lane, unsigned peer,
+                                               int k_steps, int& it, int lane, unsigned rank,
                                                const Issue& issue) {
   const auto release = [&](int stage) {
-    mbar_arrive(&empty[stage]);
-    if constexpr (kPairs) mbar_arrive_cluster(&empty[stage], peer);
+    if (lane == 0) mbar_arrive(&empty[stage]);
+    if (kCtas > 1 && lane > 0 && lane < kCtas)
+      mbar_arrive_cluster(&empty[stage], (rank + static_cast<unsigned>(lane)) % kCtas);
   };
   for (int step = 0; step < k_steps; ++step, ++it) {
     const int stage = it % kStages;
@@ -876,10 +925,10 @@ __device__ __forceinline__ void consume_stages(std::uint64_t* full, std::uint64_
     issue(stage, step > 0);
     wgmma_commit();
     wgmma_wait<1>();  // the previous step's wgmma has retired: its stage is free
-    if (step > 0 && lane == 0) release((it - 1) % kStages);
+    if (step > 0) release((it - 1) % kStages);
   }
   wgmma_wait<0>();
-  if (lane == 0) release((it - 1) % kStages);
+  release((it - 1) % kStages);
 }
 
 // HARNESS_NATIVE_SCHEDULE=pipelined: a persistent launch of one block per SM for one GEMM, each
@@ -902,7 +951,7 @@ struct Pipelined : C {
   // The token rows each producer thread copies: 16-byte chunk t % 8 of rows t / 8 + 16 j.
   static constexpr int kCopyRows = C::kTokens * C::kChunks / kProducerThreads;
   // As many stages as fit beside the 1024-byte alignment and the barriers (no epilogue staging
-  // to leave room for): wide 4, wide96 and medium 5.
+  // to leave room for): wide and wide112 4, the others 5.
   static constexpr int kMaxSmem = 227 * 1024;
   static constexpr int kStages = (kMaxSmem - 1024 - 1024) / (kStageBytes + 16);
   // The stages, then a full and an empty barrier per stage.
@@ -913,13 +962,14 @@ struct Pipelined : C {
                 "every box lands on a swizzle atom");
 };
 
-// kPairs (HARNESS_NATIVE_SCHEDULE=clustered): clusters of two CTAs take the unit (tiles 2p and
-// 2p + 1 of the table, one feature block), one tile each. Where both tiles are the same expert's
-// (or the second is past the table's end: an empty tile), the two need the same weight rows, and
-// each CTA fetches one of the two weight boxes of a stage for both (TMA multicast), so every
-// weight byte crosses L2 once per pair instead of once per tile; otherwise each loads its own. A
-// stage is refilled once both CTAs' consumers have freed it, and the CTAs leave together.
-template <class C, bool kGated, bool kPairs>
+// kCtas > 1 (HARNESS_NATIVE_SCHEDULE=clustered): clusters of kCtas CTAs take the unit (tiles
+// kCtas p ... kCtas p + kCtas - 1 of the table, one feature block), one tile each. Where all are
+// the same expert's (or past the table's end: empty tiles), they need the same weight rows, and the
+// two weight boxes of each stage are fetched once for all of them, by CTAs in turn (box b of K step
+// s by rank (2s + b) % kCtas; TMA multicast), so every weight byte crosses L2 once per cluster
+// instead of once per tile; otherwise each loads its own. A stage is refilled once every CTA's
+// consumers have freed it, and the CTAs leave together.
+template <class C, bool kGated, int kCtas>
 __global__ void __launch_bounds__(Pipelined<C>::kThreads, 1)
     expert_gemm_pipelined(GemmArgs a, const __grid_constant__ CUtensorMap weights,
                           const __grid_constant__ CUtensorMap tokens, int blocks_per_tile) {
@@ -928,8 +978,9 @@ __global__ void __launch_bounds__(Pipelined<C>::kThreads, 1)
   auto* full = reinterpret_cast<std::uint64_t*>(smem + P::kStages * (C::kStageW + C::kStageX));
   std::uint64_t* empty = full + P::kStages;
   const int tid = static_cast<int>(threadIdx.x), lane = tid % 32, warp = tid / 32;
-  constexpr int kConsumerWarps = P::kConsumerThreads / 32, kCtas = kPairs ? 2 : 1;
-  const unsigned rank = kPairs ? cluster_rank() : 0u, peer = rank ^ 1u;
+  constexpr int kConsumerWarps = P::kConsumerThreads / 32;
+  constexpr bool kClustered = kCtas > 1;
+  const unsigned rank = kClustered ? cluster_rank() : 0u;
   if (tid == 0) {
     for (int s = 0; s < P::kStages; ++s) {
       // W13: every producer thread's cp.async arrival and the expect_tx; W2: the expect_tx.
@@ -938,8 +989,8 @@ __global__ void __launch_bounds__(Pipelined<C>::kThreads, 1)
     }
     asm volatile("fence.mbarrier_init.release.cluster;\n" ::: "memory");
   }
-  if constexpr (kPairs)
-    cluster_sync();  // both CTAs' barriers are armed before either arrives on or fills the other
+  if constexpr (kClustered)
+    cluster_sync();  // every CTA's barriers are armed before any arrives on or fills another
   else
     __syncthreads();
   const int tiles = *a.num_tiles;
@@ -947,18 +998,24 @@ __global__ void __launch_bounds__(Pipelined<C>::kThreads, 1)
   const int k_steps = (a.k + C::kBK - 1) / C::kBK;
   auto stage_w = [&](int stage) { return smem + stage * (C::kStageW + C::kStageX); };
   // f(tile table row, first feature, shared weights) for each block tile of this block (of this
-  // cluster, kPairs), in order: units round-robin over the blocks (clusters), feature block
-  // fastest.
+  // cluster), in order: units round-robin over the blocks (clusters), feature block fastest.
   const auto for_each_block_tile = [&](const auto& f) {
     const int first = static_cast<int>(blockIdx.x) / kCtas,
               stride = static_cast<int>(gridDim.x) / kCtas;
     for (int unit = first; unit < units; unit += stride) {
       const int feature0 = (unit % blocks_per_tile) * (kGated ? C::kRows / 2 : C::kRows);
       const int row = unit / blocks_per_tile * kCtas;
-      if constexpr (kPairs) {
+      if constexpr (kClustered) {
         const int4 lead = a.tiles[row];
-        const int4 second = row + 1 < tiles ? a.tiles[row + 1] : make_int4(lead.x, lead.y, 0, 0);
-        f(rank == 0 ? lead : second, feature0, lead.x == second.x);
+        int4 mine = lead;
+        bool shared = true;
+#pragma unroll
+        for (int r = 1; r < kCtas; ++r) {
+          const int4 t = row + r < tiles ? a.tiles[row + r] : make_int4(lead.x, lead.y, 0, 0);
+          shared = shared && t.x == lead.x;
+          if (static_cast<unsigned>(r) == rank) mine = t;
+        }
+        f(mine, feature0, shared);
       } else {
         f(a.tiles[row], feature0, false);
       }
@@ -968,7 +1025,7 @@ __global__ void __launch_bounds__(Pipelined<C>::kThreads, 1)
   if (warp >= kConsumerWarps) {
     const int ptid = tid - P::kConsumerThreads, chunk = ptid % C::kChunks;
     if (!kGated && ptid != 0) {  // W2: one thread issues the boxes
-      if constexpr (kPairs) cluster_sync();
+      if constexpr (kClustered) cluster_sync();
       return;
     }
     const int rows_per_expert = kGated ? 2 * a.out_features : a.out_features;
@@ -994,10 +1051,13 @@ __global__ void __launch_bounds__(Pipelined<C>::kThreads, 1)
         bf16* sx = sw + C::kStageW;
         if (ptid == 0) {
           mbar_arrive_expect_bytes(&full[stage], kBytes);
-          if (kPairs && shared) {
-            // This CTA's box for both; the peer's box lands here the same way.
-            tma_load_2d_multicast(sw + rank * kMapRows * C::kBK, weights, k0, rank ? row1 : row0,
-                                  &full[stage], 0b11);
+          if (kClustered && shared) {
+            // This CTA's boxes of the step for all; the others' land here the same way.
+#pragma unroll
+            for (int b = 0; b < 2; ++b)
+              if ((2 * step + b) % kCtas == static_cast<int>(rank))
+                tma_load_2d_multicast(sw + b * kMapRows * C::kBK, weights, k0, b ? row1 : row0,
+                                      &full[stage], (1u << kCtas) - 1);
           } else {
             tma_load_2d(sw, weights, k0, row0, &full[stage]);
             tma_load_2d(sw + kMapRows * C::kBK, weights, k0, row1, &full[stage]);
@@ -1019,8 +1079,8 @@ __global__ void __launch_bounds__(Pipelined<C>::kThreads, 1)
       }
     });
     if constexpr (kGated) asm volatile("cp.async.wait_all;\n" ::: "memory");
-    // kPairs: every thread of both CTAs stays until neither arrives on the other's barriers.
-    if constexpr (kPairs) cluster_sync();
+    // Clustered: every thread of every CTA stays until none arrives on another's barriers.
+    if constexpr (kClustered) cluster_sync();
     return;
   }
 
@@ -1035,8 +1095,8 @@ __global__ void __launch_bounds__(Pipelined<C>::kThreads, 1)
     int it = 0;
     for_each_block_tile([&](const int4 tile, int feature0, bool) {
       float acc[C::kRows / 8][4];
-      consume_stages<P::kStages, kGated, kPairs>(
-          full, empty, k_steps, it, lane, peer, [&](int stage, bool accumulated) {
+      consume_stages<P::kStages, kGated, kCtas>(
+          full, empty, k_steps, it, lane, rank, [&](int stage, bool accumulated) {
             const bf16* sw = stage_w(stage);
             const bf16* sx = sw + C::kStageW + group * 64 * C::kBK;
 #pragma unroll
@@ -1069,7 +1129,7 @@ __global__ void __launch_bounds__(Pipelined<C>::kThreads, 1)
         }
       }
     });
-    if constexpr (kPairs) cluster_sync();
+    if constexpr (kClustered) cluster_sync();
     return;
   }
 
@@ -1082,8 +1142,8 @@ __global__ void __launch_bounds__(Pipelined<C>::kThreads, 1)
   int it = 0;
   for_each_block_tile([&](const int4 tile, int feature0, bool) {
     float acc[2][C::kNT][4];
-    consume_stages<P::kStages, kGated, kPairs>(
-        full, empty, k_steps, it, lane, peer, [&](int stage, bool accumulated) {
+    consume_stages<P::kStages, kGated, kCtas>(
+        full, empty, k_steps, it, lane, rank, [&](int stage, bool accumulated) {
           const bf16* sw = stage_w(stage);
           const bf16* sx = sw + C::kStageW;
 #pragma unroll
@@ -1099,7 +1159,7 @@ __global__ void __launch_bounds__(Pipelined<C>::kThreads, 1)
     order_after_wgmma(reinterpret_cast<float(&)[2 * C::kNT * 4]>(acc));
     store_accumulators<kGated>(a, acc, row_of, feature0, 0, tile.y, tile.z, lane);
   });
-  if constexpr (kPairs) cluster_sync();
+  if constexpr (kClustered) cluster_sync();
 }
 #endif  // HARNESS_WGMMA
 
@@ -1154,15 +1214,7 @@ __global__ void combine_lanes(const bf16* __restrict__ y, const int* __restrict_
 }
 
 // The tile shapes have the token rows the tile rule plans with.
-static_assert(NarrowTile::kTokens == native_tile_tokens(NativeTile::narrow) &&
-              MediumTile::kTokens == native_tile_tokens(NativeTile::medium) &&
-              Wide96Tile::kTokens == native_tile_tokens(NativeTile::wide96) &&
-              WideTile::kTokens == native_tile_tokens(NativeTile::wide));
-#if HARNESS_WGMMA
-static_assert(WgmmaMedium::kTokens == MediumTile::kTokens &&
-              WgmmaWide96::kTokens == Wide96Tile::kTokens &&
-              WgmmaWide::kTokens == WideTile::kTokens);
-#endif
+static_assert(NarrowTile::kTokens == native_tile_tokens(NativeTile::narrow));
 
 // The shared-memory opt-in is a per-device attribute of a kernel: set it once for each device.
 void allow_dynamic_smem(const void* kernel, int bytes) {
@@ -1225,60 +1277,61 @@ void launch_persistent(const GemmArgs& up, const GemmArgs& down, UnitQueue q, in
 #endif
 
 #if HARNESS_WGMMA
-// The launch of one pipelined GEMM kernel: its block, shared memory and (kPairs) cluster of two.
-template <class C, bool kGated, bool kPairs>
+// The launch of one pipelined GEMM kernel: its block, shared memory and cluster of kCtas CTAs.
+template <class C, bool kGated, int kCtas>
 struct PipelinedLaunch {
-  static constexpr auto kKernel = expert_gemm_pipelined<C, kGated, kPairs>;
-  cudaLaunchAttribute pair{};
+  static constexpr auto kKernel = expert_gemm_pipelined<C, kGated, kCtas>;
+  cudaLaunchAttribute cluster{};
   cudaLaunchConfig_t config{};
 
   explicit PipelinedLaunch(cudaStream_t s) {
     using P = Pipelined<C>;
     allow_dynamic_smem(reinterpret_cast<const void*>(kKernel), P::kSmemBytes);
-    pair.id = cudaLaunchAttributeClusterDimension;
-    pair.val.clusterDim = {kPairs ? 2u : 1u, 1, 1};
-    config.gridDim = dim3(pair.val.clusterDim.x);
+    cluster.id = cudaLaunchAttributeClusterDimension;
+    cluster.val.clusterDim = {static_cast<unsigned>(kCtas), 1, 1};
+    config.gridDim = dim3(static_cast<unsigned>(kCtas));
     config.blockDim = dim3(P::kThreads);
     config.dynamicSmemBytes = P::kSmemBytes;
     config.stream = s;
-    config.attrs = &pair;
-    config.numAttrs = kPairs ? 1 : 0;
+    config.attrs = &cluster;
+    config.numAttrs = kCtas > 1 ? 1 : 0;
   }
   PipelinedLaunch(const PipelinedLaunch&) = delete;
   PipelinedLaunch& operator=(const PipelinedLaunch&) = delete;
 
-  // Clusters of two this kernel can hold resident on the device at once, asked once per device.
-  int resident_pairs() const {
+  // Clusters of this kernel the device can hold resident at once, asked once per device.
+  int resident_clusters() const {
     static std::map<int, int> known;  // device -> clusters
     int device = 0;
     HARNESS_CHECK(cudaGetDevice(&device));
     const auto [at, added] = known.try_emplace(device, 0);
     if (added) HARNESS_CHECK(cudaOccupancyMaxActiveClusters(&at->second, kKernel, &config));
     if (at->second < 1)
-      throw std::runtime_error("no cluster of two of the pipelined experts kernel fits on the GPU");
+      throw std::runtime_error("no cluster of " + std::to_string(kCtas) +
+                               " CTAs of the pipelined experts kernel fits on the GPU");
     return at->second;
   }
 };
 
-// One GEMM as a pipelined launch: one block per SM (kPairs: as many clusters of two as are
-// resident at once), never more than there are units. `tokens`: W2's activations (W13 gathers
-// its token rows and ignores it).
-template <class C, bool kGated, bool kPairs>
+// One GEMM as a pipelined launch: one block per SM (clustered: as many clusters as are resident
+// at once), never more than there are units. `tokens`: W2's activations (W13 gathers its token
+// rows and ignores it).
+template <class C, bool kGated, int kCtas>
 void launch_pipelined(const GemmArgs& a, const CUtensorMap& weights, const CUtensorMap& tokens,
                       int weight_rows, int max_tiles, int sms, cudaStream_t s) {
-  PipelinedLaunch<C, kGated, kPairs> launch(s);
+  PipelinedLaunch<C, kGated, kCtas> launch(s);
   const int per_tile = feature_blocks<C>(weight_rows);
-  const int blocks =
-      kPairs ? 2 * std::max(1, std::min(launch.resident_pairs(), (max_tiles + 1) / 2 * per_tile))
-             : std::max(1, std::min(sms, max_tiles * per_tile));
+  const int units = (max_tiles + kCtas - 1) / kCtas * per_tile;
+  const int clusters = kCtas > 1 ? launch.resident_clusters() : sms;
+  const int blocks = kCtas * std::max(1, std::min(clusters, units));
   launch.config.gridDim = dim3(static_cast<unsigned>(blocks));
   HARNESS_CHECK(cudaLaunchKernelEx(&launch.config, launch.kKernel, a, weights, tokens, per_tile));
 }
 
-// The clustered schedule's resident clusters of two, for the configuration.
+// The clustered schedule's resident pairs of CTAs, for the configuration.
 template <class C>
 int resident_pairs() {
-  return PipelinedLaunch<C, true, true>(nullptr).resident_pairs();
+  return PipelinedLaunch<C, true, 2>(nullptr).resident_clusters();
 }
 #endif
 
@@ -1335,27 +1388,56 @@ struct TileSchedule {
 };
 
 #if HARNESS_WGMMA
-// Both GEMMs as pipelined launches (kPairs: in clusters of two).
-template <class C, bool kPairs>
+// Both GEMMs as pipelined launches in clusters of kCtas CTAs (1: none).
+template <class C, int kCtas>
 void launch_pipelined_both(const TileSchedule& how, const GemmArgs& up, const GemmArgs& down,
                            int inter, int hidden, int max_tiles, cudaStream_t s) {
-  launch_pipelined<C, true, kPairs>(up, how.maps->w13, how.maps->act, 2 * inter, max_tiles, how.sms,
+  launch_pipelined<C, true, kCtas>(up, how.maps->w13, how.maps->act, 2 * inter, max_tiles, how.sms,
+                                   s);
+  launch_pipelined<C, false, kCtas>(down, how.maps->w2, how.maps->act, hidden, max_tiles, how.sms,
                                     s);
-  launch_pipelined<C, false, kPairs>(down, how.maps->w2, how.maps->act, hidden, max_tiles, how.sms,
-                                     s);
 }
 #endif
+
+// The kernel configurations of one wgmma-capable tile: its mma.sync fallback and its wgmma tile,
+// both with the token rows the tile rule plans with.
+template <NativeTile kTile, class Mma, class Wgmma>
+struct TileConfigs {
+  using MmaTile = Mma;
+  using WgmmaTile = Wgmma;
+  static_assert(Mma::kTokens == native_tile_tokens(kTile) && Wgmma::kTokens == Mma::kTokens);
+};
+
+// f(TileConfigs<...>{}) for tile t (not the narrow tile, which has no wgmma configuration).
+template <class F>
+void with_tile_configs(NativeTile t, const F& f) {
+  switch (t) {
+    case NativeTile::medium:
+      return f(TileConfigs<NativeTile::medium, MediumTile, WgmmaMedium>{});
+    case NativeTile::wide80:
+      return f(TileConfigs<NativeTile::wide80, Wide80Tile, WgmmaWide80>{});
+    case NativeTile::wide96:
+      return f(TileConfigs<NativeTile::wide96, Wide96Tile, WgmmaWide96>{});
+    case NativeTile::wide112:
+      return f(TileConfigs<NativeTile::wide112, Wide112Tile, WgmmaWide112>{});
+    case NativeTile::wide:
+      return f(TileConfigs<NativeTile::wide, WideTile, WgmmaWide>{});
+    case NativeTile::narrow:
+      break;
+  }
+  throw std::logic_error(std::string("the ") + to_string(t) + " tile has no wgmma configuration");
+}
 
 template <class MmaTile, class WgmmaTile>
 void launch_tile(const TileSchedule& how, const GemmArgs& up, const GemmArgs& down, int inter,
                  int hidden, int max_tiles, cudaStream_t s) {
 #if HARNESS_WGMMA
   if (how.wgmma && how.schedule == NativeSchedule::pipelined) {
-    launch_pipelined_both<WgmmaTile, false>(how, up, down, inter, hidden, max_tiles, s);
+    launch_pipelined_both<WgmmaTile, 1>(how, up, down, inter, hidden, max_tiles, s);
     return;
   }
   if (how.wgmma && how.schedule == NativeSchedule::clustered) {
-    launch_pipelined_both<WgmmaTile, true>(how, up, down, inter, hidden, max_tiles, s);
+    launch_pipelined_both<WgmmaTile, 2>(how, up, down, inter, hidden, max_tiles, s);
     return;
   }
   if (how.wgmma && how.schedule == NativeSchedule::persistent) {
@@ -1418,21 +1500,10 @@ NativeExperts::NativeExperts(const ModelGeometry& g, const ExpertOwnership& own,
     if (wgmma_ && tile_ != NativeTile::narrow) schedule_ = named->first;
   }
 #if HARNESS_WGMMA
-  if (schedule_ == NativeSchedule::clustered) {
-    switch (tile_) {
-      case NativeTile::medium:
-        pairs_ = resident_pairs<WgmmaMedium>();
-        break;
-      case NativeTile::wide96:
-        pairs_ = resident_pairs<WgmmaWide96>();
-        break;
-      case NativeTile::wide:
-        pairs_ = resident_pairs<WgmmaWide>();
-        break;
-      case NativeTile::narrow:
-        break;
-    }
-  }
+  if (schedule_ == NativeSchedule::clustered)
+    with_tile_configs(tile_, [&](auto configs) {
+      pairs_ = resident_pairs<typename decltype(configs)::WgmmaTile>();
+    });
 #endif
   const int t = native_tile_tokens(tile_);
   // Tiles of expert e: ceil(c_e / t) <= c_e / t + 1 for each expert with rows.
@@ -1499,37 +1570,30 @@ void NativeExperts::forward(const bf16* x, const int* ids, const float* weights,
     mapped_w13_ = w13, mapped_w2_ = w2;
   }
   const TileSchedule how{wgmma_, schedule_, unit_queue_.get(), up_done_.get(), &maps_, sms_};
-  switch (tile_) {
-    case NativeTile::narrow:
-      if (plan_in_gemm_) {
-        const FusedRoutes routes{ids,
-                                 weights,
-                                 lanes_,
-                                 g_.top_k,
-                                 g_.experts,
-                                 own_.first_expert,
-                                 own_.local_experts,
-                                 flag,
-                                 lane_pos_.get(),
-                                 token_of_.get(),
-                                 tiles_.get(),
-                                 num_tiles_.get()};
-        launch_tiles<NarrowTile>(expert_gemm<NarrowTile, true, true>, 2 * inter, max_tiles_, s_, up,
-                                 routes);
-        launch_gemm<NarrowTile, false, false>(down, h, max_tiles_, s_);
-      } else {
-        launch_both<NarrowTile>(up, down, inter, h, max_tiles_, s_);
-      }
-      break;
-    case NativeTile::medium:
-      launch_tile<MediumTile, WgmmaMedium>(how, up, down, inter, h, max_tiles_, s_);
-      break;
-    case NativeTile::wide96:
-      launch_tile<Wide96Tile, WgmmaWide96>(how, up, down, inter, h, max_tiles_, s_);
-      break;
-    case NativeTile::wide:
-      launch_tile<WideTile, WgmmaWide>(how, up, down, inter, h, max_tiles_, s_);
-      break;
+  if (tile_ != NativeTile::narrow) {
+    with_tile_configs(tile_, [&](auto configs) {
+      using C = decltype(configs);
+      launch_tile<typename C::MmaTile, typename C::WgmmaTile>(how, up, down, inter, h, max_tiles_,
+                                                              s_);
+    });
+  } else if (plan_in_gemm_) {
+    const FusedRoutes routes{ids,
+                             weights,
+                             lanes_,
+                             g_.top_k,
+                             g_.experts,
+                             own_.first_expert,
+                             own_.local_experts,
+                             flag,
+                             lane_pos_.get(),
+                             token_of_.get(),
+                             tiles_.get(),
+                             num_tiles_.get()};
+    launch_tiles<NarrowTile>(expert_gemm<NarrowTile, true, true>, 2 * inter, max_tiles_, s_, up,
+                             routes);
+    launch_gemm<NarrowTile, false, false>(down, h, max_tiles_, s_);
+  } else {
+    launch_both<NarrowTile>(up, down, inter, h, max_tiles_, s_);
   }
   const std::size_t lane_bytes = static_cast<std::size_t>(g_.top_k) * 8;
   // One 16-byte chunk per thread where H allows (H/8 threads, a multiple of 32, at most 1024).

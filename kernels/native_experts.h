@@ -20,7 +20,7 @@
 // waiting on a per-tile count; faster only where that saves a wave)
 // (docs/native-backend.md#the-warp-specialised-pipeline). Where an expert takes more than one
 // tile they run in clusters of two CTAs that multicast the weights of neighbouring tiles
-// (`clustered`; docs/native-backend.md#pairs-of-tiles-share-their-weights).
+// (`clustered`; docs/native-backend.md#clusters-of-tiles-share-their-weights).
 // The narrow tile runs bf16 mma.sync tensor-core tiles fed by a multi-stage cp.async pipeline; the
 // tile shape is picked from the expected rows per expert: a split-K, 16-token tile that keeps
 // enough weight bytes in flight when few rows share an expert, up to 128x128 tiles when many do.
@@ -42,7 +42,7 @@ namespace moe::cuda {
 // How the medium and wide (wgmma) tiles run their two GEMMs (HARNESS_NATIVE_SCHEDULE): one launch
 // each, one persistent launch for both, or one warp-specialised persistent launch each (TMA loads,
 // mbarrier stages; the default: docs/native-backend.md#the-warp-specialised-pipeline), the last
-// also in clusters of two CTAs that share the weight loads of neighbouring tiles of an expert.
+// also in clusters of CTAs that share the weight loads of neighbouring tiles of an expert.
 enum class NativeSchedule { launches, persistent, pipelined, clustered };
 
 // The TMA descriptors of the pipelined schedule: the weights, and W2's input activations.

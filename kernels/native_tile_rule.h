@@ -12,10 +12,13 @@
 
 namespace moe {
 
-// Token rows per tile: narrow 16, medium 64, wide96 96, wide 128.
-enum class NativeTile { narrow, medium, wide96, wide };
-inline constexpr NativeTile kNativeTiles[] = {NativeTile::narrow, NativeTile::medium,
-                                              NativeTile::wide96, NativeTile::wide};
+// Token rows per tile: narrow 16, medium 64, wide80 80, wide96 96, wide112 112, wide 128. The
+// tiles between medium and wide size an expert's tiles to its rows in steps of 16
+// (docs/native-backend.md#tiles-sized-to-the-rows).
+enum class NativeTile { narrow, medium, wide80, wide96, wide112, wide };
+inline constexpr NativeTile kNativeTiles[] = {NativeTile::narrow,  NativeTile::medium,
+                                              NativeTile::wide80,  NativeTile::wide96,
+                                              NativeTile::wide112, NativeTile::wide};
 [[nodiscard]] const char* to_string(NativeTile t);
 [[nodiscard]] constexpr int native_tile_tokens(NativeTile t) {
   switch (t) {
@@ -23,8 +26,12 @@ inline constexpr NativeTile kNativeTiles[] = {NativeTile::narrow, NativeTile::me
       return 16;
     case NativeTile::medium:
       return 64;
+    case NativeTile::wide80:
+      return 80;
     case NativeTile::wide96:
       return 96;
+    case NativeTile::wide112:
+      return 112;
     case NativeTile::wide:
       return 128;
   }
@@ -38,7 +45,8 @@ inline constexpr NativeTile kNativeTiles[] = {NativeTile::narrow, NativeTile::me
 // Whether a wgmma tile runs its GEMMs in clusters of two CTAs that share (multicast) the weight
 // loads of neighbouring tiles (the clustered schedule): where an expert takes more than one tile.
 // With one tile per expert the pairs are tiles of different experts, which share nothing and
-// measured 1-2 % slower (docs/native-backend.md#pairs-of-tiles-share-their-weights).
+// measured 1-2 % slower; clusters of three and four tiles measured slower than pairs
+// (docs/native-backend.md#clusters-of-tiles-share-their-weights).
 [[nodiscard]] bool native_pairs_tiles(NativeTile t, double rows_per_expert);
 
 // Rows per expert b, up to `max_rows`, where the `native` forward changes between b and more

@@ -10,7 +10,7 @@
 #   sweep      harness bench experts --sweep twice (+ $SWEEP_ARGS) -> OUT_DIR/sweep{1,2}.csv and
 #              their plot OUT_DIR/sweep.svg (tools/sweep-plot.py)
 #   tiles      the sweep as the tile rule runs it and with each tile forced (HARNESS_NATIVE_TILE;
-#              $TILES, default "narrow medium wide96 wide"; + $SWEEP_ARGS) -> OUT_DIR/tiles-*.csv,
+#              $TILES, default every tile; + $SWEEP_ARGS) -> OUT_DIR/tiles-*.csv,
 #              checked by tools/tile-rule-check.py (fails where the rule's tile is more than 2%
 #              slower than the fastest forced tile; the sweeps' own checks are the sweep step's)
 #   ab         a same-call A/B: harness bench experts $AB_ARGS (e.g. "--backends native
@@ -105,7 +105,7 @@ run_sweep() {
 
 run_tiles() {
   local rc=0 tile status forced=()
-  for tile in rule ${TILES:-narrow medium wide96 wide}; do
+  for tile in rule ${TILES:-narrow medium wide80 wide96 wide112 wide}; do
     status=0
     # shellcheck disable=SC2086  # SWEEP_ARGS: extra options, e.g. "--models deepseek-v3"
     if [ "$tile" = rule ]; then

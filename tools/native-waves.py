@@ -22,7 +22,11 @@ import csv
 import math
 import sys
 
-TILES = [("narrow", 16, 309.0 / 376.0), ("medium", 64, 1.0), ("wide96", 96, 1.13), ("wide", 128, 476.0 / 376.0)]
+# (name, token rows, cost per tile): the narrow tile's measured cost, the wgmma tiles' on the line
+# from the medium tile (1) to the wide one (476 / 376 µs).
+TILES = [("narrow", 16, 309.0 / 376.0)] + [
+    (name, tokens, 1.0 + (476.0 / 376.0 - 1.0) * (tokens - 64) / 64)
+    for name, tokens in (("medium", 64), ("wide80", 80), ("wide96", 96), ("wide112", 112), ("wide", 128))]
 
 
 def tiles_per_expert(tokens, rows):

@@ -312,10 +312,10 @@ TEST(NativeBackend, MmaSyncFallbackTilesMatchTheReference) {
   ASSERT_EQ(setenv("HARNESS_NATIVE_NO_WGMMA", "1", 1), 0);
   const auto qwen = *find_preset("qwen3-30b-a3b");
   const Target ep1{1, 1, 1, 0, false};
-  expect_matches_reference("native", qwen, ep1, Component::experts, {700, 128, 5600}, 2);  // medium
-  expect_matches_reference("native", qwen, ep1, Component::experts, {1400, 128, 11200},
-                           2);  // wide96
-  expect_matches_reference("native", qwen, ep1, Component::experts, {2048, 128, 16384}, 2);  // wide
+  // 43.75, 75, 87.5, 106.25 and 128 rows per expert: the rule's medium, wide80, wide96, wide112
+  // and wide tiles, each one partial tile per expert.
+  for (const int rows : {700, 1200, 1400, 1700, 2048})
+    expect_matches_reference("native", qwen, ep1, Component::experts, {rows, 128, rows * 8}, 2);
   ASSERT_EQ(unsetenv("HARNESS_NATIVE_NO_WGMMA"), 0);
 }
 
@@ -408,7 +408,9 @@ TEST(NativeBackend, PersistentSchedulesMatchTheTwoLaunches) {
   const auto odd_w =
       random_mlp(odd_own.local_experts, odd.hidden, odd.intermediate, Dtype::bf16, rng);
   for (const char* schedule : {"persistent", "pipelined", "clustered"})
-    for (const char* tile : {"medium", "wide96", "wide"}) {
+    for (const auto wgmma_tile : kNativeTiles) {
+      if (wgmma_tile == NativeTile::narrow) continue;
+      const char* tile = to_string(wgmma_tile);
       SCOPED_TRACE(std::string(schedule) + ", " + tile);
       ASSERT_EQ(setenv("HARNESS_NATIVE_TILE", tile, 1), 0);
       ASSERT_EQ(setenv("HARNESS_NATIVE_SCHEDULE", schedule, 1), 0);
@@ -452,9 +454,11 @@ TEST(NativeBackend, PersistentSchedulesMatchTheTwoLaunches) {
   }
   ASSERT_EQ(unsetenv("HARNESS_NATIVE_SCHEDULE"), 0);
   // Unset, the wgmma tiles run clustered where an expert takes more than one tile (N = 4096: two
-  // wide tiles), else pipelined (N = 1024: one medium tile), and the configuration says so; the
-  // narrow tile (N = 256) and the mma.sync fallback have no schedule.
+  // wide tiles; N = 4355: three wide96 tiles, one pair in three across experts), else pipelined (N
+  // = 1024: one medium tile), and the configuration says so; the narrow tile (N = 256) and the
+  // mma.sync fallback have no schedule.
   for (const auto& [p, schedule] : {std::pair{GridPoint{4096, 128, 32768}, ", clustered in "},
+                                    std::pair{GridPoint{4355, 128, 34840}, ", clustered in "},
                                     std::pair{GridPoint{1024, 128, 8192}, ", pipelined"},
                                     std::pair{GridPoint{256, 128, 2048}, ", pipelined"}}) {
     const WorkloadSpec s{qwen, ep1, Component::experts, p, 2, 1};

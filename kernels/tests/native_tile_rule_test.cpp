@@ -23,11 +23,13 @@ TEST(NativeTileRule, StepsAreExactlyWhereTheForwardChanges) {
         at != above || tiles(at, b) != tiles(above, b) || tiles(above, b) != tiles(above, b + 1);
     EXPECT_EQ(std::binary_search(steps.begin(), steps.end(), b), changes) << b;
   }
-  // With the documented tile costs (narrow 0.82, medium 1, wide96 1.13, wide 1.27): narrow to
-  // medium above 16 rows, medium to wide96 above 64, wide96 to wide above 96, one wide tile to two
-  // wide96 above 128, then the tile or the tile count steps.
-  EXPECT_EQ(std::vector<std::int64_t>(steps.begin(), steps.begin() + 9),
-            (std::vector<std::int64_t>{16, 64, 96, 128, 192, 256, 288, 384, 512}));
+  // With the documented tile costs (narrow 0.82, the wgmma tiles from medium 1 to wide 1.27 in
+  // steps of 0.0675 per 16 tokens): narrow to medium above 16 rows, then one tile of the next 16
+  // tokens every 16 rows up to 128, two tiles the same way up to 256, then three: every expert's
+  // tiles are the fewest, sized to within 16 padding rows each.
+  EXPECT_EQ(std::vector<std::int64_t>(steps.begin(), steps.begin() + 14),
+            (std::vector<std::int64_t>{16, 64, 80, 96, 112, 128, 160, 192, 224, 256, 288, 336, 384,
+                                       448}));
 }
 
 // Pairs of tiles share their weights only where an expert takes more than one tile; the narrow

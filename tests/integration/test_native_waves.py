@@ -44,8 +44,8 @@ assert p.stdout.split(":", 1)[1].split() == line.group(1).split(), (p.stdout[:30
 by_hand = {
     (1024, 8, 8192): ("wide", 64, 3, 4),  # 1024 rows: 8 wide tiles each; 384 / 132, 512 / 132
     (1024, 9, 8192): ("wide", 72, 4, 5),  # 910-911 rows: 8 tiles each; 432 / 132, 576 / 132
-    (216, 22, 1728): ("wide96", 22, 1, 2),  # 78-79 rows: one 96-row tile; 132 / 132, 176 / 132
-    (216, 23, 1728): ("wide96", 23, 2, 2),  # 75-76 rows: 138 / 132, 184 / 132
+    (216, 22, 1728): ("wide80", 22, 1, 2),  # 78-79 rows: one 80-row tile; 132 / 132, 176 / 132
+    (216, 23, 1728): ("wide80", 23, 2, 2),  # 75-76 rows: 138 / 132, 184 / 132
     (64, 64, 512): ("narrow", 64, 6, 8),  # 8 rows: 1536 / 264, 2048 / 264
     (5, 3, 10): ("narrow", 3, 1, 1),  # 3-4 rows: a narrow tile each
     (1100, 2, 2049): ("wide", 17, 1, 2),  # 1025 rows: 9 wide tiles, 1024: 8; 102 / 132, 136 / 132
@@ -55,7 +55,7 @@ for (n, a, m), want in by_hand.items():
     assert got == want, ((n, a, m), got, want)
 
 # The wave count along A at N = 256 (M = 2048, A from 8), by hand: A = 8 runs 16 wide tiles (1 + 1
-# waves), A = 9 and 10 run 18 and 20 (1 + 2), A = 15 runs 30 wide96 tiles (2 + 2), A = 16 16 wide
+# waves), A = 9 and 10 run 18 and 20 (1 + 2), A = 15 runs 30 wide80 tiles (2 + 2), A = 16 16 wide
 # tiles (1 + 1), A = 17 17 wide tiles (1 + 2): it changes after 8, 15 and 16, not after 9.
 p = waves_tool("--activated-steps", "256")
 assert p.returncode == 0, p.stderr
