@@ -477,6 +477,25 @@ TEST(NativeBackend, RejectsShapesItDoesNotCover) {
   EXPECT_THROW((void)backend->make(spec, backend->make_weights(spec)), std::invalid_argument);
 }
 
+// HARNESS_NATIVE_TILE forces one of the tiles; any other value is refused with the names.
+TEST(NativeBackend, RefusesAForcedTileThatIsNotOne) {
+  REQUIRE_GPU();
+  const auto qwen = *find_preset("qwen3-30b-a3b");
+  auto backend = make_cuda_backend("native", 0);
+  const WorkloadSpec spec{qwen, Target{1, 1, 1, 0, false}, Component::experts, {64, 8, 64}, 2, 1};
+  ASSERT_EQ(setenv("HARNESS_NATIVE_TILE", "wide64", 1), 0);
+  try {
+    (void)backend->make(spec, backend->make_weights(spec));
+    ADD_FAILURE() << "HARNESS_NATIVE_TILE=wide64 was accepted";
+  } catch (const std::invalid_argument& e) {
+    EXPECT_NE(std::string(e.what()).find("HARNESS_NATIVE_TILE=wide64: expected one of narrow, "
+                                         "medium, wide80, wide96, wide112, wide"),
+              std::string::npos)
+        << e.what();
+  }
+  ASSERT_EQ(unsetenv("HARNESS_NATIVE_TILE"), 0);
+}
+
 // The GPU reference that verifies every point is itself checked against the CPU reference (the
 // oracle) on fresh random inputs: every component, odd shapes, invalid lanes.
 std::vector<float> rounded(std::vector<float> v) {
