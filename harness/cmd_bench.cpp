@@ -215,7 +215,7 @@ int bench_experts(const Args& args) {
   // What `acquire` does on a GPU, so the two agree.
   double settle_ms = kGpuSettleMs, capped_settle_ms = kGpuCappedSettleMs;
   std::string activated;  // experts at these A (every route local) instead of balanced routing
-  bool sweep = false;
+  bool sweep = false, under_profiler = false;
   po::options_description desc("harness bench experts [options]");
   desc.add_options()("models", po::value(&models), "comma-separated model presets")(
       "tokens", po::value(&tokens), "comma-separated N")(
@@ -232,7 +232,10 @@ int bench_experts(const Args& args) {
       "device", po::value(&device), "CUDA device index")("csv", po::value(&csv), "CSV output")(
       "sweep", po::bool_switch(&sweep),
       "64 token counts from 1 to 8192 (native, experts, Qwen3-30B-A3B unless given) and the "
-      "monotonicity and cliff checks");
+      "monotonicity and cliff checks")(
+      "under-profiler", po::bool_switch(&under_profiler),
+      "run the forwards without the CUPTI tracer, for a profiler (Nsight Compute or Systems) that "
+      "needs CUPTI to itself: no times are reported and no CSV is written");
   const auto parsed = parse(args, desc, {});
   if (!parsed) return 0;  // --help was printed
   const auto& given = *parsed;
@@ -247,6 +250,9 @@ int bench_experts(const Args& args) {
     if (!given.count("backends")) backends = "native";
     if (!given.count("components")) components = "experts";
   }
+  if (under_profiler && (sweep || given.count("csv")))
+    throw std::invalid_argument(std::string("--under-profiler measures no time: leave out ") +
+                                (sweep ? "--sweep" : "--csv"));
   if (iterations < 1) throw std::invalid_argument("--iterations must be at least 1");
   for (const auto& [value, option] :
        {std::pair{settle_ms, "--settle-ms"}, std::pair{capped_settle_ms, "--capped-settle-ms"}})
@@ -294,7 +300,12 @@ int bench_experts(const Args& args) {
             << peaks.bf16_flops_per_s / 1e12 << " TFLOP/s (" << peaks.gemm_size << "^3)\n"
             << std::defaultfloat;
 
-  auto timer = make_cupti_timer();
+  // CUPTI takes one subscriber: under a profiler the forwards run on a host clock, whose spans
+  // are launch times, not device time, so they are not reported.
+  auto timer = under_profiler ? make_host_clock_timer() : make_cupti_timer();
+  if (under_profiler)
+    std::cout << "--under-profiler: no CUPTI tracer; the forwards run (each checked against the "
+                 "reference) but are not timed\n";
   std::vector<Row> rows;
   const Target ep1{1, 1, 1, 0, false};
   for (const auto c : cs)
@@ -330,9 +341,10 @@ int bench_experts(const Args& args) {
           rows.back().floor =
               floor_of(g, c, spec.point, {peaks.copy_bytes_per_s, peaks.bf16_flops_per_s});
           by_backend[b->name()] = rows.back().median_us;
-          std::cerr << "  " << rows.back().component << " " << g.name << " N=" << n
-                    << (as.empty() ? "" : " A=" + std::to_string(point.activated)) << " "
-                    << b->name() << ": " << rows.back().median_us << " us\n";
+          if (!under_profiler)
+            std::cerr << "  " << rows.back().component << " " << g.name << " N=" << n
+                      << (as.empty() ? "" : " A=" + std::to_string(point.activated)) << " "
+                      << b->name() << ": " << rows.back().median_us << " us\n";
         }
         if (by_backend.count("native") && by_backend.count("cublas_grouped"))
           for (std::size_t i = first; i < rows.size(); ++i)
@@ -340,6 +352,12 @@ int bench_experts(const Args& args) {
               rows[i].native_over_cublas = by_backend["native"] / by_backend["cublas_grouped"];
       }
     }
+  if (under_profiler) {
+    for (const auto& r : rows)
+      std::cout << "  " << r.component << " " << r.model << " N=" << r.point.tokens << " "
+                << r.backend << ": " << r.configuration << "\n";
+    return 0;
+  }
   print_table(rows, std::cout);
   std::cout << "\nkernels of the median forward (us):\n";
   for (const auto& r : rows)

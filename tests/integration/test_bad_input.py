@@ -130,6 +130,8 @@ expect_error([HARNESS, "acquire", "--verdict-max-age", "0"], "--verdict-max-age 
 expect_error([HARNESS, "colocate", "--intervals", "0"], "--intervals and --window >= 1")
 expect_error([HARNESS, "bench", "experts", "--sweep", "--tokens", "4"], "--sweep chooses the token counts")
 expect_error([HARNESS, "bench", "experts", "--sweep", "--activated", "8"], "leave out --tokens and --activated")
+expect_error([HARNESS, "bench", "experts", "--under-profiler", "--sweep"], "--under-profiler measures no time: leave out --sweep")
+expect_error([HARNESS, "bench", "experts", "--under-profiler", "--csv", "b.csv"], "--under-profiler measures no time: leave out --csv")
 expect_error([HARNESS, "bench", "experts", "--models", "qwen3-30b-a3b", "--tokens", "16", "--activated", "4"],
              "--activated 4: qwen3-30b-a3b at N=16 with every route local needs k <= A <= min(E, N k), "
              "here 8 <= A <= 128")
