@@ -4,7 +4,10 @@
 #include <algorithm>
 #include <cmath>
 #include <cstdlib>
+#include <optional>
 #include <random>
+#include <stdexcept>
+#include <string>
 #include <tuple>
 
 #include "kernels/bf16.h"
@@ -15,6 +18,32 @@
 
 namespace moe {
 namespace {
+
+// Sets an environment variable (a HARNESS_NATIVE_* diagnostic) for its lifetime and then restores
+// what was there, so that a failed assertion never leaves a forced tile or schedule to the tests
+// after it.
+class ScopedEnv {
+ public:
+  ScopedEnv(const char* name, const char* value) : name_(name) {
+    if (const char* old = std::getenv(name)) old_ = old;
+    set(value);
+  }
+  ScopedEnv(const ScopedEnv&) = delete;
+  ScopedEnv& operator=(const ScopedEnv&) = delete;
+  ~ScopedEnv() {  // destructors do not throw: a failed restore shows in the next test
+    if (old_)
+      (void)setenv(name_, old_->c_str(), 1);
+    else
+      (void)unsetenv(name_);
+  }
+  void set(const char* value) const {
+    if (setenv(name_, value, 1) != 0) throw std::runtime_error(std::string("setenv ") + name_);
+  }
+
+ private:
+  const char* name_;
+  std::optional<std::string> old_;
+};
 
 #define REQUIRE_GPU()                                               \
   do {                                                              \
@@ -294,7 +323,7 @@ TEST(NativeBackend, EveryTileMatchesTheReference) {
   odd.intermediate = 40;  // not a multiple of the feature tiles
   for (const auto tile : kNativeTiles) {
     SCOPED_TRACE(to_string(tile));
-    ASSERT_EQ(setenv("HARNESS_NATIVE_TILE", to_string(tile), 1), 0);
+    const ScopedEnv forced("HARNESS_NATIVE_TILE", to_string(tile));
     // 112, 384 and 3000 rows per expert: one partial tile, several, many.
     for (const GridPoint p :
          {GridPoint{1400, 100, 11200}, GridPoint{2400, 50, 19200}, GridPoint{3000, 8, 24000}})
@@ -302,21 +331,19 @@ TEST(NativeBackend, EveryTileMatchesTheReference) {
     for (GridPoint p : {GridPoint{3, 2, 6}, GridPoint{300, 8, 600}, GridPoint{1000, 8, 2000}})
       expect_matches_reference("native", odd, ep1, Component::experts, p, 2);
   }
-  ASSERT_EQ(unsetenv("HARNESS_NATIVE_TILE"), 0);
 }
 
 // Builds without sm_90a (or GPUs other than sm_90) run the medium and wide tiles on mma.sync;
 // HARNESS_NATIVE_NO_WGMMA selects that path here too, so both stay checked.
 TEST(NativeBackend, MmaSyncFallbackTilesMatchTheReference) {
   REQUIRE_GPU();
-  ASSERT_EQ(setenv("HARNESS_NATIVE_NO_WGMMA", "1", 1), 0);
+  const ScopedEnv no_wgmma("HARNESS_NATIVE_NO_WGMMA", "1");
   const auto qwen = *find_preset("qwen3-30b-a3b");
   const Target ep1{1, 1, 1, 0, false};
   // 43.75, 75, 87.5, 106.25 and 128 rows per expert: the rule's medium, wide80, wide96, wide112
   // and wide tiles, each one partial tile per expert.
   for (const int rows : {700, 1200, 1400, 1700, 2048})
     expect_matches_reference("native", qwen, ep1, Component::experts, {rows, 128, rows * 8}, 2);
-  ASSERT_EQ(unsetenv("HARNESS_NATIVE_NO_WGMMA"), 0);
 }
 
 // A few lanes: one plan block, the 64-lane boundary, several lanes per expert, remote lanes.
@@ -412,8 +439,8 @@ TEST(NativeBackend, PersistentSchedulesMatchTheTwoLaunches) {
       if (wgmma_tile == NativeTile::narrow) continue;
       const char* tile = to_string(wgmma_tile);
       SCOPED_TRACE(std::string(schedule) + ", " + tile);
-      ASSERT_EQ(setenv("HARNESS_NATIVE_TILE", tile, 1), 0);
-      ASSERT_EQ(setenv("HARNESS_NATIVE_SCHEDULE", schedule, 1), 0);
+      const ScopedEnv forced_tile("HARNESS_NATIVE_TILE", tile);
+      const ScopedEnv forced_schedule("HARNESS_NATIVE_SCHEDULE", schedule);
       for (const GridPoint p : {GridPoint{1400, 100, 11200}, GridPoint{2400, 50, 19200},
                                 GridPoint{3000, 8, 24000}, GridPoint{1024, 9, 8192}})
         expect_matches_reference("native", qwen, ep1, Component::experts, p, 2);
@@ -430,9 +457,9 @@ TEST(NativeBackend, PersistentSchedulesMatchTheTwoLaunches) {
             make_expert_routes(rows, active, rows * g.top_k, g, ExpertOwnership::of(g, t), rng);
         const auto scheduled = run_experts_on_device("native", 0, g, t, x, routes, *weights);
         const auto graphed = run_experts_on_device("native", 0, g, t, x, routes, *weights, true);
-        ASSERT_EQ(setenv("HARNESS_NATIVE_SCHEDULE", "launches", 1), 0);
+        forced_schedule.set("launches");
         const auto launches = run_experts_on_device("native", 0, g, t, x, routes, *weights);
-        ASSERT_EQ(setenv("HARNESS_NATIVE_SCHEDULE", schedule, 1), 0);
+        forced_schedule.set(schedule);
         ASSERT_TRUE(has_nonzero(launches.out)) << rows;
         EXPECT_EQ(scheduled.out, launches.out)
             << g.name << ", " << rows << " rows, " << active << " experts";
@@ -441,18 +468,19 @@ TEST(NativeBackend, PersistentSchedulesMatchTheTwoLaunches) {
         EXPECT_FALSE(scheduled.route_error || graphed.route_error) << rows;
       }
     }
-  ASSERT_EQ(unsetenv("HARNESS_NATIVE_TILE"), 0);
-  ASSERT_EQ(setenv("HARNESS_NATIVE_SCHEDULE", "interleaved", 1), 0);
   auto backend = make_cuda_backend("native", 0);
-  WorkloadSpec spec{qwen, ep1, Component::experts, {1024, 9, 8192}, 2, 1};
-  try {
-    (void)backend->make(spec, backend->make_weights(spec));
-    ADD_FAILURE() << "HARNESS_NATIVE_SCHEDULE=interleaved was accepted";
-  } catch (const std::invalid_argument& e) {
-    EXPECT_NE(std::string(e.what()).find("HARNESS_NATIVE_SCHEDULE=interleaved"), std::string::npos)
-        << e.what();
+  {
+    const ScopedEnv forced("HARNESS_NATIVE_SCHEDULE", "interleaved");
+    WorkloadSpec spec{qwen, ep1, Component::experts, {1024, 9, 8192}, 2, 1};
+    try {
+      (void)backend->make(spec, backend->make_weights(spec));
+      ADD_FAILURE() << "HARNESS_NATIVE_SCHEDULE=interleaved was accepted";
+    } catch (const std::invalid_argument& e) {
+      EXPECT_NE(std::string(e.what()).find("HARNESS_NATIVE_SCHEDULE=interleaved"),
+                std::string::npos)
+          << e.what();
+    }
   }
-  ASSERT_EQ(unsetenv("HARNESS_NATIVE_SCHEDULE"), 0);
   // Unset, the wgmma tiles run clustered where an expert takes more than one tile (N = 4096: two
   // wide tiles; N = 4355: three wide96 tiles, one pair in three across experts), else pipelined (N
   // = 1024: one medium tile), and the configuration says so; the narrow tile (N = 256) and the
@@ -486,14 +514,13 @@ TEST(NativeBackend, RefusesAForcedTileThatIsNotOne) {
   // wrong.
   const WorkloadSpec spec{qwen, Target{1, 1, 1, 0, false}, Component::experts, {64, 8, 512}, 2, 1};
   const auto weights = backend->make_weights(spec);
-  ASSERT_EQ(setenv("HARNESS_NATIVE_TILE", "wide64", 1), 0);
   std::string error;
   try {
+    const ScopedEnv forced("HARNESS_NATIVE_TILE", "wide64");
     (void)backend->make(spec, weights);
   } catch (const std::invalid_argument& e) {
     error = e.what();
   }
-  ASSERT_EQ(unsetenv("HARNESS_NATIVE_TILE"), 0);
   EXPECT_NE(error.find("HARNESS_NATIVE_TILE=wide64: expected one of narrow, medium, wide80, "
                        "wide96, wide112, wide"),
             std::string::npos)
