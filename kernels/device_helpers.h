@@ -22,6 +22,19 @@ __device__ __forceinline__ void cp_async16(void* dst, const void* src, bool pred
   asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;\n" ::"r"(smem_addr(dst)), "l"(src),
                "r"(pred ? 16 : 0));
 }
+// The same copy under an L2 cache policy (l2_evict_first).
+__device__ __forceinline__ void cp_async16(void* dst, const void* src, bool pred,
+                                           std::uint64_t policy) {
+  asm volatile(
+      "cp.async.cg.shared.global.L2::cache_hint [%0], [%1], 16, %2, %3;\n" ::"r"(smem_addr(dst)),
+      "l"(src), "r"(pred ? 16 : 0), "l"(policy));
+}
+// An L2 cache policy for cp.async under which the lines loaded are the first to be evicted.
+__device__ __forceinline__ std::uint64_t l2_evict_first() {
+  std::uint64_t policy;
+  asm volatile("createpolicy.fractional.L2::evict_first.b64 %0, 1.0;\n" : "=l"(policy));
+  return policy;
+}
 __device__ __forceinline__ void cp_async_commit() {
   asm volatile("cp.async.commit_group;\n" ::);
 }

@@ -135,6 +135,15 @@ __global__ void __launch_bounds__(kPlanThreads)
 // the last W2 block of each feature block was measured slower).
 constexpr int kFusedLanes = 16;
 
+// From this many lanes the narrow tile loads its weights under L2 evict-first. Each weight is read
+// once per forward, but a token tile's rows are read by every feature block of its expert; with
+// the weights evicted first those rows stay in L2 (and the expert outputs, for the combine).
+// Measured on the H200 against loads without a hint: 0.89-0.99x the forward's time from 64 to
+// 512 tokens at k = 8, within 0.5 % at 16 and 32, and up to 2 % slower at 1 to 4 tokens
+// (docs/native-backend.md#weights-evict-first). The wgmma pipeline's TMA loads measured 3-6 %
+// slower with the hint, so it keeps none.
+constexpr int kEvictFirstLanes = 256;
+
 // The routes a W13 kernel plans from; block (0, 0) also publishes the plan (lane positions, token
 // of each position, tile table and count) for the W2 and combine kernels and raises the flag for
 // an invalid lane.
@@ -284,7 +293,7 @@ __device__ __forceinline__ int warp_mtile_row(int wf, int j) {
 // the up half of W13) and token rows (gathered through token_of for W13), both into rows of kBK
 // bf16 with the 16-byte chunks XOR-swizzled by row (for kBK = 64 this is the 128-byte swizzle
 // that wgmma descriptors expect). Rows past the matrix and K past its end are zero-filled.
-template <class C, bool kGated>
+template <class C, bool kGated, bool kEvictFirst = false>
 struct TileLoader {
   const bf16* w_src[C::kWLoads];
   bool w_ok[C::kWLoads];
@@ -296,10 +305,14 @@ struct TileLoader {
   const bf16* w_base;
   const bf16* x_base;
   int k;
+  std::uint64_t w_policy;  // kEvictFirst: the weights' L2 policy
 
   __device__ TileLoader(const GemmArgs& a, int expert, int first_pos, int tile_rows, int feature0,
                         int tid)
-      : w_base(a.weights + expert * a.expert_stride), x_base(a.src), k(a.k) {
+      : w_base(a.weights + expert * a.expert_stride),
+        x_base(a.src),
+        k(a.k),
+        w_policy(kEvictFirst ? l2_evict_first() : 0) {
 #pragma unroll
     for (int i = 0; i < C::kWLoads; ++i) {
       const int q = tid + i * C::kThreads, row = q / C::kChunks, chunk = q % C::kChunks;
@@ -331,12 +344,19 @@ struct TileLoader {
   // Queues K step `step` into the stage at `sw` (weights) / `sx` (tokens).
   __device__ __forceinline__ void load(bf16* sw, bf16* sx, int step) const {
     const int k0 = step * C::kBK;
+    // policy: the L2 hint, or none.
+    const auto load_weights = [&](auto... policy) {
 #pragma unroll
-    for (int i = 0; i < C::kWLoads; ++i) {
-      const int col = k0 + w_chunk[i] * 8;
-      const bool ok = w_ok[i] && col < k;
-      cp_async16(sw + w_dst[i], ok ? w_src[i] + col : w_base, ok);
-    }
+      for (int i = 0; i < C::kWLoads; ++i) {
+        const int col = k0 + w_chunk[i] * 8;
+        const bool ok = w_ok[i] && col < k;
+        cp_async16(sw + w_dst[i], ok ? w_src[i] + col : w_base, ok, policy...);
+      }
+    };
+    if constexpr (kEvictFirst)
+      load_weights(w_policy);
+    else
+      load_weights();
 #pragma unroll
     for (int i = 0; i < C::kXLoads; ++i) {
       if (kPartialX && i == C::kXLoads - 1 && x_dst[i] >= C::kStageX) break;  // past the tile
@@ -389,8 +409,9 @@ __device__ __forceinline__ void store_accumulators(const GemmArgs& a,
 }
 
 // kPlan (gated, the narrow tile, at most kFusedLanes lanes): the block plans the routes from
-// `routes` itself (plan_fused).
-template <class C, bool kGated, bool kPlan = false>
+// `routes` itself (plan_fused). kEvictFirst: the weights load under L2 evict-first
+// (kEvictFirstLanes).
+template <class C, bool kGated, bool kPlan = false, bool kEvictFirst = false>
 __global__ void __launch_bounds__(C::kThreads, C::kMinBlocks)
     expert_gemm(GemmArgs a, FusedRoutes routes) {
   const int tile_index = static_cast<int>(blockIdx.x);
@@ -413,7 +434,7 @@ __global__ void __launch_bounds__(C::kThreads, C::kMinBlocks)
   bf16* smem = reinterpret_cast<bf16*>(smem_raw);
   const int tid = static_cast<int>(threadIdx.x), lane = tid % 32, warp = tid / 32;
   const int wf = warp % C::kWF, wt = (warp / C::kWF) % C::kWT, wk = warp / (C::kWF * C::kWT);
-  const TileLoader<C, kGated> loader(a, tile.x, first_pos, tile_rows, feature0, tid);
+  const TileLoader<C, kGated, kEvictFirst> loader(a, tile.x, first_pos, tile_rows, feature0, tid);
   const int k_steps = (a.k + C::kBK - 1) / C::kBK;
   auto stage_w = [&](int stage) { return smem + stage * (C::kStageW + C::kStageX); };
 
@@ -1250,20 +1271,21 @@ void launch_tiles(Kernel kernel, int weight_rows, int max_tiles, cudaStream_t s,
       s, args...);
 }
 
-template <class C, bool kGated, bool kWgmma>
+template <class C, bool kGated, bool kWgmma, bool kEvictFirst = false>
 void launch_gemm(const GemmArgs& a, int weight_rows, int max_tiles, cudaStream_t s) {
 #if HARNESS_WGMMA
   if constexpr (kWgmma) launch_tiles<C>(expert_gemm_wgmma<C, kGated>, weight_rows, max_tiles, s, a);
 #endif
   if constexpr (!kWgmma)
-    launch_tiles<C>(expert_gemm<C, kGated>, weight_rows, max_tiles, s, a, FusedRoutes{});
+    launch_tiles<C>(expert_gemm<C, kGated, false, kEvictFirst>, weight_rows, max_tiles, s, a,
+                    FusedRoutes{});
 }
 
-template <class C, bool kWgmma = false>
+template <class C, bool kWgmma = false, bool kEvictFirst = false>
 void launch_both(const GemmArgs& up, const GemmArgs& down, int inter, int hidden, int max_tiles,
                  cudaStream_t s) {
-  launch_gemm<C, true, kWgmma>(up, 2 * inter, max_tiles, s);
-  launch_gemm<C, false, kWgmma>(down, hidden, max_tiles, s);
+  launch_gemm<C, true, kWgmma, kEvictFirst>(up, 2 * inter, max_tiles, s);
+  launch_gemm<C, false, kWgmma, kEvictFirst>(down, hidden, max_tiles, s);
 }
 
 #if HARNESS_WGMMA
@@ -1463,7 +1485,8 @@ std::string NativeExperts::configuration() const {
          (schedule_ == NativeSchedule::launches ? ""
                                                 : std::string(", ") + schedule_name(schedule_)) +
          (pairs_ > 0 ? " in " + std::to_string(pairs_) + " pairs of SMs" : "") +
-         (plan_in_gemm_ ? ", routes planned in the W13 blocks)" : ")");
+         (plan_in_gemm_ ? ", routes planned in the W13 blocks" : "") +
+         (weights_evict_first_ ? ", weights evict-first in L2)" : ")");
 }
 
 NativeExperts::NativeExperts(const ModelGeometry& g, const ExpertOwnership& own, int rows,
@@ -1530,6 +1553,7 @@ NativeExperts::NativeExperts(const ModelGeometry& g, const ExpertOwnership& own,
   if (uses_tensor_maps()) maps_.act = tma_map(act_.get(), g.intermediate, lanes_, t);
   y_ = DeviceBuffer<bf16>(static_cast<std::size_t>(lanes_) * g.hidden);
   plan_in_gemm_ = tile_ == NativeTile::narrow && lanes_ <= kFusedLanes;
+  weights_evict_first_ = tile_ == NativeTile::narrow && lanes_ >= kEvictFirstLanes;
 }
 
 void NativeExperts::forward(const bf16* x, const int* ids, const float* weights, const bf16* w13,
@@ -1592,6 +1616,8 @@ void NativeExperts::forward(const bf16* x, const int* ids, const float* weights,
     launch_tiles<NarrowTile>(expert_gemm<NarrowTile, true, true>, 2 * inter, max_tiles_, s_, up,
                              routes);
     launch_gemm<NarrowTile, false, false>(down, h, max_tiles_, s_);
+  } else if (weights_evict_first_) {
+    launch_both<NarrowTile, false, true>(up, down, inter, h, max_tiles_, s_);
   } else {
     launch_both<NarrowTile>(up, down, inter, h, max_tiles_, s_);
   }

@@ -80,7 +80,8 @@ class NativeExperts {
   int max_tiles_;
   bool wgmma_ = false;  // medium and wide tiles on Hopper tensor-core wgmma (sm_90a builds)
   NativeSchedule schedule_ = NativeSchedule::launches;  // wgmma tiles only
-  bool plan_in_gemm_ = false;  // narrow tile, few lanes: the W13 blocks plan the routes
+  bool plan_in_gemm_ = false;         // narrow tile, few lanes: the W13 blocks plan the routes
+  bool weights_evict_first_ = false;  // narrow tile, many lanes: weights load L2 evict-first
   int sms_ = 0;
   int pairs_ = 0;  // clustered: the clusters of two resident at once
   DeviceBuffer<int> lane_slot_, lane_pos_, token_of_, num_tiles_, total_counts_, expert_offsets_;

@@ -371,6 +371,23 @@ TEST(NativeBackend, SmallForwardsMatchTheReference) {
   }
 }
 
+// From 256 lanes the narrow tile loads its weights under L2 evict-first (a cache hint: the same
+// values); the configuration says so, and both sides of the threshold match the reference.
+TEST(NativeBackend, NarrowTileLoadsWeightsEvictFirstFromItsLaneThreshold) {
+  REQUIRE_GPU();
+  const auto qwen = *find_preset("qwen3-30b-a3b");
+  const Target ep1{1, 1, 1, 0, false};
+  auto backend = make_cuda_backend("native", 0);
+  for (const auto& [p, evict_first] :
+       {std::pair{GridPoint{31, 112, 248}, false}, std::pair{GridPoint{32, 112, 256}, true},
+        std::pair{GridPoint{1024, 128, 8192}, false}}) {  // the medium tile: no hint
+    const WorkloadSpec spec{qwen, ep1, Component::experts, p, 2, 1};
+    const auto config = backend->make(spec, backend->make_weights(spec))->configuration();
+    EXPECT_EQ(config.find("weights evict-first in L2") != std::string::npos, evict_first) << config;
+    if (p.tokens < 1024) expect_matches_reference("native", qwen, ep1, Component::experts, p, 2);
+  }
+}
+
 // The plan in the W13 blocks on the tiny model: 16 lanes on all 8 experts, a few lanes per
 // expert, a partial feature block (H = 72, I = 40). Small enough for compute-sanitizer racecheck
 // (tools/gpu-check.sh), which takes minutes on the real models.
