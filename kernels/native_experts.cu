@@ -136,12 +136,13 @@ __global__ void __launch_bounds__(kPlanThreads)
 constexpr int kFusedLanes = 16;
 
 // From this many lanes the narrow tile loads its weights under L2 evict-first. Each weight is read
-// once per forward, but a token tile's rows are read by every feature block of its expert; with
-// the weights evicted first those rows stay in L2 (and the expert outputs, for the combine).
-// Measured on the H200 against loads without a hint: 0.89-0.99x the forward's time from 64 to
-// 512 tokens at k = 8, within 0.5 % at 16 and 32, and up to 2 % slower at 1 to 4 tokens
-// (docs/native-backend.md#weights-evict-first). The wgmma pipeline's TMA loads measured 3-6 %
-// slower with the hint, so it keeps none.
+// once per forward, but a token tile's rows are read by every feature block of its expert, and the
+// grid runs the tiles of one feature block before the next; with the weights evicted first those
+// rows stay in L2 (and the expert outputs, for the combine). Measured on the H200 against loads
+// without a hint: 0.88-0.995x the forward's time from 32 to 512 tokens at k = 8, but 0.98-1.02x
+// from 1 to 4 tokens; and one kernel choosing the policy at run time was up to 9 % slower below
+// the threshold, so there the kernel is the one without a hint. The wgmma pipeline's TMA loads
+// measured 3-6 % slower with the hint and keep none (docs/native-backend.md#weights-evict-first).
 constexpr int kEvictFirstLanes = 256;
 
 // The routes a W13 kernel plans from; block (0, 0) also publishes the plan (lane positions, token
