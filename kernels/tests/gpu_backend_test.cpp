@@ -45,6 +45,20 @@ class ScopedEnv {
   std::optional<std::string> old_;
 };
 
+// What making spec's workload with the diagnostic name=value set threw as invalid_argument, or ""
+// where it was accepted (the weights are made before it is set).
+std::string refusal_with(const char* name, const char* value, Backend& backend,
+                         const WorkloadSpec& spec) {
+  const auto weights = backend.make_weights(spec);
+  const ScopedEnv forced(name, value);
+  try {
+    (void)backend.make(spec, weights);
+  } catch (const std::invalid_argument& e) {
+    return e.what();
+  }
+  return "";
+}
+
 #define REQUIRE_GPU()                                               \
   do {                                                              \
     if (cuda_device_count() == 0) GTEST_SKIP() << "no CUDA device"; \
@@ -487,16 +501,11 @@ TEST(NativeBackend, PersistentSchedulesMatchTheTwoLaunches) {
     }
   auto backend = make_cuda_backend("native", 0);
   {
-    const ScopedEnv forced("HARNESS_NATIVE_SCHEDULE", "interleaved");
-    WorkloadSpec spec{qwen, ep1, Component::experts, {1024, 9, 8192}, 2, 1};
-    try {
-      (void)backend->make(spec, backend->make_weights(spec));
-      ADD_FAILURE() << "HARNESS_NATIVE_SCHEDULE=interleaved was accepted";
-    } catch (const std::invalid_argument& e) {
-      EXPECT_NE(std::string(e.what()).find("HARNESS_NATIVE_SCHEDULE=interleaved"),
-                std::string::npos)
-          << e.what();
-    }
+    const WorkloadSpec spec{qwen, ep1, Component::experts, {1024, 9, 8192}, 2, 1};
+    const auto error = refusal_with("HARNESS_NATIVE_SCHEDULE", "interleaved", *backend, spec);
+    EXPECT_NE(error.find("HARNESS_NATIVE_SCHEDULE=interleaved: expected launches"),
+              std::string::npos)
+        << (error.empty() ? "HARNESS_NATIVE_SCHEDULE=interleaved was accepted" : error);
   }
   // Unset, the wgmma tiles run clustered where an expert takes more than one tile (N = 4096: two
   // wide tiles; N = 4355: three wide96 tiles, one pair in three across experts), else pipelined (N
@@ -530,14 +539,7 @@ TEST(NativeBackend, RefusesAForcedTileThatIsNotOne) {
   // A feasible point (N = 64 tokens, A = 8 experts, M = N k = 512 lanes), so only the tile is
   // wrong.
   const WorkloadSpec spec{qwen, Target{1, 1, 1, 0, false}, Component::experts, {64, 8, 512}, 2, 1};
-  const auto weights = backend->make_weights(spec);
-  std::string error;
-  try {
-    const ScopedEnv forced("HARNESS_NATIVE_TILE", "wide64");
-    (void)backend->make(spec, weights);
-  } catch (const std::invalid_argument& e) {
-    error = e.what();
-  }
+  const auto error = refusal_with("HARNESS_NATIVE_TILE", "wide64", *backend, spec);
   EXPECT_NE(error.find("HARNESS_NATIVE_TILE=wide64: expected one of narrow, medium, wide80, "
                        "wide96, wide112, wide"),
             std::string::npos)
