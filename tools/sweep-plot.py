@@ -7,7 +7,8 @@ floor, as one self-contained SVG (for docs/native-backend.md).
 
 Each CSV is one run (the bench's --csv). The rows of `experts` for one model and backend are
 plotted (--model / --backend pick them when a CSV holds several); every run is a line, each
-point is coloured by the tile configuration it ran (the CSV's `configuration`), and the floor
+point is marked by the configuration it ran (the CSV's `configuration`: the colour says the tile,
+the shape which of that tile's configurations — schedule, pairs, hints), and the floor
 (`floor_us`, the larger of the bytes and flops bounds) is a dashed line. Top panel: time against N,
 both axes logarithmic; bottom panel: time / floor against N (logarithmic N, linear ratio).
 Prints one summary line per run. Exit status 1 on an error (named), else 0.
@@ -22,6 +23,7 @@ from bench_csv import experts_rows
 RUN_COLOURS = ("#333333", "#888888", "#1f77b4", "#9467bd")
 TILE_COLOURS = ("#d62728", "#2ca02c", "#ff7f0e", "#17becf", "#8c564b", "#e377c2", "#bcbd22",
                 "#7f7f7f")
+SHAPES = ("circle", "square", "triangle", "diamond")
 WIDTH, LEFT, RIGHT = 760, 70, 230
 CHAR_W = 6.5  # px per character of 11 px sans-serif, generously: the legend must not be cut
 TOP_H, BOTTOM_H, GAP, MARGIN = 300, 170, 60, 30
@@ -77,6 +79,42 @@ def panel(out, title, x, y, y_log, ylabel):
                f'{escape(ylabel)}</text>')
 
 
+def tile_of(configuration):
+    """The tile a configuration names ("wide96" of "wide96 tile (96 tokens, ...)")."""
+    return configuration.split(" tile", 1)[0]
+
+
+def marker_styles(configurations):
+    """{configuration: (colour, shape)}: a colour per tile, a shape per configuration of that tile,
+    so that no two configurations look alike (up to len(SHAPES) of one tile)."""
+    tiles = sorted({tile_of(c) for c in configurations})
+    styles = {}
+    for i, t in enumerate(tiles):
+        mine = sorted(c for c in configurations if tile_of(c) == t)
+        for j, c in enumerate(mine):
+            styles[c] = (TILE_COLOURS[i % len(TILE_COLOURS)], SHAPES[j % len(SHAPES)])
+    return styles
+
+
+def marker(shape, cx, cy, size, fill, attributes="", title=None):
+    """An SVG element of `shape` centred on (cx, cy), with data-x / data-y saying the centre and
+    `title` as its tooltip."""
+    common = f'{attributes} data-x="{cx:.1f}" data-y="{cy:.1f}" fill="{fill}"'
+    if shape == "circle":
+        tag, geometry = "circle", f'cx="{cx:.1f}" cy="{cy:.1f}" r="{size:.1f}"'
+    elif shape == "square":
+        tag, geometry = "rect", (f'x="{cx - size:.1f}" y="{cy - size:.1f}" width="{2 * size:.1f}" '
+                                 f'height="{2 * size:.1f}"')
+    else:
+        r = size * 1.3
+        corners = ([(cx, cy - r), (cx + r, cy + r * 0.8), (cx - r, cy + r * 0.8)] if shape == "triangle"
+                   else [(cx, cy - r), (cx + r, cy), (cx, cy + r), (cx - r, cy)])
+        tag, geometry = "polygon", 'points="' + " ".join(f"{px:.1f},{py:.1f}" for px, py in corners) + '"'
+    if title is None:
+        return f"<{tag} {common} {geometry}/>"
+    return f"<{tag} {common} {geometry}><title>{escape(title)}</title></{tag}>"
+
+
 def polyline(out, cls, series, colour, coords, dashed=False):
     dash = ' stroke-dasharray="5 3"' if dashed else ""
     pts = " ".join(f"{px:.1f},{py:.1f}" for px, py in coords)
@@ -88,8 +126,8 @@ def render(runs, names, title):
     ns = sorted({n for run in runs for n in run})
     times = [v for run in runs for us, floor, _ in run.values() for v in (us, floor)]
     ratios = [us / floor for run in runs for us, floor, _ in run.values()]
-    tiles = sorted({c for run in runs for _, _, c in run.values()})
-    tile_colour = {c: TILE_COLOURS[i % len(TILE_COLOURS)] for i, c in enumerate(tiles)}
+    configurations = sorted({c for run in runs for _, _, c in run.values()})
+    style = marker_styles(configurations)
     top0 = MARGIN + 20
     x = Axis(ns[0], ns[-1], LEFT, WIDTH - RIGHT, True)
     y_time = Axis(min(times), max(times), top0 + TOP_H, top0, True)
@@ -98,7 +136,7 @@ def render(runs, names, title):
     height = b0 + BOTTOM_H + 40
     legend = [("line", "#1f77b4", "floor", True)] + [
         ("line", RUN_COLOURS[i % len(RUN_COLOURS)], name, False) for i, name in enumerate(names)] + [
-        ("dot", tile_colour[c], c, False) for c in tiles]
+        ("dot", style[c], c, False) for c in configurations]
     lx = WIDTH - RIGHT + 12
     # Wide enough for the longest legend entry (configurations name tile, schedule and pairs).
     width = max(WIDTH, math.ceil(lx + 22 + CHAR_W * max(len(text) for *_, text, _ in legend) + 8))
@@ -121,17 +159,19 @@ def render(runs, names, title):
         polyline(out, "time", name, colour, [(x(n), y_time(us)) for n, (us, _, _) in pts])
         polyline(out, "ratio", name, colour, [(x(n), y_ratio(us / f)) for n, (us, f, _) in pts])
         for n, (us, f, c) in pts:
+            fill, shape = style[c]
+            tip = f"{name}: N={n} {us:g} us, {us / f:.2f}x the floor, {c}"
             for cls, py in (("time", y_time(us)), ("ratio", y_ratio(us / f))):
-                out.append(f'<circle class="{cls}" data-run={quoteattr(name)} data-tokens="{n}" '
-                           f'data-us="{us:g}" cx="{x(n):.1f}" cy="{py:.1f}" r="2.2" '
-                           f'fill="{tile_colour[c]}"><title>{escape(f"{name}: N={n} {us:g} us, {us / f:.2f}x the floor, {c}")}</title></circle>')
+                attributes = f'class="{cls}" data-run={quoteattr(name)} data-tokens="{n}" data-us="{us:g}"'
+                out.append(marker(shape, x(n), py, 2.4, fill, attributes, tip))
     for i, (kind, colour, text, dashed) in enumerate(legend):
         ly = top0 + 14 * i
         if kind == "line":
             dash = ' stroke-dasharray="5 3"' if dashed else ""
             out.append(f'<line x1="{lx}" x2="{lx + 16}" y1="{ly}" y2="{ly}" stroke="{colour}"{dash}/>')
         else:
-            out.append(f'<circle cx="{lx + 8}" cy="{ly}" r="3" fill="{colour}"/>')
+            fill, shape = colour
+            out.append(marker(shape, lx + 8, ly, 3.2, fill))
         out.append(f'<text x="{lx + 22}" y="{ly + 4}">{escape(text)}</text>')
     out.append("</svg>")
     return "\n".join(out) + "\n"

@@ -1,6 +1,7 @@
 """tools/sweep-plot.py on bench CSVs written here (the bench's columns) with known times: every run
 is a line through its points, the points sit where their N, time and ratio to the floor put them
-on the logarithmic and linear axes, they are coloured by tile configuration, and its error paths
+on the logarithmic and linear axes, they are marked by configuration (a colour per tile, a shape
+per configuration of the tile), and its error paths
 (not a bench CSV, several models unpicked, no rows for the pick, a repeated N, a non-positive
 time, an unreadable file)."""
 import csv
@@ -29,6 +30,8 @@ def ratio(n, run):
 
 
 def tile(n):
+    if n <= 2:
+        return "narrow tile (16 tokens, routes planned in the W13 blocks)"
     return "narrow tile (16 tokens)" if n <= 16 else "wide tile (128 tokens, wgmma)"
 
 
@@ -66,11 +69,11 @@ with tempfile.TemporaryDirectory() as tmp:
                           ("ratio", "run 2")}, set(lines)
     assert all(len(pts) == len(NS) for pts in lines.values()), {k: len(v) for k, v in lines.items()}
 
-    dots = [c for c in svg.iter(SVG + "circle") if c.get("data-run")]
+    dots = [c for c in svg.iter() if c.get("data-run")]
     assert len(dots) == 2 * 2 * len(NS), len(dots)
     for cls in ("time", "ratio"):
         for run in (0, 1):
-            mine = sorted((int(c.get("data-tokens")), float(c.get("cx")), float(c.get("cy")), c)
+            mine = sorted((int(c.get("data-tokens")), float(c.get("data-x")), float(c.get("data-y")), c)
                           for c in dots if c.get("class") == cls and c.get("data-run") == f"run {run + 1}")
             assert [n for n, *_ in mine] == NS
             # The polyline of the run passes through its points, in order of N.
@@ -86,13 +89,21 @@ with tempfile.TemporaryDirectory() as tmp:
             for n, _, y, _ in mine:
                 assert abs(y0 + (value(n) - value(n0)) * scale - y) <= 0.15, (cls, run, n, y)
     # The ratio panel is below the time panel.
-    assert min(float(c.get("cy")) for c in dots if c.get("class") == "ratio") > \
-        max(float(c.get("cy")) for c in dots if c.get("class") == "time")
-    # One colour per tile configuration, the same in both runs and panels.
-    fills = {}
+    assert min(float(c.get("data-y")) for c in dots if c.get("class") == "ratio") > \
+        max(float(c.get("data-y")) for c in dots if c.get("class") == "time")
+    # One marker (colour and shape) per configuration, the same in both runs and panels; the two
+    # narrow configurations share the tile's colour and differ in shape, the wide tile has another.
+    looks = {}
     for c in dots:
-        fills.setdefault(tile(int(c.get("data-tokens"))), set()).add(c.get("fill"))
-    assert all(len(f) == 1 for f in fills.values()) and len({f.pop() for f in fills.values()}) == 2, fills
+        looks.setdefault(tile(int(c.get("data-tokens"))), set()).add((c.get("fill"), c.tag))
+    assert all(len(v) == 1 for v in looks.values()) and len(looks) == 3, looks
+    look = {k: v.pop() for k, v in looks.items()}
+    planned, narrow, wide = tile(1), tile(8), tile(64)
+    assert look[planned][0] == look[narrow][0] != look[wide][0], look
+    assert look[planned][1] != look[narrow][1], look
+    # The legend shows each configuration with its marker.
+    legend = {t.text: t for t in svg.iter(SVG + "text")}
+    assert {planned, narrow, wide} <= set(legend), sorted(legend)
 
     # The legend is not cut: the plot is as wide as its longest entry needs (at a generous 6.5 px
     # per character of the 11 px font), so a longer configuration widens it.
