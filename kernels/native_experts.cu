@@ -139,7 +139,7 @@ constexpr int kFusedLanes = 16;
 // once per forward, but a token tile's rows are read by every feature block of its expert, and the
 // grid runs the tiles of one feature block before the next; with the weights evicted first those
 // rows stay in L2 (and the expert outputs, for the combine). Measured on the H200 against loads
-// without a hint: 0.88-0.995x the forward's time from 32 to 512 tokens at k = 8, but 0.98-1.02x
+// without a hint: 0.88-1.00x the forward's time from 32 to 512 tokens at k = 8, but 0.98-1.02x
 // from 1 to 4 tokens; and one kernel choosing the policy at run time was up to 9 % slower below
 // the threshold, so there the kernel is the one without a hint. The wgmma pipeline's TMA loads
 // measured 3-6 % slower with the hint and keep none (docs/native-backend.md#weights-evict-first).
