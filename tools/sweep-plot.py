@@ -164,13 +164,13 @@ def render(runs, names, title):
             for cls, py in (("time", y_time(us)), ("ratio", y_ratio(us / f))):
                 attributes = f'class="{cls}" data-run={quoteattr(name)} data-tokens="{n}" data-us="{us:g}"'
                 out.append(marker(shape, x(n), py, 2.4, fill, attributes, tip))
-    for i, (kind, colour, text, dashed) in enumerate(legend):
+    for i, (kind, look, text, dashed) in enumerate(legend):  # look: a line's colour, a dot's style
         ly = top0 + 14 * i
         if kind == "line":
             dash = ' stroke-dasharray="5 3"' if dashed else ""
-            out.append(f'<line x1="{lx}" x2="{lx + 16}" y1="{ly}" y2="{ly}" stroke="{colour}"{dash}/>')
+            out.append(f'<line x1="{lx}" x2="{lx + 16}" y1="{ly}" y2="{ly}" stroke="{look}"{dash}/>')
         else:
-            fill, shape = colour
+            fill, shape = look
             out.append(marker(shape, lx + 8, ly, 3.2, fill))
         out.append(f'<text x="{lx + 22}" y="{ly + 4}">{escape(text)}</text>')
     out.append("</svg>")
