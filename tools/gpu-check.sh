@@ -18,6 +18,11 @@
 #              arm A is BUILD_DIR with the environment $AB_ENV_A, arm B is $AB_BUILD (default
 #              BUILD_DIR) with $AB_ENV_B (e.g. "HARNESS_NATIVE_SCHEDULE=persistent")
 #              -> OUT_DIR/ab_{a,b}{1,2}.csv, compared by tools/bench-ab.py (B / A)
+#   profile    Nsight Compute on the native GEMMs of $PROFILE_POINTS (MODEL:N words, default
+#              qwen3-30b-a3b:256 qwen3-30b-a3b:1024 deepseek-v3:1024 qwen3-30b-a3b:4096): the two
+#              GEMM launches of the third forward, with the metrics tools/ncu-stream.py lists
+#              -> OUT_DIR/profile-MODEL-N.csv, summarised by tools/ncu-stream.py (skipped if ncu
+#              is not installed; ncu holds the SM clock at base and flushes the caches per launch)
 #   acquire    harness acquire jobs/qwen3-30b-a3b.yaml --tp 1 --dp 1 --backend native
 #              (+ $ACQUIRE_ARGS, e.g. "--rounds 1 --accept-failures")
 #   fidelity   the acquire step's bundle against points it was not built from: 23 balanced N
@@ -137,6 +142,24 @@ run_ab() {
   return "$rc"
 }
 
+run_profile() {
+  local ncu rc=0 point model tokens csv files=()
+  ncu=$(command -v ncu || ls /usr/local/cuda*/bin/ncu 2>/dev/null | head -1 || true)
+  if [ -z "$ncu" ]; then echo "ncu not installed: skipped"; return 0; fi
+  for point in ${PROFILE_POINTS:-qwen3-30b-a3b:256 qwen3-30b-a3b:1024 deepseek-v3:1024 qwen3-30b-a3b:4096}; do
+    model=${point%%:*} tokens=${point#*:}
+    csv="$out/profile-$model-$tokens.csv"
+    # The first two forwards (four GEMM launches) are the bench's checks against the reference.
+    "$ncu" -k regex:expert_gemm --launch-skip 4 --launch-count 2 --csv --page details \
+      --metrics "$(python3 "$here/ncu-stream.py" --metrics)" \
+      "$build/harness/harness" bench experts --under-profiler --models "$model" --backends native \
+      --components experts --tokens "$tokens" --iterations 2 --settle-ms 0 >"$csv" || rc=1
+    files+=("$csv")
+  done
+  python3 "$here/ncu-stream.py" "${files[@]}" || rc=1
+  return "$rc"
+}
+
 run_acquire() {
   # shellcheck disable=SC2086  # ACQUIRE_ARGS: extra options
   mpirun --allow-run-as-root -np 1 -x LD_LIBRARY_PATH "$build/harness/harness" acquire \
@@ -166,6 +189,7 @@ for s in "${steps[@]}"; do
     sweep) step sweep run_sweep ;;
     tiles) step tiles run_tiles ;;
     ab) step ab run_ab ;;
+    profile) step profile run_profile ;;
     acquire) step acquire run_acquire ;;
     fidelity) step fidelity run_fidelity ;;
     *) echo "unknown step '$s'" >&2; exit 2 ;;
