@@ -38,7 +38,10 @@ TIME_US = {"ns": 1e-3, "nsecond": 1e-3, "us": 1, "usecond": 1, "ms": 1e3, "mseco
 
 def to_base(value, unit, where):
     """The metric's value in this tool's unit for its kind."""
-    number = float(value.replace(",", ""))
+    try:
+        number = float(value.replace(",", ""))
+    except ValueError:
+        raise ValueError(f"{where}: value '{value}' is not a number") from None
     if unit in TIME_US:
         return number * TIME_US[unit]
     if unit in ("%", "sector"):
@@ -109,9 +112,11 @@ def main():
             status = 1  # the other files are still summarised
             continue
         for kernel, m in launches:
+            # A launch that read nothing from DRAM (all of it in L2) has no such ratio.
+            per_dram_byte = (f"{m[L2_TO_SM_SECTORS] * SECTOR_BYTES / m[DRAM_BYTES]:.2f}"
+                             if m[DRAM_BYTES] > 0 else "-")
             print(f"{path} | {short_name(kernel)} | {m[DURATION]:.1f} | {m[DRAM_RATE] / 1e12:.2f} | "
-                  f"{m[DRAM_ACTIVE]:.1f} | {m[FABRIC]:.1f} | "
-                  f"{m[L2_TO_SM_SECTORS] * SECTOR_BYTES / m[DRAM_BYTES]:.2f} | {m[SM]:.1f} | "
+                  f"{m[DRAM_ACTIVE]:.1f} | {m[FABRIC]:.1f} | {per_dram_byte} | {m[SM]:.1f} | "
                   f"{m[SM_CLOCK] / 1e9:.2f}")
     return status
 

@@ -69,6 +69,14 @@ with tempfile.TemporaryDirectory() as tmp:
     r = run(rewritten(tmp, "unit.csv", MEDIUM, lambda t: t.replace('"ns","209,024"', '"fortnight","1"')))
     assert r.returncode == 1 and "unit 'fortnight'" in r.stderr and "gpu__time_duration.sum" in r.stderr, r.stderr
 
+    # A value that is not a number.
+    r = run(rewritten(tmp, "nan.csv", MEDIUM, lambda t: t.replace('"ns","209,024"', '"ns","n/a"')))
+    assert r.returncode == 1 and "value 'n/a' is not a number" in r.stderr, r.stderr
+
+    # No byte read from DRAM: the L2 -> SM ratio is left out, the rest is printed.
+    r = run(rewritten(tmp, "l2.csv", MEDIUM, lambda t: t.replace('"byte","831,431,424"', '"byte","0"')))
+    assert r.returncode == 0 and " | 93.5 | - | 35.8 | 1.27" in r.stdout.splitlines()[1], (r.stdout, r.stderr)
+
     # No metric of the list at all (ncu run without --metrics).
     r = run(rewritten(tmp, "none.csv", MEDIUM, lambda t: t.replace("dram__", "x__").replace("lts__", "x__")
                       .replace("gpu__", "x__").replace("sm__", "x__")))
