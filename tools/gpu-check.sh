@@ -143,15 +143,16 @@ run_ab() {
 }
 
 run_profile() {
-  local ncu rc=0 point model tokens csv files=()
+  local ncu metrics rc=0 point model tokens csv files=()
   ncu=$(command -v ncu || ls /usr/local/cuda*/bin/ncu 2>/dev/null | head -1 || true)
   if [ -z "$ncu" ]; then echo "ncu not installed: skipped"; return 0; fi
+  metrics=$(python3 "$here/ncu-stream.py" --metrics)
   for point in ${PROFILE_POINTS:-qwen3-30b-a3b:256 qwen3-30b-a3b:1024 deepseek-v3:1024 qwen3-30b-a3b:4096}; do
     model=${point%%:*} tokens=${point#*:}
     csv="$out/profile-$model-$tokens.csv"
     # The first two forwards (four GEMM launches) are the bench's checks against the reference.
     "$ncu" -k regex:expert_gemm --launch-skip 4 --launch-count 2 --csv --page details \
-      --metrics "$(python3 "$here/ncu-stream.py" --metrics)" \
+      --metrics "$metrics" \
       "$build/harness/harness" bench experts --under-profiler --models "$model" --backends native \
       --components experts --tokens "$tokens" --iterations 2 --settle-ms 0 >"$csv" || rc=1
     files+=("$csv")

@@ -10,9 +10,11 @@ header row (the profiler's and the application's own output) are skipped. Per la
 the duration, the DRAM read rate, the share of cycles the DRAM was active, the share the link
 between the two halves of L2 was active (on the H200 the busiest unit of a weight stream), the
 bytes L2 sent to the SMs per byte read from DRAM, the SM throughput and the SM clock
-(docs/native-backend.md#what-the-medium-tiles-stream-rate-is-not). Exit status 1 when a file
-cannot be read, has no launch, lacks one of the metrics or has a unit this does not know
-(naming the file, the launch and the metric; the other files are still summarised), else 0.
+(docs/native-backend.md#what-the-medium-tiles-stream-rate-is-not; "-" where a launch read
+nothing from DRAM). Exit status 1 when a file cannot be read, has no header or no column of the
+details page, has no launch, lacks one of the metrics, or has a value that is not a number or a
+unit this does not know (naming the file, the launch and the metric; the other files are still
+summarised), else 0.
 """
 import argparse
 import csv
@@ -28,6 +30,7 @@ SM = "sm__throughput.avg.pct_of_peak_sustained_elapsed"
 SM_CLOCK = "sm__cycles_elapsed.avg.per_second"
 METRICS = [DURATION, DRAM_BYTES, DRAM_RATE, DRAM_ACTIVE, FABRIC, L2_TO_SM_SECTORS, SM, SM_CLOCK]
 SECTOR_BYTES = 32
+COLUMNS = ("ID", "Kernel Name", "Metric Name", "Metric Unit", "Metric Value")
 
 # Nsight Compute's units (it scales them to the value unless told --print-units base) and what
 # one of each is in the unit this prints: µs, bytes, bytes per second, Hz, percent, sectors.
@@ -60,8 +63,13 @@ def read(path):
     start = next((i for i, line in enumerate(lines) if line.startswith('"ID",')), None)
     if start is None:
         raise ValueError(f"{path}: no Nsight Compute CSV header (\"ID\",...)")
+    rows = csv.DictReader(lines[start:])
+    absent = [c for c in COLUMNS if c not in rows.fieldnames]
+    if absent:
+        raise ValueError(f"{path}: the Nsight Compute CSV has no column \"{absent[0]}\" "
+                         f"(run ncu with --csv --page details)")
     launches = {}
-    for row in csv.DictReader(lines[start:]):
+    for row in rows:
         name = row.get("Metric Name")
         if not name or name not in METRICS:
             continue
@@ -107,7 +115,7 @@ def main():
     for path in args.files:
         try:
             launches = read(path)
-        except (OSError, ValueError, KeyError) as e:
+        except (OSError, ValueError) as e:
             print(f"ncu-stream: {e}", file=sys.stderr)
             status = 1  # the other files are still summarised
             continue

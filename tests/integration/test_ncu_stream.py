@@ -1,7 +1,9 @@
 """tools/ncu-stream.py on Nsight Compute CSVs of the profile step (tests/data/ncu: two
 Qwen3-30B-A3B points measured on an H200, trimmed to the metrics it reads): the figures per
-launch follow from the metric values and units, and its error paths (no ncu header, a launch
-missing a metric, a unit it does not know, no file) name what is wrong."""
+launch follow from the metric values and units, and its error paths (no ncu header, a header
+without the metric columns, a launch missing a metric, a unit it does not know, a value that is
+not a number, no file) name what is wrong; a launch that read nothing from DRAM gets no
+L2 -> SM ratio."""
 import os
 import subprocess
 import sys
@@ -56,6 +58,10 @@ with tempfile.TemporaryDirectory() as tmp:
         line for line in t.splitlines() if not line.startswith('"ID"')))
     r = run(bare)
     assert r.returncode == 1 and "no Nsight Compute CSV header" in r.stderr, r.stderr
+
+    # A header without the metric columns (another ncu page).
+    r = run(rewritten(tmp, "page.csv", MEDIUM, lambda t: t.replace('"Metric Unit"', '"Unit"')))
+    assert r.returncode == 1 and 'no column "Metric Unit"' in r.stderr, r.stderr
 
     # Launch 1 lacks the fabric metric.
     def drop_fabric_of_launch_1(text):
