@@ -913,6 +913,26 @@ __device__ __forceinline__ unsigned cluster_rank() {
 __device__ __forceinline__ void cluster_sync() {
   asm volatile("barrier.cluster.arrive.release;\nbarrier.cluster.wait.acquire;\n" ::: "memory");
 }
+// A bulk copy of `bytes` (a multiple of 16, both addresses 16-byte aligned) from shared to global
+// memory, committed as a bulk async-group of this thread's; the waits take this thread's groups:
+// until they have read their shared memory, or until their writes are done.
+__device__ __forceinline__ void bulk_store(void* dst, const void* src, int bytes) {
+  asm volatile(
+      "cp.async.bulk.global.shared::cta.bulk_group [%0], [%1], %2;\n"
+      "cp.async.bulk.commit_group;\n" ::"l"(dst),
+      "r"(smem_addr(src)), "r"(bytes)
+      : "memory");
+}
+__device__ __forceinline__ void bulk_wait_read() {
+  asm volatile("cp.async.bulk.wait_group.read 0;\n" ::: "memory");
+}
+__device__ __forceinline__ void bulk_wait_all() {
+  asm volatile("cp.async.bulk.wait_group 0;\n" ::: "memory");
+}
+// Barrier `id` (1-15; 0 is __syncthreads) of `threads` threads, a multiple of 32.
+__device__ __forceinline__ void named_barrier_sync(int id, int threads) {
+  asm volatile("bar.sync %0, %1;\n" ::"r"(id), "r"(threads) : "memory");
+}
 __device__ __forceinline__ void mbar_arrive_cluster(std::uint64_t* bar, unsigned rank) {
   asm volatile(
       "{\n.reg .b32 remote;\nmapa.shared::cluster.u32 remote, %0, %1;\n"
@@ -958,26 +978,34 @@ __device__ __forceinline__ void consume_stages(std::uint64_t* full, std::uint64_
 // warpgroup fills kStages stages ahead and two consumer warpgroups run the same wgmma steps as
 // wgmma_tile, each stage handed over by mbarriers: `full` completes when the stage's bytes have
 // landed, `empty` when both consumer warpgroups' wgmma reading it have retired. So loads never
-// wait on a block-wide barrier, and the next block tile's loads run under this one's epilogue
-// (direct fragment stores: the stages are never free for staging). The 256 weight rows come by
+// wait on a block-wide barrier, and the next block tile's loads run under this one's epilogue.
+// W13 stores its fragments directly; W2 writes its outputs into a staging buffer of their own
+// and copies each token row out with one bulk copy, which the consumers do not wait for
+// (docs/native-backend.md#w2s-outputs-leave-by-bulk-copies). The 256 weight rows come by
 // TMA (two 128-row boxes, in the 128-byte swizzle the descriptors read); W2's token rows, which
 // are consecutive positions, by one more box; W13's, gathered through the plan (TMA cannot),
 // by cp.async from the whole producer warpgroup (one warp could not issue them fast enough:
 // measured 2x slower). Same sums in the same order as wgmma_tile, so the outputs are
 // bit-identical. docs/native-backend.md#the-warp-specialised-pipeline.
-template <class C>
+template <class C, bool kGated>
 struct Pipelined : C {
   static constexpr int kConsumerThreads = C::kThreads, kProducerThreads = 128;
   static constexpr int kThreads = kConsumerThreads + kProducerThreads;
   static constexpr int kStageBytes = (C::kStageW + C::kStageX) * 2;
   // The token rows each producer thread copies: 16-byte chunk t % 8 of rows t / 8 + 16 j.
   static constexpr int kCopyRows = C::kTokens * C::kChunks / kProducerThreads;
-  // As many stages as fit beside the 1024-byte alignment and the barriers (no epilogue staging
-  // to leave room for): wide and wide112 4, the others 5.
+  // W2's staging buffer up to 112 tokens: the block tile's outputs as [tokens][kRows features],
+  // rows padded by 16 bytes (bank-conflict-free fragment writes; rows stay 16-byte aligned for
+  // the bulk copies). The wide tile's would leave it 3 stages: measured up to 12 % slower.
+  static constexpr bool kStaged = !kGated && C::kTokens < 128;
+  static constexpr int kStagingStride = C::kRows + 8;
+  static constexpr int kStagingBytes = kStaged ? C::kTokens * kStagingStride * 2 : 0;
+  // As many stages as fit beside the 1024-byte alignment, the staging buffer and two barriers per
+  // stage: wide and W13 wide112 4, W2 wide112 3, W2 medium, wide80 and wide96 4, the others 5.
   static constexpr int kMaxSmem = 227 * 1024;
-  static constexpr int kStages = (kMaxSmem - 1024 - 1024) / (kStageBytes + 16);
-  // The stages, then a full and an empty barrier per stage.
-  static constexpr int kSmemBytes = kStages * kStageBytes + 1024 + 2 * kStages * 8;
+  static constexpr int kStages = (kMaxSmem - 1024 - kStagingBytes) / (kStageBytes + 16);
+  // The stages, the staging buffer, then a full and an empty barrier per stage.
+  static constexpr int kSmemBytes = kStages * kStageBytes + kStagingBytes + 1024 + 2 * kStages * 8;
   static_assert(C::kRows == 2 * kMapRows && C::kTokens * C::kChunks % kProducerThreads == 0);
   static_assert(kStages >= 2 && kSmemBytes <= kMaxSmem, "a stage fills while another is read");
   static_assert(kStageBytes % 1024 == 0 && C::kStageW * 2 % 1024 == 0,
@@ -992,12 +1020,13 @@ struct Pipelined : C {
 // instead of once per tile; otherwise each loads its own. A stage is refilled once every CTA's
 // consumers have freed it, and the CTAs leave together.
 template <class C, bool kGated, int kCtas>
-__global__ void __launch_bounds__(Pipelined<C>::kThreads, 1)
+__global__ void __launch_bounds__(Pipelined<C, kGated>::kThreads, 1)
     expert_gemm_pipelined(GemmArgs a, const __grid_constant__ CUtensorMap weights,
                           const __grid_constant__ CUtensorMap tokens, int blocks_per_tile) {
-  using P = Pipelined<C>;
+  using P = Pipelined<C, kGated>;
   bf16* smem = wgmma_smem();
-  auto* full = reinterpret_cast<std::uint64_t*>(smem + P::kStages * (C::kStageW + C::kStageX));
+  bf16* staging = smem + P::kStages * (C::kStageW + C::kStageX);
+  auto* full = reinterpret_cast<std::uint64_t*>(staging + P::kStagingBytes / 2);
   std::uint64_t* empty = full + P::kStages;
   const int tid = static_cast<int>(threadIdx.x), lane = tid % 32, warp = tid / 32;
   constexpr int kConsumerWarps = P::kConsumerThreads / 32;
@@ -1179,8 +1208,25 @@ __global__ void __launch_bounds__(Pipelined<C>::kThreads, 1)
           }
         });
     order_after_wgmma(reinterpret_cast<float(&)[2 * C::kNT * 4]>(acc));
-    store_accumulators<kGated>(a, acc, row_of, feature0, 0, tile.y, tile.z, lane);
+    if constexpr (P::kStaged) {
+      // Consumer thread t copies token row t; before the buffer is rewritten it waits until its
+      // previous copy has read it, and every consumer waits for all of those (named barrier 1:
+      // the producer warpgroup runs on).
+      if (tid < C::kTokens) bulk_wait_read();
+      named_barrier_sync(1, P::kConsumerThreads);
+      for_each_output<kGated>(acc, row_of, 0, lane, [&](int t, int feature, bf16 v) {
+        staging[t * P::kStagingStride + feature] = v;
+      });
+      asm volatile("fence.proxy.async.shared::cta;\n" ::: "memory");  // the copies read async
+      named_barrier_sync(1, P::kConsumerThreads);
+      if (tid < tile.z)
+        bulk_store(a.out + static_cast<std::int64_t>(tile.y + tid) * a.out_features + feature0,
+                   staging + tid * P::kStagingStride, 2 * min(C::kRows, a.out_features - feature0));
+    } else {
+      store_accumulators<kGated>(a, acc, row_of, feature0, 0, tile.y, tile.z, lane);
+    }
   });
+  if constexpr (P::kStaged) bulk_wait_all();  // the buffer outlives every copy
   if constexpr (kClustered) cluster_sync();
 }
 #endif  // HARNESS_WGMMA
@@ -1308,7 +1354,7 @@ struct PipelinedLaunch {
   cudaLaunchConfig_t config{};
 
   explicit PipelinedLaunch(cudaStream_t s) {
-    using P = Pipelined<C>;
+    using P = Pipelined<C, kGated>;
     allow_dynamic_smem(reinterpret_cast<const void*>(kKernel), P::kSmemBytes);
     cluster.id = cudaLaunchAttributeClusterDimension;
     cluster.val.clusterDim = {static_cast<unsigned>(kCtas), 1, 1};
