@@ -1011,6 +1011,17 @@ struct Pipelined : C {
   static_assert(kStageBytes % 1024 == 0 && C::kStageW * 2 % 1024 == 0,
                 "every box lands on a swizzle atom");
 };
+// The stage counts above (and docs/native-backend.md), W13 then W2.
+static_assert(Pipelined<WgmmaMedium, true>::kStages == 5 &&
+              Pipelined<WgmmaMedium, false>::kStages == 4);
+static_assert(Pipelined<WgmmaWide80, true>::kStages == 5 &&
+              Pipelined<WgmmaWide80, false>::kStages == 4);
+static_assert(Pipelined<WgmmaWide96, true>::kStages == 5 &&
+              Pipelined<WgmmaWide96, false>::kStages == 4);
+static_assert(Pipelined<WgmmaWide112, true>::kStages == 4 &&
+              Pipelined<WgmmaWide112, false>::kStages == 3);
+static_assert(Pipelined<WgmmaWide, true>::kStages == 4 &&
+              Pipelined<WgmmaWide, false>::kStages == 4);
 
 // kCtas > 1 (HARNESS_NATIVE_SCHEDULE=clustered): clusters of kCtas CTAs take the unit (tiles
 // kCtas p ... kCtas p + kCtas - 1 of the table, one feature block), one tile each. Where all are
