@@ -35,6 +35,11 @@ __device__ __forceinline__ std::uint64_t l2_evict_first() {
   asm volatile("createpolicy.fractional.L2::evict_first.b64 %0, 1.0;\n" : "=l"(policy));
   return policy;
 }
+// Orders this thread's generic-proxy shared-memory writes (st.shared, cp.async) before later
+// async-proxy reads of them (wgmma operands, bulk copies out).
+__device__ __forceinline__ void fence_async_shared() {
+  asm volatile("fence.proxy.async.shared::cta;\n" ::: "memory");
+}
 __device__ __forceinline__ void cp_async_commit() {
   asm volatile("cp.async.commit_group;\n" ::);
 }
@@ -118,7 +123,7 @@ __device__ __forceinline__ void cp_async_pipeline(int steps, const Load& load,
   }
   for (int step = 0; step < steps; ++step) {
     cp_async_wait<kAhead - 1>();
-    if constexpr (kAsyncProxy) asm volatile("fence.proxy.async.shared::cta;\n" ::: "memory");
+    if constexpr (kAsyncProxy) fence_async_shared();
     __syncthreads();  // stage `step` visible to all; the stage refilled below is free
     const int next = step + kAhead;
     if (next < steps) load(next % kStages, next);

@@ -962,7 +962,7 @@ __device__ __forceinline__ void consume_stages(std::uint64_t* full, std::uint64_
     mbar_wait(&full[stage], (it / kStages) & 1);
     // W13's token rows came through cp.async (the generic proxy); wgmma reads through the async
     // proxy.
-    if constexpr (kGated) asm volatile("fence.proxy.async.shared::cta;\n" ::: "memory");
+    if constexpr (kGated) fence_async_shared();
     wgmma_fence();
     issue(stage, step > 0);
     wgmma_commit();
@@ -1228,7 +1228,7 @@ __global__ void __launch_bounds__(Pipelined<C, kGated>::kThreads, 1)
       for_each_output<kGated>(acc, row_of, 0, lane, [&](int t, int feature, bf16 v) {
         staging[t * P::kStagingStride + feature] = v;
       });
-      asm volatile("fence.proxy.async.shared::cta;\n" ::: "memory");  // the copies read async
+      fence_async_shared();  // the copies read through the async proxy
       named_barrier_sync(1, P::kConsumerThreads);
       if (tid < tile.z)
         bulk_store(a.out + static_cast<std::int64_t>(tile.y + tid) * a.out_features + feature0,
