@@ -994,12 +994,14 @@ struct Pipelined : C {
   static constexpr int kStageBytes = (C::kStageW + C::kStageX) * 2;
   // The token rows each producer thread copies: 16-byte chunk t % 8 of rows t / 8 + 16 j.
   static constexpr int kCopyRows = C::kTokens * C::kChunks / kProducerThreads;
-  // W2's staging buffer up to 112 tokens: the block tile's outputs as [tokens][kRows features],
-  // rows padded by 16 bytes (bank-conflict-free fragment writes; rows stay 16-byte aligned for
-  // the bulk copies). The wide tile's would leave it 3 stages: measured up to 12 % slower.
-  static constexpr bool kStaged = !kGated && C::kTokens < 128;
+  // W2's staging buffer: the block tile's outputs as [tokens][kRows features], rows padded by 16
+  // bytes (bank-conflict-free fragment writes; rows stay 16-byte aligned for the bulk copies).
+  static constexpr bool kStaged = !kGated;
+  // The wide tile stages its 128 token rows 64 at a time, so that its W2 keeps 4 stages (all 128
+  // at once left 3, which measured up to 12 % slower).
+  static constexpr int kStagingTokens = C::kTokens < 128 ? C::kTokens : 64;
   static constexpr int kStagingStride = C::kRows + 8;
-  static constexpr int kStagingBytes = kStaged ? C::kTokens * kStagingStride * 2 : 0;
+  static constexpr int kStagingBytes = kStaged ? kStagingTokens * kStagingStride * 2 : 0;
   // As many stages as fit beside the 1024-byte alignment, the staging buffer and two barriers per
   // stage: wide and W13 wide112 4, W2 wide112 3, W2 medium, wide80 and wide96 4, the others 5.
   static constexpr int kMaxSmem = 227 * 1024;
@@ -1223,16 +1225,21 @@ __global__ void __launch_bounds__(Pipelined<C, kGated>::kThreads, 1)
       // Consumer thread t copies token row t; before the buffer is rewritten it waits until its
       // previous copy has read it, and every consumer waits for all of those (named barrier 1:
       // the producer warpgroup runs on).
-      if (tid < C::kTokens) bulk_wait_read();
-      named_barrier_sync(1, P::kConsumerThreads);
-      for_each_output<kGated>(acc, row_of, 0, lane, [&](int t, int feature, bf16 v) {
-        staging[t * P::kStagingStride + feature] = v;
-      });
-      fence_async_shared();  // the copies read through the async proxy
-      named_barrier_sync(1, P::kConsumerThreads);
-      if (tid < tile.z)
-        bulk_store(a.out + static_cast<std::int64_t>(tile.y + tid) * a.out_features + feature0,
-                   staging + tid * P::kStagingStride, 2 * min(C::kRows, a.out_features - feature0));
+#pragma unroll 1
+      for (int first = 0; first < C::kTokens; first += P::kStagingTokens) {
+        if (tid < P::kStagingTokens) bulk_wait_read();
+        named_barrier_sync(1, P::kConsumerThreads);
+        for_each_output<kGated>(acc, row_of, 0, lane, [&](int t, int feature, bf16 v) {
+          if (P::kStagingTokens == C::kTokens || (t >= first && t < first + P::kStagingTokens))
+            staging[(t - first) * P::kStagingStride + feature] = v;
+        });
+        fence_async_shared();  // the copies read through the async proxy
+        named_barrier_sync(1, P::kConsumerThreads);
+        if (tid < P::kStagingTokens && first + tid < tile.z)
+          bulk_store(
+              a.out + static_cast<std::int64_t>(tile.y + first + tid) * a.out_features + feature0,
+              staging + tid * P::kStagingStride, 2 * min(C::kRows, a.out_features - feature0));
+      }
     } else {
       store_accumulators<kGated>(a, acc, row_of, feature0, 0, tile.y, tile.z, lane);
     }
