@@ -1222,9 +1222,10 @@ __global__ void __launch_bounds__(Pipelined<C, kGated>::kThreads, 1)
         });
     order_after_wgmma(reinterpret_cast<float(&)[2 * C::kNT * 4]>(acc));
     if constexpr (P::kStaged) {
-      // Consumer thread t copies token row t; before the buffer is rewritten it waits until its
-      // previous copy has read it, and every consumer waits for all of those (named barrier 1:
-      // the producer warpgroup runs on).
+      // In rounds of kStagingTokens token rows (the wide tile's 128 in two), consumer thread t
+      // copies row first + t; before the buffer is rewritten it waits until its previous copy has
+      // read it, and every consumer waits for all of those (named barrier 1: the producer
+      // warpgroup runs on).
 #pragma unroll 1
       for (int first = 0; first < C::kTokens; first += P::kStagingTokens) {
         if (tid < P::kStagingTokens) bulk_wait_read();
