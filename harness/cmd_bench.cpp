@@ -24,6 +24,7 @@
 #include <iomanip>
 #include <iostream>
 #include <map>
+#include <optional>
 #include <sstream>
 
 #include "core/job_spec.h"
@@ -58,8 +59,10 @@ struct Row {
   double median_us = 0, min_us = 0, max_us = 0, max_error = 0;
   std::string kernels;        // "name=us;..." of the forward closest to the median, in start order
   std::string configuration;  // the kernel configuration the workload chose (native: its tile)
-  // The device during the timed forwards (NVML): SM clock after them, and the time the power or
-  // thermal policy held the clocks down while they ran ("sm_clock_mhz=1980;power_capped_ms=0").
+  // The device during the timed forwards: NVML's SM clock after them, the mean SM clock the
+  // device counted over them (clock_stamp; the two differ under load), and the time the power or
+  // thermal policy held the clocks down while they ran
+  // ("sm_clock_mhz=1980;sm_clock_mean_mhz=1742;...;power_capped_ms=0").
   std::string device_state;
   Floor floor;
   std::optional<double> native_over_cublas;
@@ -79,14 +82,20 @@ std::string short_kernel_name(const std::string& mangled) {
   return name;
 }
 
-// What `Row::device_state` says, from the live state before and after the timed forwards.
+// What `Row::device_state` says, from the live state before and after the timed forwards and
+// the device's clock stamps around them.
 std::string device_state_during(const std::map<std::string, std::string>& before,
-                                const std::map<std::string, std::string>& after) {
+                                const std::map<std::string, std::string>& after,
+                                const std::optional<ClockStamp>& from,
+                                const std::optional<ClockStamp>& to) {
   std::ostringstream s;
   const auto put = [&](const std::string& key, const std::string& value) {
     s << (s.tellp() > 0 ? ";" : "") << key << "=" << value;
   };
-  for (const char* key : {"sm_clock_mhz", "power_w", "temperature_c"})
+  if (after.contains("sm_clock_mhz")) put("sm_clock_mhz", after.at("sm_clock_mhz"));
+  if (const auto mhz = from && to ? mean_sm_clock_mhz(*from, *to) : std::nullopt)
+    put("sm_clock_mean_mhz", std::to_string(static_cast<long>(std::lround(*mhz))));
+  for (const char* key : {"power_w", "temperature_c"})
     if (after.contains(key)) put(key, after.at(key));
   for (const char* policy : {"power", "thermal"}) {
     const std::string key = std::string(policy) + "_capped_ns";
@@ -121,8 +130,10 @@ Row measure(Backend& backend, ForwardTimer& timer, const WorkloadSpec& spec,
   const int forwards =
       (std::max(iterations, spec.banks) + spec.banks - 1) / spec.banks * spec.banks;
   const auto before = backend.live_state();
+  const auto from = backend.clock_stamp();
   const auto run = run_forwards(*w, timer, forwards, spec.banks, true, label);
-  row.device_state = device_state_during(before, backend.live_state()) +
+  const auto to = backend.clock_stamp();
+  row.device_state = device_state_during(before, backend.live_state(), from, to) +
                      ";settle_extended=" + (settled.extended ? "1" : "0");
   const auto& records = run.records;
   std::vector<double> us;

@@ -6,6 +6,7 @@
 #include <cstdint>
 #include <map>
 #include <memory>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -22,6 +23,19 @@ struct WorkloadSpec {
   int banks = 1;  // weight banks allocated (2B for experts, 1 otherwise)
   std::uint64_t seed = 0;
 };
+
+// One SM's cycle counter and the device's nanosecond timer, read together.
+struct ClockStamp {
+  std::uint64_t sm_cycles = 0, ns = 0;
+};
+
+// The mean SM clock (MHz) between two stamps of the same SM, or none when they span no time.
+[[nodiscard]] inline std::optional<double> mean_sm_clock_mhz(const ClockStamp& from,
+                                                             const ClockStamp& to) {
+  if (to.ns <= from.ns || to.sm_cycles < from.sm_cycles) return std::nullopt;
+  return static_cast<double>(to.sm_cycles - from.sm_cycles) * 1e3 /
+         static_cast<double>(to.ns - from.ns);
+}
 
 // Weights shared by every point of one cell round: the routed-expert banks (`experts`) or the
 // shared experts (`wrapper`); empty for the other components. Each backend subclasses it.
@@ -65,6 +79,10 @@ class Backend {
   [[nodiscard]] virtual std::map<std::string, std::string> device_properties() const = 0;
   // State that changes while measuring: clocks, processes on the device (or the host CPU).
   [[nodiscard]] virtual std::map<std::string, std::string> live_state() const = 0;
+  // The device's own count of SM cycles and nanoseconds now, where the backend has one (none on
+  // the host backends). NVML's clock in live_state() is a sample taken between intervals; two
+  // stamps around an interval give the clock the SMs ran at during it (mean_sm_clock_mhz).
+  [[nodiscard]] virtual std::optional<ClockStamp> clock_stamp() { return std::nullopt; }
 };
 
 [[nodiscard]] std::unique_ptr<Backend> make_cpu_backend();

@@ -320,6 +320,34 @@ INSTANTIATE_TEST_SUITE_P(Backends, GpuBackend, ::testing::Values("cublas_grouped
 // choices, then every tile forced (HARNESS_NATIVE_TILE) at one, a few and many tiles per expert
 // with partial tiles, odd shapes (partial tiles in rows, features and K) and models with wider H
 // and I.
+// Two clock stamps around timed forwards give the mean SM clock the device counted over them:
+// a real clock, at most the GPU's maximum (NVML, where the driver has it), and later stamps count
+// on from earlier ones.
+TEST(CudaBackend, ClockStampsGiveTheMeanSmClockOfAnInterval) {
+  REQUIRE_GPU();
+  auto backend = make_cuda_backend("native", 0);
+  const WorkloadSpec spec{*find_preset("qwen3-30b-a3b"),
+                          Target{1, 1, 1, 0, false},
+                          Component::experts,
+                          GridPoint{1024, 128, 8192},
+                          2,
+                          31};
+  auto w = backend->make(spec, backend->make_weights(spec));
+  const auto from = backend->clock_stamp();
+  for (int i = 0; i < 20; ++i) w->forward(i % spec.banks);
+  w->synchronize();
+  const auto to = backend->clock_stamp();
+  ASSERT_TRUE(from.has_value() && to.has_value()) << "no block of the stamp kernel ran on SM 0";
+  EXPECT_GT(to->ns - from->ns, 1000u);  // 20 forwards of about 0.3 ms each
+  const auto mhz = mean_sm_clock_mhz(*from, *to);
+  ASSERT_TRUE(mhz.has_value());
+  EXPECT_GT(*mhz, 100.0);
+  const auto state = backend->live_state();
+  if (const auto max = state.find("sm_clock_max_mhz"); max != state.end()) {
+    EXPECT_LE(*mhz, 1.02 * std::stod(max->second)) << "max " << max->second << " MHz";
+  }
+}
+
 TEST(NativeBackend, EveryTileMatchesTheReference) {
   REQUIRE_GPU();
   const auto qwen = *find_preset("qwen3-30b-a3b");
