@@ -25,7 +25,8 @@
 // tile shape is picked from the expected rows per expert: a split-K, 16-token tile that keeps
 // enough weight bytes in flight when few rows share an expert, up to 128x128 tiles when many do.
 // (Combining in the W2 epilogue with fp32 atomics was measured slower: N*k*H atomics cost more
-// than writing and re-reading the bf16 expert outputs.)
+// than writing and re-reading the bf16 expert outputs; so was the W2 block whose row completes a
+// token summing its lanes: docs/native-backend.md.)
 #pragma once
 
 #include <cuda.h>
