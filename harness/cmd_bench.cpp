@@ -162,7 +162,8 @@ void write_csv(const std::string& path, const std::vector<Row>& rows, const Devi
   if (!os) throw std::runtime_error("cannot write " + path);
   os << "component,model,backend,tokens,activated,assignments,banks,median_us,min_us,max_us,"
         "floor_us,floor_bound,floor_bytes,floor_flops,ratio_to_floor,native_over_cublas,"
-        "max_rel_error,copy_gbps,gemm_tflops,device,kernels,configuration,device_state\n";
+        "max_rel_error,copy_gbps,gemm_tflops,device,kernels,configuration,device_state,"
+        "gemm_sm_clock_mhz\n";
   os << std::setprecision(6);
   for (const auto& r : rows) {
     os << r.component << ',' << r.model << ',' << r.backend << ',' << r.point.tokens << ','
@@ -172,7 +173,9 @@ void write_csv(const std::string& path, const std::vector<Row>& rows, const Devi
     if (r.native_over_cublas) os << *r.native_over_cublas;
     os << ',' << r.max_error << ',' << peaks.copy_bytes_per_s / 1e9 << ','
        << peaks.bf16_flops_per_s / 1e12 << ',' << device << ",\"" << r.kernels << "\",\""
-       << r.configuration << "\",\"" << r.device_state << "\"\n";
+       << r.configuration << "\",\"" << r.device_state << "\",";
+    if (peaks.gemm_sm_clock_mhz > 0) os << std::lround(peaks.gemm_sm_clock_mhz);  // else unknown
+    os << '\n';
   }
   if (!os.flush()) throw std::runtime_error("cannot write " + path);
 }
@@ -308,8 +311,9 @@ int bench_experts(const Args& args) {
   const std::string device_name = props.count("device") ? props.at("device") : "?";
   std::cout << "device " << device_name << ": copy " << std::fixed << std::setprecision(0)
             << peaks.copy_bytes_per_s / 1e9 << " GB/s (read+write of 1 GiB), bf16 GEMM "
-            << peaks.bf16_flops_per_s / 1e12 << " TFLOP/s (" << peaks.gemm_size << "^3)\n"
-            << std::defaultfloat;
+            << peaks.bf16_flops_per_s / 1e12 << " TFLOP/s (" << peaks.gemm_size << "^3";
+  if (peaks.gemm_sm_clock_mhz > 0) std::cout << " at " << peaks.gemm_sm_clock_mhz << " MHz";
+  std::cout << ")\n" << std::defaultfloat;
 
   // CUPTI takes one subscriber: under a profiler the forwards run on a host clock, whose spans
   // are launch times, not device time, so they are not reported.

@@ -8,6 +8,7 @@
 #include <stdexcept>
 
 #include "core/checked_call.h"
+#include "kernels/cuda_common.cuh"
 #include "kernels/cuda_memory.h"
 #include "kernels/cuda_workloads.cuh"
 #include "kernels/device_weights.cuh"
@@ -20,18 +21,6 @@ namespace {
 
 using namespace cuda;
 
-// SM 0's cycle counter and %globaltimer into out[0..1], from the first block the scheduler puts
-// on SM 0 (out[2] is its ticket; the grid has one block per SM, so one normally lands there).
-__global__ void stamp_sm0_clock(unsigned long long* out) {
-  unsigned sm = 0;
-  asm volatile("mov.u32 %0, %%smid;" : "=r"(sm));
-  if (sm != 0 || threadIdx.x != 0 || atomicCAS(&out[2], 0ull, 1ull) != 0) return;
-  unsigned long long ns = 0;
-  asm volatile("mov.u64 %0, %%globaltimer;" : "=l"(ns));
-  out[0] = static_cast<unsigned long long>(clock64());
-  out[1] = ns;
-}
-
 class CudaBackend final : public Backend {
  public:
   CudaBackend(std::string name, int device) : name_(std::move(name)), device_(device) {
@@ -42,8 +31,7 @@ class CudaBackend final : public Backend {
     HARNESS_CHECK(cudaGetDeviceProperties(&props_, device_));
     stream_ = std::make_unique<Stream>();
     blas_ = std::make_unique<Cublas>(stream_->get());
-    stamp_ = DeviceBuffer<unsigned long long>(3);
-    stamp_host_ = std::make_unique<PinnedBuffer<unsigned long long>>(3);
+    stamper_ = std::make_unique<Sm0ClockStamper>(props_.multiProcessorCount);
   }
   std::string name() const override { return name_; }
   std::string timing() const override { return "cupti_activity"; }
@@ -87,17 +75,7 @@ class CudaBackend final : public Backend {
 
   std::optional<ClockStamp> clock_stamp() override {
     HARNESS_CHECK(cudaSetDevice(device_));
-    const cudaStream_t s = stream_->get();
-    HARNESS_CHECK(cudaMemsetAsync(stamp_.get(), 0, stamp_.size() * sizeof(unsigned long long), s));
-    stamp_sm0_clock<<<static_cast<unsigned>(props_.multiProcessorCount), 32, 0, s>>>(stamp_.get());
-    HARNESS_CHECK(cudaGetLastError());
-    HARNESS_CHECK(cudaMemcpyAsync(stamp_host_->get(), stamp_.get(),
-                                  stamp_.size() * sizeof(unsigned long long),
-                                  cudaMemcpyDeviceToHost, s));
-    HARNESS_CHECK(cudaStreamSynchronize(s));
-    const unsigned long long* h = stamp_host_->get();
-    if (h[2] == 0) return std::nullopt;  // no block ran on SM 0
-    return ClockStamp{h[0], h[1]};
+    return stamper_->stamp(stream_->get());
   }
 
   std::map<std::string, std::string> device_properties() const override {
@@ -133,8 +111,7 @@ class CudaBackend final : public Backend {
   cudaDeviceProp props_{};
   std::unique_ptr<Stream> stream_;
   std::unique_ptr<Cublas> blas_;
-  DeviceBuffer<unsigned long long> stamp_;  // clock_stamp(): cycles, ns, SM 0's ticket
-  std::unique_ptr<PinnedBuffer<unsigned long long>> stamp_host_;
+  std::unique_ptr<Sm0ClockStamper> stamper_;  // clock_stamp()
 };
 
 }  // namespace

@@ -38,4 +38,35 @@ DeviceBuffer<bf16> upload_bf16(const std::vector<float>& v) {
   return d;
 }
 
+namespace {
+
+// SM 0's cycle counter and %globaltimer into out[0..1], from the first block the scheduler puts
+// on SM 0 (out[2] is its ticket; the grid has one block per SM, so one normally lands there).
+__global__ void stamp_sm0_clock(unsigned long long* out) {
+  unsigned sm = 0;
+  asm volatile("mov.u32 %0, %%smid;" : "=r"(sm));
+  if (sm != 0 || threadIdx.x != 0 || atomicCAS(&out[2], 0ull, 1ull) != 0) return;
+  unsigned long long ns = 0;
+  asm volatile("mov.u64 %0, %%globaltimer;" : "=l"(ns));
+  out[0] = static_cast<unsigned long long>(clock64());
+  out[1] = ns;
+}
+
+}  // namespace
+
+Sm0ClockStamper::Sm0ClockStamper(int sms) : sms_(sms), stamp_(3), host_(3) {}
+
+std::optional<ClockStamp> Sm0ClockStamper::stamp(cudaStream_t s) {
+  HARNESS_CHECK(cudaMemsetAsync(stamp_.get(), 0, stamp_.size() * sizeof(unsigned long long), s));
+  stamp_sm0_clock<<<static_cast<unsigned>(sms_), 32, 0, s>>>(stamp_.get());
+  HARNESS_CHECK(cudaGetLastError());
+  HARNESS_CHECK(cudaMemcpyAsync(host_.get(), stamp_.get(),
+                                stamp_.size() * sizeof(unsigned long long), cudaMemcpyDeviceToHost,
+                                s));
+  HARNESS_CHECK(cudaStreamSynchronize(s));
+  const unsigned long long* h = host_.get();
+  if (h[2] == 0) return std::nullopt;  // no block ran on SM 0
+  return ClockStamp{h[0], h[1]};
+}
+
 }  // namespace moe::cuda

@@ -1,17 +1,19 @@
 // Device stimuli and host helpers shared by the CUDA backends' translation units: random fills
-// from a counter-based hash (never all zeros), SiLU-and-mul, launch sizes, downloads and the rows
-// verification samples. Internal to kernels/: include only from .cu files.
+// from a counter-based hash (never all zeros), SiLU-and-mul, launch sizes, downloads, the rows
+// verification samples and SM 0's clock stamps. Internal to kernels/: include only from .cu files.
 #pragma once
 
 #include <cuda_bf16.h>
 
 #include <algorithm>
 #include <cstdint>
+#include <optional>
 #include <type_traits>
 #include <vector>
 
 #include "core/seed.h"
 #include "kernels/cuda_memory.h"
+#include "kernels/workload.h"
 
 namespace moe::cuda {
 
@@ -55,5 +57,21 @@ template <class T>
     HARNESS_CHECK(cudaMemcpy(d.get(), v.data(), v.size() * sizeof(T), cudaMemcpyHostToDevice));
   return d;
 }
+
+// SM 0's cycle counter and the device's nanosecond timer, read together on a stream by a kernel of
+// one block per SM (Backend::clock_stamp; the GEMM of measure_device_peaks). Owns its buffers.
+class Sm0ClockStamper {
+ public:
+  explicit Sm0ClockStamper(int sms);
+  Sm0ClockStamper(const Sm0ClockStamper&) = delete;
+  Sm0ClockStamper& operator=(const Sm0ClockStamper&) = delete;
+  // After the work queued on `s` so far; synchronizes `s`. None if no block ran on SM 0.
+  [[nodiscard]] std::optional<ClockStamp> stamp(cudaStream_t s);
+
+ private:
+  int sms_;
+  DeviceBuffer<unsigned long long> stamp_;  // cycles, ns, SM 0's ticket
+  PinnedBuffer<unsigned long long> host_;
+};
 
 }  // namespace moe::cuda

@@ -5,6 +5,7 @@
 
 #include "core/statistics.h"
 #include "core/unique_handle.h"
+#include "kernels/cuda_common.cuh"
 #include "kernels/cuda_memory.h"
 #include "kernels/device_peaks.h"
 
@@ -64,12 +65,19 @@ DevicePeaks measure_device_peaks(int device, int repetitions) {
     Cublas blas(stream.get());
     const float one = 1.0f, zero = 0.0f;
     const int m = p.gemm_size;
+    int sms = 0;
+    HARNESS_CHECK(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, device));
+    Sm0ClockStamper stamper(sms);
+    const auto from = stamper.stamp(stream.get());
     const double s = median_seconds(stream.get(), repetitions, [&] {
       HARNESS_CHECK(cublasGemmEx(blas.get(), CUBLAS_OP_T, CUBLAS_OP_N, m, m, m, &one, a.get(),
                                  CUDA_R_16BF, m, b.get(), CUDA_R_16BF, m, &zero, c.get(),
                                  CUDA_R_16BF, m, CUBLAS_COMPUTE_32F, CUBLAS_GEMM_DEFAULT));
     });
+    const auto to = stamper.stamp(stream.get());
     p.bf16_flops_per_s = 2.0 * static_cast<double>(m) * m * m / s;
+    if (const auto mhz = from && to ? mean_sm_clock_mhz(*from, *to) : std::nullopt)
+      p.gemm_sm_clock_mhz = *mhz;
   }
   return p;
 }

@@ -11,6 +11,9 @@ struct DevicePeaks {
   double bf16_flops_per_s = 0;  // cuBLAS bf16 GEMM (fp32 accumulate), median
   std::int64_t copy_bytes = 0;  // bytes copied per repetition (one direction)
   int gemm_size = 0;            // M = N = K of the GEMM
+  // The mean SM clock over the GEMM's runs (SM 0's cycle counter against the device timer), 0
+  // where no stamp landed: the flops floor holds only at a clock like this one.
+  double gemm_sm_clock_mhz = 0;
 };
 
 // Runs `repetitions` timed copies and GEMMs (CUDA events) after one warm-up each. Throws

@@ -11,6 +11,7 @@
 #include <tuple>
 
 #include "kernels/bf16.h"
+#include "kernels/device_peaks.h"
 #include "kernels/native_tile_rule.h"
 #include "kernels/stimulus.h"
 #include "kernels/tests/cuda_testing.h"
@@ -341,6 +342,22 @@ TEST(CudaBackend, ClockStampsGiveTheMeanSmClockOfAnInterval) {
   const auto state = backend->live_state();
   if (const auto max = state.find("sm_clock_max_mhz"); max != state.end()) {
     EXPECT_LE(*mhz, 1.02 * std::stod(max->second)) << "max " << max->second << " MHz";
+  }
+}
+
+// The floors' denominators: a copy and a GEMM that moved bytes and did flops, and the GEMM's mean
+// SM clock from the same stamps as above, a real clock at most the GPU's maximum.
+TEST(DevicePeaks, MeasureTheCopyTheGemmAndTheGemmsClock) {
+  REQUIRE_GPU();
+  const auto peaks = measure_device_peaks(0, 3);
+  EXPECT_GT(peaks.copy_bytes_per_s, 0.0);
+  EXPECT_GT(peaks.bf16_flops_per_s, 0.0);
+  EXPECT_EQ(peaks.gemm_size, 8192);
+  EXPECT_GT(peaks.gemm_sm_clock_mhz, 100.0) << "no stamp of the GEMM's clock";
+  const auto state = make_cuda_backend("native", 0)->live_state();
+  if (const auto max = state.find("sm_clock_max_mhz"); max != state.end()) {
+    EXPECT_LE(peaks.gemm_sm_clock_mhz, 1.02 * std::stod(max->second))
+        << "max " << max->second << " MHz";
   }
 }
 
