@@ -93,7 +93,7 @@ std::string device_state_during(const std::map<std::string, std::string>& before
     s << (s.tellp() > 0 ? ";" : "") << key << "=" << value;
   };
   if (after.contains("sm_clock_mhz")) put("sm_clock_mhz", after.at("sm_clock_mhz"));
-  if (const auto mhz = from && to ? mean_sm_clock_mhz(*from, *to) : std::nullopt)
+  if (const auto mhz = mean_sm_clock_mhz(from, to))
     put("sm_clock_mean_mhz", std::to_string(static_cast<long>(std::lround(*mhz))));
   for (const char* key : {"power_w", "temperature_c"})
     if (after.contains(key)) put(key, after.at(key));

@@ -36,6 +36,11 @@ struct ClockStamp {
   return static_cast<double>(to.sm_cycles - from.sm_cycles) * 1e3 /
          static_cast<double>(to.ns - from.ns);
 }
+// The same over stamps that may be missing (a backend without stamps; no block ran on SM 0).
+[[nodiscard]] inline std::optional<double> mean_sm_clock_mhz(const std::optional<ClockStamp>& from,
+                                                             const std::optional<ClockStamp>& to) {
+  return from && to ? mean_sm_clock_mhz(*from, *to) : std::nullopt;
+}
 
 // Weights shared by every point of one cell round: the routed-expert banks (`experts`) or the
 // shared experts (`wrapper`); empty for the other components. Each backend subclasses it.

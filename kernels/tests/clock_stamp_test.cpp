@@ -24,6 +24,13 @@ TEST(MeanSmClock, RefusesStampsThatSpanNoTimeOrCountBackwards) {
   EXPECT_FALSE(mean_sm_clock_mhz(from, {9'999, 30'000}).has_value());   // another SM's counter
 }
 
+TEST(MeanSmClock, HasNoneWhereAStampIsMissing) {
+  const std::optional<ClockStamp> from = ClockStamp{0, 1'000}, to = ClockStamp{1'500, 2'000};
+  EXPECT_DOUBLE_EQ(*mean_sm_clock_mhz(from, to), 1500.0);
+  EXPECT_FALSE(mean_sm_clock_mhz(std::nullopt, to).has_value());
+  EXPECT_FALSE(mean_sm_clock_mhz(from, std::nullopt).has_value());
+}
+
 TEST(MeanSmClock, HostBackendsHaveNoDeviceClock) {
   EXPECT_FALSE(make_cpu_backend()->clock_stamp().has_value());
   EXPECT_FALSE(make_backend("staircase_model", 0)->clock_stamp().has_value());
