@@ -76,8 +76,7 @@ DevicePeaks measure_device_peaks(int device, int repetitions) {
     });
     const auto to = stamper.stamp(stream.get());
     p.bf16_flops_per_s = 2.0 * static_cast<double>(m) * m * m / s;
-    if (const auto mhz = mean_sm_clock_mhz(from, to))
-      p.gemm_sm_clock_mhz = *mhz;
+    if (const auto mhz = mean_sm_clock_mhz(from, to)) p.gemm_sm_clock_mhz = *mhz;
   }
   return p;
 }
