@@ -65,8 +65,24 @@ json ComponentFidelity::to_json(double tolerance) const {
   if (balanced && off_balance)
     held["by_routing"] = {{"balanced", balanced->errors_json()},
                           {"off_balance", off_balance->errors_json()}};
+  // The clock the table's rows were measured at (NVML's sampled clocks in the hardware identity
+  // read higher under load): over the rows that are published.
+  std::vector<double> clocks;
+  int rows = 0;
+  for (const auto& p : table)
+    if (p.bank_check_passed) {
+      ++rows;
+      if (p.sm_clock_mean_mhz) clocks.push_back(*p.sm_clock_mean_mhz);
+    }
+  json clock = {{"rows", rows}, {"recorded", clocks.size()}};
+  if (!clocks.empty()) {
+    clock["min"] = *std::min_element(clocks.begin(), clocks.end());
+    clock["median"] = quantile(clocks, 0.5);
+    clock["max"] = *std::max_element(clocks.begin(), clocks.end());
+  }
   return {
       {"tolerance", tolerance},
+      {"sm_clock_mean_mhz", clock},
       {"held_out", held},
       {"refinement",
        {{"stages", stages}, {"added_points", added_points}, {"kernel_changes", kernel_changes}}},

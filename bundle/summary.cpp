@@ -18,15 +18,17 @@ std::vector<CellSummary> summarize(const StoredAcquisition& acq) {
     s.rounds_complete = static_cast<int>(cell.rounds.size());
     const bool experts = s.component == "experts";
     const auto n = cell.info.points.size();
-    std::vector<std::vector<double>> round_medians(n), b_arm(n), b2_arm(n);
+    std::vector<std::vector<double>> round_medians(n), b_arm(n), b2_arm(n), clocks(n);
     std::vector<std::optional<std::uint64_t>> activities(n);
     for (const auto& r : cell.rounds) {
       for (const auto& smp : r.samples)
         activities.at(static_cast<std::size_t>(smp.point)) = smp.name_hash;
       // The published value of `experts` is the 2B arm's (docs/measurement.md), else the point's.
-      for (const auto& m : r.medians)
-        round_medians.at(static_cast<std::size_t>(m.point))
-            .push_back(experts ? m.median_2b_us : m.median_us);
+      for (const auto& m : r.medians) {
+        const auto p = static_cast<std::size_t>(m.point);
+        round_medians.at(p).push_back(experts ? m.median_2b_us : m.median_us);
+        if (!std::isnan(m.sm_clock_mean_mhz)) clocks.at(p).push_back(m.sm_clock_mean_mhz);
+      }
       if (!experts) continue;
       for (const auto& smp : r.samples) {
         auto& arm = smp.arm == static_cast<std::int8_t>(Arm::banks) ? b_arm : b2_arm;
@@ -38,6 +40,7 @@ std::vector<CellSummary> summarize(const StoredAcquisition& acq) {
       pr.point = cell.info.points[p];
       pr.time_us = median_of_medians(round_medians[p]);
       pr.activities = activities[p];
+      pr.sm_clock_mean_mhz = median_of_medians(clocks[p]);
       if (experts && !b_arm[p].empty() && !b2_arm[p].empty()) {
         const auto c = bank_control(b_arm[p], b2_arm[p]);
         pr.relative_change = c.relative_change;

@@ -20,6 +20,9 @@ struct PointResult {
   // Hash of the ordered activity (kernel) names of the point's forwards in its latest complete
   // round: which kernels ran (the protocol requires every forward of a point to run the same).
   std::optional<std::uint64_t> activities;
+  // Median over complete rounds of the mean SM clock the device counted over the point's forwards
+  // (PointMedian::sm_clock_mean_mhz); nullopt where no round recorded one.
+  std::optional<double> sm_clock_mean_mhz;
 };
 
 struct CellSummary {

@@ -167,6 +167,19 @@ void print_fidelity(const json& tables, std::ostream& os) {
                   h["bank_failures"].get<int>(), t["refinement"]["stages"].get<int>(),
                   t["refinement"]["added_points"].get<int>());
     os << line;
+    const auto clock = t.value("sm_clock_mean_mhz", json::object());
+    if (clock.value("recorded", 0) > 0)
+      std::snprintf(line, sizeof(line),
+                    "      mean SM clock of its rows: median %.0f MHz (%.0f-%.0f), recorded at %d "
+                    "of %d rows\n",
+                    clock["median"].get<double>(), clock["min"].get<double>(),
+                    clock["max"].get<double>(), clock["recorded"].get<int>(),
+                    clock["rows"].get<int>());
+    else
+      std::snprintf(line, sizeof(line), "      mean SM clock of its rows: not recorded (%s)\n",
+                    clock.empty() ? "published before harness recorded it"
+                                  : "the backend has no device clock");
+    os << line;
     if (h.contains("by_routing"))  // experts tables since the split existed
       for (const char* routing : {"balanced", "off_balance"}) {
         const auto& r = h["by_routing"][routing];

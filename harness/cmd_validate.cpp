@@ -279,12 +279,16 @@ int validate(const Args& args) {
       const std::set<GridPoint> row_set(rows.begin(), rows.end());
       Validated v{c, {}, {}, {}, {}};
       std::vector<json> row_points;
-      std::vector<double> row_errors;
+      std::vector<double> row_errors, clocks_now;
       int row_bank_failures = 0;
       for (const auto& p :
            measure(*backend, *timer, e->contract, e->target, c, measured_points, seed)) {
         json j = {{"point", {p.point.tokens, p.point.activated, p.point.assignments}},
                   {"measured_us", *p.time_us}};
+        if (p.sm_clock_mean_mhz) {
+          j["sm_clock_mean_mhz"] = *p.sm_clock_mean_mhz;
+          clocks_now.push_back(*p.sm_clock_mean_mhz);
+        }
         if (row_set.count(p.point)) {  // a table row: answered exactly, no interpolation
           if (!p.bank_check_passed) {
             ++row_bank_failures;
@@ -319,6 +323,15 @@ int validate(const Args& args) {
       }
       auto stats = statistics_json(v, tolerance);
       stats["table_rows"] = table_rows_json(row_points, row_errors, row_bank_failures);
+      // The clock now against the clock of the table's rows (an offset often follows it); null
+      // where not recorded (host backends, bundles published before the clock was).
+      const auto table_clock = e->coverage.value("fidelity", json::object())
+                                   .value("components", json::object())
+                                   .value(std::string(to_string(c)), json::object())
+                                   .value("sm_clock_mean_mhz", json::object());
+      stats["sm_clock_mean_mhz"] = {
+          {"now", clocks_now.empty() ? json(nullptr) : json(quantile(clocks_now, 0.5))},
+          {"table", table_clock.value("median", json(nullptr))}};
       if (stats.contains("p95_abs_relative_error") &&
           stats["p95_abs_relative_error"].get<double>() > tolerance)
         within = false;
@@ -373,6 +386,12 @@ int validate(const Args& args) {
             std::cout << "; " << rows["bank_failures"] << " failing B/2B (left out)";
           std::cout << "\n";
         }
+        const auto mhz = [](const json& v) {
+          return v.is_null() ? std::string("not recorded")
+                             : std::to_string(std::lround(v.get<double>())) + " MHz";
+        };
+        std::cout << "      mean SM clock (median): now " << mhz(c["sm_clock_mean_mhz"]["now"])
+                  << ", the table's rows " << mhz(c["sm_clock_mean_mhz"]["table"]) << "\n";
         // A held-out point (bundle prediction) or, with "row ", a re-measured table row.
         const auto print_point = [](const json& p, const char* prefix) {
           std::cout << "      " << prefix << p["point"].dump() << ": measured "
@@ -382,6 +401,8 @@ int validate(const Args& args) {
                       << 100 * p["relative_error"].get<double>() << "%";
           if (p.contains("table_us"))
             std::cout << ", table " << p["table_us"].get<double>() << " us";
+          if (p.contains("sm_clock_mean_mhz"))
+            std::cout << ", at " << std::lround(p["sm_clock_mean_mhz"].get<double>()) << " MHz";
           if (p.contains("unpredicted")) std::cout << ", " << p["unpredicted"].get<std::string>();
           if (p.contains("bank_check")) std::cout << ", failed B/2B";
           std::cout << "\n";

@@ -1,6 +1,8 @@
 #include "kernels/staircase_backend.h"
 
+#include <algorithm>
 #include <atomic>
+#include <cmath>
 #include <string>
 #include <utility>
 
@@ -9,6 +11,7 @@ namespace moe {
 namespace {
 
 std::atomic<double> g_modeled_clock_us{0.0};
+std::atomic<double> g_modeled_sm_cycles{0.0};  // the modeled device clock's cycle counter
 
 std::int64_t tiles(std::int64_t rows) {
   return (rows + kStaircaseTileRows - 1) / kStaircaseTileRows;
@@ -17,14 +20,17 @@ std::int64_t tiles(std::int64_t rows) {
 // The CPU reference computes and verifies; only the forward's time is modeled.
 class StaircaseWorkload final : public Workload {
  public:
-  StaircaseWorkload(std::unique_ptr<Workload> inner, double forward_us, std::string configuration)
+  StaircaseWorkload(std::unique_ptr<Workload> inner, double forward_us, double sm_clock_mhz,
+                    std::string configuration)
       : inner_(std::move(inner)),
         forward_us_(forward_us),
+        sm_clock_mhz_(sm_clock_mhz),
         configuration_(std::move(configuration)) {}
   std::vector<double> verify() override { return inner_->verify(); }
   void forward(int bank) override {
     inner_->forward(bank);
     g_modeled_clock_us.fetch_add(forward_us_);
+    g_modeled_sm_cycles.fetch_add(forward_us_ * sm_clock_mhz_);
   }
   void synchronize() override { inner_->synchronize(); }
   bool take_route_error() override { return inner_->take_route_error(); }
@@ -33,6 +39,7 @@ class StaircaseWorkload final : public Workload {
  private:
   std::unique_ptr<Workload> inner_;
   double forward_us_;
+  double sm_clock_mhz_;
   std::string configuration_;
 };
 
@@ -50,14 +57,18 @@ class StaircaseBackend final : public Backend {
     std::string configuration;
     if (s.component == Component::gate_routing)
       configuration = s.point.tokens > kStaircaseGateSwitchRows ? "gate_wide" : "gate_narrow";
-    return std::make_unique<StaircaseWorkload>(cpu_->make(s, std::move(w)),
-                                               staircase_time_us(s.component, s.point),
-                                               std::move(configuration));
+    return std::make_unique<StaircaseWorkload>(
+        cpu_->make(s, std::move(w)), staircase_time_us(s.component, s.point),
+        staircase_sm_clock_mhz(s.point), std::move(configuration));
   }
   std::map<std::string, std::string> device_properties() const override {
     return {{"device", "staircase model (no hardware)"}};
   }
   std::map<std::string, std::string> live_state() const override { return {}; }
+  std::optional<ClockStamp> clock_stamp() override {
+    return ClockStamp{static_cast<std::uint64_t>(std::llround(g_modeled_sm_cycles.load())),
+                      static_cast<std::uint64_t>(std::llround(1e3 * g_modeled_clock_us.load()))};
+  }
 
  private:
   std::unique_ptr<Backend> cpu_ = make_cpu_backend();
@@ -84,6 +95,10 @@ double staircase_time_us(Component c, const GridPoint& p) {
     }
   }
   return 0.0;
+}
+
+double staircase_sm_clock_mhz(const GridPoint& p) {
+  return std::max(1000.0, 1980.0 - 5.0 * static_cast<double>(p.tokens));
 }
 
 double modeled_clock_us() {

@@ -5,7 +5,8 @@
 // kStaircaseTileRows rows) and in waves (the tiles run kStaircaseWaveTiles at a time, as a GPU's
 // blocks run one wave per SM), for the other components a straight line in N (the gate with a
 // 1% step where its modeled kernel changes). Its tables are exact, so a refinement test can say
-// which steps a table must resolve; they describe no hardware.
+// which steps a table must resolve; they describe no hardware. It also models a device clock
+// (clock_stamp) that runs slower as N grows, so each point's recorded mean SM clock is known.
 #pragma once
 
 #include <memory>
@@ -24,6 +25,10 @@ inline constexpr std::int64_t kStaircaseGateSwitchRows = 44;
 // Modeled µs of one forward of `c` at `p`. Experts rows are spread over the A active experts as
 // the stimulus spreads them (counts differing by at most one).
 [[nodiscard]] double staircase_time_us(Component c, const GridPoint& p);
+
+// The modeled SM clock (MHz) while a forward at `p` runs: 1980 less 5 per token, at least 1000
+// (a heavier load runs at a lower clock, as under a GPU's power cap).
+[[nodiscard]] double staircase_sm_clock_mhz(const GridPoint& p);
 
 // Microseconds of modeled time the staircase_model forwards of this process have taken so far.
 [[nodiscard]] double modeled_clock_us();

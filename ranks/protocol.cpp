@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <chrono>
 #include <cmath>
+#include <limits>
 #include <numeric>
 #include <random>
 #include <string>
@@ -153,6 +154,7 @@ CellRound measure_cell_round(Backend& backend, ForwardTimer& timer, const CellRo
         settle_forwards(*w, timer, experts ? 2 * banks : 1, spec.settle, held_down, label);
     route_errors += settled.route_errors;
     out.settles_extended += settled.extended ? 1 : 0;
+    const auto clock_from = backend.clock_stamp();
     for (const auto& ch : chunks) {
       if (ch.warm_up)
         route_errors +=
@@ -181,13 +183,16 @@ CellRound measure_cell_round(Backend& backend, ForwardTimer& timer, const CellRo
         per_arm[arm].push_back(r.value_us);
       }
     }
+    const auto clock_to = backend.clock_stamp();
     out.phases.timing += seconds_since(t);
     if (route_errors)
       throw MeasurementError("route validation flag raised " + std::to_string(route_errors) +
                              " times on valid stimuli for " + where(spec, p));
     const double m = median(all);
-    out.medians.push_back(
-        {pi, spec.round, m, experts ? median(per_arm[1]) : m, experts ? median(per_arm[2]) : m});
+    out.medians.push_back({pi, spec.round, m, experts ? median(per_arm[1]) : m,
+                           experts ? median(per_arm[2]) : m,
+                           mean_sm_clock_mhz(clock_from, clock_to)
+                               .value_or(std::numeric_limits<double>::quiet_NaN())});
     if (on_point) on_point();
   }
   if (timer.dropped() != dropped_before)

@@ -74,6 +74,8 @@ H5Id median_type() {
       H5Tinsert(t, "median_b_us", HOFFSET(PointMedian, median_b_us), H5T_NATIVE_DOUBLE));
   HARNESS_CHECK_H5(
       H5Tinsert(t, "median_2b_us", HOFFSET(PointMedian, median_2b_us), H5T_NATIVE_DOUBLE));
+  HARNESS_CHECK_H5(H5Tinsert(t, "sm_clock_mean_mhz", HOFFSET(PointMedian, sm_clock_mean_mhz),
+                             H5T_NATIVE_DOUBLE));
   return t;
 }
 
@@ -380,6 +382,7 @@ std::string round_sha256(const CellRound& r) {
   for (const auto& x : r.medians) {
     append_bytes(bytes, x.point), append_bytes(bytes, x.round), append_bytes(bytes, x.median_us);
     append_bytes(bytes, x.median_b_us), append_bytes(bytes, x.median_2b_us);
+    append_bytes(bytes, x.sm_clock_mean_mhz);
   }
   return sha256_hex(bytes);
 }

@@ -36,7 +36,7 @@ class FileError : public std::runtime_error {
   using std::runtime_error::runtime_error;
 };
 
-inline constexpr int kSchemaVersion = 1;
+inline constexpr int kSchemaVersion = 2;
 
 struct FileIdentity {
   std::string contract_json;                      // canonical JSON of every semantic condition

@@ -2,6 +2,7 @@
 #pragma once
 
 #include <cstdint>
+#include <limits>
 #include <vector>
 
 namespace moe {
@@ -33,6 +34,10 @@ struct PointMedian {
   double median_us;     // all timed forwards of the point in this round
   double median_b_us;   // B arm (experts), else = median_us
   double median_2b_us;  // 2B arm (experts), else = median_us
+  // The mean SM clock the device counted over the point's warm-up and timed forwards
+  // (Backend::clock_stamp; NVML's sampled clock can read 2-13% higher under load); NaN where the
+  // backend has no device clock (the host backends).
+  double sm_clock_mean_mhz = std::numeric_limits<double>::quiet_NaN();
 };
 
 // One measured collective at one size, with the analytical worst-rank ring envelope evaluated at

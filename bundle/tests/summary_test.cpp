@@ -55,5 +55,15 @@ TEST(Summary, PointsCarryTheKernelsOfTheirLatestRound) {
   EXPECT_FALSE(summarize(acq)[0].points[0].activities);
 }
 
+// A point's clock is the median of its rounds' recorded clocks; a round without one (NaN) does not
+// count, and a point with none has none.
+TEST(Summary, PointsCarryTheMedianOfTheirRoundsRecordedClocks) {
+  auto acq = experts_cell({{100, 100}, {100, 100}, {100, 100}});
+  EXPECT_FALSE(summarize(acq)[0].points[0].sm_clock_mean_mhz);  // the host backends record none
+  acq.cells[0].rounds[0].medians[0].sm_clock_mean_mhz = 1800;
+  acq.cells[0].rounds[2].medians[0].sm_clock_mean_mhz = 1700;
+  EXPECT_EQ(summarize(acq)[0].points[0].sm_clock_mean_mhz, std::optional<double>(1750));
+}
+
 }  // namespace
 }  // namespace moe

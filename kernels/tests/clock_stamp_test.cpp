@@ -1,7 +1,10 @@
-// The mean SM clock between two device clock stamps (Backend::clock_stamp), and the host backends'
-// lack of one. The CUDA backend's stamps are checked on the GPU (gpu_backend_test.cpp).
+// The mean SM clock between two device clock stamps (Backend::clock_stamp): the CPU backend has
+// none, the staircase_model test backend models one. The CUDA backend's stamps are checked on the
+// GPU (gpu_backend_test.cpp).
 #include <gtest/gtest.h>
 
+#include "core/geometry.h"
+#include "kernels/staircase_backend.h"
 #include "kernels/workload.h"
 
 namespace moe {
@@ -31,9 +34,22 @@ TEST(MeanSmClock, HasNoneWhereAStampIsMissing) {
   EXPECT_FALSE(mean_sm_clock_mhz(from, std::nullopt).has_value());
 }
 
-TEST(MeanSmClock, HostBackendsHaveNoDeviceClock) {
+// The CPU backend has no device clock; the staircase_model test backend models one, slower at
+// larger N, so stamps around one point's forwards give that point's clock.
+TEST(MeanSmClock, TheCpuHasNoDeviceClockTheStaircaseModelsOne) {
   EXPECT_FALSE(make_cpu_backend()->clock_stamp().has_value());
-  EXPECT_FALSE(make_backend("staircase_model", 0)->clock_stamp().has_value());
+  auto backend = make_backend("staircase_model", 0);
+  for (const GridPoint point : {GridPoint{2, 2, 4}, GridPoint{40, 4, 80}}) {
+    const WorkloadSpec spec{
+        *find_preset("tiny"), Target{1, 1, 1, 0, false}, Component::experts, point, 2, 5};
+    auto w = backend->make(spec, backend->make_weights(spec));
+    const auto from = backend->clock_stamp();
+    for (int f = 0; f < 4; ++f) w->forward(f % 2);
+    const auto mhz = mean_sm_clock_mhz(from, backend->clock_stamp());
+    ASSERT_TRUE(mhz.has_value());
+    EXPECT_NEAR(*mhz, staircase_sm_clock_mhz(point), 0.5) << point.tokens;  // stamps in whole ns
+  }
+  EXPECT_DOUBLE_EQ(staircase_sm_clock_mhz({40, 4, 80}), 1780.0);
 }
 
 }  // namespace

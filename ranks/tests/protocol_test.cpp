@@ -6,6 +6,7 @@
 #include <cmath>
 
 #include "core/planner.h"
+#include "kernels/staircase_backend.h"
 #include "kernels/workload.h"
 
 namespace moe {
@@ -151,6 +152,29 @@ TEST(Protocol, SettleRunsOnWhileTheClocksWereHeldDown) {
   EXPECT_FALSE(settle_for({0.0, 0.0}, advancing).first);
   EXPECT_FALSE(settle_for({0.0, 60.0}, advancing).first);  // only a settle is extended
   EXPECT_EQ(counter, 0u);  // no settle asked for: the device is not even asked
+}
+
+// Each point's median carries the mean SM clock over its forwards: the staircase model's clock of
+// that point (it differs from point to point); NaN where the backend has no device clock.
+TEST(Protocol, EachPointRecordsTheMeanSmClockOfItsForwards) {
+  CellRoundSpec spec;
+  spec.base.geometry = *find_preset("tiny");
+  spec.base.target = {1, 1, 1, 0, false};
+  spec.base.component = Component::experts;
+  spec.points = {{2, 2, 4}, {40, 4, 80}, {60, 8, 120}};
+  spec.iterations = 4;
+  spec.seed = 7;
+  auto staircase = make_backend("staircase_model", 0);
+  auto modeled = make_modeled_clock_timer();
+  const auto r = measure_cell_round(*staircase, *modeled, spec);
+  ASSERT_EQ(r.medians.size(), 3u);
+  for (const auto& m : r.medians)
+    EXPECT_NEAR(m.sm_clock_mean_mhz,
+                staircase_sm_clock_mhz(spec.points.at(static_cast<std::size_t>(m.point))), 0.5);
+  auto cpu = make_cpu_backend();
+  auto host = make_host_clock_timer();
+  for (const auto& m : measure_cell_round(*cpu, *host, spec).medians)
+    EXPECT_TRUE(std::isnan(m.sm_clock_mean_mhz));
 }
 
 TEST(Protocol, SettleAddsNoSamples) {

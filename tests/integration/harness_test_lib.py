@@ -45,7 +45,7 @@ def check_complete(path, expect_rounds):
     """Every planned point x round has samples, medians and checks; returns {cell: {round: samples}}."""
     out = {}
     with h5py.File(path, "r") as f:
-        assert f.attrs["schema_version"] == 1
+        assert f.attrs["schema_version"] == 2
         json.loads(f.attrs["contract"].decode() if isinstance(f.attrs["contract"], bytes) else f.attrs["contract"])
         cells = f["cells"]
         assert len(cells) > 0, "no cells"
@@ -94,6 +94,11 @@ def staircase_time_us(component, n, a=0, m=0):
     started = (a - extra) * tiles(per) + extra * tiles(per + 1)
     waves = -(-started // STAIRCASE_WAVE_TILES)
     return 4 + 0.5 * a + 3 * started + 8 * waves + 0.01 * m
+
+
+def staircase_sm_clock_mhz(n):
+    """The staircase model's device clock at N tokens (kernels/staircase_backend.h)."""
+    return max(1000.0, 1980.0 - 5.0 * n)
 
 
 def complete_rounds(h5):

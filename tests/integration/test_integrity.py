@@ -23,7 +23,8 @@ def digest(group):
     for c in group["checks"][()]:
         out += struct.pack("<iiidb", c["point"], c["round"], c["bank"], c["relative_error"], c["pass"])
     for m in group["medians"][()]:
-        out += struct.pack("<iiddd", m["point"], m["round"], m["median_us"], m["median_b_us"], m["median_2b_us"])
+        out += struct.pack("<iidddd", m["point"], m["round"], m["median_us"], m["median_b_us"], m["median_2b_us"],
+                           m["sm_clock_mean_mhz"])
     return hashlib.sha256(out).hexdigest()
 
 

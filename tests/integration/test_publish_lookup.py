@@ -313,8 +313,15 @@ with tempfile.TemporaryDirectory() as tmp:
     r = json.loads(run([HARNESS, "inspect", variant, "--format", "json"]).stdout)
     assert r["kind"] == "bundle" and len(r["entries"]) == 5 and all(e["checksum_ok"] for e in r["entries"])
     assert r["sanity"]["families"]["time_us"]["finite"] > 0
-    assert "sanity:" in run([HARNESS, "inspect", variant]).stdout
+    text = run([HARNESS, "inspect", variant]).stdout
+    assert "sanity:" in text
     assert all("sanity" in e["coverage"] for e in entries)
+    # The CPU backend has no device clock: every table says it recorded none, and inspect says so.
+    for published in entries:
+        for name, c in published["coverage"].get("fidelity", {}).get("components", {}).items():
+            assert c["sm_clock_mean_mhz"]["recorded"] == 0 and c["sm_clock_mean_mhz"]["rows"] > 0, (name, c)
+            assert "median" not in c["sm_clock_mean_mhz"], c
+    assert "mean SM clock of its rows: not recorded (the backend has no device clock)" in text, text
 
     # Re-publishing the same contract changes nothing; --force is rejected.
     before = tree_digest(root)

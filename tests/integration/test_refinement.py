@@ -21,8 +21,8 @@ import sys
 import h5py
 import yaml
 
-from harness_test_lib import (MPI_ENV, SOURCE_DIR, check_complete, lookup_many, mpirun_cmd, quantile, run,
-                              staircase_time_us)
+from harness_test_lib import (HARNESS, MPI_ENV, SOURCE_DIR, check_complete, lookup_many, mpirun_cmd, quantile,
+                              run, staircase_sm_clock_mhz, staircase_time_us)
 
 sys.path.insert(0, os.path.join(SOURCE_DIR, "python"))
 import harness_reader  # noqa: E402  (answers like the library: test_python_reader.py)
@@ -114,6 +114,26 @@ with tempfile.TemporaryDirectory() as tmp:
     for n, got in zip(range(1, 65), lookup_many(bundle, 1, 1, [("gate_routing", n) for n in range(1, 65)])):
         want = staircase_time_us("gate_routing", n)
         assert abs(got - want) <= 0.0101 * want, (n, got, want)
+    # The mean SM clock each point's forwards ran at (the model's device clock, slower at larger N):
+    # every median in the file records its point's, and each table states the clocks of its rows.
+    with h5py.File(os.path.join(ref_root, "acquisitions/staircase/acquisition.h5"), "r") as f:
+        for name, cell in f["cells"].items():
+            points = cell["points"][()]
+            for r, done in enumerate(cell["rounds_done"][()]):
+                for m in (cell[f"round_{r}"]["medians"][()] if done else []):
+                    want = staircase_sm_clock_mhz(int(points[m["point"]]["tokens"]))
+                    assert abs(m["sm_clock_mean_mhz"] - want) <= 0.5, (name, r, m, want)  # stamps in whole ns
+    for name, c in fid["components"].items():
+        rows = sorted(staircase_sm_clock_mhz(int(r.split(",")[2])) for r in table(bundle).splitlines()[1:]
+                      if r.startswith(name + ","))
+        clock = c["sm_clock_mean_mhz"]
+        assert clock["rows"] == clock["recorded"] == len(rows) > 0, (name, clock, len(rows))
+        for key, want in (("min", rows[0]), ("median", quantile(rows, 0.5)), ("max", rows[-1])):
+            assert abs(clock[key] - want) <= 0.5, (name, key, clock, want)
+    text = run([HARNESS, "inspect", bundle]).stdout
+    clock = fid["components"]["experts"]["sm_clock_mean_mhz"]
+    assert (f"mean SM clock of its rows: median {clock['median']:.0f} MHz ({clock['min']:.0f}-{clock['max']:.0f}), "
+            f"recorded at {clock['rows']} of {clock['rows']} rows") in text, text
     planned = entry(bundle)["contract"]["grids"]["experts"]["points"]
     assert experts["refinement"]["added_points"] >= planned, "refinement added less than the plan"
     # The evaluations refinement made are in the file; the last one is what the bundle says.

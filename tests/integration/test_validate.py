@@ -4,13 +4,14 @@ statistics must follow from its points, the same seed must draw the same points,
 status must follow the tolerance. Then every error path: one clear message, a non-zero exit."""
 import hashlib
 import json
+import math
 import os
 import shutil
 import tempfile
 
 import yaml
 
-from harness_test_lib import HARNESS, SOURCE_DIR, mpirun_cmd, quantile, run, staircase_time_us
+from harness_test_lib import HARNESS, SOURCE_DIR, mpirun_cmd, quantile, run, staircase_sm_clock_mhz, staircase_time_us
 
 
 def expect_error(args, needle, code=None):
@@ -86,6 +87,22 @@ with tempfile.TemporaryDirectory() as tmp:
         assert abs(t["median_relative_error"]) < 1e-4 and t["max_abs_relative_error"] < 1e-4, (name, t)  # 4-decimal CSV
     # Straight-line components are exact between rows (the gate within its 1% kernel step); the
     # experts staircase off balanced routing is where a sample can miss.
+    # The clock each point ran at (the model's, per point) and its median now, beside the median
+    # clock of the table's rows as the bundle states it.
+    meta = yaml.safe_load(open(os.path.join(bundle, "meta.yaml")))
+    (published,) = meta["per_tp"][1]["moe_components"]["entries"]
+    for name, c in comps.items():
+        measured = c["points"] + c["table_rows"]["points"]
+        for pt in measured:
+            assert abs(pt["sm_clock_mean_mhz"] - staircase_sm_clock_mhz(pt["point"][0])) <= 0.5, (name, pt)
+        now = quantile(sorted(pt["sm_clock_mean_mhz"] for pt in measured), 0.5)
+        assert abs(c["sm_clock_mean_mhz"]["now"] - now) < 1e-9, (name, c["sm_clock_mean_mhz"], now)
+        table_clock = published["coverage"]["fidelity"]["components"][name]["sm_clock_mean_mhz"]["median"]
+        assert c["sm_clock_mean_mhz"]["table"] == table_clock, (name, c["sm_clock_mean_mhz"], table_clock)
+    text = run([HARNESS, "validate", bundle, "--points", "10", "--seed", "11"], check=False).stdout
+    g = comps["gate_routing"]["sm_clock_mean_mhz"]
+    whole = lambda mhz: math.floor(mhz + 0.5)  # std::lround
+    assert f"mean SM clock (median): now {whole(g['now'])} MHz, the table's rows {whole(g['table'])} MHz" in text, text
     assert comps["wrapper"]["max_abs_relative_error"] < 1e-9
     assert comps["gate_routing"]["max_abs_relative_error"] < 0.0101
 
