@@ -1,13 +1,18 @@
 // harness acquire: measures a job's grid on every MPI rank into one shared HDF5 file.
 #include <mpi.h>
 
+#include <algorithm>
 #include <chrono>
+#include <cmath>
 #include <filesystem>
 #include <iomanip>
 #include <iostream>
+#include <sstream>
+#include <vector>
 
 #include "bundle/summary.h"
 #include "core/checked_call.h"
+#include "core/statistics.h"
 #include "harness/commands.h"
 #include "harness/mpi_session.h"
 #include "ranks/acquire.h"
@@ -48,12 +53,26 @@ void print_summary(const AcquireSummary& s, const StoredAcquisition& acq, std::o
   const auto cells = summarize(acq);
   int complete = 0, checked = 0, failed = 0;
   double max_change = 0;
+  std::vector<double> clocks;
+  std::size_t points = 0;
   for (const auto& c : cells) {
     complete += c.complete() ? 1 : 0;
     checked += c.checked_points;
     failed += c.failed_points;
     max_change = std::max(max_change, c.max_relative_change);
+    for (const auto& p : c.points) {
+      points += p.time_us ? 1 : 0;
+      if (p.sm_clock_mean_mhz) clocks.push_back(*p.sm_clock_mean_mhz);
+    }
   }
+  std::ostringstream clock;
+  if (clocks.empty())
+    clock << "not recorded (the backend has no device clock)";
+  else
+    clock << "the points ran at " << std::lround(*std::min_element(clocks.begin(), clocks.end()))
+          << "-" << std::lround(*std::max_element(clocks.begin(), clocks.end())) << " MHz (median "
+          << std::lround(quantile(clocks, 0.5)) << "; SM 0's mean over each point's forwards), "
+          << "recorded at " << clocks.size() << " of " << points << " measured points";
   os << "acquire: " << s.file << "\n"
      << "  backend " << s.backend << ", " << s.cells << " cells (" << complete << " complete), "
      << s.points << " points\n"
@@ -63,6 +82,7 @@ void print_summary(const AcquireSummary& s, const StoredAcquisition& acq, std::o
      << " failed, max relative change " << std::setprecision(4) << max_change << "\n"
      << "  settle: extended at " << s.settles_extended << " of " << s.point_rounds_measured
      << " point-rounds measured now (the power or thermal policy held the clocks down)\n"
+     << "  clock: " << clock.str() << "\n"
      << "  placement: " << s.colocation << "\n"
      << "  device time consumed (campaign): " << s.device_seconds_consumed / 3600 << " GPU-hours\n"
      << "  collectives: " << s.collective_tables << " target tables measured now\n";

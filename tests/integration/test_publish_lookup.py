@@ -42,6 +42,7 @@ with tempfile.TemporaryDirectory() as tmp:
     root = os.path.join(tmp, "bundles")
     p = run(mpirun_cmd(4, "acquire", "--unverified", job, "--out", acq, "--out-root", root, "--quiet"))
     assert "3 component tables and 2 collective tables published" in p.stdout, p.stdout
+    assert "  clock: not recorded (the backend has no device clock)\n" in p.stdout, p.stdout
     variant = os.path.join(root, "tiny")
     # The 134-point experts grids of the EP > 1 targets are measured as cells of at most 64 points
     # (committed wave by wave), and every planned point is published from them.

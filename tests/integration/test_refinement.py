@@ -12,6 +12,7 @@ in rows per expert (kernels/staircase_backend.h; the model is restated here inde
 import json
 import math
 import os
+import re
 import signal
 import subprocess
 import tempfile
@@ -130,6 +131,18 @@ with tempfile.TemporaryDirectory() as tmp:
         assert clock["rows"] == clock["recorded"] == len(rows) > 0, (name, clock, len(rows))
         for key, want in (("min", rows[0]), ("median", quantile(rows, 0.5)), ("max", rows[-1])):
             assert abs(clock[key] - want) <= 0.5, (name, key, clock, want)
+    # acquire's summary: the range and median over every measured point of the file (grid and
+    # held-out, per point the median over its rounds), each within 1 MHz of the model's.
+    with h5py.File(os.path.join(ref_root, "acquisitions/staircase/acquisition.h5"), "r") as f:
+        model = sorted(staircase_sm_clock_mhz(int(pt["tokens"]))
+                       for cell in f["cells"].values() for pt in cell["points"][()])
+    line = re.search(r"clock: the points ran at (\d+)-(\d+) MHz \(median (\d+); SM 0's mean over each "
+                     r"point's forwards\), recorded at (\d+) of (\d+) measured points", p.stdout)
+    assert line, p.stdout
+    lo, hi, med, recorded, measured = map(int, line.groups())
+    assert recorded == measured == len(model), (line.group(0), len(model))
+    for got, want in ((lo, model[0]), (hi, model[-1]), (med, quantile(model, 0.5))):
+        assert abs(got - want) <= 1, (line.group(0), want)
     text = run([HARNESS, "inspect", bundle]).stdout
     clock = fid["components"]["experts"]["sm_clock_mean_mhz"]
     assert (f"mean SM clock of its rows: median {clock['median']:.0f} MHz ({clock['min']:.0f}-{clock['max']:.0f}), "
