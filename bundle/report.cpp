@@ -51,6 +51,27 @@ enum class PlotStyle {
   points_and_diagonal,  // points only, with the y = x line (predicted against measured)
 };
 
+// The mean SM clock each component's rows were measured at (coverage.fidelity), one line.
+std::string clock_line(const BundleEntry& e) {
+  std::ostringstream s;
+  s << "<p class=\"clock\">mean SM clock of the rows:";
+  const auto components =
+      e.coverage.value("fidelity", json::object()).value("components", json::object());
+  if (components.empty()) s << " not recorded";
+  for (const auto& [name, c] : components.items()) {
+    const auto clock = c.value("sm_clock_mean_mhz", json::object());
+    s << " " << esc(name) << " ";
+    if (clock.value("recorded", 0) > 0)
+      s << "median " << std::lround(clock["median"].get<double>()) << " MHz ("
+        << std::lround(clock["min"].get<double>()) << "&ndash;"
+        << std::lround(clock["max"].get<double>()) << ");";
+    else
+      s << "not recorded;";
+  }
+  s << "</p>";
+  return s.str();
+}
+
 // A log-log plot as inline SVG.
 std::string log_plot(const std::string& title, const std::string& table, const std::string& xlabel,
                      const std::string& ylabel, const Series& series,
@@ -246,7 +267,7 @@ Report render_report(const fs::path& dir) {
       sanity.add_table(e.path, times);
       const std::string title =
           tp_dir_name(tp) + "/" + fs::path(e.path).parent_path().filename().string();
-      body << "<h3>" << esc(title) << "</h3>"
+      body << "<h3>" << esc(title) << "</h3>" << clock_line(e)
            << log_plot(title, e.path, "tokens (rows)", "time (us)", series);
       ++tables;
       body << held_out_plot(dir / tp_dir_name(tp), e, title);

@@ -76,6 +76,9 @@ with tempfile.TemporaryDirectory() as tmp:
     held_out_plots = re.findall(r"<svg class=\"plot\" data-table=\"held_out/moe_components/.*?</svg>", page)
     assert len(held_out_plots) == 3, len(held_out_plots)
     assert all('class="diagonal"' in p and "<circle" in p for p in held_out_plots)
+    # Each component table states the clock its rows ran at; the CPU backend has none to state.
+    assert page.count('<p class="clock">mean SM clock of the rows: ') == 3, page.count('class="clock"')
+    assert "gate_routing not recorded;" in page and "experts not recorded;" in page
     assert page.count('data-table="colocation"') == 1
     # A series keeps its colour across plots: every legend entry of one name has one colour.
     legend = {}
