@@ -124,8 +124,8 @@ Row measure(Backend& backend, ForwardTimer& timer, const WorkloadSpec& spec,
                              std::to_string(row.max_error) + " exceeds the tolerance");
   // The protocol's loop: one rotation of warm-up, then whole rotations of timed forwards.
   const std::string label = "bench_" + row.component;
-  const auto settled = settle_forwards(*w, timer, spec.banks, settle, held_down_clock(backend),
-                                       label, [&] { return backend.clock_stamp(); });
+  const auto settled =
+      settle_forwards(*w, timer, spec.banks, settle, held_down_clock(backend), label);
   const auto warm_up = run_forwards(*w, timer, spec.banks, spec.banks, false, label);
   const int forwards =
       (std::max(iterations, spec.banks) + spec.banks - 1) / spec.banks * spec.banks;
@@ -135,7 +135,6 @@ Row measure(Backend& backend, ForwardTimer& timer, const WorkloadSpec& spec,
   const auto to = backend.clock_stamp();
   row.device_state = device_state_during(before, backend.live_state(), from, to) +
                      ";settle_extended=" + (settled.extended ? "1" : "0") +
-                     ";settle_stable=" + (settled.stable ? "1" : "0") +
                      ";settle_ms=" + std::to_string(std::lround(settled.ms));
   const auto& records = run.records;
   std::vector<double> us;
@@ -229,7 +228,7 @@ int bench_experts(const Args& args) {
               components = "experts,gate_routing,finalize_copy", csv = "bench-experts.csv";
   int iterations = 20, device = 0;
   // What `acquire` does on a GPU, so the two agree.
-  double settle_ms = kGpuSettleMs, capped_settle_ms = kGpuCappedSettleMs, settle_stable_pct = 0;
+  double settle_ms = kGpuSettleMs, capped_settle_ms = kGpuCappedSettleMs;
   std::string activated;  // experts at these A (every route local) instead of balanced routing
   bool sweep = false, under_profiler = false;
   po::options_description desc("harness bench experts [options]");
@@ -245,9 +244,6 @@ int bench_experts(const Args& args) {
       "acquire's on a GPU)")("capped-settle-ms", po::value(&capped_settle_ms),
                              "the settle's length when the power or thermal policy held the "
                              "clocks down during it (default: acquire's on a GPU)")(
-      "settle-stable-pct", po::value(&settle_stable_pct),
-      "end that run on once the mean SM clocks of three consecutive 50 ms windows agree within "
-      "this percentage (0, the default: run to --capped-settle-ms)")(
       "device", po::value(&device), "CUDA device index")("csv", po::value(&csv), "CSV output")(
       "sweep", po::bool_switch(&sweep),
       "64 token counts from 1 to 8192 (native, experts, Qwen3-30B-A3B unless given) and the "
@@ -273,8 +269,6 @@ int bench_experts(const Args& args) {
     throw std::invalid_argument(std::string("--under-profiler measures no time: leave out ") +
                                 (sweep ? "--sweep" : "--csv"));
   if (iterations < 1) throw std::invalid_argument("--iterations must be at least 1");
-  if (!(settle_stable_pct >= 0 && settle_stable_pct <= 100))
-    throw std::invalid_argument("--settle-stable-pct must be between 0 and 100");
   for (const auto& [value, option] :
        {std::pair{settle_ms, "--settle-ms"}, std::pair{capped_settle_ms, "--capped-settle-ms"}})
     if (!(value >= 0 && value <= job_limits::kSettleMs))
@@ -358,8 +352,8 @@ int bench_experts(const Args& args) {
         std::map<std::string, double> by_backend;
         const std::size_t first = rows.size();
         for (auto& b : bs) {
-          rows.push_back(measure(*b, *timer, spec, weights, iterations,
-                                 {settle_ms, capped_settle_ms, settle_stable_pct / 100}));
+          rows.push_back(
+              measure(*b, *timer, spec, weights, iterations, {settle_ms, capped_settle_ms}));
           rows.back().floor =
               floor_of(g, c, spec.point, {peaks.copy_bytes_per_s, peaks.bf16_flops_per_s});
           by_backend[b->name()] = rows.back().median_us;

@@ -50,8 +50,7 @@ HeldDownClock held_down_clock(const Backend& backend) {
 }
 
 SettleRun settle_forwards(Workload& w, ForwardTimer& timer, int banks, const Settle& settle,
-                          const HeldDownClock& held_down, const std::string& label,
-                          const ClockSource& clock) {
+                          const HeldDownClock& held_down, const std::string& label) {
   SettleRun run;
   const auto start = std::chrono::steady_clock::now();
   const auto elapsed_ms = [&] {
@@ -70,32 +69,7 @@ SettleRun settle_forwards(Workload& w, ForwardTimer& timer, int banks, const Set
   if (before) {
     const auto after = held_down();
     run.extended = after && *after > *before;
-    if (run.extended && settle.stable_fraction > 0 && clock) {
-      // Windows of the run on, each with the mean SM clock it ran at; it ends once the last
-      // kSettleStableWindows agree (a window without stamps breaks the run of agreeing ones).
-      std::vector<double> window_mhz;
-      auto from = clock();
-      while (elapsed_ms() < settle.capped_ms) {
-        run_until(std::min(elapsed_ms() + kSettleWindowMs, settle.capped_ms));
-        const auto to = clock();
-        const auto mhz = mean_sm_clock_mhz(from, to);
-        if (mhz)
-          window_mhz.push_back(*mhz);
-        else
-          window_mhz.clear();
-        from = to;
-        if (window_mhz.size() >= static_cast<std::size_t>(kSettleStableWindows)) {
-          const std::vector<double> last(window_mhz.end() - kSettleStableWindows, window_mhz.end());
-          const auto [lo, hi] = std::minmax_element(last.begin(), last.end());
-          if (*hi - *lo <= settle.stable_fraction * median(last)) {
-            run.stable = true;
-            break;
-          }
-        }
-      }
-    } else if (run.extended) {
-      run_until(settle.capped_ms);
-    }
+    if (run.extended) run_until(settle.capped_ms);
   }
   run.ms = elapsed_ms();
   return run;
@@ -177,8 +151,8 @@ CellRound measure_cell_round(Backend& backend, ForwardTimer& timer, const CellRo
     std::vector<double> all, per_arm[3];
     int arm_forward[3] = {0, 0, 0};
     std::optional<ForwardRecord> first;
-    const auto settled = settle_forwards(*w, timer, experts ? 2 * banks : 1, spec.settle, held_down,
-                                         label, [&] { return backend.clock_stamp(); });
+    const auto settled =
+        settle_forwards(*w, timer, experts ? 2 * banks : 1, spec.settle, held_down, label);
     route_errors += settled.route_errors;
     out.settles_extended += settled.extended ? 1 : 0;
     const auto clock_from = backend.clock_stamp();

@@ -25,16 +25,11 @@ class MeasurementError : public std::runtime_error {
 
 // Untimed forwards before a point's warm-up (docs/measurement.md#protocol): at least `ms`, and
 // `capped_ms` in all when the power or thermal policy held the clocks down meanwhile (only when
-// ms > 0). With `stable_fraction` > 0 and a device clock, that run on ends sooner, once the mean
-// SM clocks of the last kSettleStableWindows windows of kSettleWindowMs agree within the fraction
-// of their median (the governor has settled).
+// ms > 0).
 struct Settle {
   double ms = 0;
   double capped_ms = 0;
-  double stable_fraction = 0;
 };
-inline constexpr double kSettleWindowMs = 50;
-inline constexpr int kSettleStableWindows = 3;
 
 struct CellRoundSpec {
   WorkloadSpec base;  // geometry, target, component; point and seed set per point
@@ -63,24 +58,19 @@ using HeldDownClock = std::function<std::optional<std::uint64_t>()>;
 // The counter of `backend`'s device, from its live state (NVML on GPUs).
 [[nodiscard]] HeldDownClock held_down_clock(const Backend& backend);
 
-// The device's clock stamps (Backend::clock_stamp), or none.
-using ClockSource = std::function<std::optional<ClockStamp>()>;
-
 struct SettleRun {
   std::uint64_t route_errors = 0;
-  bool extended = false;  // the clocks were held down during settle.ms: it ran on
-  bool stable = false;    // ... and ended before capped_ms because the clock had settled
+  bool extended = false;  // the clocks were held down during settle.ms: it ran to capped_ms
   double ms = 0;          // wall time of the whole settle
 };
 
 // Untimed forwards, in batches cycling over `banks`, until at least `settle.ms` of wall time has
-// passed, and on to `settle.capped_ms` when `held_down` advanced meanwhile (sooner with
-// settle.stable_fraction and a `clock`): the device under sustained load (its power and clock
-// governors settled, as in serving) before a point is timed (docs/measurement.md#protocol).
-// Nothing runs when settle.ms <= 0.
+// passed, and on to `settle.capped_ms` when `held_down` advanced meanwhile: the device under
+// sustained load (its power and clock governors settled, as in serving) before a point is timed
+// (docs/measurement.md#protocol). Nothing runs when settle.ms <= 0.
 [[nodiscard]] SettleRun settle_forwards(Workload& w, ForwardTimer& timer, int banks,
                                         const Settle& settle, const HeldDownClock& held_down,
-                                        const std::string& label, const ClockSource& clock = {});
+                                        const std::string& label);
 
 // Measures every point of one cell round in a seeded random order. `on_point` is called after
 // each point (progress). Throws MeasurementError on a failed correctness check, an activity list

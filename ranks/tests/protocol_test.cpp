@@ -2,11 +2,8 @@
 
 #include <gtest/gtest.h>
 
-#include <algorithm>
 #include <chrono>
 #include <cmath>
-#include <functional>
-#include <memory>
 
 #include "core/planner.h"
 #include "kernels/staircase_backend.h"
@@ -110,6 +107,8 @@ TEST(Protocol, SettleRunsUntimedForwardsForTheRequestedTime) {
   const double ms =
       std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - start).count();
   EXPECT_GE(ms, 25.0);
+  EXPECT_GE(run.ms, 25.0);  // the settle's own count of its wall time
+  EXPECT_LE(run.ms, ms);
   EXPECT_FALSE(run.extended);
   EXPECT_EQ(run.route_errors, 0u);
   ASSERT_GE(w.banks.size(), 3u);
@@ -178,60 +177,6 @@ TEST(Protocol, EachPointRecordsTheMeanSmClockOfItsForwards) {
   auto host = make_host_clock_timer();
   for (const auto& m : measure_cell_round(*cpu, *host, spec).medians)
     EXPECT_TRUE(std::isnan(m.sm_clock_mean_mhz));
-}
-
-// With a stable fraction the run on ends once the last three windows' mean SM clocks agree; a
-// clock that keeps falling, no clock, or no fraction run it to capped_ms.
-TEST(Protocol, SettleEndsItsRunOnOnceTheClockHasSettled) {
-  auto timer = make_host_clock_timer();
-  std::uint64_t held = 0;
-  const HeldDownClock advancing = [&]() -> std::optional<std::uint64_t> { return held += 7; };
-  // A device clock that runs at `mhz(window)` during each window between two stamps.
-  const auto device_clock = [](std::function<double(int)> mhz) {
-    struct State {
-      std::chrono::steady_clock::time_point start = std::chrono::steady_clock::now();
-      std::uint64_t ns = 0, cycles = 0;
-      int window = 0;
-    };
-    auto state = std::make_shared<State>();
-    return ClockSource([state, mhz]() -> std::optional<ClockStamp> {
-      const auto ns =
-          static_cast<std::uint64_t>(std::chrono::duration_cast<std::chrono::nanoseconds>(
-                                         std::chrono::steady_clock::now() - state->start)
-                                         .count());
-      state->cycles += static_cast<std::uint64_t>(static_cast<double>(ns - state->ns) *
-                                                  mhz(state->window++) / 1e3);
-      state->ns = ns;
-      return ClockStamp{state->cycles, ns};
-    });
-  };
-  const auto settle_for = [&](const Settle& settle, const ClockSource& clock) {
-    CountingWorkload w;
-    return settle_forwards(w, *timer, 2, settle, advancing, "settle", clock);
-  };
-  const auto steady = settle_for({5.0, 3000.0, 0.005}, device_clock([](int) { return 1800.0; }));
-  EXPECT_TRUE(steady.extended);
-  EXPECT_TRUE(steady.stable);
-  EXPECT_GE(steady.ms, 5.0 + kSettleStableWindows * kSettleWindowMs);
-  EXPECT_LT(steady.ms, 1500.0);  // three windows after the first 5 ms, not 3000 ms
-  // A clock falling 3% a window never settles within 0.5%; two windows after it flattens out it
-  // has three that agree.
-  const auto falling = [](int window) { return 1980.0 * std::pow(0.97, std::min(window, 4)); };
-  const auto settled_late = settle_for({5.0, 3000.0, 0.005}, device_clock(falling));
-  EXPECT_TRUE(settled_late.stable);
-  EXPECT_GE(settled_late.ms, 5.0 + 6 * kSettleWindowMs);
-  const auto never =
-      settle_for({5.0, 400.0, 0.005},
-                 device_clock([](int window) { return 1980.0 * std::pow(0.97, window); }));
-  EXPECT_FALSE(never.stable);
-  EXPECT_GE(never.ms, 400.0);
-  const auto no_clock = settle_for({5.0, 400.0, 0.005}, {});
-  EXPECT_TRUE(no_clock.extended);
-  EXPECT_FALSE(no_clock.stable);
-  EXPECT_GE(no_clock.ms, 400.0);
-  const auto no_fraction = settle_for({5.0, 400.0, 0.0}, device_clock([](int) { return 1800.0; }));
-  EXPECT_FALSE(no_fraction.stable);
-  EXPECT_GE(no_fraction.ms, 400.0);
 }
 
 TEST(Protocol, SettleAddsNoSamples) {
