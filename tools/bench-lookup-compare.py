@@ -17,7 +17,9 @@ component, the count, median / p95 / max |error| (quantiles interpolated between
 statistics, as core/statistics.h) and the signed median, over all rows and over the N ranges that
 --split cuts, and over all rows once more with the signed median subtracted (an offset between
 devices shows as a signed median; what remains is interpolation); where bench points are rows of
-the table, their signed median alone (exact lookups: an offset without interpolation). Exit status 3 when a component misses --bounds (median, p95, max of |error|), 1 on
+the table, their signed median alone (exact lookups: an offset without interpolation); and the
+median mean SM clock of the bench points (their device_state) beside the table's rows' (the
+bundle's coverage), since an offset often follows the clock. Exit status 3 when a component misses --bounds (median, p95, max of |error|), 1 on
 an error, else 0. `--draw-tokens K` only prints K distinct token counts drawn log-uniformly from
 [2, --max-tokens] with --seed (Python's random), comma-separated, for the bench's --tokens.
 """
@@ -87,6 +89,31 @@ def lookup_all(a, rows):
     return [(None, x["error"]) if "error" in x else (x, None) for x in answers]
 
 
+def bench_clock(row):
+    """The mean SM clock the bench counted over a row's forwards (its device_state), or None."""
+    state = dict(kv.split("=", 1) for kv in (row.get("device_state") or "").split(";") if "=" in kv)
+    return float(state["sm_clock_mean_mhz"]) if "sm_clock_mean_mhz" in state else None
+
+
+def table_clocks(a):
+    """{component: median mean SM clock of the table's rows} as the bundle states it (absent where
+    it recorded none), from `harness inspect --format json`."""
+    p = subprocess.run([a.harness, "inspect", a.bundle, "--format", "json"], capture_output=True, text=True)
+    if p.returncode not in (0, 4):  # 4: red flags, which the report still lists
+        sys.exit(f"bench-lookup-compare: harness inspect failed: {p.stderr.strip()}")
+    for entry in json.loads(p.stdout)["entries"]:
+        t = entry["target"]
+        if entry["section"] == "moe_components" and (t["tp"], t["dp"], t["rank"]) == (a.tp, a.dp, a.rank):
+            return {name: c["sm_clock_mean_mhz"]["median"]
+                    for name, c in entry.get("fidelity", {}).get("components", {}).items()
+                    if "median" in c.get("sm_clock_mean_mhz", {})}
+    return {}
+
+
+def megahertz(value):
+    return "not recorded" if value is None else f"{value:.0f} MHz"
+
+
 def statistics(errors):
     magnitudes = sorted(abs(e) for e in errors)
     return {"count": len(errors), "median": quantile(magnitudes, 0.5), "p95": quantile(magnitudes, 0.95),
@@ -138,18 +165,20 @@ def main():
         out_rows.append({"component": row["component"], "tokens": int(row["tokens"]),
                          "activated": int(row["activated"]), "assignments": int(row["assignments"]),
                          "bench_us": bench_us, "lookup_us": answer["time_us"],
-                         "error": (answer["time_us"] - bench_us) / bench_us, "grid": answer["exact"]})
+                         "error": (answer["time_us"] - bench_us) / bench_us, "grid": answer["exact"],
+                         "bench_sm_clock_mhz": bench_clock(row)})
     for row, why in outside:
         print(f"outside the support: {row['component']} N={row['tokens']} A={row['activated']} "
               f"M={row['assignments']}: {why}")
     if not out_rows:
         sys.exit("bench-lookup-compare: no bench row lies in the bundle's support")
-    print("| component | N | A | M | bench µs | lookup µs | error | |")
-    print("|---|---:|---:|---:|---:|---:|---:|---|")
+    print("| component | N | A | M | bench µs | lookup µs | error | bench clock | |")
+    print("|---|---:|---:|---:|---:|---:|---:|---:|---|")
     for r in out_rows:
         print(f"| {r['component']} | {r['tokens']} | {r['activated']} | {r['assignments']} | "
               f"{r['bench_us']:.2f} | {r['lookup_us']:.2f} | {100 * r['error']:+.2f}% | "
-              f"{'grid' if r['grid'] else ''} |")
+              f"{megahertz(r['bench_sm_clock_mhz'])} | {'grid' if r['grid'] else ''} |")
+    table_clock = table_clocks(a)
     if a.out:
         with open(a.out, "w", newline="") as f:
             w = csv.DictWriter(f, fieldnames=list(out_rows[0]))
@@ -175,6 +204,13 @@ def main():
                 # The table answers its own rows exactly: what they miss by is no interpolation.
                 print(f"{component} at the table's own rows: {len(grid)} points, signed median "
                       f"{100 * statistics(grid)['signed_median']:+.2f}% (this device and day against the table's)")
+            if name == "all":
+                # An offset between devices often follows their clocks: the bench's against the
+                # clock the table's rows ran at.
+                clocks = sorted(r["bench_sm_clock_mhz"] for r in selected if r["bench_sm_clock_mhz"] is not None)
+                print(f"{component} median mean SM clock: bench points "
+                      f"{megahertz(quantile(clocks, 0.5) if clocks else None)} ({len(clocks)} of "
+                      f"{len(selected)} recorded), the table's rows {megahertz(table_clock.get(component))}")
             if name == "all" and len(selected) > 1:
                 # An offset shared by every point (another device of the kind, another day) spends
                 # the bounds by itself; what is left once it is removed is the table's.

@@ -5,15 +5,19 @@ left out; its error paths and the token draw."""
 import csv
 import json
 import os
+import shutil
 import subprocess
 import sys
 import tempfile
+
+import yaml
 
 from harness_test_lib import HARNESS, SOURCE_DIR, mpirun_cmd, quantile, run
 
 TOOL = [sys.executable, os.path.join(SOURCE_DIR, "tools/bench-lookup-compare.py")]
 HEADER = ["component", "model", "backend", "tokens", "activated", "assignments", "banks", "median_us",
-          "min_us", "max_us"]
+          "min_us", "max_us", "device_state"]
+CLOCKS = [1900, 1800, 1700, None, 1750]  # the experts rows' sm_clock_mean_mhz (one not recorded)
 
 
 def lookup_us(bundle, n, a=None, m=None, component="experts"):
@@ -28,8 +32,10 @@ def write_bench(path, rows):
     with open(path, "w", newline="") as f:
         w = csv.writer(f)
         w.writerow(HEADER)
-        for component, backend, n, a, m, us in rows:
-            w.writerow([component, "tiny", backend, n, a, m, 2, us, us, us])
+        for i, (component, backend, n, a, m, us) in enumerate(rows):
+            clock = CLOCKS[i] if i < len(CLOCKS) else None
+            state = "sm_clock_mhz=1980" + (f";sm_clock_mean_mhz={clock}" if clock else "") + ";power_w=300"
+            w.writerow([component, "tiny", backend, n, a, m, 2, us, us, us, state])
 
 
 def compare(*args):
@@ -70,6 +76,12 @@ with tempfile.TemporaryDirectory() as tmp:
     assert "gate_routing all, the signed median removed" not in p.stdout, p.stdout  # one point
     assert "experts 0 <= N < 8: 3 points" in p.stdout and "experts 8 <= N < inf: 2 points" in p.stdout, p.stdout
     assert "gate_routing all: 1 points, |error| median 0.30%" in p.stdout, p.stdout
+    # The bench points' clocks (from their device_state) beside the table's: a CPU bundle has none.
+    recorded = sorted(c for c in CLOCKS if c)
+    assert (f"experts median mean SM clock: bench points {quantile(recorded, 0.5):.0f} MHz (4 of 5 recorded), "
+            "the table's rows not recorded") in p.stdout, p.stdout
+    assert "gate_routing median mean SM clock: bench points not recorded (0 of 1 recorded)" in p.stdout, p.stdout
+    assert "| 1700 MHz |" in p.stdout and "| not recorded |" in p.stdout, p.stdout
     written = list(csv.DictReader(open(out)))
     assert len(written) == 6, written
     for r, f in zip(written, factors):
@@ -96,6 +108,18 @@ with tempfile.TemporaryDirectory() as tmp:
     assert p.returncode == 0, (p.returncode, p.stdout, p.stderr)
     write_bench(bench, rows[:6])
     assert compare(*args, "--bounds", "0.02,0.06,0.06").returncode == 0
+    # A bundle that states its rows' clock (a GPU bundle's coverage, written into a copy here).
+    clocked = os.path.join(tmp, "clocked")
+    shutil.copytree(root, clocked)
+    meta_path = os.path.join(clocked, "micro", "meta.yaml")
+    meta = yaml.safe_load(open(meta_path))
+    for entry in meta["per_tp"][1]["moe_components"]["entries"]:
+        entry["coverage"]["fidelity"]["components"]["experts"]["sm_clock_mean_mhz"] = {
+            "rows": 9, "recorded": 9, "min": 1801.0, "median": 1862.0, "max": 1950.0}
+    yaml.safe_dump(meta, open(meta_path, "w"))
+    p = compare("--bundle", os.path.join(clocked, "micro"), *args[2:])
+    assert "experts median mean SM clock: bench points 1775 MHz (4 of 5 recorded), the table's rows 1862 MHz" \
+        in p.stdout, p.stdout
 
     # Error paths: one clear message, exit 1.
     def expect_error(extra, needle, rows_=None, header=None):
