@@ -4,6 +4,8 @@
 
 #include <chrono>
 #include <cmath>
+#include <utility>
+#include <vector>
 
 #include "core/planner.h"
 #include "kernels/staircase_backend.h"
@@ -37,17 +39,25 @@ TEST(Protocol, MixSeedIsDeterministicAndSensitive) {
   EXPECT_NE(mix_seed({1, 2, 3}), mix_seed({1, 3, 2}));
 }
 
+// A cell round of the tiny model: `component` of `target` at `points`, `iterations` forwards.
+CellRoundSpec tiny_round(const Target& target, Component component, std::vector<GridPoint> points,
+                         int iterations) {
+  CellRoundSpec spec;
+  spec.base.geometry = *find_preset("tiny");
+  spec.base.target = target;
+  spec.base.component = component;
+  spec.points = std::move(points);
+  spec.iterations = iterations;
+  return spec;
+}
+
 // Runs one cell round on the CPU backend and checks the protocol's bookkeeping.
 TEST(Protocol, CpuCellRoundHasEveryPointArmAndCompleteCycles) {
   auto backend = make_cpu_backend();
   auto timer = make_host_clock_timer();
-  CellRoundSpec spec;
-  spec.base.geometry = *find_preset("tiny");
-  spec.base.target = {1, 2, 2, 0, false};
-  spec.base.component = Component::experts;
-  spec.points = {{1, 1, 1}, {8, 3, 9}, {8, 0, 0}};
+  auto spec =
+      tiny_round({1, 2, 2, 0, false}, Component::experts, {{1, 1, 1}, {8, 3, 9}, {8, 0, 0}}, 5);
   spec.round = 2;
-  spec.iterations = 5;
   spec.weight_banks = 2;
   spec.seed = 42;
   int progress = 0;
@@ -72,12 +82,8 @@ TEST(Protocol, CpuCellRoundHasEveryPointArmAndCompleteCycles) {
 TEST(Protocol, LocalComponentTakesIterationsForwards) {
   auto backend = make_cpu_backend();
   auto timer = make_host_clock_timer();
-  CellRoundSpec spec;
-  spec.base.geometry = *find_preset("tiny");
-  spec.base.target = {1, 1, 1, 0, false};
-  spec.base.component = Component::gate_routing;
-  spec.points = {{1, 0, 0}, {4, 0, 0}};
-  spec.iterations = 3;
+  const auto spec =
+      tiny_round({1, 1, 1, 0, false}, Component::gate_routing, {{1, 0, 0}, {4, 0, 0}}, 3);
   const auto r = measure_cell_round(*backend, *timer, spec);
   EXPECT_EQ(r.samples.size(), 6u);
   for (const auto& s : r.samples) EXPECT_EQ(s.arm, static_cast<std::int8_t>(Arm::single));
@@ -159,12 +165,8 @@ TEST(Protocol, SettleRunsOnWhileTheClocksWereHeldDown) {
 // Each point's median carries the mean SM clock over its forwards: the staircase model's clock of
 // that point (it differs from point to point); NaN where the backend has no device clock.
 TEST(Protocol, EachPointRecordsTheMeanSmClockOfItsForwards) {
-  CellRoundSpec spec;
-  spec.base.geometry = *find_preset("tiny");
-  spec.base.target = {1, 1, 1, 0, false};
-  spec.base.component = Component::experts;
-  spec.points = {{2, 2, 4}, {40, 4, 80}, {60, 8, 120}};
-  spec.iterations = 4;
+  auto spec = tiny_round({1, 1, 1, 0, false}, Component::experts,
+                         {{2, 2, 4}, {40, 4, 80}, {60, 8, 120}}, 4);
   spec.seed = 7;
   auto staircase = make_backend("staircase_model", 0);
   auto modeled = make_modeled_clock_timer();
@@ -182,12 +184,7 @@ TEST(Protocol, EachPointRecordsTheMeanSmClockOfItsForwards) {
 TEST(Protocol, SettleAddsNoSamples) {
   auto backend = make_cpu_backend();
   auto timer = make_host_clock_timer();
-  CellRoundSpec spec;
-  spec.base.geometry = *find_preset("tiny");
-  spec.base.target = {1, 1, 1, 0, false};
-  spec.base.component = Component::experts;
-  spec.points = {{4, 2, 8}};
-  spec.iterations = 4;
+  auto spec = tiny_round({1, 1, 1, 0, false}, Component::experts, {{4, 2, 8}}, 4);
   const auto plain = measure_cell_round(*backend, *timer, spec);
   spec.settle = {20.0, 0.0};
   const auto settled = measure_cell_round(*backend, *timer, spec);
