@@ -75,10 +75,10 @@ json ComponentFidelity::to_json(double tolerance) const {
       if (p.sm_clock_mean_mhz) clocks.push_back(*p.sm_clock_mean_mhz);
     }
   json clock = {{"rows", rows}, {"recorded", clocks.size()}};
-  if (!clocks.empty()) {
-    clock["min"] = *std::min_element(clocks.begin(), clocks.end());
-    clock["median"] = quantile(clocks, 0.5);
-    clock["max"] = *std::max_element(clocks.begin(), clocks.end());
+  if (const auto s = spread(clocks)) {
+    clock["min"] = s->min;
+    clock["median"] = s->median;
+    clock["max"] = s->max;
   }
   return {
       {"tolerance", tolerance},

@@ -24,6 +24,12 @@ double quantile(std::vector<double> v, double q) {
   return v[i] + (pos - static_cast<double>(i)) * (v[i + 1] - v[i]);
 }
 
+std::optional<Spread> spread(const std::vector<double>& v) {
+  if (v.empty()) return std::nullopt;
+  const auto [lo, hi] = std::minmax_element(v.begin(), v.end());
+  return Spread{*lo, median(v), *hi};
+}
+
 std::optional<double> median_of_medians(std::span<const double> round_medians) {
   if (round_medians.empty()) return std::nullopt;
   return median({round_medians.begin(), round_medians.end()});

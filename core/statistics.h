@@ -13,6 +13,11 @@ inline constexpr double kBankTolerance = 0.03;  // B vs 2B pooled medians (docs/
 // The q-quantile (0 <= q <= 1) with linear interpolation between order statistics (the common
 // "type 7" definition of numpy and R); NaN for an empty vector.
 [[nodiscard]] double quantile(std::vector<double> v, double q);
+// Smallest, median and largest value (a spread of per-point clocks); nullopt for none.
+struct Spread {
+  double min = 0, median = 0, max = 0;
+};
+[[nodiscard]] std::optional<Spread> spread(const std::vector<double>& v);
 // Median of per-round medians; nullopt when there are none yet.
 [[nodiscard]] std::optional<double> median_of_medians(std::span<const double> round_medians);
 

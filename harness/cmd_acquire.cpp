@@ -66,13 +66,13 @@ void print_summary(const AcquireSummary& s, const StoredAcquisition& acq, std::o
     }
   }
   std::ostringstream clock;
-  if (clocks.empty())
-    clock << "not recorded (the backend has no device clock)";
+  if (const auto range = spread(clocks))
+    clock << "the points ran at " << std::lround(range->min) << "-" << std::lround(range->max)
+          << " MHz (median " << std::lround(range->median)
+          << "; SM 0's mean over each point's forwards), recorded at " << clocks.size() << " of "
+          << points << " measured points";
   else
-    clock << "the points ran at " << std::lround(*std::min_element(clocks.begin(), clocks.end()))
-          << "-" << std::lround(*std::max_element(clocks.begin(), clocks.end())) << " MHz (median "
-          << std::lround(quantile(clocks, 0.5)) << "; SM 0's mean over each point's forwards), "
-          << "recorded at " << clocks.size() << " of " << points << " measured points";
+    clock << "not recorded (the backend has no device clock)";
   os << "acquire: " << s.file << "\n"
      << "  backend " << s.backend << ", " << s.cells << " cells (" << complete << " complete), "
      << s.points << " points\n"

@@ -23,6 +23,15 @@ TEST(Protocol, MedianAndMedianOfMedians) {
   EXPECT_FALSE(median_of_medians({}).has_value());
 }
 
+TEST(Protocol, SpreadIsTheSmallestTheMedianAndTheLargest) {
+  const auto s = spread({1800.0, 1700.0, 1950.0, 1750.0});
+  ASSERT_TRUE(s.has_value());
+  EXPECT_EQ(s->min, 1700.0);
+  EXPECT_EQ(s->median, 1775.0);
+  EXPECT_EQ(s->max, 1950.0);
+  EXPECT_FALSE(spread({}).has_value());
+}
+
 TEST(Protocol, BankControlAtTheThreePercentBoundary) {
   const std::vector<double> b{100.0, 100.0, 100.0};
   const std::vector<double> at{103.0, 103.0, 103.0}, above{103.01, 103.01, 103.01},
