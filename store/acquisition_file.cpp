@@ -587,8 +587,9 @@ H5Id open_for_reading(const std::string& path) {
                     snapshot_hint(path));
   H5Id file(f, H5Fclose);
   try {
-    if (read_int_attr(f, "schema_version") != kSchemaVersion)
-      throw FileError("unsupported schema version");
+    if (const auto schema = read_int_attr(f, "schema_version"); schema != kSchemaVersion)
+      throw FileError("has schema version " + std::to_string(schema) + ", this harness reads " +
+                      std::to_string(kSchemaVersion) + " (acquire it again with this harness)");
   } catch (const std::runtime_error& e) {
     throw FileError("'" + path + "': " + e.what());
   }

@@ -69,4 +69,23 @@ with tempfile.TemporaryDirectory() as tmp:
         assert not os.path.exists(os.path.join(root, "v", "meta.yaml")), f"{label}: something was published"
         p = run([HARNESS, "inspect", path], check=False)
         assert p.returncode != 0 and needle in p.stderr, (label, p.returncode, p.stderr)
+    # A file of another schema version (an older harness's) is refused by name, by the readers and
+    # by a resume, and left as it was.
+    old = os.path.join(tmp, "old-schema")
+    shutil.copytree(acq, old)
+    old_h5 = os.path.join(old, "acquisition.h5")
+    for path in (old_h5, old_h5 + ".snapshot"):  # an older harness wrote both
+        with h5py.File(path, "r+") as f:
+            f.attrs.modify("schema_version", np.int32(1))
+    before = [open(path, "rb").read() for path in (old_h5, old_h5 + ".snapshot")]
+    for cmd in ([HARNESS, "publish", old_h5, "--out-root", os.path.join(tmp, "bundles-old"), "--variant", "v"],
+                [HARNESS, "inspect", old_h5]):
+        p = run(cmd, check=False)
+        assert p.returncode != 0 and "has schema version 1, this harness reads 2" in p.stderr, (cmd, p.stderr)
+    p = run(mpirun_cmd(2, "acquire", "--unverified", os.path.join(SOURCE_DIR, "tests/data/micro.yaml"), "--out", old,
+                       "--no-publish", "--quiet"), check=False)
+    assert p.returncode != 0 and "has schema version 1, this harness writes 2" in p.stderr, p.stderr
+    assert [open(path, "rb").read() for path in (old_h5, old_h5 + ".snapshot")] == before, \
+        "a refused file was changed"
+    assert sorted(os.listdir(old)) == sorted(os.listdir(acq)), "a refused file was moved or added"
 print(f"ok: {rounds} round digests match an independent recomputation; tampered medians refused")
