@@ -26,35 +26,53 @@ __device__ __forceinline__ float round_bf16(float v) {
 
 // ---------------------------------------------------------------- route plan
 
-// One thread per lane, kPlanThreads lanes per block. Positions of local
-// lanes are grouped by expert (ascending local id); inside an expert the order is whatever the
-// atomics gave, which changes no output value: every output element depends only on its own row.
-// Each block counts its lanes per expert in shared memory and (if there are several blocks)
-// reserves its range of slots with one global atomic per expert; the last block to finish (ticket)
-// scans the totals into offsets and the tile table, then resets the totals and the ticket for the
-// next forward (so a forward needs no memset). With a single block the same kernel also writes the
-// positions; with more, scatter_routes does.
+// Up to kPlanThreads * kPlanLanesPerThread lanes, one block plans the routes (each thread takes
+// lanes tid, tid + kPlanThreads, ...); above that, one thread per lane and kPlanThreads lanes per
+// block. Positions of local lanes are grouped by expert (ascending local id); inside an expert
+// the order is whatever the atomics gave, which changes no output value: every output element
+// depends only on its own row. Each block counts its lanes per expert in shared memory and (if
+// there are several blocks) reserves its range of slots with one global atomic per expert; the
+// last block to finish (ticket) scans the totals into offsets and the tile table, then resets the
+// totals and the ticket for the next forward (so a forward needs no memset). With a single block
+// the same kernel also writes the positions; with more, scatter_routes does (a second launch:
+// docs/native-backend.md#what-one-forward-runs: one block of two lanes per thread beat the two
+// launches on the H200, one of four to sixteen lanes per thread did not).
+constexpr int kPlanLanesPerThread = 2;
+
 __global__ void __launch_bounds__(kPlanThreads)
     plan_routes(const int* __restrict__ ids, const float* __restrict__ weights, int lanes, int k,
-                int experts, int first, int local, int tile_tokens, int* total_counts,
-                int* expert_offsets, unsigned* ticket, int* lane_slot, int* token_of, int* lane_pos,
-                int4* tiles, int* num_tiles, int* flag) {
+                int experts, int first, int local, int tile_tokens, int lanes_per_thread,
+                int* total_counts, int* expert_offsets, unsigned* ticket, int* lane_slot,
+                int* token_of, int* lane_pos, int4* tiles, int* num_tiles, int* flag) {
   __shared__ int counts[kMaxLocalExperts];
   __shared__ int offsets[kMaxLocalExperts];
   __shared__ bool last;
   const int tid = static_cast<int>(threadIdx.x);
   const int threads = static_cast<int>(blockDim.x);
-  const int i = static_cast<int>(blockIdx.x) * threads + tid;
+  const int base = static_cast<int>(blockIdx.x) * threads + tid;  // lane j: base + j * threads
   for (int e = tid; e < local; e += threads) counts[e] = 0;
+  // Every lane's route is loaded before any is counted, so the loads overlap.
+  int id[kPlanLanesPerThread];
+  float weight[kPlanLanesPerThread];
+#pragma unroll
+  for (int j = 0; j < kPlanLanesPerThread; ++j) {
+    const int i = base + j * threads;
+    const bool mine = j < lanes_per_thread && i < lanes;
+    id[j] = mine ? ids[i] : -1;
+    weight[j] = mine ? weights[i] : 0.0f;
+  }
   __syncthreads();
-  int expert = -1, slot = -1;
-  if (i < lanes) {
-    const int id = ids[i];
-    if (!lane_is_valid(id, weights[i], experts)) {
+  int expert[kPlanLanesPerThread], slot[kPlanLanesPerThread];
+#pragma unroll
+  for (int j = 0; j < kPlanLanesPerThread; ++j) {
+    expert[j] = -1;
+    slot[j] = -1;
+    if (j >= lanes_per_thread || base + j * threads >= lanes) continue;
+    if (!lane_is_valid(id[j], weight[j], experts)) {
       atomicOr(flag, 1);
-    } else if (id >= first && id < first + local) {
-      expert = id - first;
-      slot = atomicAdd(&counts[expert], 1);
+    } else if (id[j] >= first && id[j] < first + local) {
+      expert[j] = id[j] - first;
+      slot[j] = atomicAdd(&counts[expert[j]], 1);
     }
   }
   __syncthreads();
@@ -62,10 +80,9 @@ __global__ void __launch_bounds__(kPlanThreads)
   for (int e = tid; e < local; e += threads)
     offsets[e] = gridDim.x > 1 && counts[e] ? atomicAdd(&total_counts[e], counts[e]) : 0;
   __syncthreads();
-  if (expert >= 0) slot += offsets[expert];
-  __syncthreads();  // every base read before the scan below rewrites `offsets`
   if (gridDim.x > 1) {
-    if (i < lanes) lane_slot[i] = slot;
+    // One lane per thread here (lanes_per_thread is 1 with several blocks).
+    if (base < lanes) lane_slot[base] = expert[0] >= 0 ? slot[0] + offsets[expert[0]] : -1;
     __threadfence();
     __syncthreads();
     if (tid == 0) last = atomicAdd(ticket, 1u) == gridDim.x - 1;
@@ -106,8 +123,11 @@ __global__ void __launch_bounds__(kPlanThreads)
   }
   if (gridDim.x > 1) return;
   __syncthreads();
-  if (i < lanes) {
-    const int pos = expert < 0 ? -1 : offsets[expert] + slot;
+#pragma unroll
+  for (int j = 0; j < kPlanLanesPerThread; ++j) {
+    const int i = base + j * threads;
+    if (j >= lanes_per_thread || i >= lanes) continue;
+    const int pos = expert[j] < 0 ? -1 : offsets[expert[j]] + slot[j];
     lane_pos[i] = pos;
     if (pos >= 0) token_of[pos] = i / k;
   }
@@ -1625,12 +1645,15 @@ NativeExperts::NativeExperts(const ModelGeometry& g, const ExpertOwnership& own,
 void NativeExperts::forward(const bf16* x, const int* ids, const float* weights, const bf16* w13,
                             const bf16* w2, bf16* out, int* flag) {
   const int h = g_.hidden, inter = g_.intermediate;
-  const unsigned plan_blocks = static_cast<unsigned>((lanes_ + kPlanThreads - 1) / kPlanThreads);
+  const int lanes_per_thread = (lanes_ + kPlanThreads - 1) / kPlanThreads;
+  const unsigned plan_blocks =
+      lanes_per_thread <= kPlanLanesPerThread ? 1u : static_cast<unsigned>(lanes_per_thread);
   if (!plan_in_gemm_) {
     plan_routes<<<plan_blocks, kPlanThreads, 0, s_>>>(
         ids, weights, lanes_, g_.top_k, g_.experts, own_.first_expert, own_.local_experts,
-        native_tile_tokens(tile_), total_counts_.get(), expert_offsets_.get(), ticket_.get(),
-        lane_slot_.get(), token_of_.get(), lane_pos_.get(), tiles_.get(), num_tiles_.get(), flag);
+        native_tile_tokens(tile_), plan_blocks == 1 ? lanes_per_thread : 1, total_counts_.get(),
+        expert_offsets_.get(), ticket_.get(), lane_slot_.get(), token_of_.get(), lane_pos_.get(),
+        tiles_.get(), num_tiles_.get(), flag);
     HARNESS_CHECK(cudaGetLastError());
   }
   if (plan_blocks > 1) {

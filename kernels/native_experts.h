@@ -1,10 +1,10 @@
 // The `native` experts component: our own sm_90 kernels, no host synchronization, so a forward
 // is capturable in a CUDA graph. Internal to kernels/: include only from .cu files.
 //
-// One forward is four kernels (five above 1024 lanes, three at most 16 lanes on the narrow tile):
+// One forward is four kernels (five above 2048 lanes, three at most 16 lanes on the narrow tile):
 //   1. plan_routes   validates every lane (docs/measurement.md flag), counts local assignments per
 //                    expert, scans them into expert offsets and writes a tile table (expert, first
-//                    position, rows) for the GEMMs; with one block (<= 1024 lanes) it also
+//                    position, rows) for the GEMMs; with one block (<= 2048 lanes) it also
 //                    writes the token of every expert-sorted position and the position of every
 //                    lane, otherwise scatter_routes does that. At most 16 lanes on the narrow
 //                    tile, every W13 block plans the routes itself (no plan_routes launch).
