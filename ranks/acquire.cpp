@@ -347,6 +347,11 @@ class Acquisition {
         if (auto damage = hdf5_damage(file)) return damage;
         try {
           return unexplained_rows(options_.out_dir, read_acquisition(file).complete_rows());
+        } catch (const SchemaVersionError& e) {
+          // Another harness's file is not damage: the collective open below refuses it by name
+          // and nothing is moved. A snapshot of another version cannot stand in for the file.
+          if (file == path_) return std::nullopt;
+          return std::string(e.what());
         } catch (const std::exception& e) {
           return std::string(e.what());
         }

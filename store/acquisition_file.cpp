@@ -260,8 +260,8 @@ AcquisitionFile::AcquisitionFile(MPI_Comm comm, const std::string& path,
     throw FileError("'" + path + "' is not a harness acquisition file: " + e.what());
   }
   if (schema != kSchemaVersion)
-    throw FileError("'" + path + "' has schema version " + std::to_string(schema) +
-                    ", this harness writes " + std::to_string(kSchemaVersion));
+    throw SchemaVersionError("'" + path + "' has schema version " + std::to_string(schema) +
+                             ", this harness writes " + std::to_string(kSchemaVersion));
   if (sha256_hex(stored_contract) != stored_sha)
     throw FileError("'" + path +
                     "': stored contract does not match its SHA-256 (tampered or corrupt)");
@@ -586,13 +586,16 @@ H5Id open_for_reading(const std::string& path) {
     throw FileError("cannot open acquisition file '" + path + "' (missing, corrupt or not HDF5)" +
                     snapshot_hint(path));
   H5Id file(f, H5Fclose);
+  long long schema = 0;
   try {
-    if (const auto schema = read_int_attr(f, "schema_version"); schema != kSchemaVersion)
-      throw FileError("has schema version " + std::to_string(schema) + ", this harness reads " +
-                      std::to_string(kSchemaVersion) + " (acquire it again with this harness)");
+    schema = read_int_attr(f, "schema_version");
   } catch (const std::runtime_error& e) {
     throw FileError("'" + path + "': " + e.what());
   }
+  if (schema != kSchemaVersion)
+    throw SchemaVersionError("'" + path + "': has schema version " + std::to_string(schema) +
+                             ", this harness reads " + std::to_string(kSchemaVersion) +
+                             " (acquire it again with this harness)");
   return file;
 }
 

@@ -36,6 +36,12 @@ class FileError : public std::runtime_error {
   using std::runtime_error::runtime_error;
 };
 
+// A file an older (or newer) harness wrote: readable, not damaged, refused by name.
+class SchemaVersionError : public FileError {
+ public:
+  using FileError::FileError;
+};
+
 inline constexpr int kSchemaVersion = 2;
 
 struct FileIdentity {

@@ -88,4 +88,19 @@ with tempfile.TemporaryDirectory() as tmp:
     assert [open(path, "rb").read() for path in (old_h5, old_h5 + ".snapshot")] == before, \
         "a refused file was changed"
     assert sorted(os.listdir(old)) == sorted(os.listdir(acq)), "a refused file was moved or added"
+    # Only the file is an older harness's, its snapshot this one's: still refused by name, not
+    # taken for a torn file (which a resume would move aside and replace by its snapshot).
+    mixed = os.path.join(tmp, "old-file-current-snapshot")
+    shutil.copytree(acq, mixed)
+    mixed_h5 = os.path.join(mixed, "acquisition.h5")
+    with h5py.File(mixed_h5, "r+") as f:
+        f.attrs.modify("schema_version", np.int32(1))
+    before = [open(path, "rb").read() for path in (mixed_h5, mixed_h5 + ".snapshot")]
+    p = run(mpirun_cmd(2, "acquire", "--unverified", os.path.join(SOURCE_DIR, "tests/data/micro.yaml"), "--out",
+                       mixed, "--no-publish", "--quiet"), check=False)
+    assert p.returncode != 0 and "has schema version 1, this harness writes 2" in p.stderr, p.stderr
+    assert "damaged" not in p.stderr, p.stderr
+    assert [open(path, "rb").read() for path in (mixed_h5, mixed_h5 + ".snapshot")] == before, \
+        "a refused file was changed"
+    assert sorted(os.listdir(mixed)) == sorted(os.listdir(acq)), "a refused file was moved or added"
 print(f"ok: {rounds} round digests match an independent recomputation; tampered medians refused")
