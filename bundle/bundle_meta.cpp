@@ -273,4 +273,50 @@ void save_bundle_meta(const std::filesystem::path& variant_dir, const BundleMeta
   write_file_atomic(variant_dir / bundle_format::kMetaFile, meta.to_yaml());
 }
 
+std::optional<std::string> read_fidelity_file(const std::filesystem::path& tp_dir,
+                                              const BundleEntry& e, const std::string& key) {
+  if (!e.coverage.is_object() || !e.coverage.contains("fidelity")) return std::nullopt;
+  const auto& fidelity = e.coverage.at("fidelity");
+  if (!fidelity.is_object() || !fidelity.contains(key)) return std::nullopt;
+  const auto& named = fidelity.at(key);
+  const auto path =
+      tp_dir / std::filesystem::path(e.path).parent_path() / named.value("file", std::string());
+  std::string text;
+  try {
+    text = read_file(path);
+  } catch (const std::runtime_error&) {
+    throw BundleError("cannot read " + path.string() + " (named by " + key + " in meta.yaml)");
+  }
+  if (sha256_hex(text) != named.value("sha256", ""))
+    throw BundleError(path.string() + ": checksum mismatch (" + key + ".sha256 in meta.yaml)");
+  return text;
+}
+
+std::map<std::pair<Component, GridPoint>, double> read_row_clocks(
+    const std::filesystem::path& tp_dir, const BundleEntry& e) {
+  std::map<std::pair<Component, GridPoint>, double> clocks;
+  const auto text = read_fidelity_file(tp_dir, e, "row_clocks_table");
+  if (!text) return clocks;
+  int line = 1;
+  for (const auto& f : csv_data_rows(*text)) {
+    ++line;
+    const auto bad = [&] {
+      return BundleError(
+          (tp_dir / std::filesystem::path(e.path).parent_path() / bundle_format::kRowClocksFile)
+              .string() +
+          ":" + std::to_string(line) + ": expected " + bundle_format::kRowClocksHeader);
+    };
+    const auto component = f.size() == 5 ? parse_component(f[0]) : std::nullopt;
+    if (!component) throw bad();
+    if (f[4].empty()) continue;
+    try {
+      clocks[{*component, GridPoint{std::stoll(f[1]), std::stoll(f[2]), std::stoll(f[3])}}] =
+          std::stod(f[4]);
+    } catch (const std::logic_error&) {
+      throw bad();
+    }
+  }
+  return clocks;
+}
+
 }  // namespace moe

@@ -10,6 +10,7 @@
 #include <string>
 #include <vector>
 
+#include "core/component.h"
 #include "core/target.h"
 
 namespace moe {
@@ -47,6 +48,20 @@ class BundleMeta {
   [[nodiscard]] bool empty() const;
   [[nodiscard]] std::string to_yaml() const;
 };
+
+// The text of a file beside a component table that its coverage.fidelity names under `key`
+// ({file, sha256}: held_out_table, row_clocks_table), checked against that SHA-256; nullopt where
+// the entry names none (published before the file existed). `tp_dir`: <variant>/tp<N>. Throws
+// BundleError for a missing file or a checksum mismatch.
+[[nodiscard]] std::optional<std::string> read_fidelity_file(const std::filesystem::path& tp_dir,
+                                                            const BundleEntry& e,
+                                                            const std::string& key);
+
+// The mean SM clock (MHz) each row of a component table was measured at (row_clocks.csv, through
+// read_fidelity_file), by component and point; rows without one are absent, and so is every row
+// of an entry published before the file existed. Throws BundleError naming a malformed line.
+[[nodiscard]] std::map<std::pair<Component, GridPoint>, double> read_row_clocks(
+    const std::filesystem::path& tp_dir, const BundleEntry& e);
 
 // Loads <variant_dir>/meta.yaml (empty meta when absent). Throws BundleError naming the problem
 // for malformed YAML, a wrong schema, or a contract whose SHA-256 does not match.

@@ -6,6 +6,7 @@
 //   <out_root>/<variant>/colocation.yaml          (the co-location verdict)
 //   <out_root>/<variant>/tp<N>/moe_components/dp<D>_ep<E>_rank<r>_sp<0|1>/components.csv
 //                                                                        /held_out.csv
+//                                                                        /row_clocks.csv
 //                                                                        /samples.jsonl (optional)
 //   <out_root>/<variant>/tp<N>/collectives/dp<D>_ep<E>_rank<r>_sp<0|1>/collectives.csv
 #pragma once
@@ -37,6 +38,12 @@ inline constexpr const char* kTriangulationFile = "triangulation.json";
 inline constexpr const char* kHeldOutFile = "held_out.csv";
 inline constexpr const char* kHeldOutHeader =
     "component,tokens,activated_experts,local_assignments,measured_us,predicted_us";
+
+// The mean SM clock each row of components.csv was measured at, row for row (empty: not
+// recorded); coverage.fidelity.row_clocks_table names it and its SHA-256.
+inline constexpr const char* kRowClocksFile = "row_clocks.csv";
+inline constexpr const char* kRowClocksHeader =
+    "component,tokens,activated_experts,local_assignments,sm_clock_mean_mhz";
 
 inline constexpr const char* kCollectivesDir = "collectives";
 inline constexpr const char* kCollectivesFile = "collectives.csv";

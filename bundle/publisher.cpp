@@ -37,6 +37,12 @@ std::string format_time(double us) {
   return buf;
 }
 
+std::string format_clock(double mhz) {
+  char buf[64];
+  std::snprintf(buf, sizeof(buf), "%.1f", mhz);
+  return buf;
+}
+
 struct TargetWork {
   Section section = Section::moe_components;
   Target target;
@@ -48,6 +54,7 @@ struct TargetWork {
   std::string csv;
   std::string samples;        // samples.jsonl content (optional)
   std::string held_out;       // held_out.csv content (component tables)
+  std::string row_clocks;     // row_clocks.csv content (component tables)
   std::string triangulation;  // triangulation.json content (empty: no experts rows with A > 0)
   json coverage;
 };
@@ -111,10 +118,11 @@ PublishReport publish(const StoredAcquisition& acq, const std::string& h5_path,
     w.label = w.target.label();
     w.rel_path = bundle_format::components_path(w.target);
     w.dir = bundle_format::target_dir(variant_dir, w.target, bundle_format::kComponentsDir);
-    std::ostringstream csv, samples, held_out;
+    std::ostringstream csv, samples, held_out, row_clocks;
     std::map<Component, std::vector<TableRow>> published;  // the rows of csv, in its order
     csv << bundle_format::kComponentsHeader << "\n";
     held_out << bundle_format::kHeldOutHeader << "\n";
+    row_clocks << bundle_format::kRowClocksHeader << "\n";
     int rows = 0, checked = 0, failed = 0;
     double max_change = 0;
     bool ok = true, accepted = false;
@@ -176,6 +184,9 @@ PublishReport publish(const StoredAcquisition& acq, const std::string& h5_path,
         if (!p.bank_check_passed) continue;  // listed in coverage.fidelity.failed_points
         csv << name << ",eager," << p.point.tokens << "," << p.point.activated << ","
             << p.point.assignments << "," << format_time(*p.time_us) << "\n";
+        row_clocks << name << "," << p.point.tokens << "," << p.point.activated << ","
+                   << p.point.assignments << ","
+                   << (p.sm_clock_mean_mhz ? format_clock(*p.sm_clock_mean_mhz) : "") << "\n";
         published[component].push_back({p.point, *p.time_us});
         ++published_points;
       }
@@ -218,6 +229,7 @@ PublishReport publish(const StoredAcquisition& acq, const std::string& h5_path,
     w.csv = csv.str();
     w.samples = samples.str();
     w.held_out = held_out.str();
+    w.row_clocks = row_clocks.str();
     w.contract = contract.component_table(t);
     w.contract["placement"] = placement_summary;  // the co-location regime: a condition
     // The triangulation every reader interpolates the experts rows over (lookup uses it, it does
@@ -263,7 +275,9 @@ PublishReport publish(const StoredAcquisition& acq, const std::string& h5_path,
          {{"status", accepted ? "accepted-with-failures" : "validated"},
           {"components", per_component},
           {"held_out_table",
-           {{"file", bundle_format::kHeldOutFile}, {"sha256", sha256_hex(w.held_out)}}}}}};
+           {{"file", bundle_format::kHeldOutFile}, {"sha256", sha256_hex(w.held_out)}}},
+          {"row_clocks_table",
+           {{"file", bundle_format::kRowClocksFile}, {"sha256", sha256_hex(w.row_clocks)}}}}}};
     work.push_back(std::move(w));
   }
   // Collective tables beside the MoE tables.
@@ -337,8 +351,10 @@ PublishReport publish(const StoredAcquisition& acq, const std::string& h5_path,
   }
   for (const auto* w : fresh) {
     write_file_atomic(w->dir / fs::path(w->rel_path).filename(), w->csv);
-    if (w->section == Section::moe_components)
+    if (w->section == Section::moe_components) {
       write_file_atomic(w->dir / bundle_format::kHeldOutFile, w->held_out);
+      write_file_atomic(w->dir / bundle_format::kRowClocksFile, w->row_clocks);
+    }
     if (!w->triangulation.empty())
       write_file_atomic(w->dir / bundle_format::kTriangulationFile, w->triangulation);
     if (options.samples && w->section == Section::moe_components)

@@ -187,26 +187,18 @@ std::string bar_plot(const std::string& title,
 }
 
 std::vector<std::vector<std::string>> read_csv(const fs::path& p) {
-  std::vector<std::vector<std::string>> rows;
-  std::istringstream in(read_file(p));
-  std::string line;
-  std::getline(in, line);
-  while (std::getline(in, line)) rows.push_back(split_csv_line(line));
-  return rows;
+  return csv_data_rows(read_file(p));
 }
 
 // Predicted against measured for every held-out point of a component table (held_out.csv,
 // checked against its SHA-256 in the entry); empty for entries published without one.
 std::string held_out_plot(const fs::path& tp_dir, const BundleEntry& e, const std::string& title) {
-  const auto fidelity = e.coverage.value("fidelity", json::object());
-  if (!fidelity.contains("held_out_table")) return "";
-  const auto path = tp_dir / fs::path(e.path).parent_path() / bundle_format::kHeldOutFile;
-  const auto text = read_file(path);
-  if (sha256_hex(text) != fidelity["held_out_table"].value("sha256", ""))
-    throw BundleError(path.string() + ": checksum mismatch (held_out_table.sha256 in meta.yaml)");
+  const auto text = read_fidelity_file(tp_dir, e, "held_out_table");
+  if (!text) return "";
+  const auto fidelity = e.coverage.at("fidelity");
   Series series;
   int unpredicted = 0;
-  for (const auto& f : read_csv(path)) {
+  for (const auto& f : csv_data_rows(*text)) {
     if (f.size() < 6 || f[5].empty()) {
       ++unpredicted;
       continue;

@@ -118,6 +118,15 @@ std::vector<std::string> split_csv_line(const std::string& line) {
   return out;
 }
 
+std::vector<std::vector<std::string>> csv_data_rows(const std::string& text) {
+  std::vector<std::vector<std::string>> rows;
+  std::istringstream in(text);
+  std::string line;
+  std::getline(in, line);
+  while (std::getline(in, line)) rows.push_back(split_csv_line(line));
+  return rows;
+}
+
 std::string sha256_hex(const std::string& bytes) {
   unsigned char md[EVP_MAX_MD_SIZE];
   unsigned int len = 0;

@@ -40,6 +40,8 @@ void write_file_atomic(const std::filesystem::path& path, const std::string& byt
 
 // Fields of one line of our CSV tables (no quoting; a trailing comma is an empty last field).
 [[nodiscard]] std::vector<std::string> split_csv_line(const std::string& line);
+// The fields of every line after the header of a CSV text.
+[[nodiscard]] std::vector<std::vector<std::string>> csv_data_rows(const std::string& text);
 
 // Throws std::invalid_argument naming `field` unless `name` is one path component that stays in
 // its directory: not empty, not "." or "..", no '/' or NUL, at most 255 bytes.

@@ -12,6 +12,7 @@
 #include <algorithm>
 #include <chrono>
 #include <cmath>
+#include <filesystem>
 #include <iomanip>
 #include <iostream>
 #include <map>
@@ -236,6 +237,10 @@ int validate(const Args& args) {
     DeploymentKey key;  // loading first validates the entry (hashes, checksums, table)
     key.tp = e->target.tp, key.dp = e->target.dp, key.rank = e->target.rank, key.sp = e->target.sp;
     auto deployment = Deployment::load(variant_dir, key);
+    // The clock each row was measured at: beside a re-measured row's clock now, it tells an
+    // offset of the device (same clock) from one of the clock (docs/measurement.md).
+    const auto row_clocks =
+        read_row_clocks(std::filesystem::path(variant_dir) / tp_dir_name(e->target.tp), *e);
     const auto backend_name = e->contract.value("backend", "");
     if (!backend || backend->name() != backend_name) {
       backend = make_backend(backend_name, device);
@@ -290,6 +295,8 @@ int validate(const Args& args) {
           clocks_now.push_back(*p.sm_clock_mean_mhz);
         }
         if (row_set.count(p.point)) {  // a table row: answered exactly, no interpolation
+          if (const auto clock = row_clocks.find({c, p.point}); clock != row_clocks.end())
+            j["table_sm_clock_mean_mhz"] = clock->second;
           if (!p.bank_check_passed) {
             ++row_bank_failures;
             j["bank_check"] = "failed";
@@ -403,6 +410,9 @@ int validate(const Args& args) {
             std::cout << ", table " << p["table_us"].get<double>() << " us";
           if (p.contains("sm_clock_mean_mhz"))
             std::cout << ", at " << std::lround(p["sm_clock_mean_mhz"].get<double>()) << " MHz";
+          if (p.contains("table_sm_clock_mean_mhz"))
+            std::cout << " (the row: " << std::lround(p["table_sm_clock_mean_mhz"].get<double>())
+                      << " MHz)";
           if (p.contains("unpredicted")) std::cout << ", " << p["unpredicted"].get<std::string>();
           if (p.contains("bank_check")) std::cout << ", failed B/2B";
           std::cout << "\n";

@@ -79,5 +79,48 @@ TEST(BundleMeta, TargetAndPathAreUnderTheContract) {
         << bad;
 }
 
+TEST(BundleMeta, RowClocksAreReadUnderTheirChecksum) {
+  const auto tp_dir =
+      std::filesystem::temp_directory_path() / ("row_clocks_" + std::to_string(::getpid()));
+  const Target target{1, 1, 1, 0, false};
+  BundleEntry e{target, bundle_format::components_path(target), {}, "", {}, {}};
+  const auto dir = tp_dir / std::filesystem::path(e.path).parent_path();
+  std::filesystem::create_directories(dir);
+  // Published before the file existed: no clocks, no error.
+  EXPECT_TRUE(read_row_clocks(tp_dir, e).empty());
+  const auto sign = [&](const std::string& text) {
+    write_file_atomic(dir / bundle_format::kRowClocksFile, text);
+    e.coverage["fidelity"]["row_clocks_table"] = {{"file", bundle_format::kRowClocksFile},
+                                                  {"sha256", sha256_hex(text)}};
+  };
+  const std::string header = std::string(bundle_format::kRowClocksHeader) + "\n";
+  sign(header + "gate_routing,16,0,0,1974.5\nexperts,16,8,128,\nexperts,16,128,128,1884.0\n");
+  const auto clocks = read_row_clocks(tp_dir, e);
+  ASSERT_EQ(clocks.size(), 2u);  // the row without a clock is absent
+  EXPECT_DOUBLE_EQ(clocks.at({Component::gate_routing, GridPoint{16, 0, 0}}), 1974.5);
+  EXPECT_DOUBLE_EQ(clocks.at({Component::experts, GridPoint{16, 128, 128}}), 1884.0);
+  const auto error_of = [&] {
+    try {
+      (void)read_row_clocks(tp_dir, e);
+    } catch (const BundleError& err) {
+      return std::string(err.what());
+    }
+    return std::string("no error");
+  };
+  write_file_atomic(dir / bundle_format::kRowClocksFile, header + "experts,16,8,128,1900.0\n");
+  EXPECT_NE(error_of().find("checksum mismatch (row_clocks_table.sha256 in meta.yaml)"),
+            std::string::npos);
+  for (const char* line : {"shared,1,0,0,1900.0", "experts,16,8,1900.0", "experts,16,x,128,1"}) {
+    sign(header + "experts,1,1,1,1960.0\n" + line + "\n");
+    EXPECT_NE(error_of().find(std::string(bundle_format::kRowClocksFile) + ":3: expected " +
+                              bundle_format::kRowClocksHeader),
+              std::string::npos)
+        << line << ": " << error_of();
+  }
+  std::filesystem::remove(dir / bundle_format::kRowClocksFile);
+  EXPECT_NE(error_of().find("(named by row_clocks_table in meta.yaml)"), std::string::npos);
+  std::filesystem::remove_all(tp_dir);
+}
+
 }  // namespace
 }  // namespace moe

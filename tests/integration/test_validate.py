@@ -99,10 +99,28 @@ with tempfile.TemporaryDirectory() as tmp:
         assert abs(c["sm_clock_mean_mhz"]["now"] - now) < 1e-9, (name, c["sm_clock_mean_mhz"], now)
         table_clock = published["coverage"]["fidelity"]["components"][name]["sm_clock_mean_mhz"]["median"]
         assert c["sm_clock_mean_mhz"]["table"] == table_clock, (name, c["sm_clock_mean_mhz"], table_clock)
+        # Each re-measured row beside the clock it was measured at (row_clocks.csv): the model's.
+        for pt in c["table_rows"]["points"]:
+            assert abs(pt["table_sm_clock_mean_mhz"] - staircase_sm_clock_mhz(pt["point"][0])) <= 0.5, (name, pt)
+    # row_clocks.csv: one line per row of components.csv, in its order, under its checksum.
+    table_dir = os.path.dirname(table)
+    clocks_text = open(os.path.join(table_dir, "row_clocks.csv")).read()
+    assert published["coverage"]["fidelity"]["row_clocks_table"] == \
+        {"file": "row_clocks.csv", "sha256": hashlib.sha256(clocks_text.encode()).hexdigest()}
+    clock_lines = clocks_text.splitlines()
+    assert clock_lines[0] == "component,tokens,activated_experts,local_assignments,sm_clock_mean_mhz"
+    table_lines = open(table).read().splitlines()[1:]
+    assert [r.rsplit(",", 1)[0] for r in clock_lines[1:]] == \
+        [",".join(r.split(",")[:1] + r.split(",")[2:5]) for r in table_lines], "row_clocks.csv rows differ"
+    for r in clock_lines[1:]:
+        f = r.split(",")
+        assert abs(float(f[4]) - staircase_sm_clock_mhz(int(f[1]))) <= 0.5, r
     text = run([HARNESS, "validate", bundle, "--points", "10", "--seed", "11"], check=False).stdout
     g = comps["gate_routing"]["sm_clock_mean_mhz"]
     whole = lambda mhz: math.floor(mhz + 0.5)  # std::lround
     assert f"mean SM clock (median): now {whole(g['now'])} MHz, the table's rows {whole(g['table'])} MHz" in text, text
+    row = comps["gate_routing"]["table_rows"]["points"][0]
+    assert f"at {whole(row['sm_clock_mean_mhz'])} MHz (the row: {whole(row['table_sm_clock_mean_mhz'])} MHz)" in text, text
     assert comps["wrapper"]["max_abs_relative_error"] < 1e-9
     assert comps["gate_routing"]["max_abs_relative_error"] < 0.0101
 
@@ -180,6 +198,23 @@ with tempfile.TemporaryDirectory() as tmp:
     expect_error([bundle, "--format", "xml"], "--format must be text or json")
     expect_error([bundle, "--routing", "skewed"], "--routing must be random or balanced, got 'skewed'")
     expect_error([], "name the bundle variant directory")
+    # row_clocks.csv changed under its checksum, then re-signed but malformed, then gone.
+    clocks = os.path.join(tmp, "clocks")
+    shutil.copytree(bundle, clocks)
+    clocks_csv = os.path.join(clocks, "tp1/moe_components/dp1_ep1_rank0_sp0/row_clocks.csv")
+    open(clocks_csv, "a").write("experts,9,9,9,1.0\n")
+    expect_error([clocks, "--points", "2"], "row_clocks.csv: checksum mismatch (row_clocks_table.sha256 in meta.yaml)")
+    bad = clocks_text.replace("\n", "\nexperts,x,1,1,1900.0\n", 1)
+    open(clocks_csv, "w").write(bad)
+    meta_path = os.path.join(clocks, "meta.yaml")
+    doc = yaml.safe_load(open(meta_path))
+    doc["per_tp"][1]["moe_components"]["entries"][0]["coverage"]["fidelity"]["row_clocks_table"]["sha256"] = \
+        hashlib.sha256(bad.encode()).hexdigest()
+    yaml.safe_dump(doc, open(meta_path, "w"))
+    expect_error([clocks, "--points", "2"], "row_clocks.csv:2: expected component,tokens,activated_experts,"
+                 "local_assignments,sm_clock_mean_mhz")
+    os.remove(clocks_csv)
+    expect_error([clocks, "--points", "2"], "cannot read " + clocks_csv + " (named by row_clocks_table in meta.yaml)")
     for name, change, needle in (
         ("elsewhere", lambda hw: hw["devices"][0].update(device="NVIDIA H200"),
          "was measured on NVIDIA H200, but this machine's staircase_model backend runs on "
