@@ -49,7 +49,16 @@ const char* colour_of(const std::string& series) {
 enum class PlotStyle {
   lines,                // one polyline per series through its points
   points_and_diagonal,  // points only, with the y = x line (predicted against measured)
+  lines_linear_y,       // as lines, on a linear y axis (a quantity of narrow range: clocks)
 };
+
+// A step of 1, 2 or 5 times a power of ten, about a fifth of `range`: the linear axis's ticks.
+double tick_step(double range) {
+  const double raw = range / 5, decade = std::pow(10.0, std::floor(std::log10(raw)));
+  for (const double m : {1.0, 2.0, 5.0})
+    if (m * decade >= raw) return m * decade;
+  return 10 * decade;
+}
 
 // The mean SM clock each component's rows were measured at (coverage.fidelity), one line.
 std::string clock_line(const BundleEntry& e) {
@@ -72,7 +81,7 @@ std::string clock_line(const BundleEntry& e) {
   return s.str();
 }
 
-// A log-log plot as inline SVG.
+// A plot on a log x axis as inline SVG; log y too unless the style says linear.
 std::string log_plot(const std::string& title, const std::string& table, const std::string& xlabel,
                      const std::string& ylabel, const Series& series,
                      PlotStyle style = PlotStyle::lines) {
@@ -86,10 +95,16 @@ std::string log_plot(const std::string& title, const std::string& table, const s
   if (style == PlotStyle::points_and_diagonal)  // same range on both axes: y = x is diagonal
     x0 = y0 = std::min(x0, y0), x1 = y1 = std::max(x1, y1);
   const double lx0 = std::log10(x0), lx1 = std::max(std::log10(x1), lx0 + 1e-9);
+  const bool linear_y = style == PlotStyle::lines_linear_y;
+  if (linear_y) {  // a margin of a tenth of the range (at least 1) above and below
+    const double pad = std::max(1.0, (y1 - y0) / 10);
+    y0 -= pad, y1 += pad;
+  }
   const double ly0 = std::log10(y0), ly1 = std::max(std::log10(y1), ly0 + 1e-9);
   const auto px = [&](double x) { return l + (std::log10(x) - lx0) / (lx1 - lx0) * (w - l - r); };
   const auto py = [&](double y) {
-    return h - b - (std::log10(y) - ly0) / (ly1 - ly0) * (h - t - b);
+    const double f = linear_y ? (y - y0) / (y1 - y0) : (std::log10(y) - ly0) / (ly1 - ly0);
+    return h - b - f * (h - t - b);
   };
   std::ostringstream s;
   s << "<svg class=\"plot\" data-table=\"" << esc(table) << "\" width=\"" << w << "\" height=\""
@@ -106,12 +121,21 @@ std::string log_plot(const std::string& title, const std::string& table, const s
       << "\" stroke=\"#ddd\"/><text x=\"" << px(v) << "\" y=\"" << h - b + 14
       << "\" text-anchor=\"middle\">1e" << d << "</text>";
   }
-  for (int d = static_cast<int>(std::floor(ly0)); d <= static_cast<int>(std::ceil(ly1)); ++d) {
-    const double v = std::pow(10.0, d);
-    if (v < y0 / 1.0001 || v > y1 * 1.0001) continue;
+  const auto y_tick = [&](double v, const std::string& label) {
     s << "<line x1=\"" << l << "\" x2=\"" << w - r << "\" y1=\"" << py(v) << "\" y2=\"" << py(v)
-      << "\" stroke=\"#ddd\"/><text x=\"" << l - 4 << "\" y=\"" << py(v) + 4
-      << "\" text-anchor=\"end\">1e" << d << "</text>";
+      << "\" stroke=\"#ddd\"/><text class=\"y-tick\" x=\"" << l - 4 << "\" y=\"" << py(v) + 4
+      << "\" text-anchor=\"end\">" << label << "</text>";
+  };
+  if (linear_y) {
+    const double step = tick_step(y1 - y0);
+    for (double v = std::ceil(y0 / step) * step; v <= y1; v += step)
+      y_tick(v, std::to_string(std::lround(v)));
+  } else {
+    for (int d = static_cast<int>(std::floor(ly0)); d <= static_cast<int>(std::ceil(ly1)); ++d) {
+      const double v = std::pow(10.0, d);
+      if (v < y0 / 1.0001 || v > y1 * 1.0001) continue;
+      y_tick(v, "1e" + std::to_string(d));
+    }
   }
   s << "<text x=\"" << (l + w - r) / 2 << "\" y=\"" << h - 12 << "\" text-anchor=\"middle\">"
     << esc(xlabel) << "</text><text x=\"14\" y=\"" << (t + h - b) / 2
@@ -125,7 +149,7 @@ std::string log_plot(const std::string& title, const std::string& table, const s
     auto pts = pts0;
     std::sort(pts.begin(), pts.end());
     const char* c = colour_of(name);
-    if (style == PlotStyle::lines) {
+    if (style != PlotStyle::points_and_diagonal) {
       // A NaN value is a gap: the line stops there and starts again after it.
       bool open = false;
       for (auto [x, y] : pts) {
@@ -227,18 +251,27 @@ Report render_report(const fs::path& dir) {
   for (const auto& [tp, entries] : meta.per_tp(Section::moe_components))
     for (const auto& e : entries) {
       const auto rows = read_csv(dir / tp_dir_name(tp) / e.path);
+      const auto row_clocks = read_row_clocks(dir / tp_dir_name(tp), e);
       // One line per local component and per activated-experts value; where several M were
-      // measured at one (N, A) the line follows the largest M.
-      std::map<std::string, std::map<double, std::pair<double, double>>>
-          lines;  // label -> N -> (M, t)
+      // measured at one (N, A) the line follows the largest M. The clocks plot the same rows.
+      std::map<std::string, std::map<double, std::pair<double, double>>> lines,
+          clock_lines;  // label -> N -> (M, t) and (M, clock)
       std::vector<double> times;
+      const auto follow = [](auto& by_n, double n, double m, double v) {
+        auto [it, fresh] = by_n.try_emplace(n, m, v);
+        if (!fresh && m > it->second.first) it->second = {m, v};
+      };
       for (const auto& f : rows) {
         const double tok = std::stod(f.at(2)), m = std::stod(f.at(4)), t = std::stod(f.at(5));
         const std::string label = f[0] == "experts" ? "experts A=" + f[3] : f[0];
-        auto [it, fresh] = lines[label].try_emplace(tok, m, t);
-        if (!fresh && m > it->second.first) it->second = {m, t};
+        follow(lines[label], tok, m, t);
         times.push_back(t);
         sanity.add("time_us", t);
+        const auto component = parse_component(f[0]);
+        const GridPoint point{std::stoll(f[2]), std::stoll(f[3]), std::stoll(f[4])};
+        if (const auto c = component ? row_clocks.find({*component, point}) : row_clocks.end();
+            c != row_clocks.end())
+          follow(clock_lines[label], tok, m, c->second);
       }
       // Where the point the line would follow failed the weight-bank control and was left out,
       // the line has a gap rather than a step to a smaller M (which would zig-zag).
@@ -261,6 +294,13 @@ Report render_report(const fs::path& dir) {
           tp_dir_name(tp) + "/" + fs::path(e.path).parent_path().filename().string();
       body << "<h3>" << esc(title) << "</h3>" << clock_line(e)
            << log_plot(title, e.path, "tokens (rows)", "time (us)", series);
+      if (!clock_lines.empty()) {  // row_clocks.csv: where the power cap lowers the clock
+        Series clocks;
+        for (const auto& [label, by_n] : clock_lines)
+          for (const auto& [n, mc] : by_n) clocks[label].push_back({n, mc.second});
+        body << log_plot(title + ": mean SM clock of each row", "row_clocks/" + e.path,
+                         "tokens (rows)", "mean SM clock (MHz)", clocks, PlotStyle::lines_linear_y);
+      }
       ++tables;
       body << held_out_plot(dir / tp_dir_name(tp), e, title);
     }

@@ -79,6 +79,7 @@ with tempfile.TemporaryDirectory() as tmp:
     # Each component table states the clock its rows ran at; the CPU backend has none to state.
     assert page.count('<p class="clock">mean SM clock of the rows: ') == 3, page.count('class="clock"')
     assert "gate_routing not recorded;" in page and "experts not recorded;" in page
+    assert 'data-table="row_clocks/' not in page  # no row has a clock to plot
     assert page.count('data-table="colocation"') == 1
     # A series keeps its colour across plots: every legend entry of one name has one colour.
     legend = {}
@@ -123,4 +124,17 @@ with tempfile.TemporaryDirectory() as tmp:
                     "--window-size=1000,1600", f"file://{html}"], check=True, capture_output=True, timeout=120)
     colors = png_colors(shot)
     assert len(colors) > 8, f"screenshot looks blank ({len(colors)} colors)"
+    # A backend with a device clock (the staircase model's, 1980 - 5 N MHz): each table also plots
+    # the clock of its rows against tokens, on a linear axis with whole-MHz ticks.
+    run(mpirun_cmd(1, "acquire", os.path.join(SOURCE_DIR, "tests/data/staircase.yaml"), "--out-root", root,
+                   "--quiet"))
+    run([HARNESS, "report", os.path.join(root, "staircase"), "--out", html])
+    clock_page = open(html).read()
+    (svg,) = re.findall(r'<svg class="plot" data-table="row_clocks/moe_components/.*?</svg>', clock_page, re.S)
+    assert "mean SM clock of each row" in svg and "mean SM clock (MHz)" in svg
+    series = set(re.findall(r'<polyline class="series" data-series="([^"]+)"', svg))
+    assert {"gate_routing", "wrapper"} <= series and any(n.startswith("experts A=") for n in series), series
+    ticks = [int(t) for t in re.findall(r'<text class="y-tick"[^>]*>(-?\d+)</text>', svg)]
+    assert len(ticks) >= 3 and ticks == sorted(ticks), ticks
+    assert 1600 <= ticks[0] and ticks[-1] <= 2000 and len({b - a for a, b in zip(ticks, ticks[1:])}) == 1, ticks
 print(f"ok: {tables} table plots, screenshot with {len(colors)} colors")
