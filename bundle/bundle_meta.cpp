@@ -273,14 +273,24 @@ void save_bundle_meta(const std::filesystem::path& variant_dir, const BundleMeta
   write_file_atomic(variant_dir / bundle_format::kMetaFile, meta.to_yaml());
 }
 
+namespace {
+
+// A file beside the entry's table.
+std::filesystem::path beside_table(const std::filesystem::path& tp_dir, const BundleEntry& e,
+                                   const char* file) {
+  return tp_dir / std::filesystem::path(e.path).parent_path() / file;
+}
+
+}  // namespace
+
 std::optional<std::string> read_fidelity_file(const std::filesystem::path& tp_dir,
-                                              const BundleEntry& e, const std::string& key) {
+                                              const BundleEntry& e, const std::string& key,
+                                              const char* file) {
   if (!e.coverage.is_object() || !e.coverage.contains("fidelity")) return std::nullopt;
   const auto& fidelity = e.coverage.at("fidelity");
   if (!fidelity.is_object() || !fidelity.contains(key)) return std::nullopt;
   const auto& named = fidelity.at(key);
-  const auto path =
-      tp_dir / std::filesystem::path(e.path).parent_path() / named.value("file", std::string());
+  const auto path = beside_table(tp_dir, e, file);
   std::string text;
   try {
     text = read_file(path);
@@ -295,16 +305,16 @@ std::optional<std::string> read_fidelity_file(const std::filesystem::path& tp_di
 std::map<std::pair<Component, GridPoint>, double> read_row_clocks(
     const std::filesystem::path& tp_dir, const BundleEntry& e) {
   std::map<std::pair<Component, GridPoint>, double> clocks;
-  const auto text = read_fidelity_file(tp_dir, e, "row_clocks_table");
+  const auto text =
+      read_fidelity_file(tp_dir, e, "row_clocks_table", bundle_format::kRowClocksFile);
   if (!text) return clocks;
+  const auto path = beside_table(tp_dir, e, bundle_format::kRowClocksFile).string();
   int line = 1;
   for (const auto& f : csv_data_rows(*text)) {
     ++line;
     const auto bad = [&] {
-      return BundleError(
-          (tp_dir / std::filesystem::path(e.path).parent_path() / bundle_format::kRowClocksFile)
-              .string() +
-          ":" + std::to_string(line) + ": expected " + bundle_format::kRowClocksHeader);
+      return BundleError(path + ":" + std::to_string(line) + ": expected " +
+                         bundle_format::kRowClocksHeader);
     };
     const auto component = f.size() == 5 ? parse_component(f[0]) : std::nullopt;
     if (!component) throw bad();

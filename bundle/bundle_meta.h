@@ -49,13 +49,15 @@ class BundleMeta {
   [[nodiscard]] std::string to_yaml() const;
 };
 
-// The text of a file beside a component table that its coverage.fidelity names under `key`
+// The text of `file` beside a component table, which its coverage.fidelity names under `key`
 // ({file, sha256}: held_out_table, row_clocks_table), checked against that SHA-256; nullopt where
-// the entry names none (published before the file existed). `tp_dir`: <variant>/tp<N>. Throws
-// BundleError for a missing file or a checksum mismatch.
+// the entry names none (published before the file existed). `tp_dir`: <variant>/tp<N>. The name
+// is the format's (bundle/format.h), never a path read from meta.yaml. Throws BundleError for a
+// missing file or a checksum mismatch.
 [[nodiscard]] std::optional<std::string> read_fidelity_file(const std::filesystem::path& tp_dir,
                                                             const BundleEntry& e,
-                                                            const std::string& key);
+                                                            const std::string& key,
+                                                            const char* file);
 
 // The mean SM clock (MHz) each row of a component table was measured at (row_clocks.csv, through
 // read_fidelity_file), by component and point; rows without one are absent, and so is every row

@@ -217,7 +217,7 @@ std::vector<std::vector<std::string>> read_csv(const fs::path& p) {
 // Predicted against measured for every held-out point of a component table (held_out.csv,
 // checked against its SHA-256 in the entry); empty for entries published without one.
 std::string held_out_plot(const fs::path& tp_dir, const BundleEntry& e, const std::string& title) {
-  const auto text = read_fidelity_file(tp_dir, e, "held_out_table");
+  const auto text = read_fidelity_file(tp_dir, e, "held_out_table", bundle_format::kHeldOutFile);
   if (!text) return "";
   const auto fidelity = e.coverage.at("fidelity");
   Series series;
@@ -253,25 +253,26 @@ Report render_report(const fs::path& dir) {
       const auto rows = read_csv(dir / tp_dir_name(tp) / e.path);
       const auto row_clocks = read_row_clocks(dir / tp_dir_name(tp), e);
       // One line per local component and per activated-experts value; where several M were
-      // measured at one (N, A) the line follows the largest M. The clocks plot the same rows.
-      std::map<std::string, std::map<double, std::pair<double, double>>> lines,
-          clock_lines;  // label -> N -> (M, t) and (M, clock)
-      std::vector<double> times;
-      const auto follow = [](auto& by_n, double n, double m, double v) {
-        auto [it, fresh] = by_n.try_emplace(n, m, v);
-        if (!fresh && m > it->second.first) it->second = {m, v};
+      // measured at one (N, A) the line follows the largest M. The clock plot follows the same
+      // rows (NaN: the row has no clock, or a gap).
+      struct Followed {
+        double m, t, clock;
       };
+      std::map<std::string, std::map<double, Followed>> lines;  // label -> N -> row
+      std::vector<double> times;
       for (const auto& f : rows) {
         const double tok = std::stod(f.at(2)), m = std::stod(f.at(4)), t = std::stod(f.at(5));
         const std::string label = f[0] == "experts" ? "experts A=" + f[3] : f[0];
-        follow(lines[label], tok, m, t);
+        const auto component = parse_component(f[0]);
+        const auto c =
+            component ? row_clocks.find({*component, GridPoint{std::stoll(f[2]), std::stoll(f[3]),
+                                                               std::stoll(f[4])}})
+                      : row_clocks.end();
+        const double clock = c == row_clocks.end() ? std::nan("") : c->second;
+        auto [it, fresh] = lines[label].try_emplace(tok, Followed{m, t, clock});
+        if (!fresh && m > it->second.m) it->second = {m, t, clock};
         times.push_back(t);
         sanity.add("time_us", t);
-        const auto component = parse_component(f[0]);
-        const GridPoint point{std::stoll(f[2]), std::stoll(f[3]), std::stoll(f[4])};
-        if (const auto c = component ? row_clocks.find({*component, point}) : row_clocks.end();
-            c != row_clocks.end())
-          follow(clock_lines[label], tok, m, c->second);
       }
       // Where the point the line would follow failed the weight-bank control and was left out,
       // the line has a gap rather than a step to a smaller M (which would zig-zag).
@@ -283,24 +284,26 @@ Report render_report(const fs::path& dir) {
         if (!p.is_array() || p.size() != 3) continue;
         auto& line = lines["experts A=" + p[1].dump()];
         const double n = p[0].get<double>(), m = p[2].get<double>();
-        if (const auto it = line.find(n); it == line.end() || it->second.first < m)
-          line[n] = {m, std::nan("")};
+        if (const auto it = line.find(n); it == line.end() || it->second.m < m)
+          line[n] = {m, std::nan(""), std::nan("")};
       }
-      Series series;
+      Series series, clocks;
       for (const auto& [label, by_n] : lines)
-        for (const auto& [n, mt] : by_n) series[label].push_back({n, mt.second});
+        for (const auto& [n, row] : by_n) {
+          series[label].push_back({n, row.t});
+          clocks[label].push_back({n, row.clock});
+        }
+      std::erase_if(clocks, [](const auto& line) {  // no legend entry for a line without a clock
+        return std::ranges::all_of(line.second, [](const auto& p) { return std::isnan(p.second); });
+      });
       sanity.add_table(e.path, times);
       const std::string title =
           tp_dir_name(tp) + "/" + fs::path(e.path).parent_path().filename().string();
       body << "<h3>" << esc(title) << "</h3>" << clock_line(e)
            << log_plot(title, e.path, "tokens (rows)", "time (us)", series);
-      if (!clock_lines.empty()) {  // row_clocks.csv: where the power cap lowers the clock
-        Series clocks;
-        for (const auto& [label, by_n] : clock_lines)
-          for (const auto& [n, mc] : by_n) clocks[label].push_back({n, mc.second});
+      if (!clocks.empty())  // row_clocks.csv: where the power cap lowers the clock
         body << log_plot(title + ": mean SM clock of each row", "row_clocks/" + e.path,
                          "tokens (rows)", "mean SM clock (MHz)", clocks, PlotStyle::lines_linear_y);
-      }
       ++tables;
       body << held_out_plot(dir / tp_dir_name(tp), e, title);
     }

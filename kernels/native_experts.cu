@@ -35,8 +35,8 @@ __device__ __forceinline__ float round_bf16(float v) {
 // last block to finish (ticket) scans the totals into offsets and the tile table, then resets the
 // totals and the ticket for the next forward (so a forward needs no memset). With a single block
 // the same kernel also writes the positions; with more, scatter_routes does (a second launch:
-// docs/native-backend.md#what-one-forward-runs: one block of two lanes per thread beat the two
-// launches on the H200, one of four to sixteen lanes per thread did not).
+// docs/native-backend.md#one-plan-block-up-to-2048-lanes: one block of two lanes per thread beat
+// the two launches on the H200, one of four to sixteen lanes per thread did not).
 constexpr int kPlanLanesPerThread = 2;
 
 __global__ void __launch_bounds__(kPlanThreads)
