@@ -1,6 +1,7 @@
 #include <algorithm>
 #include <cmath>
 #include <numeric>
+#include <optional>
 #include <stdexcept>
 
 #include "kernels/cuda_common.cuh"
@@ -14,7 +15,8 @@ namespace moe::cuda {
 
 namespace {
 
-// What every CUDA workload shares: the input rows x [rows][H] (random, seeded from the spec),
+// What every CUDA workload shares: the input rows x [rows][H] (random, seeded from the spec;
+// x_rows of them, all random, for a kernel that also reads padding rows past the routed ones),
 // the stream and cuBLAS handle, and verification: for each bank, poison the outputs, run one
 // forward and compare every row with the independent GPU reference (gpu_reference.cuh).
 class CudaWorkload : public Workload {
@@ -35,7 +37,7 @@ class CudaWorkload : public Workload {
 
  protected:
   CudaWorkload(const WorkloadSpec& spec, std::shared_ptr<const CudaWeights> weights, cudaStream_t s,
-               cublasHandle_t blas)
+               cublasHandle_t blas, std::optional<int> x_rows = {})
       : spec_(spec),
         g_(spec.geometry),
         weights_(std::move(weights)),
@@ -44,7 +46,7 @@ class CudaWorkload : public Workload {
         rows_(static_cast<int>(spec.point.tokens)) {
     if (g_.weight_dtype != Dtype::bf16)
       throw std::invalid_argument("the CUDA backends measure bf16 weights only");
-    x_ = DeviceBuffer<bf16>(row_elements());
+    x_ = DeviceBuffer<bf16>(static_cast<std::size_t>(x_rows.value_or(rows_)) * g_.hidden);
     fill(x_, spec.seed * 3 + 1, 1.0f, s_);
   }
 
@@ -77,7 +79,9 @@ class GateWorkload final : public CudaWorkload {
  public:
   GateWorkload(const WorkloadSpec& spec, std::shared_ptr<const CudaWeights> weights, cudaStream_t s,
                cublasHandle_t blas)
-      : CudaWorkload(spec, std::move(weights), s, blas), flag_(1) {
+      : CudaWorkload(spec, std::move(weights), s, blas,
+                     GateEngine::input_rows(static_cast<int>(spec.point.tokens))),
+        flag_(1) {
     HARNESS_CHECK(cudaMemsetAsync(flag_.get(), 0, sizeof(int), s_));
     const std::size_t eh = static_cast<std::size_t>(g_.experts) * g_.hidden;
     const float scale = 1.0f / std::sqrt(static_cast<float>(g_.hidden));
@@ -99,6 +103,11 @@ class GateWorkload final : public CudaWorkload {
 
   void forward(int) override {
     gate_->forward(x_.get(), ids_.get(), route_weights_.get(), flag_.get());
+  }
+
+  std::string configuration() const override {
+    if (gate_->gemm_rows() == rows_) return {};
+    return "router GEMM on " + std::to_string(gate_->gemm_rows()) + " rows";
   }
 
   bool take_route_error() override {

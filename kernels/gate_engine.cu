@@ -49,7 +49,7 @@ __global__ void split_router_planes(const float* w, std::size_t n, bf16* planes)
 
 GateEngine::GateEngine(const ModelGeometry& g, int rows, const void* router, cudaStream_t s,
                        cublasHandle_t blas)
-    : g_(g), rows_(rows), s_(s), blas_(blas) {
+    : g_(g), rows_(rows), gemm_rows_(input_rows(rows)), s_(s), blas_(blas) {
   if (g.experts > kMaxRouterExperts || g.top_k > 32 || g.top_k > g.experts)
     throw std::invalid_argument("the CUDA gate covers E <= " + std::to_string(kMaxRouterExperts) +
                                 " and k <= min(32, E); " + g.name + " has E=" +
@@ -65,13 +65,13 @@ GateEngine::GateEngine(const ModelGeometry& g, int rows, const void* router, cud
   } else {
     planes_ptr_ = static_cast<const bf16*>(router);
   }
-  logits_ = DeviceBuffer<float>(static_cast<std::size_t>(rows) * planes_ * g.experts);
+  logits_ = DeviceBuffer<float>(static_cast<std::size_t>(gemm_rows_) * planes_ * g.experts);
 }
 
 void GateEngine::forward(const bf16* x, int* ids, float* weights, int* flag) {
   const float one = 1.0f, zero = 0.0f;
   const int m = planes_ * g_.experts;
-  HARNESS_CHECK(cublasGemmEx(blas_, CUBLAS_OP_T, CUBLAS_OP_N, m, rows_, g_.hidden, &one,
+  HARNESS_CHECK(cublasGemmEx(blas_, CUBLAS_OP_T, CUBLAS_OP_N, m, gemm_rows_, g_.hidden, &one,
                              planes_ptr_, CUDA_R_16BF, g_.hidden, x, CUDA_R_16BF, g_.hidden, &zero,
                              logits_.get(), CUDA_R_32F, m, CUBLAS_COMPUTE_32F,
                              CUBLAS_GEMM_DEFAULT));

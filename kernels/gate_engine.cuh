@@ -18,23 +18,40 @@ inline constexpr int kMaxRouterExperts = 1024;
 // along the GEMM's M: every product is exact and accumulates in fp32, so the logits keep fp32
 // semantics (softmax_topk adds the three plane logits) at the bf16 tensor-core rate, instead of
 // an SGEMM on CUDA cores over an fp32 copy of x.
+//
+// From kRowAlignment rows the GEMM runs on the rows rounded up to a multiple of it: above about
+// 2048 rows cuBLAS's heuristics pick a slower kernel for most row counts that are not a multiple
+// of 8 (up to 20 % of the gate on the H200), so the gate's time was a comb in N that no table can
+// interpolate. Fewer rows are not rounded: there 8 rows measured 3-5 % slower than 1-5
+// (docs/native-backend.md#the-router-gemm-on-rows-rounded-up-to-8).
 class GateEngine {
  public:
+  static constexpr int kRowAlignment = 8;
+  // Rows of x a forward over `rows` routed rows reads: the rows past `rows` are the GEMM's
+  // padding, any values, and their logits are never used.
+  [[nodiscard]] static int input_rows(int rows) {
+    return rows < kRowAlignment ? rows : (rows + kRowAlignment - 1) / kRowAlignment * kRowAlignment;
+  }
+
   // `router` is the device [E][H] router of g.router_dtype; a bf16 one must outlive the engine.
   GateEngine(const ModelGeometry& g, int rows, const void* router, cudaStream_t s,
              cublasHandle_t blas);
-  // Routes of every row of x [rows][H] into ids/weights [rows][k]; raises *flag on invalid lanes.
+  // Routes of every row of x [input_rows(rows)][H] into ids/weights [rows][k]; raises *flag on
+  // invalid lanes.
   void forward(const bf16* x, int* ids, float* weights, int* flag);
+  // The GEMM's rows: input_rows(rows).
+  [[nodiscard]] int gemm_rows() const { return gemm_rows_; }
 
  private:
   ModelGeometry g_;
   int rows_;
+  int gemm_rows_;
   cudaStream_t s_;
   cublasHandle_t blas_;
   int planes_ = 1;
   const bf16* planes_ptr_ = nullptr;  // [planes][E][H]
   DeviceBuffer<bf16> plane_buffer_;   // fp32 routers only
-  DeviceBuffer<float> logits_;        // [rows][planes][E]
+  DeviceBuffer<float> logits_;        // [gemm rows][planes][E]
 };
 
 }  // namespace moe::cuda

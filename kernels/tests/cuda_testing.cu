@@ -3,6 +3,7 @@
 #include <cublas_v2.h>
 #include <cuda_runtime.h>
 
+#include <limits>
 #include <stdexcept>
 
 #include "kernels/cuda_common.cuh"
@@ -88,7 +89,11 @@ DeviceGateResult run_gate_on_device(const std::string& backend, int device, cons
   Stream stream;
   Cublas blas(stream.get());
   const int rows = static_cast<int>(x.size() / g.hidden);
-  auto dx = upload_bf16(x);
+  // The GEMM's padding rows are NaN: a padding row that reached a routed row's logits would show.
+  std::vector<float> padded = x;
+  padded.resize(static_cast<std::size_t>(GateEngine::input_rows(rows)) * g.hidden,
+                std::numeric_limits<float>::quiet_NaN());
+  auto dx = upload_bf16(padded);
   DeviceBuffer<bf16> router_bf16;
   DeviceBuffer<float> router_f32;
   const void* router_ptr = nullptr;

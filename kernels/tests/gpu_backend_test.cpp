@@ -247,6 +247,24 @@ TEST_P(GpuBackend, GateRoutesEveryRowLikeTheReference) {
   }
 }
 
+// From 8 rows the router GEMM runs on the rows rounded up to a multiple of 8 (padding rows of x
+// it reads; the NaN padding of run_gate_on_device checks that they reach no routed row), fewer
+// rows as they are; the configuration names the GEMM's rows, and the rounded points verify
+// against the reference through the workload (its x padding rows random).
+TEST_P(GpuBackend, GateGemmRowsAreRoundedUpToEightFromEightRows) {
+  REQUIRE_GPU();
+  const auto qwen = *find_preset("qwen3-30b-a3b");
+  const Target ep1{1, 1, 1, 0, false};
+  auto backend = make_cuda_backend(GetParam(), 0);
+  for (const auto& [tokens, config] :
+       {std::pair{5, ""}, std::pair{8, ""}, std::pair{9, "router GEMM on 16 rows"},
+        std::pair{4096, ""}, std::pair{4097, "router GEMM on 4104 rows"}}) {
+    const WorkloadSpec spec{qwen, ep1, Component::gate_routing, {tokens, 0, 0}, 1, 1};
+    EXPECT_EQ(backend->make(spec, backend->make_weights(spec))->configuration(), config) << tokens;
+    expect_matches_reference(GetParam(), qwen, ep1, Component::gate_routing, {tokens, 0, 0});
+  }
+}
+
 // A NaN in a token's hidden state makes its routes invalid: padding and the flag, the other
 // rows untouched (docs/measurement.md).
 TEST_P(GpuBackend, GateTurnsNanRowsIntoPaddingAndRaisesTheFlag) {
