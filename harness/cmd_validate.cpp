@@ -260,6 +260,9 @@ int validate(const Args& args) {
                   {"device", here_id},
                   {"table_devices", measured_on},
                   {"same_device", measured_on.size() == 1 && measured_on[0] == here_id},
+                  // false for entries published before row_clocks.csv: no row's own clock
+                  {"row_clocks_recorded",
+                   e->coverage.value("fidelity", json::object()).contains("row_clocks_table")},
                   {"components", json::array()}};
     for (const auto c : deployment.components()) {
       std::set<GridPoint> grid;
@@ -359,6 +362,9 @@ int validate(const Args& args) {
                 << entry["table_devices"].dump()
                 << (entry["same_device"].get<bool>() ? " (the same device)\n"
                                                      : " (another device of the same kind)\n");
+      if (!entry["row_clocks_recorded"].get<bool>())
+        std::cout << "    no row's own clock: this entry was published before bundles recorded "
+                     "row_clocks.csv\n";
       for (const auto& c : entry["components"]) {
         std::cout << "    " << c["component"].get<std::string>() << ": " << c["count"] << " points";
         if (c.contains("skipped")) {

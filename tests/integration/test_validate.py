@@ -215,6 +215,19 @@ with tempfile.TemporaryDirectory() as tmp:
                  "local_assignments,sm_clock_mean_mhz")
     os.remove(clocks_csv)
     expect_error([clocks, "--points", "2"], "cannot read " + clocks_csv + " (named by row_clocks_table in meta.yaml)")
+    # An entry published before row_clocks.csv: validated, and the output says why no row has a
+    # clock of its own (the current bundle says nothing of the kind).
+    assert report["entries"][0]["row_clocks_recorded"] is True
+    assert "no row's own clock" not in text
+    del doc["per_tp"][1]["moe_components"]["entries"][0]["coverage"]["fidelity"]["row_clocks_table"]
+    yaml.safe_dump(doc, open(meta_path, "w"))
+    old = run([HARNESS, "validate", clocks, "--points", "2", "--seed", "11"], check=False)
+    assert old.returncode in (0, 3), old.stderr
+    assert "no row's own clock: this entry was published before bundles recorded row_clocks.csv" in old.stdout, old.stdout
+    assert "(the row:" not in old.stdout, old.stdout
+    old_json = json.loads(run([HARNESS, "validate", clocks, "--points", "2", "--seed", "11", "--format", "json"],
+                              check=False).stdout)
+    assert old_json["entries"][0]["row_clocks_recorded"] is False
     for name, change, needle in (
         ("elsewhere", lambda hw: hw["devices"][0].update(device="NVIDIA H200"),
          "was measured on NVIDIA H200, but this machine's staircase_model backend runs on "
