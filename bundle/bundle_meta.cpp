@@ -283,12 +283,23 @@ std::filesystem::path beside_table(const std::filesystem::path& tp_dir, const Bu
 
 }  // namespace
 
+nlohmann::json BundleEntry::fidelity() const {
+  if (!coverage.is_object()) return nlohmann::json::object();
+  const auto it = coverage.find("fidelity");
+  return it != coverage.end() && it->is_object() ? *it : nlohmann::json::object();
+}
+
+nlohmann::json BundleEntry::fidelity_components() const {
+  const auto f = fidelity();
+  const auto it = f.find("components");
+  return it != f.end() && it->is_object() ? *it : nlohmann::json::object();
+}
+
 std::optional<std::string> read_fidelity_file(const std::filesystem::path& tp_dir,
                                               const BundleEntry& e, const std::string& key,
                                               const char* file) {
-  if (!e.coverage.is_object() || !e.coverage.contains("fidelity")) return std::nullopt;
-  const auto& fidelity = e.coverage.at("fidelity");
-  if (!fidelity.is_object() || !fidelity.contains(key)) return std::nullopt;
+  const auto fidelity = e.fidelity();
+  if (!fidelity.contains(key)) return std::nullopt;
   const auto& named = fidelity.at(key);
   const auto path = beside_table(tp_dir, e, file);
   std::string text;

@@ -33,6 +33,12 @@ struct BundleEntry {
   std::string contract_sha256;
   nlohmann::json coverage;
   nlohmann::json provenance;
+
+  // coverage.fidelity (held-out statistics, the files beside the table), and its `components`
+  // (per component: held_out, sm_clock_mean_mhz, failed_points, ...); empty objects for an entry
+  // published without them.
+  [[nodiscard]] nlohmann::json fidelity() const;
+  [[nodiscard]] nlohmann::json fidelity_components() const;
 };
 
 class BundleMeta {

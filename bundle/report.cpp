@@ -64,8 +64,7 @@ double tick_step(double range) {
 std::string clock_line(const BundleEntry& e) {
   std::ostringstream s;
   s << "<p class=\"clock\">mean SM clock of the rows:";
-  const auto components =
-      e.coverage.value("fidelity", json::object()).value("components", json::object());
+  const auto components = e.fidelity_components();
   if (components.empty()) s << " not recorded";
   for (const auto& [name, c] : components.items()) {
     const auto clock = c.value("sm_clock_mean_mhz", json::object());
@@ -219,7 +218,7 @@ std::vector<std::vector<std::string>> read_csv(const fs::path& p) {
 std::string held_out_plot(const fs::path& tp_dir, const BundleEntry& e, const std::string& title) {
   const auto text = read_fidelity_file(tp_dir, e, "held_out_table", bundle_format::kHeldOutFile);
   if (!text) return "";
-  const auto fidelity = e.coverage.at("fidelity");
+  const auto fidelity = e.fidelity();
   Series series;
   int unpredicted = 0;
   for (const auto& f : csv_data_rows(*text)) {
@@ -276,8 +275,7 @@ Report render_report(const fs::path& dir) {
       }
       // Where the point the line would follow failed the weight-bank control and was left out,
       // the line has a gap rather than a step to a smaller M (which would zig-zag).
-      const auto failed = e.coverage.value("fidelity", json::object())
-                              .value("components", json::object())
+      const auto failed = e.fidelity_components()
                               .value("experts", json::object())
                               .value("failed_points", json::array());
       for (const auto& p : failed) {

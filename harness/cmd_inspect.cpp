@@ -128,9 +128,10 @@ json inspect_bundle(const fs::path& dir) {
             {"rows", rows},
             {"checksum_ok", checksum_ok},
             {"backend", e.contract.value("backend", "")}};
-        if (e.coverage.contains("fidelity")) {
-          item["fidelity"] = e.coverage["fidelity"];
-          for (const auto& [name, c] : e.coverage["fidelity"]["components"].items())
+        if (const auto fidelity = e.fidelity(); !fidelity.empty()) {
+          item["fidelity"] = fidelity;
+          const auto components = e.fidelity_components();  // items() refers to it
+          for (const auto& [name, c] : components.items())
             sanity.add("held_out_p95", c["held_out"]["p95_abs_relative_error"].get<double>());
         }
         if (e.provenance.contains("hardware")) item["hardware"] = e.provenance["hardware"];

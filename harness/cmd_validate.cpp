@@ -261,8 +261,7 @@ int validate(const Args& args) {
                   {"table_devices", measured_on},
                   {"same_device", measured_on.size() == 1 && measured_on[0] == here_id},
                   // false for entries published before row_clocks.csv: no row's own clock
-                  {"row_clocks_recorded",
-                   e->coverage.value("fidelity", json::object()).contains("row_clocks_table")},
+                  {"row_clocks_recorded", e->fidelity().contains("row_clocks_table")},
                   {"components", json::array()}};
     for (const auto c : deployment.components()) {
       std::set<GridPoint> grid;
@@ -335,8 +334,7 @@ int validate(const Args& args) {
       stats["table_rows"] = table_rows_json(row_points, row_errors, row_bank_failures);
       // The clock now against the clock of the table's rows (an offset often follows it); null
       // where not recorded (host backends, bundles published before the clock was).
-      const auto table_clock = e->coverage.value("fidelity", json::object())
-                                   .value("components", json::object())
+      const auto table_clock = e->fidelity_components()
                                    .value(std::string(to_string(c)), json::object())
                                    .value("sm_clock_mean_mhz", json::object());
       stats["sm_clock_mean_mhz"] = {

@@ -43,6 +43,26 @@ TEST(BundleMeta, RoundTripsAndDetectsTampering) {
   std::filesystem::remove_all(dir);
 }
 
+// coverage.fidelity and its components as the readers see them: what the entry has, and empty
+// objects where it has none or something other than an object (older or hand-edited entries).
+TEST(BundleMeta, FidelityOfAnEntryIsItsCoverageOrEmpty) {
+  BundleEntry e;
+  const nlohmann::json components = {{"experts", {{"held_out", {{"count", 3}}}}}};
+  e.coverage = {{"fidelity", {{"status", "passed"}, {"components", components}}}};
+  EXPECT_EQ(e.fidelity().value("status", ""), "passed");
+  EXPECT_EQ(e.fidelity_components(), components);
+  for (const nlohmann::json& coverage :
+       {nlohmann::json(), nlohmann::json("text"), nlohmann::json{{"completion", 1.0}},
+        nlohmann::json{{"fidelity", 7}}, nlohmann::json{{"fidelity", {{"components", "x"}}}}}) {
+    e.coverage = coverage;
+    EXPECT_TRUE(e.fidelity_components().is_object()) << coverage;
+    EXPECT_TRUE(e.fidelity_components().empty()) << coverage;
+    EXPECT_TRUE(e.fidelity().is_object()) << coverage;
+  }
+  e.coverage = {{"fidelity", {{"components", "x"}, {"status", "passed"}}}};
+  EXPECT_EQ(e.fidelity().value("status", ""), "passed");
+}
+
 // Loads a one-entry meta.yaml whose entry is `entry` and returns the load error ("" if none).
 std::string load_error(const BundleEntry& entry) {
   const auto dir =
