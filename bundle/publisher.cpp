@@ -31,15 +31,10 @@ using nlohmann::json;
 
 namespace {
 
-std::string format_time(double us) {
+// A CSV number with `decimals` fixed decimals (times and bandwidths 4, clocks 1).
+std::string csv_number(double v, int decimals) {
   char buf[64];
-  std::snprintf(buf, sizeof(buf), "%.4f", us);
-  return buf;
-}
-
-std::string format_clock(double mhz) {
-  char buf[64];
-  std::snprintf(buf, sizeof(buf), "%.1f", mhz);
+  std::snprintf(buf, sizeof(buf), "%.*f", decimals, v);
   return buf;
 }
 
@@ -183,10 +178,10 @@ PublishReport publish(const StoredAcquisition& acq, const std::string& h5_path,
         }
         if (!p.bank_check_passed) continue;  // listed in coverage.fidelity.failed_points
         csv << name << ",eager," << p.point.tokens << "," << p.point.activated << ","
-            << p.point.assignments << "," << format_time(*p.time_us) << "\n";
+            << p.point.assignments << "," << csv_number(*p.time_us, 4) << "\n";
         row_clocks << name << "," << p.point.tokens << "," << p.point.activated << ","
                    << p.point.assignments << ","
-                   << (p.sm_clock_mean_mhz ? format_clock(*p.sm_clock_mean_mhz) : "") << "\n";
+                   << (p.sm_clock_mean_mhz ? csv_number(*p.sm_clock_mean_mhz, 1) : "") << "\n";
         published[component].push_back({p.point, *p.time_us});
         ++published_points;
       }
@@ -199,8 +194,8 @@ PublishReport publish(const StoredAcquisition& acq, const std::string& h5_path,
       per_component[name] = f->to_json(tolerance);
       for (const auto& h : f->held_out)
         held_out << name << "," << h.point.tokens << "," << h.point.activated << ","
-                 << h.point.assignments << "," << format_time(h.measured_us) << ","
-                 << (h.predicted_us ? format_time(*h.predicted_us) : "") << "\n";
+                 << h.point.assignments << "," << csv_number(h.measured_us, 4) << ","
+                 << (h.predicted_us ? csv_number(*h.predicted_us, 4) : "") << "\n";
       if (options.samples)
         for (const auto index : f->cells) {
           const auto& cell = acq.cells[index];
@@ -298,9 +293,9 @@ PublishReport publish(const StoredAcquisition& acq, const std::string& h5_path,
     csv << bundle_format::kCollectivesHeader << "\n";
     for (const auto& r : c.rows)
       csv << r.name << "," << r.op << "," << r.group_size << "," << r.tokens << "," << r.bytes
-          << "," << format_time(r.time_us) << "," << format_time(r.algbw_gbps) << ","
-          << format_time(r.busbw_gbps) << "," << format_time(r.model_time_us) << ","
-          << format_time(r.steady_time_us) << "\n";
+          << "," << csv_number(r.time_us, 4) << "," << csv_number(r.algbw_gbps, 4) << ","
+          << csv_number(r.busbw_gbps, 4) << "," << csv_number(r.model_time_us, 4) << ","
+          << csv_number(r.steady_time_us, 4) << "\n";
     w.csv = csv.str();
     w.contract = contract.collective_table(*mine->target_contract, c.backend);
     w.contract["placement"] = placement_summary;
