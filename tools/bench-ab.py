@@ -10,6 +10,11 @@ other run of its pair (else exit 1, naming it). Prints per point the ratio B / A
 in each pair and its range over the pairs, then per component the median, min and max over the
 points of the per-point median ratio. Exit status 1 on an error, else 0: this reports, it does
 not judge.
+
+--steps-from N also prints, for each arm, how smooth each line of points is from N tokens up:
+the points of one (component, model, backend) in token order, each at the median over the arm's
+runs, and how many neighbours differ by more than 2 % and 5 % and the largest step (for sweeps
+over N alone: gate_routing, or experts at balanced routing).
 """
 import argparse
 import csv
@@ -37,11 +42,27 @@ def key_text(key):
     return f"{component} {model} {backend} N={n} A={a} M={m}"
 
 
+def print_steps(arm, line, points):
+    """One line of `points` [(tokens, us)] in token order: its steps between neighbours."""
+    points.sort()
+    head = f"{arm} steps {' '.join(line)}: {len(points)} points"
+    if len(points) < 2:
+        print(f"{head}, no neighbours")
+        return
+    steps = [(abs(b / a - 1), n, m) for (n, a), (m, b) in zip(points, points[1:])]
+    largest = max(steps)
+    print(f"{head} from N={points[0][0]}: {sum(s > 0.02 for s, _, _ in steps)} of {len(steps)} neighbours "
+          f"over 2 %, {sum(s > 0.05 for s, _, _ in steps)} over 5 %, largest {100 * largest[0]:.1f} % "
+          f"(N={largest[1]} to {largest[2]})")
+
+
 def main():
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--a", nargs="+", required=True, help="baseline runs")
     ap.add_argument("--b", nargs="+", required=True, help="variant runs, paired with --a in order")
     ap.add_argument("--out", help="per-point ratios as CSV")
+    ap.add_argument("--steps-from", type=int, metavar="N",
+                    help="also count the steps between neighbouring token counts from N up, per arm")
     args = ap.parse_args()
     if len(args.a) != len(args.b):
         print(f"bench-ab: {len(args.a)} baseline runs but {len(args.b)} variant runs: they pair in order",
@@ -68,6 +89,11 @@ def main():
         med = [statistics.median(r) for k, r in per_point if k[0] == component]
         print(f"{component}: {len(med)} points, B/A median {statistics.median(med):.3f}, "
               f"min {min(med):.3f}, max {max(med):.3f}")
+    if args.steps_from is not None:
+        for arm, index in (("A", 0), ("B", 1)):
+            for line in sorted({k[:3] for k in keys}):
+                print_steps(arm, line, [(int(k[3]), statistics.median(p[index][k] for p in pairs))
+                                        for k in keys if k[:3] == line and int(k[3]) >= args.steps_from])
     if args.out:
         with open(args.out, "w", newline="") as f:
             w = csv.writer(f)

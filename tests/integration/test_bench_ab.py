@@ -1,6 +1,7 @@
 """tools/bench-ab.py on bench CSVs written here (the bench's columns) with known times: the
-per-point and per-component ratios follow from them, the runs pair in order, and its error paths
-(unpaired runs, a point missing from one run of a pair, a repeated point, an unreadable file)."""
+per-point and per-component ratios follow from them, the runs pair in order, --steps-from counts
+the steps between neighbouring token counts of each arm, and its error paths (unpaired runs, a
+point missing from one run of a pair, a repeated point, an unreadable file)."""
 import csv
 import os
 import subprocess
@@ -48,6 +49,23 @@ with tempfile.TemporaryDirectory() as tmp:
     # Pairing follows the order given: swapping the variant runs swaps the per-run ratios only.
     r = ab("--a", p("a1.csv"), p("a2.csv"), "--b", p("b2.csv"), p("b1.csv"))
     assert "A=9 M=8192: B/A 0.850 (runs 0.800-0.900)" in r.stdout, r.stdout
+
+    # Steps between neighbouring N per arm, each point at its median over the arm's runs: the
+    # baseline's gate steps 10 -> 11 (+10 %) -> 11.11 (+1 %) -> 10.6656 (-4 %); the variant is flat.
+    gate_a = [(4096, 10.0), (4097, 11.0), (4098, 11.11), (4104, 10.6656)]
+    write(p("ga1.csv"), [("gate_routing", n, 0, us) for n, us in gate_a] + [("gate_routing", 8, 0, 5.0)])
+    write(p("ga2.csv"), [("gate_routing", n, 0, us) for n, us in gate_a] + [("gate_routing", 8, 0, 5.0)])
+    write(p("gb1.csv"), [("gate_routing", n, 0, 10.0) for n, _ in gate_a] + [("gate_routing", 8, 0, 9.0)])
+    write(p("gb2.csv"), [("gate_routing", n, 0, 10.2) for n, _ in gate_a] + [("gate_routing", 8, 0, 9.0)])
+    r = ab("--a", p("ga1.csv"), p("ga2.csv"), "--b", p("gb1.csv"), p("gb2.csv"), "--steps-from", "1000")
+    assert r.returncode == 0, r.stderr
+    assert ("A steps gate_routing qwen3-30b-a3b native: 4 points from N=4096: 2 of 3 neighbours over 2 %, "
+            "1 over 5 %, largest 10.0 % (N=4096 to 4097)") in r.stdout, r.stdout
+    assert ("B steps gate_routing qwen3-30b-a3b native: 4 points from N=4096: 0 of 3 neighbours over 2 %, "
+            "0 over 5 %, largest 0.0 % (N=4098 to 4104)") in r.stdout, r.stdout  # N=8 is below 1000
+    r = ab("--a", p("ga1.csv"), "--b", p("gb1.csv"), "--steps-from", "4104")
+    assert "A steps gate_routing qwen3-30b-a3b native: 1 points, no neighbours" in r.stdout, r.stdout
+    assert "steps" not in ab("--a", p("ga1.csv"), "--b", p("gb1.csv")).stdout
 
     # Errors.
     r = ab("--a", p("a1.csv"), "--b", p("b1.csv"), p("b2.csv"))
