@@ -17,7 +17,8 @@
 #              --components experts --tokens 1,2"), twice for each arm, alternating (A B A B);
 #              arm A is BUILD_DIR with the environment $AB_ENV_A, arm B is $AB_BUILD (default
 #              BUILD_DIR) with $AB_ENV_B (e.g. "HARNESS_NATIVE_SCHEDULE=persistent")
-#              -> OUT_DIR/ab_{a,b}{1,2}.csv, compared by tools/bench-ab.py (B / A)
+#              -> OUT_DIR/ab_{a,b}{1,2}.csv, compared by tools/bench-ab.py (B / A; with
+#              $AB_STEPS_FROM=N also each arm's steps between neighbouring N from N up)
 #   profile    Nsight Compute on the native GEMMs of $PROFILE_POINTS (MODEL:N words, default
 #              qwen3-30b-a3b:256 qwen3-30b-a3b:1024 deepseek-v3:1024 qwen3-30b-a3b:4096): the two
 #              GEMM launches of the third forward, with the metrics tools/ncu-stream.py lists
@@ -138,7 +139,7 @@ run_ab() {
     done
   done
   python3 "$here/bench-ab.py" --a "$out/ab_a1.csv" "$out/ab_a2.csv" --b "$out/ab_b1.csv" \
-    "$out/ab_b2.csv" || rc=1
+    "$out/ab_b2.csv" ${AB_STEPS_FROM:+--steps-from "$AB_STEPS_FROM"} || rc=1
   return "$rc"
 }
 

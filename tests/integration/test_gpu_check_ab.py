@@ -1,8 +1,8 @@
 """tools/gpu-check.sh's ab step without a GPU: stand-in `harness` binaries (one per build
 directory) write bench CSVs whose times follow the build and the $SPEED the arm's environment
 sets. The step must run the arms alternating A B A B, give each arm its own environment and
-build, compare them with tools/bench-ab.py (B / A), and fail when a bench fails while still
-running the others."""
+build, compare them with tools/bench-ab.py (B / A; each arm's steps with $AB_STEPS_FROM), and fail
+when a bench fails while still running the others."""
 import os
 import tempfile
 
@@ -49,6 +49,15 @@ with tempfile.TemporaryDirectory() as tmp:
     assert "experts qwen3-30b-a3b native N=1 A=8 M=8: B/A 0.900" in log, log
     assert "experts qwen3-30b-a3b native N=2 A=16 M=16: B/A 0.900" in log, log
     assert all(os.path.exists(os.path.join(out, f"ab_{arm}{run}.csv")) for arm in "ab" for run in (1, 2))
+
+    # AB_STEPS_FROM: each arm's steps between neighbouring N (N = 1 -> 2 doubles the time).
+    p = gpu_check(base, os.path.join(tmp, "steps"), "ab", ORDER_FILE=os.path.join(tmp, "order-steps"),
+                  AB_ENV_B="SPEED=0.9", AB_STEPS_FROM="1")
+    assert p.returncode == 0, (p.stdout, p.stderr)
+    log = open(os.path.join(tmp, "steps", "ab.log")).read()
+    assert ("B steps experts qwen3-30b-a3b native: 2 points from N=1: 1 of 1 neighbours over 2 %, 1 over 5 %, "
+            "largest 100.0 % (N=1 to 2)") in log, log
+    assert "steps" not in open(os.path.join(out, "ab.log")).read()
 
     # Two builds (AB_BUILD), no environment: B / A is their base times' ratio.
     order = os.path.join(tmp, "order-build")
