@@ -286,10 +286,10 @@ int forwards_per_arm(int iterations, int banks) {
 
 DeviceModel nominal_device(std::string_view backend) {
   if (host_backend(backend))
-    return {"nominal host CPU", 10e9, 2e9, 0.0, 0, 2e-4, 2e-3};  // no cache conditioning
+    return {"nominal host CPU", 10e9, 2e9, 0.0, 0, 0, 2e-4, 2e-3};  // no cache conditioning
   // Host overheads per point-round measured on an H200 node: the Qwen3-30B-A3B TP1/DP1 native
   // acquisition spends about 36 s per round verifying 265 expert points (docs/measurement.md).
-  return {"nominal H200", 4.3e12, 790e12, 4e-6, 60LL << 20, 0.02, 0.15};
+  return {"nominal H200", 4.3e12, 790e12, 4e-6, 60LL << 20, 132, 0.02, 0.15};
 }
 
 double estimate_forward_seconds(const ModelGeometry& g, Component c, const GridPoint& p,
@@ -338,9 +338,26 @@ MemoryEstimate estimate_memory(const JobSpec& job, const TargetPlan& t) {
   return m;
 }
 
+std::vector<std::int64_t> local_grid_rows(const JobSpec& job, const Target& t, Component c,
+                                          const std::vector<std::int64_t>& gate_time_steps) {
+  const auto axis = local_token_axis(job, t);
+  if (axis.empty() || c != Component::gate_routing) return axis;
+  std::set<std::int64_t> rows(axis.begin(), axis.end());
+  for (const auto b : gate_time_steps)
+    for (const auto n : {b, b + 1})
+      if (n >= axis.front() && n <= axis.back()) rows.insert(n);
+  return {rows.begin(), rows.end()};
+}
+
 Plan make_plan(const JobSpec& job, std::optional<std::int64_t> l2_bytes,
-               std::vector<std::int64_t> expert_time_steps) {
-  Plan plan{job, nominal_device(job.backend), std::nullopt, std::move(expert_time_steps), {}};
+               std::vector<std::int64_t> expert_time_steps,
+               std::vector<std::int64_t> gate_time_steps) {
+  Plan plan{job,
+            nominal_device(job.backend),
+            std::nullopt,
+            std::move(expert_time_steps),
+            std::move(gate_time_steps),
+            {}};
   if (l2_bytes) plan.device.l2_bytes = *l2_bytes;
   for (const auto& t : job.targets()) {
     TargetPlan tp{t, ExpertOwnership::of(job.geometry, t), 2, local_token_axis(job, t), {}};
@@ -354,7 +371,8 @@ Plan make_plan(const JobSpec& job, std::optional<std::int64_t> l2_bytes,
       if (c == Component::experts) {
         grid.points = expert_grid(job, t, plan.expert_time_steps);
       } else {
-        for (auto n : tp.local_tokens) grid.points.push_back({n, 0, 0});
+        for (auto n : local_grid_rows(job, t, c, plan.gate_time_steps))
+          grid.points.push_back({n, 0, 0});
       }
       grid.held_out = held_out_points(job, t, c, grid.points);
       tp.components.push_back(std::move(grid));

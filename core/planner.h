@@ -17,7 +17,7 @@ namespace moe {
 // 3: rows around declared time steps, balanced A; 4: rows-per-expert A axis where M = N·k;
 // 5: held-out probes in the halves of wide token intervals, stratified random held-out draws,
 // fresh random held-out points in every refinement stage that adds grid points
-inline constexpr int kPlannerVersion = 5;
+inline constexpr int kPlannerVersion = 6;
 
 struct ComponentGrid {
   Component component;
@@ -60,6 +60,11 @@ struct MRange {
 // axis' range and domain; ascending.
 [[nodiscard]] std::vector<std::int64_t> step_token_rows(
     const JobSpec& job, const Target& t, const std::vector<std::int64_t>& time_steps);
+// The rows of a local component's grid: the local token axis, and for gate_routing the rows b
+// and b + 1 of each step b of `gate_time_steps` within the axis' range. Ascending.
+[[nodiscard]] std::vector<std::int64_t> local_grid_rows(
+    const JobSpec& job, const Target& t, Component c,
+    const std::vector<std::int64_t>& gate_time_steps);
 // Positive-work expert points (+ the all-remote A=M=0 point per N when E-L >= k): the rows of
 // expert_row over the expert token axis and the step rows of `time_steps`.
 [[nodiscard]] std::vector<GridPoint> expert_grid(const JobSpec& job, const Target& t,
@@ -113,6 +118,7 @@ struct DeviceModel {
   double flops_per_s;
   double launch_overhead_s;
   std::int64_t l2_bytes;
+  int sm_count;  // the GPU's SMs (0 for the host), which set the CUDA gate's steps
   // Host time per point and round outside timed forwards (allocation, stimuli, verification
   // against the CPU reference); calibrated on an H200 run of Qwen3-30B-A3B (docs/measurement.md).
   double local_point_overhead_s;
@@ -147,6 +153,9 @@ struct Plan {
   // Rows per active expert where the backend's experts time steps (kernels' expert_time_steps);
   // the grid has rows around each.
   std::vector<std::int64_t> expert_time_steps;
+  // Rows where the backend's gate_routing time steps (kernels' gate_time_steps); the gate's grid
+  // has rows b and b + 1 around each.
+  std::vector<std::int64_t> gate_time_steps;
   std::vector<TargetPlan> targets;
   [[nodiscard]] PlanEstimate estimate() const;
   [[nodiscard]] PlanEstimate estimate(const TargetPlan& t, Component c) const;
@@ -168,7 +177,8 @@ struct MemoryEstimate {
 
 [[nodiscard]] Plan make_plan(const JobSpec& job,
                              std::optional<std::int64_t> l2_bytes = std::nullopt,
-                             std::vector<std::int64_t> expert_time_steps = {});
+                             std::vector<std::int64_t> expert_time_steps = {},
+                             std::vector<std::int64_t> gate_time_steps = {});
 
 // Nominal per-forward cost: the roofline floor (core/roofline.h) plus launch overheads.
 [[nodiscard]] double estimate_forward_seconds(const ModelGeometry& g, Component c,

@@ -9,6 +9,7 @@
 #include "core/contract.h"
 #include "core/planner.h"
 #include "harness/commands.h"
+#include "kernels/gate_rows.h"
 #include "kernels/native_tile_rule.h"
 #include "ranks/rank_context.h"
 #include "store/campaign.h"
@@ -19,6 +20,16 @@ using nlohmann::json;
 namespace moe::cli {
 
 namespace {
+
+// The gate's grid rows that its declared steps added to the local token axis.
+std::vector<std::int64_t> gate_step_rows(const Plan& plan, const TargetPlan& t) {
+  const auto axis = local_token_axis(plan.job, t.target);
+  std::vector<std::int64_t> out;
+  for (const auto n :
+       local_grid_rows(plan.job, t.target, Component::gate_routing, plan.gate_time_steps))
+    if (!std::binary_search(axis.begin(), axis.end(), n)) out.push_back(n);
+  return out;
+}
 
 json plan_json(const Plan& plan, const std::string& backend) {
   json targets = json::array();
@@ -33,6 +44,8 @@ json plan_json(const Plan& plan, const std::string& backend) {
       json step_rows = json::array();
       if (grid.component == Component::experts)
         step_rows = step_token_rows(plan.job, t.target, plan.expert_time_steps);
+      else if (grid.component == Component::gate_routing)
+        step_rows = gate_step_rows(plan, t);
       comps.push_back({{"component", to_string(grid.component)},
                        {"points", pts},
                        {"step_token_rows", step_rows},
@@ -58,6 +71,7 @@ json plan_json(const Plan& plan, const std::string& backend) {
           {"backend", plan.job.backend},
           {"resolved_backend", backend},
           {"expert_time_steps", plan.expert_time_steps},
+          {"gate_time_steps", plan.gate_time_steps},
           {"rounds", plan.job.rounds},
           {"iterations", plan.job.iterations},
           {"grid_factor", plan.job.grid_factor},
@@ -68,7 +82,8 @@ json plan_json(const Plan& plan, const std::string& backend) {
            {{"name", plan.device.name},
             {"bytes_per_s", plan.device.bytes_per_s},
             {"flops_per_s", plan.device.flops_per_s},
-            {"l2_bytes", plan.device.l2_bytes}}},
+            {"l2_bytes", plan.device.l2_bytes},
+            {"sm_count", plan.device.sm_count}}},
           {"cost_model", cost_model_description(plan)},
           {"targets", targets},
           {"total",
@@ -121,9 +136,13 @@ void print_summary(const Plan& plan, const TargetPlan& t, const ComponentGrid& g
   os << "    " << rows.size() << " token rows " << *rows.begin() << ".." << *rows.rbegin();
   if (grid.component == Component::experts) os << ", A up to " << max_a;
   os << "\n";
-  if (grid.component != Component::experts || plan.expert_time_steps.empty()) return;
+  const auto step_rows = grid.component == Component::experts
+                             ? step_token_rows(plan.job, t.target, plan.expert_time_steps)
+                         : grid.component == Component::gate_routing ? gate_step_rows(plan, t)
+                                                                     : std::vector<std::int64_t>{};
+  if (step_rows.empty()) return;
   os << "    rows around the backend's time steps:";
-  for (const auto n : step_token_rows(plan.job, t.target, plan.expert_time_steps)) os << " " << n;
+  for (const auto n : step_rows) os << " " << n;
   os << "\n";
 }
 
@@ -138,6 +157,14 @@ void print_text(const Plan& plan, const std::string& backend, bool verbose, std:
   os << "experts time steps of " << backend << " (rows per active expert):";
   for (const auto b : plan.expert_time_steps) os << " " << b;
   if (plan.expert_time_steps.empty()) os << " none declared (refinement finds them)";
+  os << "\n";
+  os << "gate_routing time steps of " << backend << " (rows";
+  if (!plan.gate_time_steps.empty())
+    os << ", for the " << plan.device.sm_count << " SMs of the " << plan.device.name
+       << "; acquire uses its device's";
+  os << "):";
+  for (const auto b : plan.gate_time_steps) os << " " << b;
+  if (plan.gate_time_steps.empty()) os << " none declared (refinement finds them)";
   os << "\n";
   os << "graph mode " << to_string(plan.job.graph_mode) << ", capture sizes"
      << (plan.job.capture_sizes_derived ? " (derived)" : "") << ":";
@@ -207,7 +234,9 @@ int plan(const Args& args) {
   const auto job = jo.load();
   // The steps are the backend's: "auto" resolves as `acquire` would on this machine.
   const auto backend = resolve_backend(job.backend);
-  auto p = make_plan(job, std::nullopt, expert_time_steps(backend, job));
+  auto p = make_plan(
+      job, std::nullopt, expert_time_steps(backend, job),
+      gate_time_steps(backend, nominal_device(backend).sm_count, job.max_num_batched_tokens));
   if (campaign.empty()) campaign = default_acquisition_dir(p.job);
   try {
     p.measured = read_measured_cost(campaign);

@@ -107,6 +107,7 @@ class CpuBackend final : public Backend {
   // Host caches are not conditioned: the CPU backend exercises the protocol (B = 2 banks), its
   // host-clock times are not simulator data.
   std::int64_t cache_bytes() const override { return 0; }
+  int sm_count() const override { return 0; }
   double tolerance() const override { return 1e-6; }
 
   std::shared_ptr<const WeightSet> make_weights(const WorkloadSpec& s) override {

@@ -36,6 +36,7 @@ class CudaBackend final : public Backend {
   std::string name() const override { return name_; }
   std::string timing() const override { return "cupti_activity"; }
   std::int64_t cache_bytes() const override { return props_.l2CacheSize; }
+  int sm_count() const override { return props_.multiProcessorCount; }
   // Verification compares every row (docs/measurement.md). The bf16 values a GPU stores between
   // steps (projections, activation, expert output, final rows) each round to 2^-9 relative, and
   // a different summation order flips some of those roundings: over all rows the largest error

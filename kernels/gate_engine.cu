@@ -4,6 +4,7 @@
 #include "kernels/cuda_common.cuh"
 #include "kernels/device_helpers.h"
 #include "kernels/gate_engine.cuh"
+#include "kernels/gate_rows.h"
 
 namespace moe::cuda {
 
@@ -47,6 +48,13 @@ __global__ void split_router_planes(const float* w, std::size_t n, bf16* planes)
 
 }  // namespace
 
+int GateEngine::input_rows(int rows) {
+  int device = 0, sms = 0;
+  HARNESS_CHECK(cudaGetDevice(&device));
+  HARNESS_CHECK(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, device));
+  return static_cast<int>(gate_gemm_rows(rows, sms));
+}
+
 GateEngine::GateEngine(const ModelGeometry& g, int rows, const void* router, cudaStream_t s,
                        cublasHandle_t blas)
     : g_(g), rows_(rows), gemm_rows_(input_rows(rows)), s_(s), blas_(blas) {
@@ -75,7 +83,7 @@ void GateEngine::forward(const bf16* x, int* ids, float* weights, int* flag) {
                              planes_ptr_, CUDA_R_16BF, g_.hidden, x, CUDA_R_16BF, g_.hidden, &zero,
                              logits_.get(), CUDA_R_32F, m, CUBLAS_COMPUTE_32F,
                              CUBLAS_GEMM_DEFAULT));
-  const int warps = 4;
+  const int warps = kGateRowsPerBlock;  // one row per warp
   const unsigned blocks = static_cast<unsigned>((rows_ + warps - 1) / warps);
   const auto launch = [&](auto kernel) {
     kernel<<<blocks, warps * 32, 0, s_>>>(logits_.get(), rows_, g_.experts, g_.top_k,

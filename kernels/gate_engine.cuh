@@ -19,19 +19,20 @@ inline constexpr int kMaxRouterExperts = 1024;
 // semantics (softmax_topk adds the three plane logits) at the bf16 tensor-core rate, instead of
 // an SGEMM on CUDA cores over an fp32 copy of x.
 //
-// From kRowAlignment rows the GEMM runs on the rows rounded up to a multiple of it: above about
-// 2048 rows cuBLAS's heuristics pick a slower kernel for most row counts that are not a multiple
-// of 8 (up to 20 % of the gate on the H200), so the gate's time was a comb in N that no table can
-// interpolate. Fewer rows are not rounded: there 8 rows measured 3-5 % slower than 1-5
-// (docs/native-backend.md#the-router-gemm-on-rows-rounded-up-to-8).
+// The GEMM runs on more rows than it routes (kernels/gate_rows.h): up to 2048 rows the rows
+// rounded up to a multiple of 8, above that the rows padded to the end of their band of SMs x 4
+// rows. cuBLAS's heuristics pick a slower kernel for most row counts that are not a multiple of
+// 8, and between multiples of 8 its kernels' time is a sawtooth in the rows (tile and cluster
+// counts), up to 20 % of the gate between neighbouring row counts on the H200: a time no table
+// can interpolate. Padded to a band the GEMM's time is the same for every row count of the band,
+// and the bands end where softmax_topk's time steps (one more block on every SM), so the gate's
+// time steps only at the rows gate_time_steps declares
+// (docs/native-backend.md#the-router-gemm-on-rows-padded-to-bands).
 class GateEngine {
  public:
-  static constexpr int kRowAlignment = 8;
-  // Rows of x a forward over `rows` routed rows reads: the rows past `rows` are the GEMM's
-  // padding, any values, and their logits are never used.
-  [[nodiscard]] static int input_rows(int rows) {
-    return rows < kRowAlignment ? rows : (rows + kRowAlignment - 1) / kRowAlignment * kRowAlignment;
-  }
+  // Rows of x a forward over `rows` routed rows reads on the current device: the rows past
+  // `rows` are the GEMM's padding, any values, and their logits are never used.
+  [[nodiscard]] static int input_rows(int rows);
 
   // `router` is the device [E][H] router of g.router_dtype; a bf16 one must outlive the engine.
   GateEngine(const ModelGeometry& g, int rows, const void* router, cudaStream_t s,

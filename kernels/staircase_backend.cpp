@@ -48,6 +48,7 @@ class StaircaseBackend final : public Backend {
   std::string name() const override { return "staircase_model"; }
   std::string timing() const override { return "modeled_clock"; }
   std::int64_t cache_bytes() const override { return 0; }
+  int sm_count() const override { return 0; }
   double tolerance() const override { return cpu_->tolerance(); }
   std::shared_ptr<const WeightSet> make_weights(const WorkloadSpec& s) override {
     return cpu_->make_weights(s);

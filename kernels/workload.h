@@ -72,6 +72,7 @@ class Backend {
   [[nodiscard]] virtual std::string name() const = 0;    // cpu_reference | cublas_grouped | ...
   [[nodiscard]] virtual std::string timing() const = 0;  // host_clock | cupti_activity
   [[nodiscard]] virtual std::int64_t cache_bytes() const = 0;  // L2 (GPU) or last-level (CPU)
+  [[nodiscard]] virtual int sm_count() const = 0;              // the GPU's SMs; 0 on the host
   [[nodiscard]] virtual double tolerance() const = 0;          // max relative error vs reference
   // Fresh weights for one cell round (spec.banks banks from spec.seed; the point is ignored).
   [[nodiscard]] virtual std::shared_ptr<const WeightSet> make_weights(

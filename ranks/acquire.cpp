@@ -23,6 +23,7 @@
 #include "core/planner.h"
 #include "core/refinement.h"
 #include "core/timestamp.h"
+#include "kernels/gate_rows.h"
 #include "kernels/native_tile_rule.h"
 #include "ranks/collectives_phase.h"
 #include "ranks/colocate.h"
@@ -173,8 +174,10 @@ class Acquisition {
   void agree() {
     HARNESS_CHECK_MPI(MPI_Comm_rank(comm_, &rank_));
     HARNESS_CHECK_MPI(MPI_Comm_size(comm_, &size_));
-    plan_ = make_plan(job_, ctx_->backend->cache_bytes(),
-                      expert_time_steps(ctx_->backend->name(), job_));
+    const auto& device = *ctx_->backend;
+    plan_ =
+        make_plan(job_, device.cache_bytes(), expert_time_steps(device.name(), job_),
+                  gate_time_steps(device.name(), device.sm_count(), job_.max_num_batched_tokens));
     require_device_memory();
     choose_regime();  // before anything is written: a refused placement leaves no trace
     const auto contract_text = Contract::of(plan_, ctx_->backend->name(), ctx_->timer->method(),

@@ -274,6 +274,36 @@ TEST(Grid, StepRowsStayInTheSequenceParallelDomain) {
   }
 }
 
+// The gate's grid holds b and b + 1 of every declared gate step inside its token range, beside
+// the local token axis; the other local components keep the axis, and the plan carries the steps.
+TEST(Grid, GateRowsBracketEachDeclaredGateStep) {
+  auto job = parse_job(
+      "model:\n  preset: qwen3-30b-a3b\ndeployment:\n  tp: 1\n  dp: 2\n  ranks: [0]\n"
+      "tokens:\n  max_num_batched_tokens: 4096\n",
+      "gate");
+  const auto t = job.targets().front();
+  const auto axis = local_token_axis(job, t);
+  const std::vector<std::int64_t> steps{100, 2048, 4096, 9000};
+  const auto rows = local_grid_rows(job, t, Component::gate_routing, steps);
+  ASSERT_TRUE(std::is_sorted(rows.begin(), rows.end()));
+  std::set<std::int64_t> want(axis.begin(), axis.end());
+  want.insert({100, 101, 2048, 2049, 4096});  // 4097 and 9000 lie beyond the range
+  EXPECT_EQ(std::set<std::int64_t>(rows.begin(), rows.end()), want);
+  EXPECT_EQ(local_grid_rows(job, t, Component::finalize_copy, steps), axis);
+
+  const auto plan = make_plan(job, std::nullopt, {}, steps);
+  EXPECT_EQ(plan.gate_time_steps, steps);
+  for (const auto& grid : plan.targets.front().components) {
+    std::vector<std::int64_t> tokens;
+    for (const auto& p : grid.points) tokens.push_back(p.tokens);
+    if (grid.component == Component::gate_routing) {
+      EXPECT_EQ(tokens, rows);
+    } else if (grid.component == Component::finalize_copy) {
+      EXPECT_EQ(tokens, axis);
+    }
+  }
+}
+
 TEST(Plan, ComponentSetsFollowThePath) {
   const auto tiny = *find_preset("tiny");
   const auto qwen = *find_preset("qwen3-30b-a3b");

@@ -12,6 +12,7 @@
 
 #include "kernels/bf16.h"
 #include "kernels/device_peaks.h"
+#include "kernels/gate_rows.h"
 #include "kernels/native_tile_rule.h"
 #include "kernels/stimulus.h"
 #include "kernels/tests/cuda_testing.h"
@@ -247,20 +248,27 @@ TEST_P(GpuBackend, GateRoutesEveryRowLikeTheReference) {
   }
 }
 
-// From 8 rows the router GEMM runs on the rows rounded up to a multiple of 8 (padding rows of x
-// it reads; the NaN padding of run_gate_on_device checks that they reach no routed row), fewer
-// rows as they are; the configuration names the GEMM's rows, and the rounded points verify
-// against the reference through the workload (its x padding rows random).
-TEST_P(GpuBackend, GateGemmRowsAreRoundedUpToEightFromEightRows) {
+// The router GEMM runs on gate_gemm_rows of the device's SMs (padding rows of x it reads; the
+// NaN padding of run_gate_on_device checks that they reach no routed row): fewer than 8 rows as
+// they are, up to 2048 rounded up to 8, above that padded to the band's end. The configuration
+// names the GEMM's rows, and the padded points verify against the reference through the workload
+// (its x padding rows random).
+TEST_P(GpuBackend, GateGemmRowsFollowTheRowRule) {
   REQUIRE_GPU();
   const auto qwen = *find_preset("qwen3-30b-a3b");
   const Target ep1{1, 1, 1, 0, false};
   auto backend = make_cuda_backend(GetParam(), 0);
-  for (const auto& [tokens, config] :
-       {std::pair{5, ""}, std::pair{8, ""}, std::pair{9, "router GEMM on 16 rows"},
-        std::pair{4096, ""}, std::pair{4097, "router GEMM on 4104 rows"}}) {
+  const int sms = backend->sm_count();
+  ASSERT_GT(sms, 0);
+  const std::int64_t band = gate_band_rows(sms);
+  for (const std::int64_t tokens :
+       {std::int64_t{5}, std::int64_t{8}, std::int64_t{9}, std::int64_t{2048}, std::int64_t{2049},
+        4 * band, 4 * band + 1, 8 * band - 3}) {
+    const auto gemm_rows = gate_gemm_rows(tokens, sms);
+    const std::string want =
+        gemm_rows == tokens ? "" : "router GEMM on " + std::to_string(gemm_rows) + " rows";
     const WorkloadSpec spec{qwen, ep1, Component::gate_routing, {tokens, 0, 0}, 1, 1};
-    EXPECT_EQ(backend->make(spec, backend->make_weights(spec))->configuration(), config) << tokens;
+    EXPECT_EQ(backend->make(spec, backend->make_weights(spec))->configuration(), want) << tokens;
     expect_matches_reference(GetParam(), qwen, ep1, Component::gate_routing, {tokens, 0, 0});
   }
 }

@@ -4,6 +4,7 @@ native tile rule does; its tile and wave counts equal ones worked out by hand fr
 not follow the waves as a residual; its error paths."""
 import csv
 import importlib.util
+import json
 import os
 import re
 import subprocess
@@ -38,6 +39,23 @@ assert line, plan
 p = waves_tool("--steps", "8192")
 assert p.returncode == 0, p.stderr
 assert p.stdout.split(":", 1)[1].split() == line.group(1).split(), (p.stdout[:300], line.group(1)[:300])
+
+# 1b. The gate's declared steps (both CUDA backends; the nominal H200's 132 SMs in `plan`): every
+# multiple of 132 x 4 rows below the job's 8192 tokens and 2048, and the gate's grid holds both
+# sides of each; the host backends declare none.
+gate = re.search(r"gate_routing time steps of native \(rows, for the 132 SMs of [^)]*\): ([0-9 ]+)", plan)
+assert gate, plan
+want = sorted(set(range(528, 8192, 528)) | {2048})
+assert [int(b) for b in gate.group(1).split()] == want, gate.group(0)
+plan_json = json.loads(run([HARNESS, "plan", os.path.join(SOURCE_DIR, "jobs/qwen3-30b-a3b.yaml"),
+                            "--backend", "cublas_grouped", "--format", "json"]).stdout)
+assert plan_json["gate_time_steps"] == want and plan_json["device_model"]["sm_count"] == 132, plan_json["gate_time_steps"]
+(gate_grid,) = [c for t in plan_json["targets"] for c in t["components"] if c["component"] == "gate_routing"]
+gate_rows = {p["tokens"] for p in gate_grid["points"]}
+assert all(b in gate_rows and b + 1 in gate_rows for b in want), sorted(gate_rows)
+assert set(gate_grid["step_token_rows"]) <= gate_rows and 7921 in gate_grid["step_token_rows"], gate_grid["step_token_rows"]
+host = run([HARNESS, "plan", os.path.join(SOURCE_DIR, "jobs/qwen3-30b-a3b.yaml"), "--backend", "cpu_reference"]).stdout
+assert "gate_routing time steps of cpu_reference (rows): none declared" in host, host
 
 # 2. Tiles and waves by hand (Qwen3-30B-A3B, 132 SMs; wgmma blocks: 256 weight rows, one per SM,
 # so W13 = 6 and W2 = 8 blocks per tile; narrow: 64 rows, two per SM, 24 and 32 per tile).

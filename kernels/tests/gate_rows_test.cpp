@@ -1,0 +1,52 @@
+#include "kernels/gate_rows.h"
+
+#include <gtest/gtest.h>
+
+#include <stdexcept>
+
+namespace moe {
+namespace {
+
+// The H200's 132 SMs: bands of 528 rows.
+TEST(GateRows, GemmRowsAreRoundedToEightThenPaddedToBands) {
+  EXPECT_EQ(gate_band_rows(132), 528);
+  for (const std::int64_t rows : {1, 5, 7}) EXPECT_EQ(gate_gemm_rows(rows, 132), rows);
+  EXPECT_EQ(gate_gemm_rows(8, 132), 8);
+  EXPECT_EQ(gate_gemm_rows(9, 132), 16);
+  EXPECT_EQ(gate_gemm_rows(2041, 132), 2048);
+  EXPECT_EQ(gate_gemm_rows(2048, 132), 2048);
+  EXPECT_EQ(gate_gemm_rows(2049, 132), 2112);
+  EXPECT_EQ(gate_gemm_rows(2112, 132), 2112);
+  EXPECT_EQ(gate_gemm_rows(2113, 132), 2640);
+  EXPECT_EQ(gate_gemm_rows(8000, 132), 8448);
+  // Another device's SMs set other bands.
+  EXPECT_EQ(gate_gemm_rows(2049, 114), 2280);
+  EXPECT_THROW((void)gate_gemm_rows(4096, 0), std::invalid_argument);
+}
+
+// Every row count where the GEMM's rows or softmax_topk's blocks per SM change is a step, and no
+// other.
+TEST(GateRows, StepsAreWhereTheGemmRowsOrTheBlocksPerSmChange) {
+  for (const int sms : {132, 114}) {
+    const auto steps = gate_time_steps("native", sms, 9000);
+    const auto blocks_per_sm = [&](std::int64_t rows) {
+      const std::int64_t blocks = (rows + kGateRowsPerBlock - 1) / kGateRowsPerBlock;
+      return (blocks + sms - 1) / sms;
+    };
+    for (std::int64_t b = kGateRowAlignment; b < 9000; ++b) {
+      const bool gemm_band_changes =
+          b >= kGateBandsFromRows && gate_gemm_rows(b, sms) != gate_gemm_rows(b + 1, sms);
+      const bool changes = gemm_band_changes || blocks_per_sm(b) != blocks_per_sm(b + 1);
+      EXPECT_EQ(std::binary_search(steps.begin(), steps.end(), b), changes) << sms << " " << b;
+    }
+  }
+  EXPECT_EQ(gate_time_steps("cublas_grouped", 132, 3000),
+            (std::vector<std::int64_t>{528, 1056, 1584, 2048, 2112, 2640}));
+  EXPECT_EQ(gate_time_steps("native", 132, 2112),
+            (std::vector<std::int64_t>{528, 1056, 1584, 2048}));
+  EXPECT_TRUE(gate_time_steps("cpu_reference", 0, 9000).empty());
+  EXPECT_TRUE(gate_time_steps("staircase_model", 0, 9000).empty());
+}
+
+}  // namespace
+}  // namespace moe
