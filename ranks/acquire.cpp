@@ -191,8 +191,8 @@ class Acquisition {
     HARNESS_CHECK_MPI(MPI_Allreduce(&mismatch, &any, 1, MPI_INT, MPI_MAX, comm_));
     if (any)
       throw std::runtime_error(
-          "ranks disagree on the contract (different backends or device cache "
-          "sizes across nodes); run one device kind per acquisition");
+          "ranks disagree on the contract (different backends, device cache sizes or SM "
+          "counts across nodes: the grid follows them); run one device kind per acquisition");
 
     // 0: locked; 1: another acquisition holds the lock; 2: the directory or its lock file cannot
     // be made (not a directory, permissions, name too long: rank 0 says which).
