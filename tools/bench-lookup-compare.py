@@ -31,15 +31,10 @@ import random
 import subprocess
 import sys
 
+from bench_csv import quantile
+
 COMPONENTS = ("experts", "gate_routing", "finalize_copy")
 COLUMNS = ("component", "model", "backend", "tokens", "activated", "assignments", "median_us")
-
-
-def quantile(sorted_values, q):
-    pos = q * (len(sorted_values) - 1)
-    lo = int(pos)
-    hi = min(lo + 1, len(sorted_values) - 1)
-    return sorted_values[lo] + (pos - lo) * (sorted_values[hi] - sorted_values[lo])
 
 
 def draw_tokens(count, seed, max_tokens):

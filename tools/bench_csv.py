@@ -1,28 +1,37 @@
-"""The experts rows of a `harness bench experts --csv` file, for the tools that plot and check
-sweeps (tools/sweep-plot.py, tools/tile-rule-check.py). Errors are ValueErrors naming the file and
-the problem."""
+"""The rows of one component of a `harness bench experts --csv` file, for the tools that plot and
+check sweeps and tables (tools/sweep-plot.py, tools/tile-rule-check.py, tools/step-rows-check.py),
+and the quantile the tools report. Errors are ValueErrors naming the file and the problem."""
 import csv
 
 BASE = ("component", "model", "backend", "tokens", "median_us", "configuration")
 
 
-def experts_rows(path, model=None, backend=None, columns=(), positive=("median_us",)):
-    """{N: row} of the file's `experts` rows of one model and backend (`model` / `backend` pick
-    them where the file holds several), one row per N; `columns` are needed besides BASE, and the
-    `positive` ones must be numbers above zero."""
+def quantile(sorted_values, q):
+    """The q-quantile of ascending values, interpolated between order statistics (as
+    core/statistics.h)."""
+    pos = q * (len(sorted_values) - 1)
+    lo = int(pos)
+    hi = min(lo + 1, len(sorted_values) - 1)
+    return sorted_values[lo] + (pos - lo) * (sorted_values[hi] - sorted_values[lo])
+
+
+def experts_rows(path, model=None, backend=None, columns=(), positive=("median_us",), component="experts"):
+    """{N: row} of the file's rows of `component` (default `experts`) of one model and backend
+    (`model` / `backend` pick them where the file holds several), one row per N; `columns` are
+    needed besides BASE, and the `positive` ones must be numbers above zero."""
     with open(path, newline="") as f:
         reader = csv.DictReader(f)
         missing = [c for c in BASE + tuple(columns) if c not in (reader.fieldnames or [])]
         if missing:
             raise ValueError(f"{path}: no column {missing[0]} (is it a `harness bench experts --csv` file?)")
-        rows = [r for r in reader if r["component"] == "experts"]
+        rows = [r for r in reader if r["component"] == component]
     for name, value in (("model", model), ("backend", backend)):
         present = sorted({r[name] for r in rows})
         if value is None and len(present) > 1:
             raise ValueError(f"{path}: several {name}s ({', '.join(present)}): pick one with --{name}")
         rows = [r for r in rows if value is None or r[name] == value]
     if not rows:
-        raise ValueError(f"{path}: no experts rows" + (f" of model {model}" if model else "") +
+        raise ValueError(f"{path}: no {component} rows" + (f" of model {model}" if model else "") +
                          (f" and backend {backend}" if backend else ""))
     points = {}
     for r in rows:
