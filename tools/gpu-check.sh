@@ -26,10 +26,13 @@
 #              is not installed; ncu holds the SM clock at base and flushes the caches per launch)
 #   acquire    harness acquire jobs/qwen3-30b-a3b.yaml --tp 1 --dp 1 --backend native
 #              (+ $ACQUIRE_ARGS, e.g. "--rounds 1 --accept-failures")
-#   fidelity   the acquire step's bundle against points it was not built from: 23 balanced N
-#              drawn log-uniformly ($FIDELITY_SEED, default 20261201) through the bench, compared
-#              with lookup (tools/bench-lookup-compare.py), then validate --points 48 with both
-#              routings; fails where the bounds (median 1%, p95 2%, max 4%) or the tolerance miss
+#   fidelity   the acquire step's bundle against points it was not built from: $FIDELITY_DRAWS
+#              (default 23) balanced N drawn log-uniformly from 2 to $FIDELITY_MAX_TOKENS (default
+#              8000) with $FIDELITY_SEED (default 20261201) through the bench, for the components
+#              $FIDELITY_COMPONENTS (default experts,gate_routing; gate_routing alone for a
+#              gate-only acquire), compared with lookup (tools/bench-lookup-compare.py), then
+#              validate --points 48 with both routings; fails where the bounds (median 1%, p95 2%,
+#              max 4%) or the tolerance miss
 # Each step's output is appended to OUT_DIR/<step>.log; every step runs, and the exit status is
 # non-zero when any failed. A step cut short (a time limit, a kill) can be rerun with the same
 # command: `acquire` resumes its campaign where it stopped (every committed wave is kept, the one in
@@ -171,9 +174,11 @@ run_acquire() {
 run_fidelity() {
   local bundle="$out/acquire/qwen3-30b-a3b" seed=${FIDELITY_SEED:-20261201} tokens rc=0
   if [ ! -f "$bundle/meta.yaml" ]; then echo "no bundle at $bundle: run the acquire step first"; return 1; fi
-  tokens=$(python3 "$here/bench-lookup-compare.py" --draw-tokens 23 --seed "$seed" --max-tokens 8000)
+  tokens=$(python3 "$here/bench-lookup-compare.py" --draw-tokens "${FIDELITY_DRAWS:-23}" --seed "$seed" \
+    --max-tokens "${FIDELITY_MAX_TOKENS:-8000}")
   "$build/harness/harness" bench experts --models qwen3-30b-a3b --backends native \
-    --components experts --tokens "$tokens" --csv "$out/fidelity-bench.csv" || rc=1
+    --components "${FIDELITY_COMPONENTS:-experts,gate_routing}" --tokens "$tokens" \
+    --csv "$out/fidelity-bench.csv" || rc=1
   python3 "$here/bench-lookup-compare.py" --bundle "$bundle" --bench "$out/fidelity-bench.csv" \
     --harness "$build/harness/harness" --split 2048 --out "$out/fidelity-compare.csv" || rc=1
   for routing in balanced random; do
