@@ -4,7 +4,6 @@ to report and validates everything. The step must draw $FIDELITY_DRAWS token cou
 $FIDELITY_MAX_TOKENS with $FIDELITY_SEED, bench $FIDELITY_COMPONENTS (default experts and
 gate_routing), compare every component with tools/bench-lookup-compare.py, run validate with both
 routings, and refuse to start without the acquire step's bundle."""
-import json
 import os
 import subprocess
 import sys
