@@ -171,6 +171,32 @@ class Acquisition {
   // Agree: every rank computes the contract from the one plan; all must match rank 0's. Rank 0
   // takes writer.lock, and the shared file is opened (or checked against the contract) and its
   // cells declared.
+  // Why the ranks' contracts differ, for every rank's error: the ranks whose backend or device
+  // (its SM count and cache size set the grid) differ from rank 0's, or, where none does, the job.
+  std::string contract_mismatch() const {
+    constexpr int kWidth = 160;
+    const auto& b = *ctx_->backend;
+    std::string mine = b.name() + " (" + b.timing() + ", " + std::to_string(b.sm_count()) +
+                       " SMs, " + std::to_string(b.cache_bytes() >> 20) + " MiB cache)";
+    mine.resize(kWidth - 1);
+    mine.resize(kWidth, '\0');
+    std::string all(static_cast<std::size_t>(kWidth) * static_cast<std::size_t>(size_), '\0');
+    HARNESS_CHECK_MPI(
+        MPI_Allgather(mine.data(), kWidth, MPI_CHAR, all.data(), kWidth, MPI_CHAR, comm_));
+    const auto of = [&](int r) { return std::string(all.c_str() + std::size_t{kWidth} * r); };
+    std::string differ;
+    int count = 0;
+    for (int r = 1; r < size_; ++r)
+      if (of(r) != of(0) && ++count <= 3) differ += ", rank " + std::to_string(r) + " " + of(r);
+    if (count > 3) differ += " and " + std::to_string(count - 3) + " more ranks";
+    if (count == 0)
+      return "ranks disagree on the contract although every rank plans for " + of(0) +
+             ": the job differs between ranks (another file or harness version on some node)";
+    return "ranks disagree on the contract: rank 0 plans for " + of(0) + differ +
+           " (the grid follows the backend, the SM count and the cache size); run one device "
+           "kind per acquisition";
+  }
+
   void agree() {
     HARNESS_CHECK_MPI(MPI_Comm_rank(comm_, &rank_));
     HARNESS_CHECK_MPI(MPI_Comm_size(comm_, &size_));
@@ -189,10 +215,7 @@ class Acquisition {
     HARNESS_CHECK_MPI(MPI_Bcast(root_sha.data(), 64, MPI_CHAR, 0, comm_));
     int mismatch = root_sha != sha ? 1 : 0, any = 0;
     HARNESS_CHECK_MPI(MPI_Allreduce(&mismatch, &any, 1, MPI_INT, MPI_MAX, comm_));
-    if (any)
-      throw std::runtime_error(
-          "ranks disagree on the contract (different backends, device cache sizes or SM "
-          "counts across nodes: the grid follows them); run one device kind per acquisition");
+    if (any) throw std::runtime_error(contract_mismatch());
 
     // 0: locked; 1: another acquisition holds the lock; 2: the directory or its lock file cannot
     // be made (not a directory, permissions, name too long: rank 0 says which).

@@ -14,6 +14,21 @@ def expect_error(cmd, needle):
     assert needle in p.stderr, f"{cmd}: expected '{needle}' in:\n{p.stderr}"
 
 
+# Ranks whose contracts differ are refused before any work, naming what differs: the ranks whose
+# backend or device differ from rank 0's (an MPMD launch with two backends), else the job.
+with tempfile.TemporaryDirectory() as tmp:
+    out = os.path.join(tmp, "never")
+    common = ["acquire", "--unverified", job, "--tp", "1,2", "--dp", "1", "--out", out]
+    two_backends = (mpirun_cmd(1, *common, "--backend", "cpu_reference") + [":", "-np", "1", HARNESS]
+                    + common + ["--backend", "staircase_model"])
+    expect_error(two_backends, "ranks disagree on the contract: rank 0 plans for cpu_reference (host_clock, "
+                 "0 SMs, 0 MiB cache), rank 1 staircase_model (modeled_clock, 0 SMs, 0 MiB cache)")
+    two_jobs = (mpirun_cmd(1, *common, "--rounds", "1") + [":", "-np", "1", HARNESS] + common
+                + ["--rounds", "2"])
+    expect_error(two_jobs, "although every rank plans for cpu_reference (host_clock, 0 SMs, 0 MiB cache): "
+                 "the job differs between ranks")
+    assert not os.path.exists(out), "work started before the contract check"
+
 # EP mismatch fails before any work (no output directory is created).
 with tempfile.TemporaryDirectory() as tmp:
     out = os.path.join(tmp, "never")
