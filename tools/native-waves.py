@@ -22,6 +22,8 @@ import csv
 import math
 import sys
 
+from bench_csv import quantile
+
 # (name, token rows, cost per tile): the narrow tile's measured cost, the wgmma tiles' on the line
 # from the medium tile (1) to the wide one (476 / 376 µs).
 TILES = [("narrow", 16, 309.0 / 376.0)] + [
@@ -101,14 +103,6 @@ def solve(a, b):
     return [m[i][n] / m[i][i] for i in range(n)]
 
 
-def quantile(xs, q):
-    s = sorted(xs)
-    pos = q * (len(s) - 1)
-    lo = math.floor(pos)
-    hi = min(lo + 1, len(s) - 1)
-    return s[lo] + (s[hi] - s[lo]) * (pos - lo)
-
-
 def fit(points):
     """Least squares of time on (1, W13 waves, W2 waves): (coefficients, |relative residuals|)."""
     xs = [(1.0, float(w13), float(w2)) for w13, w2, _ in points]
@@ -167,8 +161,8 @@ def main():
         return 2
     by_tile = {}
     excess = [wave_excess(a, m, args.sms, args.hidden, args.intermediate) for _, a, m, _ in points]
-    print(f"{len(points)} experts points; whole waves / filled waves: median {quantile(excess, 0.5):.3f}, "
-          f"p90 {quantile(excess, 0.9):.3f}, max {max(excess):.3f}")
+    print(f"{len(points)} experts points; whole waves / filled waves: median {quantile(sorted(excess), 0.5):.3f}, "
+          f"p90 {quantile(sorted(excess), 0.9):.3f}, max {max(excess):.3f}")
     for n, a, m, t in sorted(points):
         name, tiles, w13, w2 = waves(a, m, args.sms, args.hidden, args.intermediate)
         by_tile.setdefault(name, []).append((w13, w2, t))
@@ -182,7 +176,7 @@ def main():
             print(f"{name}: {len(pts)} points, too few or too alike to fit")
             continue
         print(f"{name}: {len(pts)} points, time = {c[0]:.2f} + {c[1]:.2f} * W13 waves + {c[2]:.2f} * W2 waves; "
-              f"|residual| median {100 * quantile(res, 0.5):.1f}% p95 {100 * quantile(res, 0.95):.1f}% "
+              f"|residual| median {100 * quantile(sorted(res), 0.5):.1f}% p95 {100 * quantile(sorted(res), 0.95):.1f}% "
               f"max {100 * max(res):.1f}%")
     return 0
 

@@ -14,6 +14,7 @@ import tempfile
 from harness_test_lib import HARNESS, SOURCE_DIR, run
 
 TOOL_PATH = os.path.join(SOURCE_DIR, "tools/native-waves.py")
+sys.path.insert(0, os.path.dirname(TOOL_PATH))  # the tool imports tools/bench_csv.py
 spec = importlib.util.spec_from_file_location("native_waves", TOOL_PATH)
 tool = importlib.util.module_from_spec(spec)
 spec.loader.exec_module(tool)
