@@ -22,12 +22,11 @@ namespace moe::cli {
 namespace {
 
 // The gate's grid rows that its declared steps added to the local token axis.
-std::vector<std::int64_t> gate_step_rows(const Plan& plan, const TargetPlan& t) {
-  const auto axis = local_token_axis(plan.job, t.target);
+std::vector<std::int64_t> gate_step_rows(const TargetPlan& t, const ComponentGrid& gate) {
   std::vector<std::int64_t> out;
-  for (const auto n :
-       local_grid_rows(plan.job, t.target, Component::gate_routing, plan.gate_time_steps))
-    if (!std::binary_search(axis.begin(), axis.end(), n)) out.push_back(n);
+  for (const auto& p : gate.points)
+    if (!std::binary_search(t.local_tokens.begin(), t.local_tokens.end(), p.tokens))
+      out.push_back(p.tokens);
   return out;
 }
 
@@ -45,7 +44,7 @@ json plan_json(const Plan& plan, const std::string& backend) {
       if (grid.component == Component::experts)
         step_rows = step_token_rows(plan.job, t.target, plan.expert_time_steps);
       else if (grid.component == Component::gate_routing)
-        step_rows = gate_step_rows(plan, t);
+        step_rows = gate_step_rows(t, grid);
       comps.push_back({{"component", to_string(grid.component)},
                        {"points", pts},
                        {"step_token_rows", step_rows},
@@ -138,7 +137,7 @@ void print_summary(const Plan& plan, const TargetPlan& t, const ComponentGrid& g
   os << "\n";
   const auto step_rows = grid.component == Component::experts
                              ? step_token_rows(plan.job, t.target, plan.expert_time_steps)
-                         : grid.component == Component::gate_routing ? gate_step_rows(plan, t)
+                         : grid.component == Component::gate_routing ? gate_step_rows(t, grid)
                                                                      : std::vector<std::int64_t>{};
   if (step_rows.empty()) return;
   os << "    rows around the backend's time steps:";

@@ -4,6 +4,8 @@
 #include <stdexcept>
 #include <string>
 
+#include "core/job_spec.h"
+
 namespace moe {
 
 namespace {
@@ -30,7 +32,7 @@ std::int64_t gate_gemm_rows(std::int64_t rows, int sm_count) {
 
 std::vector<std::int64_t> gate_time_steps(std::string_view backend, int sm_count,
                                           std::int64_t max_rows) {
-  if (backend != "native" && backend != "cublas_grouped") return {};
+  if (host_backend(backend)) return {};
   std::set<std::int64_t> steps;
   for (std::int64_t b = gate_band_rows(sm_count); b < max_rows; b += gate_band_rows(sm_count))
     steps.insert(b);
