@@ -16,8 +16,9 @@ namespace moe {
 
 // 3: rows around declared time steps, balanced A; 4: rows-per-expert A axis where M = N·k;
 // 5: held-out probes in the halves of wide token intervals, stratified random held-out draws,
-// fresh random held-out points in every refinement stage that adds grid points
-inline constexpr int kPlannerVersion = 6;
+// fresh random held-out points in every refinement stage that adds grid points; 6: rows around
+// the gate's declared time steps; 7: the gate's steps at every multiple of 64 from 256 to 2048 rows
+inline constexpr int kPlannerVersion = 7;
 
 struct ComponentGrid {
   Component component;

@@ -26,7 +26,8 @@ std::int64_t gate_band_rows(int sm_count) {
 std::int64_t gate_gemm_rows(std::int64_t rows, int sm_count) {
   const std::int64_t band = gate_band_rows(sm_count);
   if (rows < kGateRowAlignment) return rows;
-  if (rows <= kGateBandsFromRows) return round_up(rows, kGateRowAlignment);
+  if (rows <= kGateFineRows) return round_up(rows, kGateRowAlignment);
+  if (rows <= kGateBandsFromRows) return round_up(rows, kGateCoarseAlignment);
   return round_up(rows, band);
 }
 
@@ -36,7 +37,9 @@ std::vector<std::int64_t> gate_time_steps(std::string_view backend, int sm_count
   std::set<std::int64_t> steps;
   for (std::int64_t b = gate_band_rows(sm_count); b < max_rows; b += gate_band_rows(sm_count))
     steps.insert(b);
-  if (kGateBandsFromRows < max_rows) steps.insert(kGateBandsFromRows);  // the first band starts
+  for (std::int64_t b = kGateFineRows; b <= kGateBandsFromRows && b < max_rows;
+       b += kGateCoarseAlignment)
+    steps.insert(b);  // the multiples of 64, up to where the first band starts
   return {steps.begin(), steps.end()};
 }
 

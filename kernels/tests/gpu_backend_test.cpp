@@ -250,9 +250,9 @@ TEST_P(GpuBackend, GateRoutesEveryRowLikeTheReference) {
 
 // The router GEMM runs on gate_gemm_rows of the device's SMs (padding rows of x it reads; the
 // NaN padding of run_gate_on_device checks that they reach no routed row): fewer than 8 rows as
-// they are, up to 2048 rounded up to 8, above that padded to the band's end. The configuration
-// names the GEMM's rows, and the padded points verify against the reference through the workload
-// (its x padding rows random).
+// they are, up to 256 rounded up to 8, up to 2048 to 64, above that padded to the band's end. The
+// configuration names the GEMM's rows, and the padded points verify against the reference through
+// the workload (its x padding rows random).
 TEST_P(GpuBackend, GateGemmRowsFollowTheRowRule) {
   REQUIRE_GPU();
   const auto qwen = *find_preset("qwen3-30b-a3b");
@@ -262,8 +262,9 @@ TEST_P(GpuBackend, GateGemmRowsFollowTheRowRule) {
   ASSERT_GT(sms, 0);
   const std::int64_t band = gate_band_rows(sms);
   for (const std::int64_t tokens :
-       {std::int64_t{5}, std::int64_t{8}, std::int64_t{9}, std::int64_t{2048}, std::int64_t{2049},
-        4 * band, 4 * band + 1, 8 * band - 3}) {
+       {std::int64_t{5}, std::int64_t{8}, std::int64_t{9}, std::int64_t{256}, std::int64_t{257},
+        std::int64_t{1601}, std::int64_t{2048}, std::int64_t{2049}, 4 * band, 4 * band + 1,
+        8 * band - 3}) {
     const auto gemm_rows = gate_gemm_rows(tokens, sms);
     const std::string want =
         gemm_rows == tokens ? "" : "router GEMM on " + std::to_string(gemm_rows) + " rows";

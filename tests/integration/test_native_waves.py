@@ -42,11 +42,11 @@ assert p.returncode == 0, p.stderr
 assert p.stdout.split(":", 1)[1].split() == line.group(1).split(), (p.stdout[:300], line.group(1)[:300])
 
 # 1b. The gate's declared steps (both CUDA backends; the nominal H200's 132 SMs in `plan`): every
-# multiple of 132 x 4 rows below the job's 8192 tokens and 2048, and the gate's grid holds both
-# sides of each; the host backends declare none.
+# multiple of 132 x 4 rows below the job's 8192 tokens and every multiple of 64 from 256 to 2048,
+# and the gate's grid holds both sides of each; the host backends declare none.
 gate = re.search(r"gate_routing time steps of native \(rows, for the 132 SMs of [^)]*\): ([0-9 ]+)", plan)
 assert gate, plan
-want = sorted(set(range(528, 8192, 528)) | {2048})
+want = sorted(set(range(528, 8192, 528)) | set(range(256, 2049, 64)))
 assert [int(b) for b in gate.group(1).split()] == want, gate.group(0)
 plan_json = json.loads(run([HARNESS, "plan", os.path.join(SOURCE_DIR, "jobs/qwen3-30b-a3b.yaml"),
                             "--backend", "cublas_grouped", "--format", "json"]).stdout)
