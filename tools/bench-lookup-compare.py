@@ -194,11 +194,15 @@ def main():
             print(f"{component} {name}: {s['count']} points, |error| median {100 * s['median']:.2f}%, "
                   f"p95 {100 * s['p95']:.2f}%, max {100 * s['max']:.2f}%, signed median "
                   f"{100 * s['signed_median']:+.2f}%")
-            grid = [r["error"] for r in selected if r["grid"]]
+            grid = [r for r in selected if r["grid"]]
             if name == "all" and grid:
-                # The table answers its own rows exactly: what they miss by is no interpolation.
+                # The table answers its own rows exactly: what they miss by is no interpolation,
+                # an offset (the signed median) or a time that does not repeat (the largest miss).
+                worst = max(grid, key=lambda r: abs(r["error"]))
                 print(f"{component} at the table's own rows: {len(grid)} points, signed median "
-                      f"{100 * statistics(grid)['signed_median']:+.2f}% (this device and day against the table's)")
+                      f"{100 * statistics([r['error'] for r in grid])['signed_median']:+.2f}% "
+                      f"(this device and day against the table's), |error| max "
+                      f"{100 * abs(worst['error']):.2f}% at N={worst['tokens']} (no interpolation)")
             if name == "all":
                 # An offset between devices often follows their clocks: the bench's against the
                 # clock the table's rows ran at.

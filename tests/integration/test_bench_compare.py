@@ -101,6 +101,9 @@ with tempfile.TemporaryDirectory() as tmp:
     write_bench(bench, rows[:3] + grid_rows)
     p = compare(*args)
     assert "experts at the table's own rows: 2 points, signed median +3.00%" in p.stdout, p.stdout
+    # ... and its largest miss, at the row 4% faster than the table.
+    assert (f"experts at the table's own rows: 2 points, signed median +3.00% (this device and day against "
+            f"the table's), |error| max 4.00% at N={grid_rows[1][2]} (no interpolation)") in p.stdout, p.stdout
     assert sum(line.endswith("| grid |") for line in p.stdout.splitlines()) == 2, p.stdout
     # Within the bounds once the 5% point is gone (and wider bounds accept it).
     write_bench(bench, rows[:3] + rows[4:6])
