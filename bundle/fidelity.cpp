@@ -58,6 +58,20 @@ json ComponentFidelity::to_json(double tolerance) const {
                             {"relative_error", h.relative_error()}});
   json failed_points = json::array();
   for (const auto& p : failed) failed_points.push_back(point(p));
+  std::vector<RemeasuredPoint> most_apart(remeasured);
+  std::sort(most_apart.begin(), most_apart.end(), [](const auto& a, const auto& b) {
+    return a.relative_difference() > b.relative_difference();
+  });
+  json remeasured_json = {{"count", remeasured_statistics.count},
+                          {"median_abs_relative_difference", remeasured_statistics.median},
+                          {"max_abs_relative_difference", remeasured_statistics.max},
+                          {"most_apart", json::array()}};
+  for (std::size_t i = 0; i < most_apart.size() && i < 3; ++i)
+    remeasured_json["most_apart"].push_back(
+        {{"point", point(most_apart[i].point)},
+         {"held_out_us", most_apart[i].held_out_us},
+         {"grid_us", most_apart[i].grid_us},
+         {"relative_difference", most_apart[i].relative_difference()}});
   json held = statistics.errors_json();
   held["unpredicted"] = statistics.unpredicted;
   held["bank_failures"] = statistics.bank_failures;
@@ -84,6 +98,7 @@ json ComponentFidelity::to_json(double tolerance) const {
       {"tolerance", tolerance},
       {"sm_clock_mean_mhz", clock},
       {"held_out", held},
+      {"remeasured", remeasured_json},
       {"refinement",
        {{"stages", stages}, {"added_points", added_points}, {"kernel_changes", kernel_changes}}},
       {"failed_points", failed_points}};
@@ -175,8 +190,15 @@ std::vector<ComponentFidelity> evaluate_fidelity(const StoredAcquisition& acq,
     // `experts`: errors at balanced routing and off it, apart as well as together.
     const bool experts = f.component == Component::experts;
     std::vector<double> errors, balanced_errors, off_balance_errors;
+    std::vector<double> remeasured_differences;
     for (const auto& [point, result] : probes) {
-      if (grid.contains(point)) continue;  // refinement made it a grid point
+      if (const auto g = grid.find(point); g != grid.end()) {  // refinement made it a grid point
+        if (result.bank_check_passed && g->second.bank_check_passed) {
+          f.remeasured.push_back({point, *result.time_us, *g->second.time_us});
+          remeasured_differences.push_back(f.remeasured.back().relative_difference());
+        }
+        continue;
+      }
       if (!result.bank_check_passed) {
         ++f.statistics.bank_failures;
         continue;
@@ -198,6 +220,7 @@ std::vector<ComponentFidelity> evaluate_fidelity(const StoredAcquisition& acq,
       f.held_out.push_back(std::move(h));
     }
     f.statistics.set_errors(errors);
+    f.remeasured_statistics.set_errors(remeasured_differences);
     if (experts) {
       f.balanced.emplace().set_errors(balanced_errors);
       f.off_balance.emplace().set_errors(off_balance_errors);

@@ -49,6 +49,17 @@ struct HeldOutPoint {
   }
 };
 
+// A held-out point that refinement later took as a grid row, so measured twice, in two cells (two
+// workloads): how far the grid measurement lies from the held-out one is the measurement's own
+// repeatability at that point, with no interpolation in it (docs/measurement.md#fidelity).
+struct RemeasuredPoint {
+  GridPoint point;
+  double held_out_us = 0, grid_us = 0;
+  [[nodiscard]] double relative_difference() const {
+    return std::abs(grid_us - held_out_us) / held_out_us;
+  }
+};
+
 struct HeldOutStatistics {
   int count = 0;                        // predicted points
   int unpredicted = 0;                  // outside the support
@@ -71,6 +82,10 @@ struct ComponentFidelity {
   std::vector<std::size_t> cells;  // indices into StoredAcquisition::cells: grid, held-out, stages
   std::int64_t added_points = 0;   // grid points beyond the planned grid
   std::vector<HeldOutPoint> held_out;  // off the grid, latest measurement, bank control passed
+  // Held-out points that became grid rows, both measurements passing the bank control; their
+  // statistics are of |relative_difference|.
+  std::vector<RemeasuredPoint> remeasured;
+  HeldOutStatistics remeasured_statistics;
   // Local components: consecutive token rows whose forwards ran different kernels (e.g. cuBLAS
   // changing its GEMM with N) with an integer between them: a step may lie between the rows
   // (reported, not refined: docs/measurement.md#fidelity).

@@ -198,6 +198,21 @@ void print_fidelity(const json& tables, std::ostream& os) {
                     w["predicted_us"].get<double>());
       os << line;
     }
+    // Older bundles have no such key; none where refinement took no held-out point.
+    if (const auto r = t.value("remeasured", json::object()); r.value("count", 0) > 0) {
+      std::snprintf(line, sizeof(line),
+                    "      re-measured as grid rows: %d held-out points, |grid - held-out| median "
+                    "%.2f%%, max %.2f%% (the measurement's own repeatability there)\n",
+                    r["count"].get<int>(), 100 * r["median_abs_relative_difference"].get<double>(),
+                    100 * r["max_abs_relative_difference"].get<double>());
+      os << line;
+      for (const auto& m : r["most_apart"]) {
+        std::snprintf(line, sizeof(line), "      most apart %s: held-out %.3f us, grid %.3f us\n",
+                      m["point"].dump().c_str(), m["held_out_us"].get<double>(),
+                      m["grid_us"].get<double>());
+        os << line;
+      }
+    }
     for (const auto& p : t["failed_points"])
       os << "      FAILED B/2B at (N, A, M) = " << p.dump() << " (not in the table)\n";
     // Older bundles have no such key.

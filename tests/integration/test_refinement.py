@@ -68,6 +68,19 @@ with tempfile.TemporaryDirectory() as tmp:
     assert experts["refinement"]["stages"] >= 2 and experts["refinement"]["added_points"] > 0, experts
     assert experts["held_out"]["max_abs_relative_error"] <= 0.02, experts["held_out"]
     assert experts["failed_points"] == [], experts["failed_points"]
+    # Held-out points that refinement took as grid rows were measured twice, in two cells: the
+    # bundle says how far apart (the model repeats exactly), counted here from the file's cells.
+    points_of = {"grid": set(), "held_out": set()}
+    with h5py.File(os.path.join(ref_root, "acquisitions/staircase/acquisition.h5"), "r") as f:
+        for name, cell in f["cells"].items():
+            if ".experts" in name:
+                points_of["held_out" if ".held_out" in name else "grid"].update(
+                    tuple(int(v) for v in p) for p in cell["points"][()])
+    remeasured = experts["remeasured"]
+    assert remeasured["count"] == len(points_of["grid"] & points_of["held_out"]) > 0, remeasured["count"]
+    assert remeasured["max_abs_relative_difference"] <= 1e-9, remeasured
+    assert len(remeasured["most_apart"]) == 3 and all(
+        tuple(m["point"]) in points_of["held_out"] for m in remeasured["most_apart"]), remeasured
     # The statistics at balanced routing and off it, restated from the bundle's held_out.csv.
     held = [r.split(",") for r in open(os.path.join(
         bundle, "tp1/moe_components/dp1_ep1_rank0_sp0/held_out.csv")).read().splitlines()[1:]]
