@@ -62,12 +62,12 @@ json ComponentFidelity::to_json(double tolerance) const {
   std::sort(most_apart.begin(), most_apart.end(), [](const auto& a, const auto& b) {
     return a.relative_difference() > b.relative_difference();
   });
-  json remeasured_json = {{"count", remeasured_statistics.count},
-                          {"median_abs_relative_difference", remeasured_statistics.median},
-                          {"max_abs_relative_difference", remeasured_statistics.max},
-                          {"most_apart", json::array()}};
+  json repeatability = {{"count", remeasured_statistics.count},
+                        {"median_abs_relative_difference", remeasured_statistics.median},
+                        {"max_abs_relative_difference", remeasured_statistics.max},
+                        {"most_apart", json::array()}};
   for (std::size_t i = 0; i < most_apart.size() && i < 3; ++i)
-    remeasured_json["most_apart"].push_back(
+    repeatability["most_apart"].push_back(
         {{"point", point(most_apart[i].point)},
          {"held_out_us", most_apart[i].held_out_us},
          {"grid_us", most_apart[i].grid_us},
@@ -98,7 +98,7 @@ json ComponentFidelity::to_json(double tolerance) const {
       {"tolerance", tolerance},
       {"sm_clock_mean_mhz", clock},
       {"held_out", held},
-      {"remeasured", remeasured_json},
+      {"repeatability", repeatability},
       {"refinement",
        {{"stages", stages}, {"added_points", added_points}, {"kernel_changes", kernel_changes}}},
       {"failed_points", failed_points}};

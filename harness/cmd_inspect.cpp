@@ -199,10 +199,10 @@ void print_fidelity(const json& tables, std::ostream& os) {
       os << line;
     }
     // Older bundles have no such key; none where refinement took no held-out point.
-    if (const auto r = t.value("remeasured", json::object()); r.value("count", 0) > 0) {
+    if (const auto r = t.value("repeatability", json::object()); r.value("count", 0) > 0) {
       std::snprintf(line, sizeof(line),
-                    "      re-measured as grid rows: %d held-out points, |grid - held-out| median "
-                    "%.2f%%, max %.2f%% (the measurement's own repeatability there)\n",
+                    "      repeatability: %d held-out points measured again as grid rows, "
+                    "|grid - held-out| median %.2f%%, max %.2f%% (no interpolation)\n",
                     r["count"].get<int>(), 100 * r["median_abs_relative_difference"].get<double>(),
                     100 * r["max_abs_relative_difference"].get<double>());
       os << line;
