@@ -338,9 +338,8 @@ MemoryEstimate estimate_memory(const JobSpec& job, const TargetPlan& t) {
   return m;
 }
 
-std::vector<std::int64_t> local_grid_rows(const JobSpec& job, const Target& t, Component c,
+std::vector<std::int64_t> local_grid_rows(const std::vector<std::int64_t>& axis, Component c,
                                           const std::vector<std::int64_t>& gate_time_steps) {
-  const auto axis = local_token_axis(job, t);
   if (axis.empty() || c != Component::gate_routing) return axis;
   std::set<std::int64_t> rows(axis.begin(), axis.end());
   for (const auto b : gate_time_steps)
@@ -371,7 +370,7 @@ Plan make_plan(const JobSpec& job, std::optional<std::int64_t> l2_bytes,
       if (c == Component::experts) {
         grid.points = expert_grid(job, t, plan.expert_time_steps);
       } else {
-        for (auto n : local_grid_rows(job, t, c, plan.gate_time_steps))
+        for (auto n : local_grid_rows(tp.local_tokens, c, plan.gate_time_steps))
           grid.points.push_back({n, 0, 0});
       }
       grid.held_out = held_out_points(job, t, c, grid.points);

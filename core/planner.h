@@ -61,10 +61,11 @@ struct MRange {
 // axis' range and domain; ascending.
 [[nodiscard]] std::vector<std::int64_t> step_token_rows(
     const JobSpec& job, const Target& t, const std::vector<std::int64_t>& time_steps);
-// The rows of a local component's grid: the local token axis, and for gate_routing the rows b
-// and b + 1 of each step b of `gate_time_steps` within the axis' range. Ascending.
+// The rows of a local component's grid: the target's local token axis (local_token_axis), and
+// for gate_routing the rows b and b + 1 of each step b of `gate_time_steps` within the axis'
+// range. Ascending.
 [[nodiscard]] std::vector<std::int64_t> local_grid_rows(
-    const JobSpec& job, const Target& t, Component c,
+    const std::vector<std::int64_t>& local_tokens, Component c,
     const std::vector<std::int64_t>& gate_time_steps);
 // Positive-work expert points (+ the all-remote A=M=0 point per N when E-L >= k): the rows of
 // expert_row over the expert token axis and the step rows of `time_steps`.

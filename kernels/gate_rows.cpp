@@ -35,8 +35,8 @@ std::vector<std::int64_t> gate_time_steps(std::string_view backend, int sm_count
                                           std::int64_t max_rows) {
   if (host_backend(backend)) return {};
   std::set<std::int64_t> steps;
-  for (std::int64_t b = gate_band_rows(sm_count); b < max_rows; b += gate_band_rows(sm_count))
-    steps.insert(b);
+  const std::int64_t band = gate_band_rows(sm_count);
+  for (std::int64_t b = band; b < max_rows; b += band) steps.insert(b);
   for (std::int64_t b = kGateFineRows; b <= kGateBandsFromRows && b < max_rows;
        b += kGateCoarseAlignment)
     steps.insert(b);  // the multiples of 64, up to where the first band starts

@@ -284,12 +284,12 @@ TEST(Grid, GateRowsBracketEachDeclaredGateStep) {
   const auto t = job.targets().front();
   const auto axis = local_token_axis(job, t);
   const std::vector<std::int64_t> steps{100, 2048, 4096, 9000};
-  const auto rows = local_grid_rows(job, t, Component::gate_routing, steps);
+  const auto rows = local_grid_rows(axis, Component::gate_routing, steps);
   ASSERT_TRUE(std::is_sorted(rows.begin(), rows.end()));
   std::set<std::int64_t> want(axis.begin(), axis.end());
   want.insert({100, 101, 2048, 2049, 4096});  // 4097 and 9000 lie beyond the range
   EXPECT_EQ(std::set<std::int64_t>(rows.begin(), rows.end()), want);
-  EXPECT_EQ(local_grid_rows(job, t, Component::finalize_copy, steps), axis);
+  EXPECT_EQ(local_grid_rows(axis, Component::finalize_copy, steps), axis);
 
   const auto plan = make_plan(job, std::nullopt, {}, steps);
   EXPECT_EQ(plan.gate_time_steps, steps);
