@@ -15,7 +15,7 @@ def quantile(sorted_values, q):
     return sorted_values[lo] + (pos - lo) * (sorted_values[hi] - sorted_values[lo])
 
 
-def experts_rows(path, model=None, backend=None, columns=(), positive=("median_us",), component="experts"):
+def component_rows(path, model=None, backend=None, columns=(), positive=("median_us",), component="experts"):
     """{N: row} of the file's rows of `component` (default `experts`) of one model and backend
     (`model` / `backend` pick them where the file holds several), one row per N; `columns` are
     needed besides BASE, and the `positive` ones must be numbers above zero."""

@@ -22,7 +22,7 @@ import argparse
 import bisect
 import sys
 
-from bench_csv import experts_rows, quantile
+from bench_csv import component_rows, quantile
 
 
 def numbers(text, what):
@@ -76,11 +76,11 @@ def main():
         sys.exit("step-rows-check: experts tables interpolate over (N, A, M); use "
                  "tools/bench-lookup-compare.py on a bundle")
     if a.every < 0:
-        sys.exit("step-rows-check: --every must be positive")
+        sys.exit("step-rows-check: --every must not be negative (0: no multiples)")
     bounds = [float(x) for x in a.bounds.split(",")]
     try:
-        bench = experts_rows(a.bench, a.model, a.backend, component=a.component)
-        table = experts_rows(a.table or a.bench, a.model, a.backend, component=a.component)
+        bench = component_rows(a.bench, a.model, a.backend, component=a.component)
+        table = component_rows(a.table or a.bench, a.model, a.backend, component=a.component)
     except (OSError, ValueError) as e:
         sys.exit(f"step-rows-check: {e}")
     rows = table_rows(table, numbers(a.steps, "--steps"), a.every, numbers(a.rows, "--rows"))

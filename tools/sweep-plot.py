@@ -18,7 +18,7 @@ import math
 import sys
 from xml.sax.saxutils import escape, quoteattr
 
-from bench_csv import experts_rows
+from bench_csv import component_rows
 
 RUN_COLOURS = ("#333333", "#888888", "#1f77b4", "#9467bd")
 TILE_COLOURS = ("#d62728", "#2ca02c", "#ff7f0e", "#17becf", "#8c564b", "#e377c2", "#bcbd22",
@@ -31,7 +31,7 @@ TOP_H, BOTTOM_H, GAP, MARGIN = 300, 170, 60, 30
 
 def read_run(path, model, backend):
     """{N: (median_us, floor_us, configuration)} of the run's experts rows for model and backend."""
-    rows = experts_rows(path, model, backend, columns=("floor_us",), positive=("median_us", "floor_us"))
+    rows = component_rows(path, model, backend, columns=("floor_us",), positive=("median_us", "floor_us"))
     return {n: (float(r["median_us"]), float(r["floor_us"]), r["configuration"]) for n, r in rows.items()}
 
 

@@ -18,7 +18,7 @@ rule's tile is slower than the fastest by more than the tolerance at some point,
 import argparse
 import sys
 
-from bench_csv import experts_rows
+from bench_csv import component_rows
 
 COLUMNS = ("assignments", "activated")
 
@@ -30,7 +30,7 @@ def tile_of(configuration):
 
 def forced_sweep(path, model, backend):
     """(tile, {N: median_us}) of a sweep with one tile forced."""
-    rows = experts_rows(path, model, backend, COLUMNS)
+    rows = component_rows(path, model, backend, COLUMNS)
     tiles = sorted({tile_of(r["configuration"]) for r in rows.values()})
     if len(tiles) != 1:
         raise ValueError(f"{path}: not a forced-tile sweep: it ran tiles {', '.join(tiles)}")
@@ -47,7 +47,7 @@ def main():
                     help="how much slower than the fastest forced tile the rule's tile may be")
     args = ap.parse_args()
     try:
-        rule = experts_rows(args.rule, args.model, args.backend, COLUMNS)
+        rule = component_rows(args.rule, args.model, args.backend, COLUMNS)
         forced = {}
         for path in args.forced:
             tile, times = forced_sweep(path, args.model, args.backend)

@@ -68,4 +68,6 @@ with tempfile.TemporaryDirectory() as tmp:
     assert p.returncode == 1 and "no column component" in p.stderr, p.stderr
     p = check("--bench", run1, "--steps", "1x")
     assert p.returncode == 1 and "--steps must be comma-separated integers" in p.stderr, p.stderr
+    p = check("--bench", run1, "--every", "-100")
+    assert p.returncode == 1 and "--every must not be negative" in p.stderr, p.stderr
 print("ok")
