@@ -1270,6 +1270,162 @@ __global__ void __launch_bounds__(Pipelined<C, kGated>::kThreads, 1)
 }
 #endif  // HARNESS_WGMMA
 
+// ---------------------------------------------------------------- one token: two launches
+
+// A forward of one token row runs two launches and nothing else (docs/native-backend.md#one-token):
+// expert_gemm_one_token<true> multiplies the token by the W13 rows of each local lane and writes
+// SiLU(gate) * up per lane; expert_gemm_one_token<false> multiplies those by W2 and sums the
+// lanes with their router weights inside the block, so there is neither a plan nor a combine
+// launch. With one token a tensor-core tile would pad 15 of its 16 rows: each warp streams its
+// weight rows through 16-byte loads and FMAs, the only thing a forward of one token has to do.
+constexpr int kOneTokenWarps = 8;
+constexpr int kOneTokenMaxLanes = 32;  // the lanes fit one warp's ballot
+// Weight rows per warp unit: the gate and up rows of 2 features (W13), or 4 output features (W2).
+constexpr int kOneTokenRows = 4;
+// 16-byte chunk steps of every row a thread loads before it uses any: 8 loads in flight.
+constexpr int kOneTokenSteps = 2;
+
+struct OneTokenArgs {
+  const int* ids;
+  const float* route_weights;
+  int k, experts, first, local;
+  int* flag;  // raised for an invalid lane by block 0 of the W13 launch
+  const bf16* weights;
+  std::int64_t expert_stride;
+  int reduction;     // H (W13) or I (W2)
+  int out_features;  // I or H
+  const bf16* src;   // x [H] (W13) or act [lane][I] (W2)
+  bf16* out;         // act [lane][I] (W13) or out [H] (W2)
+};
+
+// The block's local lanes in lane order (the order combine_lanes sums them in) and how each warp
+// unit splits them: `slices` warps share a lane's rows along K when there are fewer lanes than
+// warps, so that every warp streams.
+struct OneTokenLanes {
+  int lane[kOneTokenMaxLanes];
+  int expert[kOneTokenMaxLanes];
+  float weight[kOneTokenMaxLanes];
+  int count, slices;
+  float partial[kOneTokenMaxLanes][kOneTokenRows];  // per unit (lane, slice), per row
+};
+
+__device__ void one_token_lanes(const OneTokenArgs& a, bool raise_flag, OneTokenLanes& s) {
+  const int t = static_cast<int>(threadIdx.x);
+  if (t < 32) {
+    const int id = t < a.k ? a.ids[t] : -1;
+    const float w = t < a.k ? a.route_weights[t] : 0.0f;
+    const bool valid = t >= a.k || lane_is_valid(id, w, a.experts);
+    const bool local = t < a.k && valid && id >= a.first && id < a.first + a.local;
+    const unsigned locals = __ballot_sync(0xffffffffu, local);
+    const unsigned invalid = __ballot_sync(0xffffffffu, !valid);
+    if (raise_flag && t == 0 && invalid != 0u) atomicOr(a.flag, 1);
+    if (local) {
+      const int index = __popc(locals & ((1u << t) - 1u));
+      s.lane[index] = t;
+      s.expert[index] = id - a.first;
+      s.weight[index] = w;
+    }
+    if (t == 0) {
+      s.count = __popc(locals);
+      s.slices = max(1, kOneTokenWarps / max(1, s.count));
+    }
+  }
+  __syncthreads();
+}
+
+__device__ __forceinline__ float dot8(const uint4& w, const uint4& v) {
+  const auto* w2 = reinterpret_cast<const __nv_bfloat162*>(&w);
+  const auto* v2 = reinterpret_cast<const __nv_bfloat162*>(&v);
+  float sum = 0.0f;
+#pragma unroll
+  for (int q = 0; q < 4; ++q) {
+    const float2 a = __bfloat1622float2(w2[q]), b = __bfloat1622float2(v2[q]);
+    sum = fmaf(a.x, b.x, sum);
+    sum = fmaf(a.y, b.y, sum);
+  }
+  return sum;
+}
+
+// One warp: the dot products of kOneTokenRows weight rows with `vec` over the 16-byte chunks
+// [begin, end) of K, summed over the warp (every thread gets the sums).
+__device__ __forceinline__ void warp_dots(const bf16* const (&rows)[kOneTokenRows], const bf16* vec,
+                                          int begin, int end, float (&sum)[kOneTokenRows]) {
+  const int lane = static_cast<int>(threadIdx.x) & 31;
+#pragma unroll
+  for (int r = 0; r < kOneTokenRows; ++r) sum[r] = 0.0f;
+  for (int c0 = begin + lane; c0 < end; c0 += 32 * kOneTokenSteps) {
+    uint4 w[kOneTokenSteps][kOneTokenRows], v[kOneTokenSteps];
+#pragma unroll
+    for (int i = 0; i < kOneTokenSteps; ++i) {
+      const int c = c0 + 32 * i;
+      const bool ok = c < end;
+      v[i] = ok ? __ldg(reinterpret_cast<const uint4*>(vec) + c) : make_uint4(0, 0, 0, 0);
+#pragma unroll
+      for (int r = 0; r < kOneTokenRows; ++r)
+        w[i][r] = ok ? __ldcs(reinterpret_cast<const uint4*>(rows[r]) + c) : make_uint4(0, 0, 0, 0);
+    }
+#pragma unroll
+    for (int i = 0; i < kOneTokenSteps; ++i)
+#pragma unroll
+      for (int r = 0; r < kOneTokenRows; ++r) sum[r] += dot8(w[i][r], v[i]);
+  }
+#pragma unroll
+  for (int r = 0; r < kOneTokenRows; ++r)
+    for (int o = 16; o > 0; o /= 2) sum[r] += __shfl_xor_sync(0xffffffffu, sum[r], o);
+}
+
+// Gated: block b computes features 2b and 2b + 1 of every local lane (grid I / 2). Not gated:
+// output features [4b, 4b + 4) of the token (grid H / 4), summed over the lanes.
+template <bool kGated>
+__global__ void __launch_bounds__(kOneTokenWarps * 32, 4) expert_gemm_one_token(OneTokenArgs a) {
+  __shared__ OneTokenLanes s;
+  constexpr int kFeatures = kGated ? kOneTokenRows / 2 : kOneTokenRows;
+  const int f0 = static_cast<int>(blockIdx.x) * kFeatures;
+  one_token_lanes(a, kGated && blockIdx.x == 0, s);
+  const int warp = static_cast<int>(threadIdx.x) / 32;
+  const int chunks = a.reduction / 8, units = s.count * s.slices;
+  for (int u = warp; u < units; u += kOneTokenWarps) {
+    const int l = u / s.slices, slice = u % s.slices;
+    const bf16* w = a.weights + s.expert[l] * a.expert_stride;
+    const bf16* rows[kOneTokenRows];
+#pragma unroll
+    for (int r = 0; r < kOneTokenRows; ++r) {
+      const int row = kGated ? (r < kFeatures ? 0 : a.out_features) + f0 + r % kFeatures : f0 + r;
+      rows[r] = w + static_cast<std::int64_t>(row) * a.reduction;
+    }
+    const bf16* vec = kGated ? a.src : a.src + static_cast<std::int64_t>(s.lane[l]) * a.reduction;
+    float sum[kOneTokenRows];
+    warp_dots(rows, vec, chunks * slice / s.slices, chunks * (slice + 1) / s.slices, sum);
+    if ((threadIdx.x & 31) == 0)
+#pragma unroll
+      for (int r = 0; r < kOneTokenRows; ++r) s.partial[u][r] = sum[r];
+  }
+  __syncthreads();
+  const int t = static_cast<int>(threadIdx.x);
+  // The slices of a lane in slice order, so the sums do not depend on timing.
+  const auto lane_sum = [&](int l, int r) {
+    float v = 0.0f;
+    for (int slice = 0; slice < s.slices; ++slice) v += s.partial[l * s.slices + slice][r];
+    return v;
+  };
+  if constexpr (kGated) {
+    // As for_each_output: gate and up rounded to bf16 first.
+    if (t < s.count * kFeatures) {
+      const int l = t / kFeatures, f = t % kFeatures;
+      const float gate = round_bf16(lane_sum(l, f)), up = round_bf16(lane_sum(l, kFeatures + f));
+      a.out[static_cast<std::int64_t>(s.lane[l]) * a.out_features + f0 + f] =
+          __float2bfloat16_rn(gate / (1.0f + __expf(-gate)) * up);
+    }
+  } else {
+    // As combine_lanes: each lane's output rounded to bf16, then weighted and summed in fp32.
+    if (t < kFeatures) {
+      float v = 0.0f;
+      for (int l = 0; l < s.count; ++l) v += s.weight[l] * round_bf16(lane_sum(l, t));
+      a.out[f0 + t] = __float2bfloat16_rn(v);
+    }
+  }
+}
+
 // One block per token row: out[row] = sum over its local lanes of weight * expert output, in
 // fp32, read as 16-byte chunks of 8 bf16 (H is a multiple of 8). Rows with no local lane get 0.
 // The row's lane positions and weights are staged in shared memory, and each batch of up to
@@ -1565,6 +1721,7 @@ void launch_tile(const TileSchedule& how, const GemmArgs& up, const GemmArgs& do
 }  // namespace
 
 std::string NativeExperts::configuration() const {
+  if (one_token_) return "one token (two launches, the plan and the combine inside them)";
   const bool wgmma = tile_ != NativeTile::narrow && wgmma_;
   return std::string(to_string(tile_)) + " tile (" + std::to_string(native_tile_tokens(tile_)) +
          " tokens" + (wgmma ? ", wgmma" : "") +
@@ -1638,13 +1795,38 @@ NativeExperts::NativeExperts(const ModelGeometry& g, const ExpertOwnership& own,
   act_ = DeviceBuffer<bf16>(static_cast<std::size_t>(lanes_) * g.intermediate);
   if (uses_tensor_maps()) maps_.act = tma_map(act_.get(), g.intermediate, lanes_, t);
   y_ = DeviceBuffer<bf16>(static_cast<std::size_t>(lanes_) * g.hidden);
-  plan_in_gemm_ = tile_ == NativeTile::narrow && lanes_ <= kFusedLanes;
+  one_token_ = tile_ == NativeTile::narrow && rows_ == 1 && g.top_k <= kOneTokenMaxLanes;
+  plan_in_gemm_ = tile_ == NativeTile::narrow && lanes_ <= kFusedLanes && !one_token_;
   weights_evict_first_ = tile_ == NativeTile::narrow && lanes_ >= kEvictFirstLanes;
 }
 
 void NativeExperts::forward(const bf16* x, const int* ids, const float* weights, const bf16* w13,
                             const bf16* w2, bf16* out, int* flag) {
   const int h = g_.hidden, inter = g_.intermediate;
+  if (one_token_) {
+    const OneTokenArgs up{ids,
+                          weights,
+                          g_.top_k,
+                          g_.experts,
+                          own_.first_expert,
+                          own_.local_experts,
+                          flag,
+                          w13,
+                          static_cast<std::int64_t>(2) * inter * h,
+                          h,
+                          inter,
+                          x,
+                          act_.get()};
+    OneTokenArgs down = up;
+    down.weights = w2, down.expert_stride = static_cast<std::int64_t>(h) * inter;
+    down.reduction = inter, down.out_features = h, down.src = act_.get(), down.out = out;
+    constexpr unsigned threads = kOneTokenWarps * 32;
+    expert_gemm_one_token<true><<<static_cast<unsigned>(inter / 2), threads, 0, s_>>>(up);
+    HARNESS_CHECK(cudaGetLastError());
+    expert_gemm_one_token<false><<<static_cast<unsigned>(h / 4), threads, 0, s_>>>(down);
+    HARNESS_CHECK(cudaGetLastError());
+    return;
+  }
   const int lanes_per_thread = (lanes_ + kPlanThreads - 1) / kPlanThreads;
   const unsigned plan_blocks =
       lanes_per_thread <= kPlanLanesPerThread ? 1u : static_cast<unsigned>(lanes_per_thread);

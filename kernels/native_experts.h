@@ -1,7 +1,8 @@
 // The `native` experts component: our own sm_90 kernels, no host synchronization, so a forward
 // is capturable in a CUDA graph. Internal to kernels/: include only from .cu files.
 //
-// One forward is four kernels (five above 2048 lanes, three at most 16 lanes on the narrow tile):
+// One forward is four kernels (five above 2048 lanes, three at most 16 lanes on the narrow tile,
+// two for one token row: expert_gemm_one_token streams W13, then W2 and sums the lanes):
 //   1. plan_routes   validates every lane (docs/measurement.md flag), counts local assignments per
 //                    expert, scans them into expert offsets and writes a tile table (expert, first
 //                    position, rows) for the GEMMs; with one block (<= 2048 lanes) it also
@@ -81,6 +82,7 @@ class NativeExperts {
   int max_tiles_;
   bool wgmma_ = false;  // medium and wide tiles on Hopper tensor-core wgmma (sm_90a builds)
   NativeSchedule schedule_ = NativeSchedule::launches;  // wgmma tiles only
+  bool one_token_ = false;            // one token row: two launches, no plan or combine kernel
   bool plan_in_gemm_ = false;         // narrow tile, few lanes: the W13 blocks plan the routes
   bool weights_evict_first_ = false;  // narrow tile, many lanes: weights load L2 evict-first
   int sms_ = 0;

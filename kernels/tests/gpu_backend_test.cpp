@@ -496,6 +496,55 @@ TEST(NativeBackend, SmallForwardsOnTinyModels) {
   }
 }
 
+// One token row runs two launches (W13 with the plan, W2 with the combine): every lane local,
+// fewer local lanes than warps (a lane's rows split along K over several warps), one local lane,
+// none, K not a multiple of a warp's 16-byte chunks (H = 72, I = 40), and an invalid lane, which
+// becomes padding and raises the flag. From two token rows the narrow tile runs as before.
+TEST(NativeBackend, OneTokenRunsTwoLaunchesThatMatchTheReference) {
+  REQUIRE_GPU();
+  const auto qwen = *find_preset("qwen3-30b-a3b");
+  const auto big = *find_preset("qwen3-235b-a22b");
+  auto odd = *find_preset("tiny");
+  odd.hidden = 72;
+  odd.intermediate = 40;
+  const Target ep1{1, 1, 1, 0, false}, ep2{1, 2, 2, 1, false}, ep4{2, 2, 4, 3, false};
+  auto backend = make_cuda_backend("native", 0);
+  for (const auto& [p, one_token] :
+       {std::pair{GridPoint{1, 8, 8}, true}, std::pair{GridPoint{2, 8, 16}, false}}) {
+    const WorkloadSpec spec{qwen, ep1, Component::experts, p, 2, 1};
+    const auto config = backend->make(spec, backend->make_weights(spec))->configuration();
+    EXPECT_EQ(config.find("one token") != std::string::npos, one_token) << config;
+  }
+  expect_matches_reference("native", qwen, ep1, Component::experts, {1, 8, 8}, 2);
+  expect_matches_reference("native", qwen, ep2, Component::experts, {1, 3, 3}, 2);
+  expect_matches_reference("native", qwen, ep2, Component::experts, {1, 0, 0}, 2);
+  for (const int local : {1, 2, 5})
+    expect_matches_reference("native", big, ep4, Component::experts, {1, local, local}, 2);
+  expect_matches_reference("native", odd, ep1, Component::experts, {1, 2, 2}, 2);
+
+  const Target t{1, 1, 1, 0, false};
+  Rng rng(17);
+  const auto x = random_values(static_cast<std::size_t>(odd.hidden), 1.0f, Dtype::bf16, rng);
+  const auto w = random_mlp(odd.experts, odd.hidden, odd.intermediate, Dtype::bf16, rng);
+  const Routes valid{1, 2, {3, 6}, {0.3f, 0.7f}};
+  Routes bad = valid, pad = valid, all_bad = valid;
+  bad.weights[1] = NAN;
+  pad.ids[1] = -1, pad.weights[1] = 0.0f;
+  all_bad.ids = {8, -2};
+  const auto base = run_experts_on_device("native", 0, odd, t, x, valid, w);
+  const auto got = run_experts_on_device("native", 0, odd, t, x, bad, w);
+  const auto want = run_experts_on_device("native", 0, odd, t, x, pad, w);
+  const auto none = run_experts_on_device("native", 0, odd, t, x, all_bad, w);
+  EXPECT_FALSE(base.route_error);
+  ASSERT_TRUE(has_nonzero(want.out));
+  EXPECT_NE(base.out, want.out);  // the padded lane contributed
+  EXPECT_TRUE(got.route_error);
+  EXPECT_FALSE(want.route_error);
+  EXPECT_EQ(got.out, want.out);
+  EXPECT_TRUE(none.route_error);
+  for (float v : none.out) EXPECT_EQ(v, 0.0f);
+}
+
 TEST(NativeBackend, ForwardIsCapturableInACudaGraph) {
   REQUIRE_GPU();
   const auto g = *find_preset("qwen3-30b-a3b");
