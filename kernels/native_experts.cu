@@ -1282,8 +1282,12 @@ constexpr int kOneTokenWarps = 8;
 constexpr int kOneTokenMaxLanes = 32;  // the lanes fit one warp's ballot
 // Weight rows per warp unit: the gate and up rows of 2 features (W13), or 4 output features (W2).
 constexpr int kOneTokenRows = 4;
-// 16-byte chunk steps of every row a thread loads before it uses any: 8 loads in flight.
+// 16-byte chunk steps (32 chunks each) of every row a thread loads before it uses any: 2 (8 loads
+// in flight), or 3 where that leaves no partial batch of steps in W2's rows (I = 768: one batch of
+// 12 loads; measured 0.98-0.99x the forward at N = 1 for Qwen3-30B-A3B, while 3 steps on
+// DeepSeek-V3's 8 measured 1.01-1.02x and on W13 no better: docs/native-backend.md#one-token).
 constexpr int kOneTokenSteps = 2;
+constexpr int kOneTokenWholeSteps = 3;
 
 struct OneTokenArgs {
   const int* ids;
@@ -1348,15 +1352,16 @@ __device__ __forceinline__ float dot8(const uint4& w, const uint4& v) {
 
 // One warp: the dot products of kOneTokenRows weight rows with `vec` over the 16-byte chunks
 // [begin, end) of K, summed over the warp (every thread gets the sums).
+template <int kSteps>
 __device__ __forceinline__ void warp_dots(const bf16* const (&rows)[kOneTokenRows], const bf16* vec,
                                           int begin, int end, float (&sum)[kOneTokenRows]) {
   const int lane = static_cast<int>(threadIdx.x) & 31;
 #pragma unroll
   for (int r = 0; r < kOneTokenRows; ++r) sum[r] = 0.0f;
-  for (int c0 = begin + lane; c0 < end; c0 += 32 * kOneTokenSteps) {
-    uint4 w[kOneTokenSteps][kOneTokenRows], v[kOneTokenSteps];
+  for (int c0 = begin + lane; c0 < end; c0 += 32 * kSteps) {
+    uint4 w[kSteps][kOneTokenRows], v[kSteps];
 #pragma unroll
-    for (int i = 0; i < kOneTokenSteps; ++i) {
+    for (int i = 0; i < kSteps; ++i) {
       const int c = c0 + 32 * i;
       const bool ok = c < end;
       v[i] = ok ? __ldg(reinterpret_cast<const uint4*>(vec) + c) : make_uint4(0, 0, 0, 0);
@@ -1365,7 +1370,7 @@ __device__ __forceinline__ void warp_dots(const bf16* const (&rows)[kOneTokenRow
         w[i][r] = ok ? __ldcs(reinterpret_cast<const uint4*>(rows[r]) + c) : make_uint4(0, 0, 0, 0);
     }
 #pragma unroll
-    for (int i = 0; i < kOneTokenSteps; ++i)
+    for (int i = 0; i < kSteps; ++i)
 #pragma unroll
       for (int r = 0; r < kOneTokenRows; ++r) sum[r] += dot8(w[i][r], v[i]);
   }
@@ -1376,7 +1381,7 @@ __device__ __forceinline__ void warp_dots(const bf16* const (&rows)[kOneTokenRow
 
 // Gated: block b computes features 2b and 2b + 1 of every local lane (grid I / 2). Not gated:
 // output features [4b, 4b + 4) of the token (grid H / 4), summed over the lanes.
-template <bool kGated>
+template <bool kGated, int kSteps = kOneTokenSteps>
 __global__ void __launch_bounds__(kOneTokenWarps * 32, 4) expert_gemm_one_token(OneTokenArgs a) {
   __shared__ OneTokenLanes s;
   constexpr int kFeatures = kGated ? kOneTokenRows / 2 : kOneTokenRows;
@@ -1395,7 +1400,7 @@ __global__ void __launch_bounds__(kOneTokenWarps * 32, 4) expert_gemm_one_token(
     }
     const bf16* vec = kGated ? a.src : a.src + static_cast<std::int64_t>(s.lane[l]) * a.reduction;
     float sum[kOneTokenRows];
-    warp_dots(rows, vec, chunks * slice / s.slices, chunks * (slice + 1) / s.slices, sum);
+    warp_dots<kSteps>(rows, vec, chunks * slice / s.slices, chunks * (slice + 1) / s.slices, sum);
     if ((threadIdx.x & 31) == 0)
 #pragma unroll
       for (int r = 0; r < kOneTokenRows; ++r) s.partial[u][r] = sum[r];
@@ -1823,7 +1828,10 @@ void NativeExperts::forward(const bf16* x, const int* ids, const float* weights,
     constexpr unsigned threads = kOneTokenWarps * 32;
     expert_gemm_one_token<true><<<static_cast<unsigned>(inter / 2), threads, 0, s_>>>(up);
     HARNESS_CHECK(cudaGetLastError());
-    expert_gemm_one_token<false><<<static_cast<unsigned>(h / 4), threads, 0, s_>>>(down);
+    const bool whole =
+        inter % (8 * 32 * kOneTokenWholeSteps) == 0 && inter % (8 * 32 * kOneTokenSteps) != 0;
+    (whole ? expert_gemm_one_token<false, kOneTokenWholeSteps>
+           : expert_gemm_one_token<false>)<<<static_cast<unsigned>(h / 4), threads, 0, s_>>>(down);
     HARNESS_CHECK(cudaGetLastError());
     return;
   }
