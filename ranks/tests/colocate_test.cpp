@@ -288,6 +288,10 @@ TEST(FamilyTable, BuiltinTableClassifiesOurKernelsAndHashesTheCommittedFile) {
             "permute_combine");
   EXPECT_EQ(t.classify("_ZN3moe4cuda50_GLOBAL__N__4f_native_experts_cu_17expert_gemm_wgmmaINS1_11"),
             "gemm");
+  // One token's two launches (the second also sums the lanes) count as GEMMs.
+  EXPECT_EQ(t.classify("_ZN3moe4cuda50_GLOBAL__N__4f_native_experts_cu_21expert_gemm_one_"
+                       "tokenILb0ELi3EEEvNS1_12OneTokenArgsE"),
+            "gemm");
   EXPECT_EQ(t.classify("silu_and_mul"), "activation");
   EXPECT_EQ(t.classify("nvjet_sm90_tst_128x256"), "gemm");
   EXPECT_EQ(t.classify("ncclDevKernel_AllReduce_Sum_bf16_RING_LL"), "communication");
