@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <cstdio>
 #include <map>
 #include <set>
 
@@ -228,6 +229,29 @@ std::vector<ComponentFidelity> evaluate_fidelity(const StoredAcquisition& acq,
     out.push_back(std::move(f));
   }
   return out;
+}
+
+std::string held_out_summary(const json& component_fidelity) {
+  const auto& h = component_fidelity.at("held_out");
+  char line[160];
+  std::snprintf(line, sizeof(line), "%d points, |error| median %.2f%%, p95 %.2f%%, max %.2f%%",
+                h.at("count").get<int>(), 100 * h.at("median_abs_relative_error").get<double>(),
+                100 * h.at("p95_abs_relative_error").get<double>(),
+                100 * h.at("max_abs_relative_error").get<double>());
+  return line;
+}
+
+std::string repeatability_summary(const json& component_fidelity) {
+  const auto r = component_fidelity.value("repeatability", json::object());
+  if (r.value("count", 0) == 0) return "";
+  char line[200];
+  std::snprintf(line, sizeof(line),
+                "%d held-out points measured again as grid rows, |grid - held-out| median "
+                "%.2f%%, max %.2f%% (no interpolation)",
+                r.at("count").get<int>(),
+                100 * r.at("median_abs_relative_difference").get<double>(),
+                100 * r.at("max_abs_relative_difference").get<double>());
+  return line;
 }
 
 }  // namespace moe

@@ -105,4 +105,12 @@ struct ComponentFidelity {
 [[nodiscard]] std::vector<ComponentFidelity> evaluate_fidelity(
     const StoredAcquisition& acq, const std::vector<CellSummary>& summaries);
 
+// One line each on a component's fidelity JSON (ComponentFidelity::to_json: meta.yaml
+// coverage.fidelity.components.<c>), as `inspect` and `report` print them: the held-out errors
+// ("138 points, |error| median 0.24%, p95 0.89%, max 1.72%"), and the repeatability ("12 held-out
+// points measured again as grid rows, |grid - held-out| median 0.30%, max 1.10% (no
+// interpolation)"; "" where there is none: an older bundle, or no held-out point became a row).
+[[nodiscard]] std::string held_out_summary(const nlohmann::json& component_fidelity);
+[[nodiscard]] std::string repeatability_summary(const nlohmann::json& component_fidelity);
+
 }  // namespace moe

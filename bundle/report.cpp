@@ -8,6 +8,7 @@
 #include <sstream>
 
 #include "bundle/bundle_meta.h"
+#include "bundle/fidelity.h"
 #include "bundle/format.h"
 #include "bundle/sanity.h"
 #include "core/files.h"
@@ -232,8 +233,17 @@ std::string held_out_plot(const fs::path& tp_dir, const BundleEntry& e, const st
   out << "<p>held-out points of " << esc(title) << ": " << esc(fidelity.value("status", ""))
       << (unpredicted ? ", " + std::to_string(unpredicted) + " outside the support (not drawn)"
                       : "")
-      << "</p>"
-      << log_plot(title + ": held-out, predicted vs measured",
+      << "</p>";
+  // Per component: how far the table missed its held-out points, and how far the measurement
+  // repeats where a held-out point was measured again as a grid row.
+  const auto components = e.fidelity_components();
+  for (const auto& [name, c] : components.items()) {
+    if (!c.contains("held_out")) continue;
+    out << "<p class=\"fidelity\">" << esc(name) << " held-out: " << esc(held_out_summary(c));
+    if (const auto r = repeatability_summary(c); !r.empty()) out << "; repeatability: " << esc(r);
+    out << "</p>";
+  }
+  out << log_plot(title + ": held-out, predicted vs measured",
                   "held_out/" + fs::path(e.path).parent_path().string(), "measured (us)",
                   "predicted by the table (us)", series, PlotStyle::points_and_diagonal);
   return out.str();

@@ -156,14 +156,9 @@ void print_fidelity(const json& tables, std::ostream& os) {
     const auto& h = t["held_out"];
     char line[256];
     std::snprintf(line, sizeof(line),
-                  "    %s: held-out %d points, |error| median %.2f%%, p95 %.2f%%, max %.2f%% "
-                  "(tolerance %.2f%%); %d outside support, %d left out for failing B/2B; "
-                  "refinement %d stages, "
-                  "+%d points\n",
-                  t["table"].get<std::string>().c_str(), h["count"].get<int>(),
-                  100 * h["median_abs_relative_error"].get<double>(),
-                  100 * h["p95_abs_relative_error"].get<double>(),
-                  100 * h["max_abs_relative_error"].get<double>(),
+                  "    %s: held-out %s (tolerance %.2f%%); %d outside support, %d left out for "
+                  "failing B/2B; refinement %d stages, +%d points\n",
+                  t["table"].get<std::string>().c_str(), held_out_summary(t).c_str(),
                   100 * t["tolerance"].get<double>(), h["unpredicted"].get<int>(),
                   h["bank_failures"].get<int>(), t["refinement"]["stages"].get<int>(),
                   t["refinement"]["added_points"].get<int>());
@@ -199,14 +194,9 @@ void print_fidelity(const json& tables, std::ostream& os) {
       os << line;
     }
     // Older bundles have no such key; none where refinement took no held-out point.
-    if (const auto r = t.value("repeatability", json::object()); r.value("count", 0) > 0) {
-      std::snprintf(line, sizeof(line),
-                    "      repeatability: %d held-out points measured again as grid rows, "
-                    "|grid - held-out| median %.2f%%, max %.2f%% (no interpolation)\n",
-                    r["count"].get<int>(), 100 * r["median_abs_relative_difference"].get<double>(),
-                    100 * r["max_abs_relative_difference"].get<double>());
-      os << line;
-      for (const auto& m : r["most_apart"]) {
+    if (const auto summary = repeatability_summary(t); !summary.empty()) {
+      os << "      repeatability: " << summary << "\n";
+      for (const auto& m : t["repeatability"]["most_apart"]) {
         std::snprintf(line, sizeof(line), "      most apart %s: held-out %.3f us, grid %.3f us\n",
                       m["point"].dump().c_str(), m["held_out_us"].get<double>(),
                       m["grid_us"].get<double>());

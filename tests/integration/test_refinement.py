@@ -160,6 +160,18 @@ with tempfile.TemporaryDirectory() as tmp:
     clock = fid["components"]["experts"]["sm_clock_mean_mhz"]
     assert (f"mean SM clock of its rows: median {clock['median']:.0f} MHz ({clock['min']:.0f}-{clock['max']:.0f}), "
             f"recorded at {clock['rows']} of {clock['rows']} rows") in text, text
+    # inspect and the HTML report state the held-out errors and the repeatability alike.
+    held_line = (f"{experts['held_out']['count']} points, |error| median "
+                 f"{100 * experts['held_out']['median_abs_relative_error']:.2f}%, p95 "
+                 f"{100 * experts['held_out']['p95_abs_relative_error']:.2f}%, max "
+                 f"{100 * experts['held_out']['max_abs_relative_error']:.2f}%")
+    repeat_line = (f"{repeatability['count']} held-out points measured again as grid rows, "
+                   "|grid - held-out| median 0.00%, max 0.00% (no interpolation)")
+    assert f"held-out {held_line} (tolerance" in text and f"repeatability: {repeat_line}" in text, text
+    page_path = os.path.join(tmp, "report.html")
+    run([HARNESS, "report", bundle, "--out", page_path])
+    page = open(page_path).read()
+    assert f'<p class="fidelity">experts held-out: {held_line}; repeatability: {repeat_line}</p>' in page, page
     planned = entry(bundle)["contract"]["grids"]["experts"]["points"]
     assert experts["refinement"]["added_points"] >= planned, "refinement added less than the plan"
     # The evaluations refinement made are in the file; the last one is what the bundle says.
