@@ -1726,7 +1726,8 @@ void launch_tile(const TileSchedule& how, const GemmArgs& up, const GemmArgs& do
 }  // namespace
 
 std::string NativeExperts::configuration() const {
-  if (one_token_) return "one token (two launches, the plan and the combine inside them)";
+  // The rule's tile first (tools that group points by tile read the first word), then the mode.
+  if (one_token_) return "narrow tile (one token: two launches, the plan and the combine in them)";
   const bool wgmma = tile_ != NativeTile::narrow && wgmma_;
   return std::string(to_string(tile_)) + " tile (" + std::to_string(native_tile_tokens(tile_)) +
          " tokens" + (wgmma ? ", wgmma" : "") +

@@ -510,6 +510,7 @@ TEST(NativeBackend, OneTokenRunsTwoLaunchesThatMatchTheReference) {
     const WorkloadSpec spec{qwen, ep1, Component::experts, p, 2, 1};
     const auto config = backend->make(spec, backend->make_weights(spec))->configuration();
     EXPECT_EQ(config.find("one token") != std::string::npos, one_token) << config;
+    EXPECT_EQ(config.rfind("narrow tile (", 0), 0u) << config;  // the rule's tile comes first
   }
   expect_matches_reference("native", qwen, ep1, Component::experts, {1, 8, 8}, 2);
   expect_matches_reference("native", qwen, ep2, Component::experts, {1, 3, 3}, 2);
