@@ -11,7 +11,7 @@ __global__ void silu_and_mul(const bf16* y1, std::size_t rows, int inter, bf16* 
     const std::size_t r = i / inter, c = i % inter;
     const float g = __bfloat162float(y1[r * 2 * inter + c]);
     const float u = __bfloat162float(y1[r * 2 * inter + inter + c]);
-    act[i] = __float2bfloat16_rn(g / (1.0f + __expf(-g)) * u);
+    act[i] = __float2bfloat16_rn(silu_mul(g, u));
   }
 }
 

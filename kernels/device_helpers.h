@@ -1,6 +1,7 @@
 // Device building blocks shared by the CUDA kernels: PTX wrappers for the mma.sync tensor-core
-// path, the cp.async stage pipeline, swizzled tile fragments, the route-validity rule and the
-// per-row softmax/top-k. Internal to kernels/: include only from .cu files.
+// path, the cp.async stage pipeline, the gated activation, swizzled tile fragments, the
+// route-validity rule and the per-row softmax/top-k. Internal to kernels/: include only from .cu
+// files.
 #pragma once
 
 #include <cuda_bf16.h>
@@ -70,6 +71,23 @@ __device__ __forceinline__ void mma_bf16(float (&d)[4], const unsigned (&a)[4], 
       "{%8,%9}, {%0,%1,%2,%3};\n"
       : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3])
       : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
+}
+
+// ---------------------------------------------------------------- the gated activation
+
+// An fp32 value rounded to bf16, kept in fp32.
+__device__ __forceinline__ float round_bf16(float v) {
+  return __bfloat162float(__float2bfloat16_rn(v));
+}
+// SiLU(gate) * up of one feature, with the fast exponential: every CUDA path computes the
+// activation through this (the GPU reference computes it on its own, with expf).
+__device__ __forceinline__ float silu_mul(float gate, float up) {
+  return gate / (1.0f + __expf(-gate)) * up;
+}
+// The same from a GEMM's fp32 sums, each rounded to bf16 first: the fused epilogues see gate and
+// up as the unfused path does, which stores the W13 output in bf16 before the activation.
+__device__ __forceinline__ float silu_mul_of_sums(float gate_sum, float up_sum) {
+  return silu_mul(round_bf16(gate_sum), round_bf16(up_sum));
 }
 
 // ---------------------------------------------------------------- swizzled K-major tiles

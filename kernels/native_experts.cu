@@ -20,10 +20,6 @@ namespace {
 constexpr int kMaxLocalExperts = 1024;
 constexpr int kPlanThreads = 1024;
 
-__device__ __forceinline__ float round_bf16(float v) {
-  return __bfloat162float(__float2bfloat16_rn(v));
-}
-
 // ---------------------------------------------------------------- route plan
 
 // Up to kPlanThreads * kPlanLanesPerThread lanes, one block plans the routes (each thread takes
@@ -407,9 +403,8 @@ __device__ __forceinline__ void for_each_output(const float (&acc)[kMT][kNT][4],
       for (int j = 0; j < (kGated ? kMT / 2 : kMT); ++j) {
         const int feature = row_of(j) + group + (r >> 1) * 8;
         if constexpr (kGated) {
-          const float gate = round_bf16(acc[j][n][r]);
-          const float up = round_bf16(acc[j + kMT / 2][n][r]);
-          put(t, feature, __float2bfloat16_rn(gate / (1.0f + __expf(-gate)) * up));
+          put(t, feature,
+              __float2bfloat16_rn(silu_mul_of_sums(acc[j][n][r], acc[j + kMT / 2][n][r])));
         } else {
           put(t, feature, __float2bfloat16_rn(acc[j][n][r]));
         }
@@ -1190,7 +1185,7 @@ __global__ void __launch_bounds__(Pipelined<C, kGated>::kThreads, 1)
                                    accumulated || ks > 0);
           });
       order_after_wgmma(reinterpret_cast<float(&)[C::kRows / 2]>(acc));
-      // SiLU(gate) * up as for_each_output computes it, two neighbouring features per store.
+      // SiLU(gate) * up (silu_mul_of_sums), two neighbouring features per store.
       const int pair = (lane & 3) * 2;
 #pragma unroll
       for (int half = 0; half < 2; ++half) {
@@ -1202,9 +1197,7 @@ __global__ void __launch_bounds__(Pipelined<C, kGated>::kThreads, 1)
           float v[2];
 #pragma unroll
           for (int e = 0; e < 2; ++e) {
-            const float gate = round_bf16(acc[i][2 * half + e]);
-            const float up = round_bf16(acc[i + C::kRows / 16][2 * half + e]);
-            v[e] = gate / (1.0f + __expf(-gate)) * up;
+            v[e] = silu_mul_of_sums(acc[i][2 * half + e], acc[i + C::kRows / 16][2 * half + e]);
           }
           // The feature is even and I a multiple of 8: both features or neither.
           if (feature0 + 8 * i + pair < a.out_features)
@@ -1414,12 +1407,11 @@ __global__ void __launch_bounds__(kOneTokenWarps * 32, 4) expert_gemm_one_token(
     return v;
   };
   if constexpr (kGated) {
-    // As for_each_output: gate and up rounded to bf16 first.
+    // SiLU(gate) * up from the sums rounded to bf16, as in every epilogue (silu_mul_of_sums).
     if (t < s.count * kFeatures) {
       const int l = t / kFeatures, f = t % kFeatures;
-      const float gate = round_bf16(lane_sum(l, f)), up = round_bf16(lane_sum(l, kFeatures + f));
       a.out[static_cast<std::int64_t>(s.lane[l]) * a.out_features + f0 + f] =
-          __float2bfloat16_rn(gate / (1.0f + __expf(-gate)) * up);
+          __float2bfloat16_rn(silu_mul_of_sums(lane_sum(l, f), lane_sum(l, kFeatures + f)));
     }
   } else {
     // As combine_lanes: each lane's output rounded to bf16, then weighted and summed in fp32.
