@@ -11,10 +11,20 @@ gaps excluded), median over iterations that rotate through weight banks so no ex
 stay in L2. The output is checked against an fp32 loop over experts first.
 
     python3 tools/torch-experts-peer.py --harness build/harness/harness --bench bench-experts.csv \\
-        [--out torch-experts.csv] [--iterations 20]
+        [--out torch-experts.csv] [--iterations 20] [--gemms] [--settle-ms 1500]
 
 Prints one line per point with native / floor, native / cublas_grouped and native / torch, and
 writes the CSV. Model geometry comes from `harness plan jobs/<model>.yaml --format json`.
+
+`--gemms` also times the two GEMMs alone, where the point's lanes divide evenly over its experts
+(balanced rows r = N*k/E): `grouped_mm` of W13 and of W2 on rows already sorted by expert
+(PyTorch's grouped GEMM, no permutation), and `torch.bmm` of the same per-expert shapes
+([E, r, H] x [E, H, 2I] and [E, r, I] x [E, I, H]: cuBLAS's batched GEMM on contiguous rows).
+Each is run for `--settle-ms` of wall time first, as `harness bench` settles a point, so a point
+under the power cap is timed at the clock it settles to; the SM clock after each timed iteration
+is read through NVML where PyTorch can. Beside them: native's W13 and W2 kernels from the bench
+CSV. That separates what the shapes allow on this GPU (the vendor's GEMMs) from what the MoE
+around them costs.
 """
 import argparse
 import csv
@@ -23,6 +33,7 @@ import os
 import statistics
 import subprocess
 import sys
+import time
 
 import torch
 import torch.nn.functional as F
@@ -87,13 +98,84 @@ def kernel_sum_us(fn):
     return float(sum(durations)), len(durations)
 
 
+def settle(fn, settle_ms):
+    """Runs `fn` back to back for `settle_ms` of wall time, so the clocks settle under its load."""
+    end = time.monotonic() + settle_ms / 1000.0
+    while time.monotonic() < end:
+        for _ in range(8):
+            fn()
+        torch.cuda.synchronize()
+
+
+def sm_clock_mhz():
+    try:
+        return torch.cuda.clock_rate()
+    except Exception:  # no NVML binding in this PyTorch
+        return None
+
+
+def timed(fns, iterations, settle_ms):
+    """Median kernel-duration sum (µs) over `iterations`, rotating through `fns` (one per weight
+    bank), after a settle; with the median SM clock after the timed iterations (or "")."""
+    settle(fns[0], settle_ms)
+    times, clocks = [], []
+    for i in range(iterations):
+        times.append(kernel_sum_us(fns[i % len(fns)])[0])
+        clock = sm_clock_mhz()
+        if clock:
+            clocks.append(clock)
+    return statistics.median(times), (statistics.median(clocks) if clocks else "")
+
+
+def native_gemms_us(kernels):
+    """Native's W13 and W2 kernel times from a bench CSV's `kernels` column (launch order)."""
+    gemms = [float(v) for name, v in (part.rsplit("=", 1) for part in kernels.split(";"))
+             if name.startswith("expert_gemm")]
+    return (gemms[0], gemms[1]) if len(gemms) == 2 else ("", "")
+
+
+def gemm_rows(n, hidden, inter, experts, k, w13, w2, nat, iterations, settle_ms, gen):
+    """The two GEMMs alone at balanced rows: grouped_mm and bmm, beside native's kernels."""
+    lanes = n * k
+    if lanes % experts:
+        return {}
+    r = lanes // experts
+    flops13, flops2 = 2.0 * lanes * hidden * 2 * inter, 2.0 * lanes * inter * hidden
+    x = torch.randn(lanes, hidden, generator=gen, device="cuda").to(torch.bfloat16)
+    act = torch.randn(lanes, inter, generator=gen, device="cuda").to(torch.bfloat16)
+    offs = torch.arange(1, experts + 1, device="cuda", dtype=torch.int32) * r
+    xb, actb = x.view(experts, r, hidden), act.view(experts, r, inter)
+    arms = {
+        "grouped_w13": [lambda b=b: grouped_mm(x, b.transpose(-2, -1), offs) for b in w13],
+        "grouped_w2": [lambda b=b: grouped_mm(act, b.transpose(-2, -1), offs) for b in w2],
+        "bmm_w13": [lambda b=b: torch.bmm(xb, b.transpose(-2, -1)) for b in w13],
+        "bmm_w2": [lambda b=b: torch.bmm(actb, b.transpose(-2, -1)) for b in w2],
+    }
+    row = dict(rows_per_expert=r)
+    row["native_w13_us"], row["native_w2_us"] = native_gemms_us(nat["kernels"])
+    for name, fns in arms.items():
+        us, clock = timed(fns, iterations, settle_ms)
+        row[f"{name}_us"], row[f"{name}_sm_mhz"] = round(us, 2), clock
+    for prefix in ("native", "grouped", "bmm"):
+        for gemm, flops in (("w13", flops13), ("w2", flops2)):
+            us = row[f"{prefix}_{gemm}_us"]
+            row[f"{prefix}_{gemm}_tflops"] = round(flops / us / 1e6, 1) if us else ""
+    return row
+
+
 def main():
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--harness", required=True)
     ap.add_argument("--bench", required=True, help="CSV written by harness bench experts")
     ap.add_argument("--out", default="torch-experts.csv")
     ap.add_argument("--iterations", type=int, default=20)
+    ap.add_argument("--gemms", action="store_true",
+                    help="also time the two GEMMs alone: grouped_mm and bmm at balanced rows")
+    ap.add_argument("--settle-ms", type=float, default=1500.0,
+                    help="wall time each --gemms arm runs before it is timed")
     args = ap.parse_args()
+    if args.iterations < 1 or args.settle_ms < 0:
+        sys.exit("--iterations must be at least 1 and --settle-ms not negative")
 
     bench = [r for r in csv.DictReader(open(args.bench)) if r["component"] == "experts"]
     native = {(r["model"], int(r["tokens"])): r for r in bench if r["backend"] == "native"}
@@ -145,10 +227,24 @@ def main():
             print(f"{m:16s} N={n:5d} A={row['activated']:3d} torch {torch_us:9.1f} us ({kernels} kernels)  "
                   f"native {nat_us:9.1f}  native/floor {row['native_over_floor']:.2f}  "
                   f"native/cublas {row['native_over_cublas']}  native/torch {row['native_over_torch']:.2f}", flush=True)
+            if args.gemms:
+                g = gemm_rows(n, hidden, inter, experts, k, w13, w2, nat, args.iterations, args.settle_ms, gen)
+                row.update(g)
+                if g:
+                    print(f"{'':16s}   GEMMs alone at {g['rows_per_expert']} rows/expert, W13 / W2 µs (TFLOP/s): "
+                          f"native {g['native_w13_us']} / {g['native_w2_us']} "
+                          f"({g['native_w13_tflops']} / {g['native_w2_tflops']}), "
+                          f"grouped_mm {g['grouped_w13_us']} / {g['grouped_w2_us']} "
+                          f"({g['grouped_w13_tflops']} / {g['grouped_w2_tflops']}, "
+                          f"{g['grouped_w13_sm_mhz']} / {g['grouped_w2_sm_mhz']} MHz), "
+                          f"bmm {g['bmm_w13_us']} / {g['bmm_w2_us']} "
+                          f"({g['bmm_w13_tflops']} / {g['bmm_w2_tflops']}, "
+                          f"{g['bmm_w13_sm_mhz']} / {g['bmm_w2_sm_mhz']} MHz)", flush=True)
         w13 = w2 = None  # free this model's weights before the next one's
         torch.cuda.empty_cache()
+    fields = list(dict.fromkeys(key for row in rows for key in row))
     with open(args.out, "w", newline="") as f:
-        w = csv.DictWriter(f, fieldnames=list(rows[0]))
+        w = csv.DictWriter(f, fieldnames=fields, restval="")
         w.writeheader()
         w.writerows(rows)
 
