@@ -39,7 +39,8 @@ __global__ void __launch_bounds__(kPlanThreads)
     plan_routes(const int* __restrict__ ids, const float* __restrict__ weights, int lanes, int k,
                 int experts, int first, int local, int tile_tokens, int lanes_per_thread,
                 int* total_counts, int* expert_offsets, unsigned* ticket, int* lane_slot,
-                int* token_of, int* lane_pos, int4* tiles, int* num_tiles, int* flag) {
+                int* token_of, int* lane_pos, int4* tiles, int* num_tiles, int w2_tile_tokens,
+                int4* w2_tiles, int* w2_num_tiles, int* flag) {
   __shared__ int counts[kMaxLocalExperts];
   __shared__ int offsets[kMaxLocalExperts];
   __shared__ bool last;
@@ -96,26 +97,36 @@ __global__ void __launch_bounds__(kPlanThreads)
     // Each lane of warp 0 scans a contiguous run of experts; a shuffle scan joins the runs.
     const int per = (local + 31) / 32;
     const int begin = min(local, tid * per), end = min(local, begin + per);
-    int rows = 0, tile_count = 0;
+    // W2's own table where it runs tiles of another height (w2_tile_tokens > 0).
+    const int w2_tokens = w2_tile_tokens > 0 ? w2_tile_tokens : tile_tokens;
+    int rows = 0, tile_count = 0, w2_count = 0;
     for (int e = begin; e < end; ++e) {
       rows += counts[e];
       tile_count += (counts[e] + tile_tokens - 1) / tile_tokens;
+      w2_count += (counts[e] + w2_tokens - 1) / w2_tokens;
     }
-    int rows_incl = rows, tiles_incl = tile_count;
+    int rows_incl = rows, tiles_incl = tile_count, w2_incl = w2_count;
     for (int o = 1; o < 32; o <<= 1) {
       const int r = __shfl_up_sync(0xffffffffu, rows_incl, o);
       const int t = __shfl_up_sync(0xffffffffu, tiles_incl, o);
-      if (tid >= o) rows_incl += r, tiles_incl += t;
+      const int t2 = __shfl_up_sync(0xffffffffu, w2_incl, o);
+      if (tid >= o) rows_incl += r, tiles_incl += t, w2_incl += t2;
     }
-    int off = rows_incl - rows, tile = tiles_incl - tile_count;
+    int off = rows_incl - rows, tile = tiles_incl - tile_count, w2_tile = w2_incl - w2_count;
     for (int e = begin; e < end; ++e) {
       offsets[e] = off;
       expert_offsets[e] = off;
       for (int s = 0; s < counts[e]; s += tile_tokens)
         tiles[tile++] = make_int4(e, off + s, min(tile_tokens, counts[e] - s), 0);
+      if (w2_tile_tokens > 0)
+        for (int s = 0; s < counts[e]; s += w2_tokens)
+          w2_tiles[w2_tile++] = make_int4(e, off + s, min(w2_tokens, counts[e] - s), 0);
       off += counts[e];
     }
-    if (tid == 31) *num_tiles = tiles_incl;
+    if (tid == 31) {
+      *num_tiles = tiles_incl;
+      if (w2_tile_tokens > 0) *w2_num_tiles = w2_incl;
+    }
   }
   if (gridDim.x > 1) return;
   __syncthreads();
@@ -707,6 +718,91 @@ __device__ __forceinline__ void wgmma_bf16<256>(float (&d)[128], std::uint64_t a
         "+f"(d[122]), "+f"(d[123]), "+f"(d[124]), "+f"(d[125]), "+f"(d[126]), "+f"(d[127])
       : "l"(a), "l"(b), "r"(accumulate));
 }
+template <>
+__device__ __forceinline__ void wgmma_bf16<160>(float (&d)[80], std::uint64_t a, std::uint64_t b,
+                                                int accumulate) {
+  asm volatile(
+      "{\n.reg .pred p;\nsetp.ne.b32 p, %82, 0;\n"
+      "wgmma.mma_async.sync.aligned.m64n160k16.f32.bf16.bf16 {%0, %1, %2, %3, %4, %5, %6, %7, %8, "
+      "%9, %10, %11, %12, %13, %14, %15, %16, %17, %18, %19, %20, %21, %22, %23, %24, %25, %26, "
+      "%27, %28, %29, %30, %31, %32, %33, %34, %35, %36, %37, %38, %39, %40, %41, %42, %43, %44, "
+      "%45, %46, %47, %48, %49, %50, %51, %52, %53, %54, %55, %56, %57, %58, %59, %60, %61, %62, "
+      "%63, %64, %65, %66, %67, %68, %69, %70, %71, %72, %73, %74, %75, %76, %77, %78, %79}, %80, "
+      "%81, p, 1, 1, 0, 0;\n}\n"
+      : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3]), "+f"(d[4]), "+f"(d[5]), "+f"(d[6]),
+        "+f"(d[7]), "+f"(d[8]), "+f"(d[9]), "+f"(d[10]), "+f"(d[11]), "+f"(d[12]), "+f"(d[13]),
+        "+f"(d[14]), "+f"(d[15]), "+f"(d[16]), "+f"(d[17]), "+f"(d[18]), "+f"(d[19]), "+f"(d[20]),
+        "+f"(d[21]), "+f"(d[22]), "+f"(d[23]), "+f"(d[24]), "+f"(d[25]), "+f"(d[26]), "+f"(d[27]),
+        "+f"(d[28]), "+f"(d[29]), "+f"(d[30]), "+f"(d[31]), "+f"(d[32]), "+f"(d[33]), "+f"(d[34]),
+        "+f"(d[35]), "+f"(d[36]), "+f"(d[37]), "+f"(d[38]), "+f"(d[39]), "+f"(d[40]), "+f"(d[41]),
+        "+f"(d[42]), "+f"(d[43]), "+f"(d[44]), "+f"(d[45]), "+f"(d[46]), "+f"(d[47]), "+f"(d[48]),
+        "+f"(d[49]), "+f"(d[50]), "+f"(d[51]), "+f"(d[52]), "+f"(d[53]), "+f"(d[54]), "+f"(d[55]),
+        "+f"(d[56]), "+f"(d[57]), "+f"(d[58]), "+f"(d[59]), "+f"(d[60]), "+f"(d[61]), "+f"(d[62]),
+        "+f"(d[63]), "+f"(d[64]), "+f"(d[65]), "+f"(d[66]), "+f"(d[67]), "+f"(d[68]), "+f"(d[69]),
+        "+f"(d[70]), "+f"(d[71]), "+f"(d[72]), "+f"(d[73]), "+f"(d[74]), "+f"(d[75]), "+f"(d[76]),
+        "+f"(d[77]), "+f"(d[78]), "+f"(d[79])
+      : "l"(a), "l"(b), "r"(accumulate));
+}
+template <>
+__device__ __forceinline__ void wgmma_bf16<192>(float (&d)[96], std::uint64_t a, std::uint64_t b,
+                                                int accumulate) {
+  asm volatile(
+      "{\n.reg .pred p;\nsetp.ne.b32 p, %98, 0;\n"
+      "wgmma.mma_async.sync.aligned.m64n192k16.f32.bf16.bf16 {%0, %1, %2, %3, %4, %5, %6, %7, %8, "
+      "%9, %10, %11, %12, %13, %14, %15, %16, %17, %18, %19, %20, %21, %22, %23, %24, %25, %26, "
+      "%27, %28, %29, %30, %31, %32, %33, %34, %35, %36, %37, %38, %39, %40, %41, %42, %43, %44, "
+      "%45, %46, %47, %48, %49, %50, %51, %52, %53, %54, %55, %56, %57, %58, %59, %60, %61, %62, "
+      "%63, %64, %65, %66, %67, %68, %69, %70, %71, %72, %73, %74, %75, %76, %77, %78, %79, %80, "
+      "%81, %82, %83, %84, %85, %86, %87, %88, %89, %90, %91, %92, %93, %94, %95}, %96, %97, p, 1, "
+      "1, 0, 0;\n}\n"
+      : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3]), "+f"(d[4]), "+f"(d[5]), "+f"(d[6]),
+        "+f"(d[7]), "+f"(d[8]), "+f"(d[9]), "+f"(d[10]), "+f"(d[11]), "+f"(d[12]), "+f"(d[13]),
+        "+f"(d[14]), "+f"(d[15]), "+f"(d[16]), "+f"(d[17]), "+f"(d[18]), "+f"(d[19]), "+f"(d[20]),
+        "+f"(d[21]), "+f"(d[22]), "+f"(d[23]), "+f"(d[24]), "+f"(d[25]), "+f"(d[26]), "+f"(d[27]),
+        "+f"(d[28]), "+f"(d[29]), "+f"(d[30]), "+f"(d[31]), "+f"(d[32]), "+f"(d[33]), "+f"(d[34]),
+        "+f"(d[35]), "+f"(d[36]), "+f"(d[37]), "+f"(d[38]), "+f"(d[39]), "+f"(d[40]), "+f"(d[41]),
+        "+f"(d[42]), "+f"(d[43]), "+f"(d[44]), "+f"(d[45]), "+f"(d[46]), "+f"(d[47]), "+f"(d[48]),
+        "+f"(d[49]), "+f"(d[50]), "+f"(d[51]), "+f"(d[52]), "+f"(d[53]), "+f"(d[54]), "+f"(d[55]),
+        "+f"(d[56]), "+f"(d[57]), "+f"(d[58]), "+f"(d[59]), "+f"(d[60]), "+f"(d[61]), "+f"(d[62]),
+        "+f"(d[63]), "+f"(d[64]), "+f"(d[65]), "+f"(d[66]), "+f"(d[67]), "+f"(d[68]), "+f"(d[69]),
+        "+f"(d[70]), "+f"(d[71]), "+f"(d[72]), "+f"(d[73]), "+f"(d[74]), "+f"(d[75]), "+f"(d[76]),
+        "+f"(d[77]), "+f"(d[78]), "+f"(d[79]), "+f"(d[80]), "+f"(d[81]), "+f"(d[82]), "+f"(d[83]),
+        "+f"(d[84]), "+f"(d[85]), "+f"(d[86]), "+f"(d[87]), "+f"(d[88]), "+f"(d[89]), "+f"(d[90]),
+        "+f"(d[91]), "+f"(d[92]), "+f"(d[93]), "+f"(d[94]), "+f"(d[95])
+      : "l"(a), "l"(b), "r"(accumulate));
+}
+template <>
+__device__ __forceinline__ void wgmma_bf16<224>(float (&d)[112], std::uint64_t a, std::uint64_t b,
+                                                int accumulate) {
+  asm volatile(
+      "{\n.reg .pred p;\nsetp.ne.b32 p, %114, 0;\n"
+      "wgmma.mma_async.sync.aligned.m64n224k16.f32.bf16.bf16 {%0, %1, %2, %3, %4, %5, %6, %7, %8, "
+      "%9, %10, %11, %12, %13, %14, %15, %16, %17, %18, %19, %20, %21, %22, %23, %24, %25, %26, "
+      "%27, %28, %29, %30, %31, %32, %33, %34, %35, %36, %37, %38, %39, %40, %41, %42, %43, %44, "
+      "%45, %46, %47, %48, %49, %50, %51, %52, %53, %54, %55, %56, %57, %58, %59, %60, %61, %62, "
+      "%63, %64, %65, %66, %67, %68, %69, %70, %71, %72, %73, %74, %75, %76, %77, %78, %79, %80, "
+      "%81, %82, %83, %84, %85, %86, %87, %88, %89, %90, %91, %92, %93, %94, %95, %96, %97, %98, "
+      "%99, %100, %101, %102, %103, %104, %105, %106, %107, %108, %109, %110, %111}, %112, %113, "
+      "p, 1, 1, 0, 0;\n}\n"
+      : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3]), "+f"(d[4]), "+f"(d[5]), "+f"(d[6]),
+        "+f"(d[7]), "+f"(d[8]), "+f"(d[9]), "+f"(d[10]), "+f"(d[11]), "+f"(d[12]), "+f"(d[13]),
+        "+f"(d[14]), "+f"(d[15]), "+f"(d[16]), "+f"(d[17]), "+f"(d[18]), "+f"(d[19]), "+f"(d[20]),
+        "+f"(d[21]), "+f"(d[22]), "+f"(d[23]), "+f"(d[24]), "+f"(d[25]), "+f"(d[26]), "+f"(d[27]),
+        "+f"(d[28]), "+f"(d[29]), "+f"(d[30]), "+f"(d[31]), "+f"(d[32]), "+f"(d[33]), "+f"(d[34]),
+        "+f"(d[35]), "+f"(d[36]), "+f"(d[37]), "+f"(d[38]), "+f"(d[39]), "+f"(d[40]), "+f"(d[41]),
+        "+f"(d[42]), "+f"(d[43]), "+f"(d[44]), "+f"(d[45]), "+f"(d[46]), "+f"(d[47]), "+f"(d[48]),
+        "+f"(d[49]), "+f"(d[50]), "+f"(d[51]), "+f"(d[52]), "+f"(d[53]), "+f"(d[54]), "+f"(d[55]),
+        "+f"(d[56]), "+f"(d[57]), "+f"(d[58]), "+f"(d[59]), "+f"(d[60]), "+f"(d[61]), "+f"(d[62]),
+        "+f"(d[63]), "+f"(d[64]), "+f"(d[65]), "+f"(d[66]), "+f"(d[67]), "+f"(d[68]), "+f"(d[69]),
+        "+f"(d[70]), "+f"(d[71]), "+f"(d[72]), "+f"(d[73]), "+f"(d[74]), "+f"(d[75]), "+f"(d[76]),
+        "+f"(d[77]), "+f"(d[78]), "+f"(d[79]), "+f"(d[80]), "+f"(d[81]), "+f"(d[82]), "+f"(d[83]),
+        "+f"(d[84]), "+f"(d[85]), "+f"(d[86]), "+f"(d[87]), "+f"(d[88]), "+f"(d[89]), "+f"(d[90]),
+        "+f"(d[91]), "+f"(d[92]), "+f"(d[93]), "+f"(d[94]), "+f"(d[95]), "+f"(d[96]), "+f"(d[97]),
+        "+f"(d[98]), "+f"(d[99]), "+f"(d[100]), "+f"(d[101]), "+f"(d[102]), "+f"(d[103]),
+        "+f"(d[104]), "+f"(d[105]), "+f"(d[106]), "+f"(d[107]), "+f"(d[108]), "+f"(d[109]),
+        "+f"(d[110]), "+f"(d[111])
+      : "l"(a), "l"(b), "r"(accumulate));
+}
 // The dynamic shared memory of a wgmma block, placed on a 1024-byte boundary (the swizzle atom).
 __device__ __forceinline__ bf16* wgmma_smem() {
   extern __shared__ __align__(1024) unsigned char wgmma_smem_raw[];
@@ -1261,6 +1357,106 @@ __global__ void __launch_bounds__(Pipelined<C, kGated>::kThreads, 1)
   if constexpr (P::kStaged) bulk_wait_all();  // the buffer outlives every copy
   if constexpr (kClustered) cluster_sync();
 }
+
+// W2 where the rule pairs an expert's tiles and its rows fit one tall tile
+// (native_w2_tall_tokens; docs/native-backend.md#w2-on-tiles-of-128-features): a block tile is
+// 128 output features by kTokens token rows, so an expert's 129-256 rows take one tile per
+// feature block instead of two in pairs. Each consumer warpgroup runs one m64 of the features
+// against all the token rows (wgmma's N, kTokens / 2 accumulators a thread); both operands come
+// by TMA (one 128-row box of W2, one kTokens-row box of act). Otherwise as
+// expert_gemm_pipelined: a persistent block per SM, block tiles round-robin with the feature
+// block fastest, a producer thread filling the stages ahead through mbarriers. Same sums in the
+// same order as every other W2 tile (tested bit for bit against the two launches).
+template <int kTokens_>
+struct TallW2 {
+  static constexpr int kTokens = kTokens_, kRows = 128, kBK = 64;
+  static constexpr int kStageW = kRows * kBK, kStageX = kTokens * kBK;
+  static constexpr int kStageBytes = (kStageW + kStageX) * 2;
+  static constexpr int kConsumerThreads = 256, kThreads = kConsumerThreads + 128;
+  static constexpr int kMaxSmem = 227 * 1024;
+  static constexpr int kStagesFit = (kMaxSmem - 1024) / (kStageBytes + 16);
+  static constexpr int kStages = kStagesFit < 6 ? kStagesFit : 6;
+  static constexpr int kSmemBytes = kStages * kStageBytes + 1024 + 2 * kStages * 8;
+  static_assert(kRows == kMapRows && kTokens % 16 == 0 && kTokens <= 256 && kStages >= 3);
+  static_assert(kStageBytes % 1024 == 0, "every box lands on a swizzle atom");
+};
+
+template <int kTokens>
+__global__ void __launch_bounds__(TallW2<kTokens>::kThreads, 1)
+    expert_gemm_w2_tall(GemmArgs a, const __grid_constant__ CUtensorMap weights,
+                        const __grid_constant__ CUtensorMap tokens, int blocks_per_tile) {
+  using T = TallW2<kTokens>;
+  bf16* smem = wgmma_smem();
+  auto* full = reinterpret_cast<std::uint64_t*>(smem + T::kStages * (T::kStageW + T::kStageX));
+  std::uint64_t* empty = full + T::kStages;
+  const int tid = static_cast<int>(threadIdx.x), lane = tid % 32, warp = tid / 32;
+  constexpr int kConsumerWarps = T::kConsumerThreads / 32;
+  if (tid == 0) {
+    for (int s = 0; s < T::kStages; ++s) {
+      mbar_init(&full[s], 1);
+      mbar_init(&empty[s], kConsumerWarps);
+    }
+    asm volatile("fence.mbarrier_init.release.cluster;\n" ::: "memory");
+  }
+  __syncthreads();
+  const int units = *a.num_tiles * blocks_per_tile;
+  const int k_steps = (a.k + T::kBK - 1) / T::kBK;
+  auto stage_w = [&](int stage) { return smem + stage * (T::kStageW + T::kStageX); };
+  const auto for_each_block_tile = [&](const auto& f) {
+    for (int unit = static_cast<int>(blockIdx.x); unit < units; unit += static_cast<int>(gridDim.x))
+      f(a.tiles[unit / blocks_per_tile], (unit % blocks_per_tile) * T::kRows);
+  };
+
+  if (warp >= kConsumerWarps) {
+    if (tid != T::kConsumerThreads) return;  // one thread issues the boxes
+    int it = 0;
+    for_each_block_tile([&](const int4 tile, int feature0) {
+      for (int step = 0; step < k_steps; ++step, ++it) {
+        const int stage = it % T::kStages, k0 = step * T::kBK;
+        mbar_wait(&empty[stage], ((it / T::kStages) & 1) ^ 1);
+        bf16* sw = stage_w(stage);
+        mbar_arrive_expect_bytes(&full[stage], T::kStageBytes);
+        tma_load_2d(sw, weights, k0, tile.x * a.out_features + feature0, &full[stage]);
+        // Rows past the tile are the next tile's (or zeros past the end): they only reach
+        // output columns the epilogue drops.
+        tma_load_2d(sw + T::kStageW, tokens, k0, tile.y, &full[stage]);
+      }
+    });
+    return;
+  }
+
+  const int group = warp / 4, warp_in_group = warp % 4;
+  int it = 0;
+  for_each_block_tile([&](const int4 tile, int feature0) {
+    float acc[kTokens / 2];
+    consume_stages<T::kStages, false, 1>(
+        full, empty, k_steps, it, lane, 0u, [&](int stage, bool accumulated) {
+          const bf16* sw = stage_w(stage) + group * 64 * T::kBK;
+          const bf16* sx = stage_w(stage) + T::kStageW;
+#pragma unroll
+          for (int ks = 0; ks < T::kBK / 16; ++ks)
+            wgmma_bf16<kTokens>(acc, wgmma_desc(sw + ks * 16), wgmma_desc(sx + ks * 16),
+                                accumulated || ks > 0);
+        });
+    order_after_wgmma(acc);
+    // acc[4 n + 2 h + e]: feature 16 w + lane/4 + 8 h of the warpgroup's 64, token 8 n +
+    // 2 (lane % 4) + e.
+    const int feature = feature0 + 64 * group + 16 * warp_in_group + lane / 4;
+#pragma unroll
+    for (int n = 0; n < kTokens / 8; ++n) {
+#pragma unroll
+      for (int e = 0; e < 2; ++e) {
+        const int t = 8 * n + 2 * (lane & 3) + e;
+        if (t >= tile.z) continue;
+        bf16* out = a.out + static_cast<std::int64_t>(tile.y + t) * a.out_features;
+#pragma unroll
+        for (int h = 0; h < 2; ++h)
+          if (feature + 8 * h < a.out_features)
+            out[feature + 8 * h] = __float2bfloat16_rn(acc[4 * n + 2 * h + e]);
+      }
+    }
+  });
+}
 #endif  // HARNESS_WGMMA
 
 // ---------------------------------------------------------------- one token: two launches
@@ -1589,6 +1785,37 @@ void launch_pipelined(const GemmArgs& a, const CUtensorMap& weights, const CUten
   HARNESS_CHECK(cudaLaunchKernelEx(&launch.config, launch.kKernel, a, weights, tokens, per_tile));
 }
 
+// W2 on tall tiles of kTokens token rows: one block per SM, never more than there are units.
+// `tokens`: act in boxes of kTokens rows; `w2`: in boxes of 128 rows.
+template <int kTokens>
+void launch_w2_tall(const GemmArgs& down, const CUtensorMap& w2, const CUtensorMap& tokens,
+                    int hidden, int max_tiles, int sms, cudaStream_t s) {
+  using T = TallW2<kTokens>;
+  const auto kernel = expert_gemm_w2_tall<kTokens>;
+  allow_dynamic_smem(reinterpret_cast<const void*>(kernel), T::kSmemBytes);
+  const int per_tile = (hidden + T::kRows - 1) / T::kRows;
+  const int blocks = std::max(1, std::min(sms, max_tiles * per_tile));
+  kernel<<<static_cast<unsigned>(blocks), T::kThreads, T::kSmemBytes, s>>>(down, w2, tokens,
+                                                                           per_tile);
+  HARNESS_CHECK(cudaGetLastError());
+}
+
+void launch_w2_tall(int tokens, const GemmArgs& down, const CUtensorMap& w2, const CUtensorMap& act,
+                    int hidden, int max_tiles, int sms, cudaStream_t s) {
+  static_assert(std::size(kNativeW2TallTokens) == 4);
+  switch (tokens) {
+    case kNativeW2TallTokens[0]:
+      return launch_w2_tall<kNativeW2TallTokens[0]>(down, w2, act, hidden, max_tiles, sms, s);
+    case kNativeW2TallTokens[1]:
+      return launch_w2_tall<kNativeW2TallTokens[1]>(down, w2, act, hidden, max_tiles, sms, s);
+    case kNativeW2TallTokens[2]:
+      return launch_w2_tall<kNativeW2TallTokens[2]>(down, w2, act, hidden, max_tiles, sms, s);
+    case kNativeW2TallTokens[3]:
+      return launch_w2_tall<kNativeW2TallTokens[3]>(down, w2, act, hidden, max_tiles, sms, s);
+  }
+  throw std::logic_error("no W2 tile of " + std::to_string(tokens) + " tokens");
+}
+
 // The clustered schedule's resident pairs of CTAs, for the configuration.
 template <class C>
 int resident_pairs() {
@@ -1726,6 +1953,8 @@ std::string NativeExperts::configuration() const {
          (schedule_ == NativeSchedule::launches ? ""
                                                 : std::string(", ") + schedule_name(schedule_)) +
          (pairs_ > 0 ? " in " + std::to_string(pairs_) + " pairs of SMs" : "") +
+         (w2_tall_tokens_ > 0 ? ", W2 on 128 x " + std::to_string(w2_tall_tokens_) + " tiles"
+                              : "") +
          (plan_in_gemm_ ? ", routes planned in the W13 blocks" : "") +
          (weights_evict_first_ ? ", weights evict-first in L2)" : ")");
 }
@@ -1792,6 +2021,18 @@ NativeExperts::NativeExperts(const ModelGeometry& g, const ExpertOwnership& own,
   }
   act_ = DeviceBuffer<bf16>(static_cast<std::size_t>(lanes_) * g.intermediate);
   if (uses_tensor_maps()) maps_.act = tma_map(act_.get(), g.intermediate, lanes_, t);
+#if HARNESS_WGMMA
+  // W2 on tall tiles where the tiles are paired and an expert's rows fit one of them.
+  if (schedule_ == NativeSchedule::clustered)
+    w2_tall_tokens_ = native_w2_tall_tokens(tile_, rows_per_expert);
+#endif
+  if (w2_tall_tokens_ > 0) {
+    w2_max_tiles_ =
+        (lanes_ + w2_tall_tokens_ - 1) / w2_tall_tokens_ + std::min(own.local_experts, lanes_);
+    w2_tiles_ = DeviceBuffer<int4>(static_cast<std::size_t>(w2_max_tiles_));
+    w2_num_tiles_ = DeviceBuffer<int>(1);
+    maps_.act_w2 = tma_map(act_.get(), g.intermediate, lanes_, w2_tall_tokens_);
+  }
   y_ = DeviceBuffer<bf16>(static_cast<std::size_t>(lanes_) * g.hidden);
   one_token_ = tile_ == NativeTile::narrow && rows_ == 1 && g.top_k <= kOneTokenMaxLanes;
   plan_in_gemm_ = tile_ == NativeTile::narrow && lanes_ <= kFusedLanes && !one_token_;
@@ -1836,7 +2077,8 @@ void NativeExperts::forward(const bf16* x, const int* ids, const float* weights,
         ids, weights, lanes_, g_.top_k, g_.experts, own_.first_expert, own_.local_experts,
         native_tile_tokens(tile_), plan_blocks == 1 ? lanes_per_thread : 1, total_counts_.get(),
         expert_offsets_.get(), ticket_.get(), lane_slot_.get(), token_of_.get(), lane_pos_.get(),
-        tiles_.get(), num_tiles_.get(), flag);
+        tiles_.get(), num_tiles_.get(), w2_tall_tokens_, w2_tiles_.get(), w2_num_tiles_.get(),
+        flag);
     HARNESS_CHECK(cudaGetLastError());
   }
   if (plan_blocks > 1) {
@@ -1869,6 +2111,16 @@ void NativeExperts::forward(const bf16* x, const int* ids, const float* weights,
   if (tile_ != NativeTile::narrow) {
     with_tile_configs(tile_, [&](auto configs) {
       using C = decltype(configs);
+#if HARNESS_WGMMA
+      if (w2_tall_tokens_ > 0) {  // clustered W13, then W2 on its own tiles
+        launch_pipelined<typename C::WgmmaTile, true, 2>(up, maps_.w13, maps_.act, 2 * inter,
+                                                         max_tiles_, sms_, s_);
+        GemmArgs tall = down;
+        tall.tiles = w2_tiles_.get(), tall.num_tiles = w2_num_tiles_.get();
+        launch_w2_tall(w2_tall_tokens_, tall, maps_.w2, maps_.act_w2, h, w2_max_tiles_, sms_, s_);
+        return;
+      }
+#endif
       launch_tile<typename C::MmaTile, typename C::WgmmaTile>(how, up, down, inter, h, max_tiles_,
                                                               s_);
     });

@@ -50,6 +50,7 @@ enum class NativeSchedule { launches, persistent, pipelined, clustered };
 // The TMA descriptors of the pipelined schedule: the weights, and W2's input activations.
 struct PipelineMaps {
   CUtensorMap w13{}, w2{}, act{};
+  CUtensorMap act_w2{};  // act in boxes of W2's tall tile, where W2 runs one
 };
 
 class NativeExperts {
@@ -87,6 +88,12 @@ class NativeExperts {
   bool weights_evict_first_ = false;  // narrow tile, many lanes: weights load L2 evict-first
   int sms_ = 0;
   int pairs_ = 0;  // clustered: the clusters of two resident at once
+  // clustered, 129-256 rows per expert: W2's tiles of 128 features x this many tokens (else 0),
+  // with a tile table of their own
+  int w2_tall_tokens_ = 0;
+  int w2_max_tiles_ = 0;
+  DeviceBuffer<int4> w2_tiles_;
+  DeviceBuffer<int> w2_num_tiles_;
   DeviceBuffer<int> lane_slot_, lane_pos_, token_of_, num_tiles_, total_counts_, expert_offsets_;
   DeviceBuffer<unsigned> ticket_, unit_queue_;
   DeviceBuffer<int> up_done_;

@@ -56,6 +56,13 @@ bool native_pairs_tiles(NativeTile t, double rows_per_expert) {
   return t != NativeTile::narrow && rows_per_expert > native_tile_tokens(t);
 }
 
+int native_w2_tall_tokens(NativeTile t, double rows_per_expert) {
+  if (!native_pairs_tiles(t, rows_per_expert)) return 0;
+  for (const int tokens : kNativeW2TallTokens)
+    if (std::ceil(rows_per_expert) <= tokens) return tokens;
+  return 0;
+}
+
 NativeTile native_tile_for(double rows_per_expert) {
   NativeTile best = NativeTile::narrow;
   for (const auto t : kNativeTiles)

@@ -48,6 +48,13 @@ inline constexpr NativeTile kNativeTiles[] = {NativeTile::narrow,  NativeTile::m
 // measured 1-2 % slower; clusters of three and four tiles measured slower than pairs
 // (docs/native-backend.md#clusters-of-tiles-share-their-weights).
 [[nodiscard]] bool native_pairs_tiles(NativeTile t, double rows_per_expert);
+// Where the tiles are paired and an expert's rows fit one of them, W2 runs instead on tiles of 128
+// output features by this many token rows, one per expert: the fewest of 160, 192, 224 and 256
+// that hold ceil(rows_per_expert); 0 elsewhere, where W2 runs the tile's own shape. Measured
+// 5-14 % faster than W2 in pairs of 256-row tiles from 145 to 256 rows per expert, and about
+// even from 164 to 186 (docs/native-backend.md#w2-on-tiles-of-128-features).
+inline constexpr int kNativeW2TallTokens[] = {160, 192, 224, 256};
+[[nodiscard]] int native_w2_tall_tokens(NativeTile t, double rows_per_expert);
 
 // Rows per expert b, up to `max_rows`, where the `native` forward changes between b and more
 // rows per expert: the tile changes, or the tiles per expert of an expert with b + 1 rows. A

@@ -88,7 +88,7 @@ run_sanitizer() {
   # share their lanes and partial sums there: its barriers too, on the tiny models (racecheck of
   # the real ones takes minutes).
   sanitize racecheck 'NativeBackend.SmallForwardsOnTinyModels:NativeBackend.OneTokenOnTinyModels' || rc=1
-  sanitize memcheck 'NativeBackend.EveryTile*:NativeBackend.MmaSync*' || rc=1
+  sanitize memcheck 'NativeBackend.EveryTile*:NativeBackend.MmaSync*:NativeBackend.W2OnTall*' || rc=1
   sanitize memcheck 'NativeBackend.PersistentSchedule*' || rc=1
   sanitize memcheck 'Backends/GpuBackend.Gate*/1' || rc=1
   sanitize memcheck 'GpuReference.*' || rc=1

@@ -6,7 +6,8 @@ Reads the experts rows of a bundle's table CSV (tp<T>/<table>.csv: tokens, activ
 local_assignments, time_us) measured with `--backend native` on a Hopper GPU (wgmma tiles), and
 for each point counts the tiles the tile rule runs (kernels/native_tile_rule.cpp, restated here as
 an independent reading) and the launch waves of the two GEMMs: wgmma tiles run one block of 256
-weight rows per SM, the narrow tile blocks of 64 rows, two per SM. Prints, per tile, a least-squares
+weight rows per SM (W2 on its tall tiles of 128 rows where an expert's 129-256 rows are paired),
+the narrow tile blocks of 64 rows, two per SM. Prints, per tile, a least-squares
 fit time = a + b * W13 waves + c * W2 waves with its |relative residual| median / p95 / max,
 the whole waves over the waves the blocks would fill without a partial last one (what a schedule
 without launch-wave steps could save at most), and
@@ -54,15 +55,31 @@ def steps(max_rows):
     return out
 
 
+# W2's tall tiles (128 output features by these token rows): where the rule pairs an expert's
+# tiles and its rows fit one of them.
+W2_TALL = (160, 192, 224, 256)
+
+
+def w2_tall_tokens(name, tokens, rows_per_expert):
+    if name == "narrow" or rows_per_expert <= tokens:
+        return None
+    return next((t for t in W2_TALL if math.ceil(rows_per_expert) <= t), None)
+
+
 def launch(a, m, sms, hidden, intermediate):
     """(tile name, tiles, W13 blocks, W2 blocks, blocks per wave) of a forward whose A experts get
     floor(M/A) or ceil(M/A) rows each, as the stimuli give them."""
     name, tokens, _ = tile_for(m / a)
     q, rem = divmod(m, a)
-    tiles = rem * math.ceil((q + 1) / tokens) + (a - rem) * math.ceil(q / tokens)
+
+    def tiles_of(height):
+        return rem * math.ceil((q + 1) / height) + (a - rem) * math.ceil(q / height)
+
+    tiles = tiles_of(tokens)
     block_rows, slots = (64, 2 * sms) if name == "narrow" else (256, sms)
-    return (name, tiles, tiles * math.ceil(2 * intermediate / block_rows), tiles * math.ceil(hidden / block_rows),
-            slots)
+    tall = w2_tall_tokens(name, tokens, m / a)
+    w2_blocks = tiles_of(tall) * math.ceil(hidden / 128) if tall else tiles * math.ceil(hidden / block_rows)
+    return name, tiles, tiles * math.ceil(2 * intermediate / block_rows), w2_blocks, slots
 
 
 def waves(a, m, sms, hidden, intermediate):

@@ -420,6 +420,33 @@ TEST(NativeBackend, EveryTileMatchesTheReference) {
   }
 }
 
+// Where the tiles are paired and an expert's rows fit one tall tile (129-256 rows), W2 runs on
+// tiles of 128 features x 160, 192, 224 or 256 tokens from a tile table of its own: each height
+// at a mean that mixes experts of two row counts, and the odd shapes (H = 72: a partial feature
+// block; I = 40: a partial K step). The persistent-schedule test checks it bit for bit against
+// the two launches (the clustered schedule at 75 rows per expert on the medium tile).
+TEST(NativeBackend, W2OnTallTilesMatchesTheReference) {
+  REQUIRE_GPU();
+  const auto qwen = *find_preset("qwen3-30b-a3b");
+  auto odd = *find_preset("tiny");
+  odd.hidden = 72;
+  odd.intermediate = 40;
+  const Target ep1{1, 1, 1, 0, false}, ep4{2, 2, 4, 3, false};
+  auto backend = make_cuda_backend("native", 0);
+  for (const auto& [p, tokens] : {std::pair{GridPoint{580, 32, 4640}, 160},      // 145 rows
+                                  std::pair{GridPoint{670, 31, 5300}, 192},      // 171.0
+                                  std::pair{GridPoint{845, 32, 6760}, 224},      // 211.3
+                                  std::pair{GridPoint{1000, 32, 8000}, 256}}) {  // 250
+    expect_matches_reference("native", qwen, ep4, Component::experts, p, 2);
+    const WorkloadSpec s{qwen, ep4, Component::experts, p, 2, 1};
+    const auto config = backend->make(s, backend->make_weights(s))->configuration();
+    EXPECT_NE(config.find(", W2 on 128 x " + std::to_string(tokens) + " tiles"), std::string::npos)
+        << config;
+  }
+  for (const GridPoint p : {GridPoint{600, 8, 1200}, GridPoint{1000, 8, 2000}})  // 150, 250 rows
+    expect_matches_reference("native", odd, ep1, Component::experts, p, 2);
+}
+
 // Builds without sm_90a (or GPUs other than sm_90) run the medium and wide tiles on mma.sync;
 // HARNESS_NATIVE_NO_WGMMA selects that path here too, so both stay checked.
 TEST(NativeBackend, MmaSyncFallbackTilesMatchTheReference) {

@@ -54,6 +54,30 @@ TEST(NativeTileRule, TilesArePairedWhereAnExpertTakesSeveral) {
   }
 }
 
+// W2 runs 128-feature tiles sized to an expert's rows where the rule pairs tiles and the rows
+// fit one (129-256 rows per expert), and changes that tile only at declared steps.
+TEST(NativeTileRule, W2RunsOneTallTilePerExpertFrom129To256Rows) {
+  EXPECT_EQ(native_w2_tall_tokens(native_tile_for(128.0), 128.0), 0);
+  EXPECT_EQ(native_w2_tall_tokens(native_tile_for(128.5), 128.5), 160);
+  EXPECT_EQ(native_w2_tall_tokens(native_tile_for(144.6), 144.6), 160);
+  EXPECT_EQ(native_w2_tall_tokens(native_tile_for(160.0), 160.0), 160);
+  EXPECT_EQ(native_w2_tall_tokens(native_tile_for(160.2), 160.2), 192);
+  EXPECT_EQ(native_w2_tall_tokens(native_tile_for(211.4), 211.4), 224);
+  EXPECT_EQ(native_w2_tall_tokens(native_tile_for(256.0), 256.0), 256);
+  EXPECT_EQ(native_w2_tall_tokens(native_tile_for(256.5), 256.5), 0);
+  EXPECT_EQ(native_w2_tall_tokens(NativeTile::narrow, 200.0), 0);
+  EXPECT_EQ(native_w2_tall_tokens(NativeTile::medium, 64.0), 0);    // one tile: not paired
+  EXPECT_EQ(native_w2_tall_tokens(NativeTile::medium, 75.0), 160);  // a forced tile, paired
+  const auto steps = native_time_steps(1024);
+  for (std::int64_t b = 1; b < 1024; ++b) {
+    const auto rows = static_cast<double>(b);
+    if (native_w2_tall_tokens(native_tile_for(rows), rows) !=
+        native_w2_tall_tokens(native_tile_for(rows + 0.5), rows + 0.5)) {
+      EXPECT_TRUE(std::binary_search(steps.begin(), steps.end(), b)) << b;
+    }
+  }
+}
+
 TEST(NativeTileRule, OnlyNativeDeclaresSteps) {
   EXPECT_FALSE(expert_time_steps("native", 1024).empty());
   EXPECT_TRUE(expert_time_steps("cublas_grouped", 1024).empty());

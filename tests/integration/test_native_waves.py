@@ -68,6 +68,9 @@ by_hand = {
     (64, 64, 512): ("narrow", 64, 6, 8),  # 8 rows: 1536 / 264, 2048 / 264
     (5, 3, 10): ("narrow", 3, 1, 1),  # 3-4 rows: a narrow tile each
     (1100, 2, 2049): ("wide", 17, 1, 2),  # 1025 rows: 9 wide tiles, 1024: 8; 102 / 132, 136 / 132
+    # 144-145 rows: two wide80 tiles each for W13 (1536 / 132); W2 on one tall tile of 160 rows
+    # per expert, 16 blocks of 128 features (2048 / 132)
+    (2314, 128, 18512): ("wide80", 256, 12, 16),
 }
 for (n, a, m), want in by_hand.items():
     got = tool.waves(a, m, 132, 2048, 768)
