@@ -51,7 +51,7 @@ inline constexpr NativeTile kNativeTiles[] = {NativeTile::narrow,  NativeTile::m
 // Where the tiles are paired and an expert's rows fit one of them, W2 runs instead on tiles of 128
 // output features by this many token rows, one per expert: the fewest of 160, 192, 224 and 256
 // that hold ceil(rows_per_expert); 0 elsewhere, where W2 runs the tile's own shape. Measured
-// 5-14 % faster than W2 in pairs of 256-row tiles from 145 to 256 rows per expert, and about
+// 4-14 % faster than W2 in pairs of 256-row tiles from 145 to 256 rows per expert, and about
 // even from 164 to 186 (docs/native-backend.md#w2-on-tiles-of-128-features).
 inline constexpr int kNativeW2TallTokens[] = {160, 192, 224, 256};
 [[nodiscard]] int native_w2_tall_tokens(NativeTile t, double rows_per_expert);
