@@ -534,6 +534,7 @@ __global__ void __launch_bounds__(C::kThreads, C::kMinBlocks)
 // Block: 2 warpgroups x (two 64-row m-tiles) = 256 weight rows, kTokens token rows, K in steps
 // of 64 through kStages cp.async stages (at least 3). Gated: warpgroup g takes gate rows [64g, 64g
 // + 64) and the same up rows, so SiLU(gate) * up stays in one thread's registers.
+#if HARNESS_WGMMA
 template <int kTokens_, int kStages_>
 struct WgmmaConfig {
   static constexpr int kThreads = 256, kRows = 256, kTokens = kTokens_, kBK = 64,
@@ -548,6 +549,14 @@ struct WgmmaConfig {
   static constexpr int kSmemBytes = kStages * (kStageW + kStageX) * 2 + 1024;
   static_assert(kStages >= 3, "a stage is refilled two steps after its wgmma was issued");
 };
+#else
+// Builds without sm_90a run the medium and wide tiles on mma.sync only; a wgmma tile is then just
+// its token rows (TileConfigs checks the pairs agree), so that no unused member warns.
+template <int kTokens_, int kStages_>
+struct WgmmaConfig {
+  static constexpr int kTokens = kTokens_;
+};
+#endif
 using WgmmaWide = WgmmaConfig<128, 4>;
 using WgmmaWide112 = WgmmaConfig<112, 4>;
 using WgmmaWide96 = WgmmaConfig<96, 4>;
