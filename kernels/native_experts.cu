@@ -1093,6 +1093,17 @@ __device__ __forceinline__ void consume_stages(std::uint64_t* full, std::uint64_
   release((it - 1) % kStages);
 }
 
+// Shared memory of a pipelined block (Pipelined, TallW2): at most 227 KB, the stages placed on a
+// 1024-byte boundary beside `other_bytes` (a staging buffer), and a full and an empty barrier per
+// stage. pipeline_stages is as many stages of `stage_bytes` as fit.
+constexpr int kPipelineMaxSmem = 227 * 1024;
+constexpr int pipeline_stages(int stage_bytes, int other_bytes) {
+  return (kPipelineMaxSmem - 1024 - other_bytes) / (stage_bytes + 16);
+}
+constexpr int pipeline_smem_bytes(int stages, int stage_bytes, int other_bytes) {
+  return stages * stage_bytes + other_bytes + 1024 + 2 * stages * 8;
+}
+
 // HARNESS_NATIVE_SCHEDULE=pipelined: a persistent launch of one block per SM for one GEMM, each
 // block taking block tiles (tile, feature block) round-robin, feature block fastest. A producer
 // warpgroup fills kStages stages ahead and two consumer warpgroups run the same wgmma steps as
@@ -1122,14 +1133,13 @@ struct Pipelined : C {
   static constexpr int kStagingTokens = C::kTokens < 128 ? C::kTokens : 64;
   static constexpr int kStagingStride = C::kRows + 8;
   static constexpr int kStagingBytes = kStaged ? kStagingTokens * kStagingStride * 2 : 0;
-  // As many stages as fit beside the 1024-byte alignment, the staging buffer and two barriers per
-  // stage: wide and W13 wide112 4, W2 wide112 3, W2 medium, wide80 and wide96 4, the others 5.
-  static constexpr int kMaxSmem = 227 * 1024;
-  static constexpr int kStages = (kMaxSmem - 1024 - kStagingBytes) / (kStageBytes + 16);
-  // The stages, the staging buffer, then a full and an empty barrier per stage.
-  static constexpr int kSmemBytes = kStages * kStageBytes + kStagingBytes + 1024 + 2 * kStages * 8;
+  // As many stages as fit beside the staging buffer: wide and W13 wide112 4, W2 wide112 3, W2
+  // medium, wide80 and wide96 4, the others 5. The stages, the staging buffer, then the barriers.
+  static constexpr int kStages = pipeline_stages(kStageBytes, kStagingBytes);
+  static constexpr int kSmemBytes = pipeline_smem_bytes(kStages, kStageBytes, kStagingBytes);
   static_assert(C::kRows == 2 * kMapRows && C::kTokens * C::kChunks % kProducerThreads == 0);
-  static_assert(kStages >= 2 && kSmemBytes <= kMaxSmem, "a stage fills while another is read");
+  static_assert(kStages >= 2 && kSmemBytes <= kPipelineMaxSmem,
+                "a stage fills while another is read");
   static_assert(kStageBytes % 1024 == 0 && C::kStageW * 2 % 1024 == 0,
                 "every box lands on a swizzle atom");
 };
@@ -1382,10 +1392,8 @@ struct TallW2 {
   static constexpr int kStageW = kRows * kBK, kStageX = kTokens * kBK;
   static constexpr int kStageBytes = (kStageW + kStageX) * 2;
   static constexpr int kConsumerThreads = 256, kThreads = kConsumerThreads + 128;
-  static constexpr int kMaxSmem = 227 * 1024;
-  static constexpr int kStagesFit = (kMaxSmem - 1024) / (kStageBytes + 16);
-  static constexpr int kStages = kStagesFit < 6 ? kStagesFit : 6;
-  static constexpr int kSmemBytes = kStages * kStageBytes + 1024 + 2 * kStages * 8;
+  static constexpr int kStages = std::min(pipeline_stages(kStageBytes, 0), 6);
+  static constexpr int kSmemBytes = pipeline_smem_bytes(kStages, kStageBytes, 0);
   static_assert(kRows == kMapRows && kTokens % 16 == 0 && kTokens <= 256 && kStages >= 3);
   static_assert(kStageBytes % 1024 == 0, "every box lands on a swizzle atom");
 };
