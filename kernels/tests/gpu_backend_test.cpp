@@ -72,6 +72,15 @@ bool has_nonzero(const std::vector<float>& v) {
 
 class GpuBackend : public ::testing::TestWithParam<std::string> {};
 
+// The tiny model with H = 72 (not a multiple of the 64/128-wide K steps or W2's 128-feature
+// blocks) and I = 40 (not a multiple of the feature tiles): every native tile is partial.
+ModelGeometry odd_tiny() {
+  auto g = *find_preset("tiny");
+  g.hidden = 72;
+  g.intermediate = 40;
+  return g;
+}
+
 void expect_matches_reference(const std::string& name, const ModelGeometry& g, const Target& t,
                               Component c, GridPoint p, int banks = 1) {
   auto backend = make_cuda_backend(name, 0);
@@ -405,9 +414,7 @@ TEST(NativeBackend, EveryTileMatchesTheReference) {
     expect_matches_reference("native", qwen, ep1, Component::experts, p, 2);
   expect_matches_reference("native", big, ep4, Component::experts, {64, 30, 200}, 2);
   expect_matches_reference("native", big, ep4, Component::experts, {4096, 32, 8192}, 2);
-  auto odd = *find_preset("tiny");
-  odd.hidden = 72;        // not a multiple of the 64/128-wide K steps
-  odd.intermediate = 40;  // not a multiple of the feature tiles
+  const auto odd = odd_tiny();
   for (const auto tile : kNativeTiles) {
     SCOPED_TRACE(to_string(tile));
     const ScopedEnv forced("HARNESS_NATIVE_TILE", to_string(tile));
@@ -428,9 +435,7 @@ TEST(NativeBackend, EveryTileMatchesTheReference) {
 TEST(NativeBackend, W2OnTallTilesMatchesTheReference) {
   REQUIRE_GPU();
   const auto qwen = *find_preset("qwen3-30b-a3b");
-  auto odd = *find_preset("tiny");
-  odd.hidden = 72;
-  odd.intermediate = 40;
+  const auto odd = odd_tiny();
   const Target ep1{1, 1, 1, 0, false}, ep4{2, 2, 4, 3, false};
   auto backend = make_cuda_backend("native", 0);
   for (const auto& [p, tokens] : {std::pair{GridPoint{580, 32, 4640}, 160},      // 145 rows
@@ -508,9 +513,7 @@ TEST(NativeBackend, NarrowTileLoadsWeightsEvictFirstFromItsLaneThreshold) {
 TEST(NativeBackend, SmallForwardsOnTinyModels) {
   REQUIRE_GPU();
   const auto tiny = *find_preset("tiny");
-  auto odd = tiny;
-  odd.hidden = 72;
-  odd.intermediate = 40;
+  const auto odd = odd_tiny();
   const Target ep1{1, 1, 1, 0, false};
   auto backend = make_cuda_backend("native", 0);
   for (const auto& [g, p] :
@@ -551,9 +554,7 @@ TEST(NativeBackend, OneTokenRunsTwoLaunchesThatMatchTheReference) {
 // padding and raises the flag, as does a token with no valid lane (its output is zero).
 TEST(NativeBackend, OneTokenOnTinyModels) {
   REQUIRE_GPU();
-  auto odd = *find_preset("tiny");
-  odd.hidden = 72;
-  odd.intermediate = 40;
+  const auto odd = odd_tiny();
   const Target t{1, 1, 1, 0, false}, ep2{1, 2, 2, 1, false};
   expect_matches_reference("native", odd, t, Component::experts, {1, 2, 2}, 2);
   expect_matches_reference("native", odd, ep2, Component::experts, {1, 1, 1}, 2);  // one remote
@@ -610,9 +611,7 @@ TEST(NativeBackend, ForwardIsCapturableInACudaGraph) {
 TEST(NativeBackend, PersistentSchedulesMatchTheTwoLaunches) {
   REQUIRE_GPU();
   const auto qwen = *find_preset("qwen3-30b-a3b");
-  auto odd = *find_preset("tiny");
-  odd.hidden = 72;
-  odd.intermediate = 40;
+  const auto odd = odd_tiny();
   const Target ep1{1, 1, 1, 0, false}, ep4{2, 2, 4, 3, false};
   Rng rng(11);
   // EP4 (32 local experts) keeps the weights small; M/A sets the tiles and waves all the same.
@@ -711,8 +710,8 @@ std::vector<float> rounded(std::vector<float> v) {
 
 TEST(GpuReference, ExpertsMatchTheCpuReferenceWithInvalidLanes) {
   REQUIRE_GPU();
-  auto odd = *find_preset("tiny");
-  odd.hidden = 72, odd.intermediate = 40, odd.experts = 12, odd.top_k = 3;
+  auto odd = odd_tiny();
+  odd.experts = 12, odd.top_k = 3;
   const auto qwen = *find_preset("qwen3-30b-a3b");
   struct Case {
     ModelGeometry g;

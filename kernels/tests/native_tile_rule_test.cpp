@@ -11,6 +11,19 @@ std::int64_t tiles(NativeTile t, std::int64_t rows) {
   return std::max<std::int64_t>(1, (rows + native_tile_tokens(t) - 1) / native_tile_tokens(t));
 }
 
+// What `of_rows(rule's tile, rows)` says of a forward changes between b and just above b rows per
+// expert only where the rule declares a step (the planner needs no more rows than those).
+template <class F>
+void expect_changes_only_at_declared_steps(const F& of_rows) {
+  const auto steps = native_time_steps(1024);
+  for (std::int64_t b = 1; b < 1024; ++b) {
+    const auto rows = static_cast<double>(b);
+    if (of_rows(native_tile_for(rows), rows) != of_rows(native_tile_for(rows + 0.5), rows + 0.5)) {
+      EXPECT_TRUE(std::binary_search(steps.begin(), steps.end(), b)) << b;
+    }
+  }
+}
+
 TEST(NativeTileRule, StepsAreExactlyWhereTheForwardChanges) {
   const auto steps = native_time_steps(1024);
   ASSERT_TRUE(std::is_sorted(steps.begin(), steps.end()));
@@ -43,15 +56,8 @@ TEST(NativeTileRule, TilesArePairedWhereAnExpertTakesSeveral) {
     EXPECT_EQ(native_pairs_tiles(t, tokens + 0.5), wgmma) << to_string(t);
     EXPECT_EQ(native_pairs_tiles(t, 4 * tokens), wgmma) << to_string(t);
   }
-  // The schedule the rule's tile gets changes only at declared steps (the planner needs no more).
-  const auto steps = native_time_steps(1024);
-  for (std::int64_t b = 1; b < 1024; ++b) {
-    const auto rows = static_cast<double>(b);
-    if (native_pairs_tiles(native_tile_for(rows), rows) !=
-        native_pairs_tiles(native_tile_for(rows + 0.5), rows + 0.5)) {
-      EXPECT_TRUE(std::binary_search(steps.begin(), steps.end(), b)) << b;
-    }
-  }
+  // The schedule the rule's tile gets changes only at declared steps.
+  expect_changes_only_at_declared_steps(native_pairs_tiles);
 }
 
 // W2 runs 128-feature tiles sized to an expert's rows where the rule pairs tiles and the rows
@@ -68,14 +74,7 @@ TEST(NativeTileRule, W2RunsOneTallTilePerExpertFrom129To256Rows) {
   EXPECT_EQ(native_w2_tall_tokens(NativeTile::narrow, 200.0), 0);
   EXPECT_EQ(native_w2_tall_tokens(NativeTile::medium, 64.0), 0);    // one tile: not paired
   EXPECT_EQ(native_w2_tall_tokens(NativeTile::medium, 75.0), 160);  // a forced tile, paired
-  const auto steps = native_time_steps(1024);
-  for (std::int64_t b = 1; b < 1024; ++b) {
-    const auto rows = static_cast<double>(b);
-    if (native_w2_tall_tokens(native_tile_for(rows), rows) !=
-        native_w2_tall_tokens(native_tile_for(rows + 0.5), rows + 0.5)) {
-      EXPECT_TRUE(std::binary_search(steps.begin(), steps.end(), b)) << b;
-    }
-  }
+  expect_changes_only_at_declared_steps(native_w2_tall_tokens);
 }
 
 TEST(NativeTileRule, OnlyNativeDeclaresSteps) {
