@@ -5,7 +5,8 @@
 #   tests      the `gpu`-labelled test binaries (every backend vs the CPU reference, CUPTI, NCCL)
 #   sanitizer  compute-sanitizer memcheck on the native experts, gate and GPU reference tests,
 #              racecheck on the small forwards of the tiny models
-#              (skipped if not installed)
+#              (skipped if not installed; about 6 minutes on an H200, half of it the persistent
+#              schedules' test)
 #   bench      harness bench experts -> OUT_DIR/bench-experts.csv (+ .txt)
 #   sweep      harness bench experts --sweep twice (+ $SWEEP_ARGS) -> OUT_DIR/sweep{1,2}.csv and
 #              their plot OUT_DIR/sweep.svg (tools/sweep-plot.py)
