@@ -535,6 +535,16 @@ __global__ void __launch_bounds__(C::kThreads, C::kMinBlocks)
 // of 64 through kStages cp.async stages (at least 3). Gated: warpgroup g takes gate rows [64g, 64g
 // + 64) and the same up rows, so SiLU(gate) * up stays in one thread's registers.
 #if HARNESS_WGMMA
+// A build for sm_90a beside other architectures compiles the wgmma kernels for each of them, but
+// only the sm_90a pass has wgmma, TMA and clusters: the other passes compile them as a trap (the
+// host launches them only on compute capability 9.0, which runs the sm_90a code of such a build),
+// and what only those kernels use is then unreferenced there, on purpose.
+#if defined(__CUDA_ARCH__) && !defined(__CUDA_ARCH_FEAT_SM90_ALL)
+#define HARNESS_WGMMA_ARCH 0
+#pragma nv_diag_suppress declared_but_not_referenced
+#else
+#define HARNESS_WGMMA_ARCH 1
+#endif
 template <int kTokens_, int kStages_>
 struct WgmmaConfig {
   static constexpr int kThreads = 256, kRows = 256, kTokens = kTokens_, kBK = 64,
@@ -897,9 +907,13 @@ __device__ __forceinline__ void wgmma_tile(const GemmArgs& a, int tile_index, in
 
 template <class C, bool kGated>
 __global__ void __launch_bounds__(C::kThreads, 1) expert_gemm_wgmma(GemmArgs a) {
+#if !HARNESS_WGMMA_ARCH
+  __trap();  // never launched: the host runs these on compute capability 9.0 only
+#else
   const int tile_index = static_cast<int>(blockIdx.x);
   if (tile_index >= *a.num_tiles) return;
   wgmma_tile<C, kGated>(a, tile_index, static_cast<int>(blockIdx.y), wgmma_smem());
+#endif
 }
 
 // The persistent schedule (HARNESS_NATIVE_SCHEDULE=persistent; docs/native-backend.md#launch-
@@ -924,6 +938,9 @@ struct UnitQueue {
 template <class C>
 __global__ void __launch_bounds__(C::kThreads, 1)
     expert_gemms_persistent(GemmArgs up, GemmArgs down, UnitQueue q) {
+#if !HARNESS_WGMMA_ARCH
+  __trap();  // never launched: the host runs these on compute capability 9.0 only
+#else
   // The unit this block runs, and the next one, drawn while it runs so that the ticket's round
   // trip hides behind the work.
   __shared__ int drawn[2];
@@ -960,6 +977,7 @@ __global__ void __launch_bounds__(C::kThreads, 1)
     *q.ticket = 0u;
     *q.exited = 0u;
   }
+#endif
 }
 
 // ---------------------------------------------------------------- the warp-specialised pipeline
@@ -1166,6 +1184,9 @@ template <class C, bool kGated, int kCtas>
 __global__ void __launch_bounds__(Pipelined<C, kGated>::kThreads, 1)
     expert_gemm_pipelined(GemmArgs a, const __grid_constant__ CUtensorMap weights,
                           const __grid_constant__ CUtensorMap tokens, int blocks_per_tile) {
+#if !HARNESS_WGMMA_ARCH
+  __trap();  // never launched: the host runs these on compute capability 9.0 only
+#else
   using P = Pipelined<C, kGated>;
   bf16* smem = wgmma_smem();
   bf16* staging = smem + P::kStages * (C::kStageW + C::kStageX);
@@ -1375,6 +1396,7 @@ __global__ void __launch_bounds__(Pipelined<C, kGated>::kThreads, 1)
   });
   if constexpr (P::kStaged) bulk_wait_all();  // the buffer outlives every copy
   if constexpr (kClustered) cluster_sync();
+#endif
 }
 
 // W2 where the rule pairs an expert's tiles and its rows fit one tall tile
@@ -1402,6 +1424,9 @@ template <int kTokens>
 __global__ void __launch_bounds__(TallW2<kTokens>::kThreads, 1)
     expert_gemm_w2_tall(GemmArgs a, const __grid_constant__ CUtensorMap weights,
                         const __grid_constant__ CUtensorMap tokens, int blocks_per_tile) {
+#if !HARNESS_WGMMA_ARCH
+  __trap();  // never launched: the host runs these on compute capability 9.0 only
+#else
   using T = TallW2<kTokens>;
   bf16* smem = wgmma_smem();
   auto* full = reinterpret_cast<std::uint64_t*>(smem + T::kStages * (T::kStageW + T::kStageX));
@@ -1473,7 +1498,11 @@ __global__ void __launch_bounds__(TallW2<kTokens>::kThreads, 1)
       }
     }
   });
+#endif
 }
+#if !HARNESS_WGMMA_ARCH
+#pragma nv_diag_default declared_but_not_referenced
+#endif
 #endif  // HARNESS_WGMMA
 
 // ---------------------------------------------------------------- one token: two launches
