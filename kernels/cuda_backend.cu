@@ -29,6 +29,7 @@ class CudaBackend final : public Backend {
                                   "' (this build provides cublas_grouped, native)");
     HARNESS_CHECK(cudaSetDevice(device_));
     HARNESS_CHECK(cudaGetDeviceProperties(&props_, device_));
+    require_device_code(device_, props_);
     stream_ = std::make_unique<Stream>();
     blas_ = std::make_unique<Cublas>(stream_->get());
     stamper_ = std::make_unique<Sm0ClockStamper>(props_.multiProcessorCount);

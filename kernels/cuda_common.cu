@@ -1,5 +1,8 @@
+#include <stdexcept>
+
 #include "kernels/bf16.h"
 #include "kernels/cuda_common.cuh"
+#include "kernels/device_code.h"
 #include "kernels/device_helpers.h"
 
 namespace moe::cuda {
@@ -53,6 +56,17 @@ __global__ void stamp_sm0_clock(unsigned long long* out) {
 }
 
 }  // namespace
+
+void require_device_code(int device, const cudaDeviceProp& props) {
+  cudaFuncAttributes attributes{};
+  const cudaError_t e = cudaFuncGetAttributes(&attributes, stamp_sm0_clock);
+  if (e == cudaErrorNoKernelImageForDevice || e == cudaErrorInvalidDeviceFunction) {
+    (void)cudaGetLastError();  // not sticky: clear it before saying what is wrong
+    throw std::runtime_error(no_device_code_message(device, props.name, props.major, props.minor,
+                                                    HARNESS_CUDA_ARCHITECTURES));
+  }
+  HARNESS_CHECK(e);
+}
 
 Sm0ClockStamper::Sm0ClockStamper(int sms) : sms_(sms), stamp_(3), host_(3) {}
 

@@ -1,6 +1,7 @@
 // Device stimuli and host helpers shared by the CUDA backends' translation units: random fills
 // from a counter-based hash (never all zeros), SiLU-and-mul, launch sizes, downloads, the rows
-// verification samples and SM 0's clock stamps. Internal to kernels/: include only from .cu files.
+// verification samples, SM 0's clock stamps and the check that the build has code for the GPU.
+// Internal to kernels/: include only from .cu files.
 #pragma once
 
 #include <cuda_bf16.h>
@@ -60,6 +61,10 @@ template <class T>
 
 // SM 0's cycle counter and the device's nanosecond timer, read together on a stream by a kernel of
 // one block per SM (Backend::clock_stamp; the GEMM of measure_device_peaks). Owns its buffers.
+// Throws the error naming the GPU and the configure option when this build has no code that
+// `device` (the current device, with `props`) can run, before any kernel of ours is launched there.
+void require_device_code(int device, const cudaDeviceProp& props);
+
 class Sm0ClockStamper {
  public:
   explicit Sm0ClockStamper(int sms);

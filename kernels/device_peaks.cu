@@ -41,6 +41,9 @@ double median_seconds(cudaStream_t s, int reps, Body&& body) {
 
 DevicePeaks measure_device_peaks(int device, int repetitions) {
   HARNESS_CHECK(cudaSetDevice(device));
+  cudaDeviceProp props{};
+  HARNESS_CHECK(cudaGetDeviceProperties(&props, device));
+  require_device_code(device, props);
   Stream stream;
   DevicePeaks p;
   // 1 GiB each way: far beyond any L2, long enough that launch costs vanish.
