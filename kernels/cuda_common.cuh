@@ -59,12 +59,12 @@ template <class T>
   return d;
 }
 
-// SM 0's cycle counter and the device's nanosecond timer, read together on a stream by a kernel of
-// one block per SM (Backend::clock_stamp; the GEMM of measure_device_peaks). Owns its buffers.
 // Throws the error naming the GPU and the configure option when this build has no code that
 // `device` (the current device, with `props`) can run, before any kernel of ours is launched there.
 void require_device_code(int device, const cudaDeviceProp& props);
 
+// SM 0's cycle counter and the device's nanosecond timer, read together on a stream by a kernel of
+// one block per SM (Backend::clock_stamp; the GEMM of measure_device_peaks). Owns its buffers.
 class Sm0ClockStamper {
  public:
   explicit Sm0ClockStamper(int sms);
