@@ -988,6 +988,19 @@ __device__ __forceinline__ void mbar_init(std::uint64_t* bar, unsigned arrivals)
   asm volatile("mbarrier.init.shared::cta.b64 [%0], %1;\n" ::"r"(smem_addr(bar)), "r"(arrivals)
                : "memory");
 }
+// One thread arms a pipeline's stage barriers: `full[s]` completes with `full_arrivals` arrivals
+// (and the bytes they expect), `empty[s]` with `empty_arrivals`. The fence makes the initialised
+// barriers visible to the cluster (and to the TMA unit) before the caller's block or cluster
+// barrier lets anyone arrive on them.
+__device__ __forceinline__ void init_stage_barriers(std::uint64_t* full, std::uint64_t* empty,
+                                                    int stages, unsigned full_arrivals,
+                                                    unsigned empty_arrivals) {
+  for (int s = 0; s < stages; ++s) {
+    mbar_init(&full[s], full_arrivals);
+    mbar_init(&empty[s], empty_arrivals);
+  }
+  asm volatile("fence.mbarrier_init.release.cluster;\n" ::: "memory");
+}
 __device__ __forceinline__ void mbar_arrive(std::uint64_t* bar) {
   asm volatile("mbarrier.arrive.shared::cta.b64 _, [%0];\n" ::"r"(smem_addr(bar)) : "memory");
 }
@@ -1196,14 +1209,10 @@ __global__ void __launch_bounds__(Pipelined<C, kGated>::kThreads, 1)
   constexpr int kConsumerWarps = P::kConsumerThreads / 32;
   constexpr bool kClustered = kCtas > 1;
   const unsigned rank = kClustered ? cluster_rank() : 0u;
-  if (tid == 0) {
-    for (int s = 0; s < P::kStages; ++s) {
-      // W13: every producer thread's cp.async arrival and the expect_tx; W2: the expect_tx.
-      mbar_init(&full[s], kGated ? P::kProducerThreads + 1 : 1);
-      mbar_init(&empty[s], kConsumerWarps * kCtas);
-    }
-    asm volatile("fence.mbarrier_init.release.cluster;\n" ::: "memory");
-  }
+  // full: W13, every producer thread's cp.async arrival and the expect_tx; W2, the expect_tx.
+  if (tid == 0)
+    init_stage_barriers(full, empty, P::kStages, kGated ? P::kProducerThreads + 1 : 1,
+                        kConsumerWarps * kCtas);
   if constexpr (kClustered)
     cluster_sync();  // every CTA's barriers are armed before any arrives on or fills another
   else
@@ -1433,13 +1442,7 @@ __global__ void __launch_bounds__(TallW2<kTokens>::kThreads, 1)
   std::uint64_t* empty = full + T::kStages;
   const int tid = static_cast<int>(threadIdx.x), lane = tid % 32, warp = tid / 32;
   constexpr int kConsumerWarps = T::kConsumerThreads / 32;
-  if (tid == 0) {
-    for (int s = 0; s < T::kStages; ++s) {
-      mbar_init(&full[s], 1);
-      mbar_init(&empty[s], kConsumerWarps);
-    }
-    asm volatile("fence.mbarrier_init.release.cluster;\n" ::: "memory");
-  }
+  if (tid == 0) init_stage_barriers(full, empty, T::kStages, 1, kConsumerWarps);
   __syncthreads();
   const int units = *a.num_tiles * blocks_per_tile;
   const int k_steps = (a.k + T::kBK - 1) / T::kBK;
@@ -2067,11 +2070,9 @@ NativeExperts::NativeExperts(const ModelGeometry& g, const ExpertOwnership& own,
   }
   act_ = DeviceBuffer<bf16>(static_cast<std::size_t>(lanes_) * g.intermediate);
   if (uses_tensor_maps()) maps_.act = tma_map(act_.get(), g.intermediate, lanes_, t);
-#if HARNESS_WGMMA
-  // W2 on tall tiles where the tiles are paired and an expert's rows fit one of them.
+  // W2 on tall tiles where the tiles are paired (only with wgmma) and an expert's rows fit one.
   if (schedule_ == NativeSchedule::clustered)
     w2_tall_tokens_ = native_w2_tall_tokens(tile_, rows_per_expert);
-#endif
   if (w2_tall_tokens_ > 0) {
     w2_max_tiles_ =
         (lanes_ + w2_tall_tokens_ - 1) / w2_tall_tokens_ + std::min(own.local_experts, lanes_);
