@@ -386,33 +386,49 @@ Plan make_plan(const JobSpec& job, std::optional<std::int64_t> l2_bytes,
   return plan;
 }
 
+namespace {
+
+// Timed forwards of one point in one round: both arms for `experts`.
+std::int64_t forwards_per_point_round(const JobSpec& job, int weight_banks, Component c) {
+  return c == Component::experts ? 2LL * forwards_per_arm(job.iterations, weight_banks)
+                                 : job.iterations;
+}
+
+}  // namespace
+
+double nominal_point_round_seconds(const JobSpec& job, std::string_view backend,
+                                   const DeviceModel& d, int weight_banks, Component c,
+                                   const GridPoint& p) {
+  const double overhead =
+      c == Component::experts ? d.expert_point_overhead_s : d.local_point_overhead_s;
+  // The settle phase holds the device for its wall time per point-round.
+  return static_cast<double>(forwards_per_point_round(job, weight_banks, c)) *
+             estimate_forward_seconds(job.geometry, c, p, d) +
+         overhead + settle_ms_for(job, backend) / 1000.0;
+}
+
 PlanEstimate Plan::estimate(const TargetPlan& t, Component c) const {
   PlanEstimate e;
   for (const auto& grid : t.components) {
     if (grid.component != c) continue;
-    const std::int64_t per_round = c == Component::experts
-                                       ? 2LL * forwards_per_arm(job.iterations, t.weight_banks)
-                                       : job.iterations;
-    const double overhead =
-        c == Component::experts ? device.expert_point_overhead_s : device.local_point_overhead_s;
+    const std::int64_t per_round = forwards_per_point_round(job, t.weight_banks, c);
     const double measured_point_round = !measured                 ? 0
                                         : c == Component::experts ? measured->expert_point_round_s
                                                                   : measured->local_point_round_s;
-    // The settle phase holds the device for its wall time per point-round (a measured cost
-    // already contains it).
-    const double settle_s = settle_ms_for(job, job.backend) / 1000.0;
-    const double capped_extra_s =
-        std::max(0.0, capped_settle_ms_for(job, job.backend) / 1000.0 - settle_s);
+    const double capped_extra_s = std::max(
+        0.0, (capped_settle_ms_for(job, job.backend) - settle_ms_for(job, job.backend)) / 1000.0);
     std::vector<GridPoint> measured_points = grid.points;  // the grid and its held-out set
     measured_points.insert(measured_points.end(), grid.held_out.begin(), grid.held_out.end());
     for (const auto& p : measured_points) {
       e.points += 1;
       e.forwards += per_round * job.rounds;
-      const double forwards_s = static_cast<double>(per_round * job.rounds) *
-                                estimate_forward_seconds(job.geometry, c, p, device);
-      e.device_seconds += forwards_s;
-      e.held_seconds += measured ? measured_point_round * job.rounds
-                                 : forwards_s + (overhead + settle_s) * job.rounds;
+      e.device_seconds += static_cast<double>(per_round * job.rounds) *
+                          estimate_forward_seconds(job.geometry, c, p, device);
+      // A measured cost already contains the settle and its run on.
+      e.held_seconds +=
+          (measured ? measured_point_round
+                    : nominal_point_round_seconds(job, job.backend, device, t.weight_banks, c, p)) *
+          job.rounds;
       if (!measured) e.capped_settle_seconds += capped_extra_s * job.rounds;
     }
   }

@@ -186,4 +186,10 @@ struct MemoryEstimate {
 [[nodiscard]] double estimate_forward_seconds(const ModelGeometry& g, Component c,
                                               const GridPoint& p, const DeviceModel& d);
 
+// Nominal held seconds of one point in one round on `backend`: its timed forwards (both arms for
+// `experts`), the per-point overhead and the settle, not the capped settle's run on.
+[[nodiscard]] double nominal_point_round_seconds(const JobSpec& job, std::string_view backend,
+                                                 const DeviceModel& d, int weight_banks,
+                                                 Component c, const GridPoint& p);
+
 }  // namespace moe

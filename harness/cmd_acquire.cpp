@@ -46,7 +46,8 @@ void print_time_shares(const AcquireSummary& s, double publish_s, int ranks, std
   line("other", std::max(0.0, held - named));
   os << "  timed forwards: " << s.timed_forwards << " at " << std::setprecision(0)
      << (s.phases.timing > 0 ? static_cast<double>(s.timed_forwards) / s.phases.timing : 0.0)
-     << " forwards per rank-second of timing; wave reservations: " << s.cost_model << "\n";
+     << " forwards per rank-second of timing; calibration: " << s.calibration_points
+     << " points, not stored; wave reservations: " << s.cost_model << "\n";
 }
 
 void print_summary(const AcquireSummary& s, const StoredAcquisition& acq, std::ostream& os) {

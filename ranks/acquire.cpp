@@ -8,7 +8,9 @@
 #include <cmath>
 #include <cstdio>
 #include <filesystem>
+#include <iomanip>
 #include <iostream>
+#include <map>
 #include <nlohmann/json.hpp>
 #include <set>
 
@@ -44,7 +46,7 @@ namespace moe {
 using nlohmann::json;
 using Clock = std::chrono::steady_clock;
 
-// Points per cell measured by the calibration before the first wave.
+// Points of one cell per target and component that the calibration measures (not stored).
 constexpr std::size_t kCalibrationPoints = 8;
 // A wave reserves this much more than its predicted cost: costs drift between waves.
 constexpr double kReservationMargin = 1.25;
@@ -444,14 +446,13 @@ class Acquisition {
       add_stored_cell(cell_info_of(j));
     file_ = std::make_unique<AcquisitionFile>(comm_, path_, identity_);
     declare();
-    for (std::size_t c = before; c < cells_.size(); ++c) {
+    for (std::size_t c = before; c < cells_.size(); ++c)
       total_points_ += cells_[c].points() * job_.rounds;
-      cell_cost_.push_back(cost_per_point(cells_[c]) * static_cast<double>(cells_[c].points()));
-    }
     // Every rank is held while rank 0 evaluates: charged like a wave.
     const double held = seconds_since(start);
     summary_.refinement_s += held * size_;
     if (rank_ == 0) campaign_->consume(held, size_, 0);
+    calibrate();  // predicts the new cells; measures only a kind this run has no ratio for
     return cells_.size() > before;
   }
 
@@ -531,17 +532,6 @@ class Acquisition {
   void count_snapshots() {
     summary_.snapshots += file_->snapshots();
     summary_.snapshot_s += file_->snapshot_seconds();
-  }
-
-  // Seconds per point-round of a new cell, from the measured costs of its target's component.
-  [[nodiscard]] double cost_per_point(const Cell& cell) const {
-    double seconds = 0, points = 0;
-    for (std::size_t c = 0; c < cell_cost_.size(); ++c)
-      if (cells_[c].target == cell.target && cells_[c].component == cell.component) {
-        seconds += cell_cost_[c];
-        points += static_cast<double>(cells_[c].points());
-      }
-    return points > 0 ? seconds / points : 0.0;
   }
 
   void write_provenance() {
@@ -693,52 +683,83 @@ class Acquisition {
     return false;
   }
 
-  // Calibration: the measured cost of one round of each of this rank's cells, from the
-  // campaign's own measurements when an earlier run recorded them, else from a short measurement
-  // of a systematic sample of each cell's points (not stored, but charged to the budget). The
-  // wave reservations predict from these costs, and later waves from what they measured.
-  void calibrate() {
-    cell_cost_.assign(cells_.size(), 0.0);
-    if (!std::any_of(cells_.begin(), cells_.end(), [](const Cell& cell) {
-          return std::count(cell.rounds_done.begin(), cell.rounds_done.end(), 0) > 0;
-        }))
-      return;
-    double recorded[2] = {-1, -1};  // expert, local seconds per point-round (rank 0's campaign)
-    if (rank_ == 0)
-      if (const auto cost = campaign_->measured_cost())
-        recorded[0] = cost->expert_point_round_s, recorded[1] = cost->local_point_round_s;
-    HARNESS_CHECK_MPI(MPI_Bcast(recorded, 2, MPI_DOUBLE, 0, comm_));
-    const auto start = Clock::now();
-    int calibrated = 0;
+  // A cell's kind: its target and component. Cells of one kind share a cost ratio.
+  using Kind = std::pair<const TargetPlan*, Component>;
+  [[nodiscard]] static Kind kind_of(const Cell& cell) { return {cell.target, cell.component}; }
+
+  // Nominal seconds of one round of `points` of a cell of kind `k` (core/planner.h's device
+  // model of this backend): the shape of the cost over the grid, which the measured ratios scale.
+  [[nodiscard]] double nominal_seconds(const Kind& k, const std::vector<GridPoint>& points) const {
+    const auto device = nominal_device(ctx_->backend->name());
+    double seconds = 0;
+    for (const auto& p : points)
+      seconds += nominal_point_round_seconds(job_, ctx_->backend->name(), device,
+                                             k.first->weight_banks, k.second, p);
+    return seconds;
+  }
+
+  // Predicts every cell of this rank not measured by this run: its nominal cost times its kind's
+  // measured ratio (1 until one is measured).
+  void predict_unmeasured() {
     for (std::size_t c = 0; c < cells_.size(); ++c) {
-      if (!mine(c)) continue;
+      if (!mine(c) || cell_measured_[c]) continue;
+      const auto ratio = cost_ratio_.find(kind_of(cells_[c]));
+      cell_cost_[c] = cell_nominal_[c] * (ratio == cost_ratio_.end() ? 1.0 : ratio->second);
+    }
+  }
+
+  // Calibration (collective): for each kind of this rank's cells with a round left to measure
+  // and no cost ratio yet, a short measurement of a systematic sample of at most
+  // kCalibrationPoints points of its first such cell (not stored, but charged) gives the ratio of
+  // measured to nominal cost; every cell not measured yet is then predicted from it. Later waves
+  // update the ratios from what they measured (commit), so one sample per kind suffices
+  // (docs/measurement.md#time-estimates). Runs before the first wave, and after a refinement
+  // stage, where it measures only a kind this run has no ratio for.
+  void calibrate() {
+    summary_.cost_model =
+        "each cell's nominal cost (roofline, overheads, settle) times the measured/nominal ratio "
+        "of its component, from a calibration sample, then from each wave";
+    cell_cost_.resize(cells_.size(), 0.0);
+    cell_measured_.resize(cells_.size(), 0);
+    for (std::size_t c = cell_nominal_.size(); c < cells_.size(); ++c)
+      cell_nominal_.push_back(nominal_seconds(kind_of(cells_[c]), cells_[c].info.points));
+    const auto start = Clock::now();
+    std::int64_t sampled = 0;
+    for (std::size_t c = 0; c < cells_.size(); ++c) {
       const auto& cell = cells_[c];
-      const double per_point = cell.component == Component::experts ? recorded[0] : recorded[1];
-      if (per_point > 0) {
-        cell_cost_[c] = per_point * static_cast<double>(cell.points());
+      if (!mine(c) || cost_ratio_.count(kind_of(cell)) ||
+          std::count(cell.rounds_done.begin(), cell.rounds_done.end(), 0) == 0)
         continue;
-      }
       CellRoundSpec spec = cell_spec(c, 0);
-      const std::size_t stride = std::max<std::size_t>(1, spec.points.size() / kCalibrationPoints);
-      std::vector<GridPoint> sample;
-      for (std::size_t i = stride / 2; i < spec.points.size(); i += stride)
-        sample.push_back(spec.points[i]);
+      const std::size_t n = spec.points.size(), take = std::min(n, kCalibrationPoints);
+      std::vector<GridPoint> sample;  // the middles of `take` equal slices of the cell
+      for (std::size_t k = 0; k < take; ++k)
+        sample.push_back(spec.points[(2 * k + 1) * n / (2 * take)]);
       spec.points = sample;
       spec.seed = mix_seed({job_.seed, c, 0xca11b4a7eULL});
       const auto measured = measure_cell_round(*ctx_->backend, *ctx_->timer, spec);
-      cell_cost_[c] = (measured.phases.setup + measured.phases.verify + measured.phases.timing) *
-                      static_cast<double>(cell.points()) / static_cast<double>(sample.size());
-      ++calibrated;
+      const double nominal = nominal_seconds(kind_of(cell), sample);
+      cost_ratio_[kind_of(cell)] =
+          nominal > 0
+              ? (measured.phases.setup + measured.phases.verify + measured.phases.timing) / nominal
+              : 1.0;
+      sampled += static_cast<std::int64_t>(sample.size());
     }
+    predict_unmeasured();
     double spent = seconds_since(start), total = 0;
-    int any = 0;
+    std::int64_t all_sampled = 0;
     HARNESS_CHECK_MPI(MPI_Allreduce(&spent, &total, 1, MPI_DOUBLE, MPI_SUM, comm_));
-    HARNESS_CHECK_MPI(MPI_Allreduce(&calibrated, &any, 1, MPI_INT, MPI_SUM, comm_));
-    summary_.calibration_s = total;
-    summary_.cost_model =
-        any ? "calibrated on a sample of each cell's points, then measured per wave"
-            : "measured by earlier runs of this campaign, then per wave";
-    if (rank_ == 0) campaign_->consume(total / size_, size_, 0);
+    HARNESS_CHECK_MPI(MPI_Allreduce(&sampled, &all_sampled, 1, MPI_INT64_T, MPI_SUM, comm_));
+    if (all_sampled == 0) return;
+    summary_.calibration_s += total;
+    summary_.calibration_points += all_sampled;
+    if (rank_ != 0) return;
+    campaign_->consume(total / size_, size_, 0);
+    if (!options_.quiet)
+      std::cerr << "acquire: calibrated the cost model on " << all_sampled
+                << " points (a sample of one cell per component and target; not stored) in "
+                << std::fixed << std::setprecision(1) << total / size_ << " s\n"
+                << std::defaultfloat;
   }
 
   // Each cell's wave load from its points and its owner's predicted cost, the same on every
@@ -854,11 +875,16 @@ class Acquisition {
     double phases[7] = {0, 0, 0, 0, 0, 0, 0}, slowest[3] = {0, 0, 0}, total[7] = {};
     RecordCounts mine_rows;
     std::vector<std::pair<int, const CellRound*>> mine;
+    std::map<Kind, std::pair<double, double>> wave_ratio;  // measured and nominal seconds
     for (std::size_t i = 0; i < wave.rounds.size(); ++i) {
       const auto& m = wave.rounds[i];
       const auto c = static_cast<std::size_t>(wave.cells[i]);
       const double cost = m.phases.setup + m.phases.verify + m.phases.timing;
       cell_cost_[c] = cost;  // the next wave of this cell costs what this one did
+      cell_measured_[c] = 1;
+      auto& ratio = wave_ratio[kind_of(cells_[c])];
+      ratio.first += cost;
+      ratio.second += cell_nominal_[c];
       const int kind = cells_[c].component == Component::experts ? 3 : 5;
       phases[kind] += cost;
       phases[kind + 1] += static_cast<double>(cells_[c].points());
@@ -870,6 +896,11 @@ class Acquisition {
            static_cast<std::int64_t>(m.checks.size())};
       mine.emplace_back(wave.cells[i], &m);
     }
+    // The cells not measured yet are predicted from this wave's cost ratio of their kind: the
+    // cells of a round run in order, so the next ones lie closest to this wave's.
+    for (const auto& [kind, seconds] : wave_ratio)
+      if (seconds.second > 0) cost_ratio_[kind] = seconds.first / seconds.second;
+    predict_unmeasured();
     HARNESS_CHECK_MPI(MPI_Allreduce(phases, slowest, 3, MPI_DOUBLE, MPI_MAX, comm_));
     HARNESS_CHECK_MPI(MPI_Allreduce(phases, total, 7, MPI_DOUBLE, MPI_SUM, comm_));
     summary_.phases.setup += total[0];
@@ -973,9 +1004,12 @@ class Acquisition {
   int regime_ = 1, slots_ = 1;
   nlohmann::json placement_;  // how this node's regime was decided (provenance)
   Watchdog watchdog_;
-  double wave_wall_estimate_ = 0;   // seconds the reserved wave is expected to take
-  std::uint64_t dropped_seen_ = 0;  // the timer's dropped records already accounted
-  std::vector<double> cell_cost_;   // seconds of one round of each of this rank's cells
+  double wave_wall_estimate_ = 0;           // seconds the reserved wave is expected to take
+  std::uint64_t dropped_seen_ = 0;          // the timer's dropped records already accounted
+  std::vector<double> cell_cost_;           // seconds of one round of each of this rank's cells
+  std::vector<double> cell_nominal_;        // their nominal seconds (the model's shape)
+  std::vector<std::int8_t> cell_measured_;  // cell_cost_ measured by this run, not predicted
+  std::map<Kind, double> cost_ratio_;       // measured / nominal seconds, latest per kind
   std::int64_t total_points_ = 0, done_points_ = 0, resumed_points_ = 0;
   AcquireSummary summary_;
 };

@@ -45,6 +45,7 @@ struct AcquireSummary {
   // were timed.
   PhaseSeconds phases;
   double calibration_s = 0;
+  std::int64_t calibration_points = 0;  // measured by the calibration (not stored)
   double refinement_s = 0;
   double collectives_s = 0;
   std::int64_t timed_forwards = 0;

@@ -226,10 +226,6 @@ std::optional<MeasuredCost> cost_of(const nlohmann::json& doc, const std::string
 
 }  // namespace
 
-std::optional<MeasuredCost> CampaignState::measured_cost() const {
-  return cost_of(doc_, path_.string());
-}
-
 std::optional<MeasuredCost> read_measured_cost(const std::filesystem::path& dir) {
   const auto path = dir / kCampaignFile;
   if (!std::filesystem::exists(path)) return std::nullopt;

@@ -58,12 +58,10 @@ class CampaignState {
   // the reason (a killed run leaves none: its entry has no outcome).
   void set_outcome(const std::string& outcome, const std::string& reason);
   // Accounts measured cost: seconds spent on point-rounds of expert and of local components
-  // (setup, verification and timed forwards, summed over ranks). Later waves and later plans of
-  // this campaign predict from these totals.
+  // (setup, verification and timed forwards, summed over ranks). Later plans of this campaign
+  // (`harness plan --campaign`) predict from these totals.
   void record_costs(double expert_seconds, std::int64_t expert_point_rounds, double local_seconds,
                     std::int64_t local_point_rounds);
-  // Seconds per point-round measured so far (0 for a kind not measured yet); nullopt before any.
-  [[nodiscard]] std::optional<MeasuredCost> measured_cost() const;
 
   // Record accounting per stream (samples, medians, checks): `encoded` before a commit,
   // `written` after it. `reconcile` at start compares with the rows in complete rounds of the

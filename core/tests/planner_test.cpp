@@ -374,6 +374,41 @@ TEST(Estimate, TheCappedSettleIsAnUpperBoundOnTopOfTheNominalModel) {
   EXPECT_EQ(plan.estimate().capped_settle_seconds, 0.0);
 }
 
+// The nominal cost of one point-round (what acquire scales by its measured ratios) is the timed
+// forwards of both arms for experts (one set otherwise), the per-point overhead and the settle.
+TEST(Estimate, NominalPointRoundIsForwardsOverheadAndSettle) {
+  auto plan = make_plan(job_for("qwen3-30b-a3b", 1, 1, 64));
+  plan.job.backend = "native";
+  const auto& t = plan.targets.front();
+  const auto d = nominal_device("native");
+  const auto& g = plan.job.geometry;
+  double held = 0;
+  for (const auto& grid : t.components) {
+    auto points = grid.points;
+    points.insert(points.end(), grid.held_out.begin(), grid.held_out.end());
+    for (const auto& p : points) {
+      const bool experts = grid.component == Component::experts;
+      const double forwards = experts ? 2.0 * forwards_per_arm(plan.job.iterations, t.weight_banks)
+                                      : plan.job.iterations;
+      const double want = forwards * estimate_forward_seconds(g, grid.component, p, d) +
+                          (experts ? d.expert_point_overhead_s : d.local_point_overhead_s) +
+                          kGpuSettleMs / 1000.0;
+      const double got =
+          nominal_point_round_seconds(plan.job, "native", d, t.weight_banks, grid.component, p);
+      ASSERT_NEAR(got, want, 1e-12 * want);
+      held += got * plan.job.rounds;
+      // No settle on a host backend.
+      EXPECT_NEAR(nominal_point_round_seconds(plan.job, "cpu_reference", d, t.weight_banks,
+                                              grid.component, p),
+                  want - kGpuSettleMs / 1000.0, 1e-12 * want);
+    }
+  }
+  // The plan's nominal estimate is the same sum.
+  double planned = 0;
+  for (const auto& grid : t.components) planned += plan.estimate(t, grid.component).held_seconds;
+  EXPECT_NEAR(planned, held, 1e-9 * held);
+}
+
 TEST(Estimate, MeasuredCostsReplaceTheNominalModelAndSaySo) {
   auto plan = make_plan(job_for("qwen3-30b-a3b", 1, 1, 64));
   EXPECT_NE(cost_model_description(plan).find("nominal"), std::string::npos);

@@ -4,6 +4,7 @@ an edited job refuses to resume, naming what changed, and the measured cost per 
 recorded and used by `plan`."""
 import json
 import os
+import re
 import shutil
 import signal
 import subprocess
@@ -96,6 +97,19 @@ with tempfile.TemporaryDirectory() as tmp:
     for phase in ("setup", "verification", "timing", "calibration", "refinement", "collectives", "publish"):
         assert f"    {phase} " in p.stdout, p.stdout
     assert "timed forwards:" in p.stdout, p.stdout
+    # The calibration measures a sample of at most 8 points of one cell per target and component
+    # on each rank, not of every cell, and says so: on one rank with the experts grid split into
+    # parts, 8 points of its first part at most.
+    fine = os.path.join(tmp, "fine")
+    q = run(mpirun_cmd(1, "acquire", "--unverified", job, "--dp", "1", "--grid-factor", "1.1", "--rounds", "1",
+                       "--out", fine, "--out-root", os.path.join(tmp, "fine-bundles")))
+    with h5py.File(os.path.join(fine, "acquisition.h5"), "r") as f:
+        cells = list(f["cells"])
+    kinds = {".".join(name.split(".")[:2]) for name in cells}
+    assert any(".part" in name for name in cells) and len(cells) > len(kinds), cells
+    m = re.search(r"calibrated the cost model on (\d+) points", q.stderr)
+    assert m and 0 < int(m.group(1)) <= 8 * len(kinds), (q.stderr, kinds)
+    assert f"calibration: {m.group(1)} points, not stored" in q.stdout, q.stdout
     cost = state["cost"]
     assert cost["expert_point_rounds"] > 0 and cost["local_point_rounds"] > 0, cost
     assert cost["expert_seconds"] > 0 and cost["local_seconds"] > 0, cost
