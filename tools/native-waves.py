@@ -11,12 +11,15 @@ the narrow tile blocks of 64 rows, two per SM. Prints, per tile, a least-squares
 fit time = a + b * W13 waves + c * W2 waves with its |relative residual| median / p95 / max,
 the whole waves over the waves the blocks would fill without a partial last one (what a schedule
 without launch-wave steps could save at most), and
-with --tokens N the points of that N. --steps prints the rows per expert where the tile rule steps
+with --tokens N the points of that N. --leave-one-out predicts every point that has a neighbour on
+either side in A on its row (same N and M) from those two, by linear interpolation of the time
+(what a table does between its rows) and of the time over the per-tile fit (a lookup that knew the
+waves), and prints both errors' median / p95 / max. --steps prints the rows per expert where the tile rule steps
 (what `harness plan` prints for a native job), so the restatement can be checked against it;
 --activated-steps N the A at which the wave count of N tokens changes (every route local).
 
     tools/native-waves.py BUNDLE/tp1/TABLE.csv [--sms 132] [--hidden 2048] [--intermediate 768]
-                          [--tokens 1024] [--steps MAX_ROWS] [--activated-steps N [--top-k 8] [--experts 128]]
+                          [--tokens 1024] [--leave-one-out] [--steps MAX_ROWS] [--activated-steps N [--top-k 8] [--experts 128]]
 """
 import argparse
 import csv
@@ -132,6 +135,30 @@ def fit(points):
     return c, [abs(sum(ci * xi for ci, xi in zip(c, x)) - y) / y for x, y in zip(xs, ys)]
 
 
+def leave_one_out(points, fits, sms, hidden, intermediate):
+    """|relative errors| of predicting each point with a neighbour on either side in A on its row
+    from those two: (linear in the time, linear in the time over the fit of its tile's waves)."""
+    rows = {}
+    for n, a, m, t in points:
+        rows.setdefault((n, m), []).append((a, t))
+
+    def model(a, m):
+        name, _, w13, w2 = waves(a, m, sms, hidden, intermediate)
+        c = fits.get(name)
+        return c[0] + c[1] * w13 + c[2] * w2 if c else None
+
+    plain, scaled = [], []
+    for (_, m), row in rows.items():
+        row.sort()
+        for (a0, t0), (a1, t1), (a2, t2) in zip(row, row[1:], row[2:]):
+            f = (a1 - a0) / (a2 - a0)
+            plain.append(abs(t0 + (t2 - t0) * f - t1) / t1)
+            m0, m1, m2 = model(a0, m), model(a1, m), model(a2, m)
+            if None not in (m0, m1, m2) and min(m0, m1, m2) > 0:
+                scaled.append(abs((t0 / m0 + (t2 / m2 - t0 / m0) * f) * m1 - t1) / t1)
+    return plain, scaled
+
+
 def read_points(path):
     points = []
     with open(path, newline="") as f:
@@ -150,6 +177,8 @@ def main():
     ap.add_argument("--hidden", type=int, default=2048, help="H (Qwen3-30B-A3B: 2048)")
     ap.add_argument("--intermediate", type=int, default=768, help="I (Qwen3-30B-A3B: 768)")
     ap.add_argument("--tokens", type=int, help="also list the points of this N")
+    ap.add_argument("--leave-one-out", action="store_true",
+                    help="predict each point from its neighbours in A: plain and wave-scaled")
     ap.add_argument("--steps", type=int, metavar="MAX_ROWS", help="print the tile rule's steps up to MAX_ROWS")
     ap.add_argument("--activated-steps", type=int, metavar="N",
                     help="print the A where the wave count of N tokens changes (every route local)")
@@ -186,15 +215,24 @@ def main():
         if args.tokens == n:
             print(f"N={n} A={a} M={m} rows/expert={m / a:.1f} tile={name} tiles={tiles} "
                   f"waves={w13}+{w2} time={t:.1f} us per wave={t / (w13 + w2):.2f}")
+    fits = {}
     for name, _, _ in TILES:
         pts = by_tile.get(name, [])
         c, res = fit(pts) if len(pts) >= 4 else (None, [])
         if c is None:
             print(f"{name}: {len(pts)} points, too few or too alike to fit")
             continue
+        fits[name] = c
         print(f"{name}: {len(pts)} points, time = {c[0]:.2f} + {c[1]:.2f} * W13 waves + {c[2]:.2f} * W2 waves; "
               f"|residual| median {100 * quantile(sorted(res), 0.5):.1f}% p95 {100 * quantile(sorted(res), 0.95):.1f}% "
               f"max {100 * max(res):.1f}%")
+    if args.leave_one_out:
+        for what, errs in zip(("time", "time over the waves' fit"),
+                              leave_one_out(points, fits, args.sms, args.hidden, args.intermediate)):
+            errs.sort()
+            print(f"leave one out, interpolating the {what}: {len(errs)} points" +
+                  (f", |error| median {100 * quantile(errs, 0.5):.1f}% p95 {100 * quantile(errs, 0.95):.1f}% "
+                   f"max {100 * errs[-1]:.1f}%" if errs else ""))
     return 0
 
 

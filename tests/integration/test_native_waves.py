@@ -1,7 +1,8 @@
 """tools/native-waves.py without a GPU: its restated tile rule steps where `harness plan` says the
 native tile rule does; its tile and wave counts equal ones worked out by hand from the block sizes
 (docs/native-backend.md); its fit recovers known per-wave costs exactly and shows a time that does
-not follow the waves as a residual; its error paths."""
+not follow the waves as a residual; leaving points out, the waves' fit interpolates them exactly
+where the time alone does not; its error paths."""
 import csv
 import importlib.util
 import json
@@ -103,6 +104,17 @@ with tempfile.TemporaryDirectory() as tmp:
     wide = [l for l in p.stdout.splitlines() if l.startswith("wide:")]
     assert wide and "time = 12.00 + 31.00 * W13 waves + 19.00 * W2 waves" in wide[0], p.stdout
     assert "median 0.0% p95 0.0% max 0.0%" in wide[0], wide
+    # Leaving each point out of its row: interpolating the time misses the wave steps, the time
+    # over the waves' fit does not.
+    p = waves_tool(exact, "--leave-one-out")
+    assert p.returncode == 0, p.stderr
+    inner = sum(len(range(8, 40)) - 2 for _ in (512, 1024, 2048, 4096))
+    plain = re.search(r"interpolating the time: (\d+) points, \|error\| median [0-9.]+% p95 [0-9.]+% max ([0-9.]+)%",
+                      p.stdout)
+    assert plain and int(plain.group(1)) == inner and float(plain.group(2)) > 5, p.stdout
+    # (points whose row neighbours run a tile with too few points to fit are left out)
+    scaled = re.search(r"over the waves' fit: (\d+) points, \|error\| median 0.0% p95 0.0% max 0.0%", p.stdout)
+    assert scaled and inner // 2 < int(scaled.group(1)) <= inner, p.stdout
     # Whole over filled waves of one point: (1024, 9, 8192) runs 432 and 576 blocks on 132 SMs.
     one = os.path.join(tmp, "one.csv")
     write_table(one, [(1024, 9, 8192, 250.0)])
