@@ -919,7 +919,10 @@ class Acquisition {
     if (rank_ == 0) campaign_->dropped(all_dropped);
     if (rank_ == 0) campaign_->encoded(all_rows);
     file_->commit(mine);
+    for (const int c : wave.cells)
+      cells_[static_cast<std::size_t>(c)].rounds_done[static_cast<std::size_t>(r)] = 1;
     if (rank_ == 0) campaign_->written(all_rows);
+    const double left = predicted_seconds_left();
     int my_rounds = static_cast<int>(wave.rounds.size()), all_rounds = 0;
     HARNESS_CHECK_MPI(MPI_Allreduce(&my_rounds, &all_rounds, 1, MPI_INT, MPI_SUM, comm_));
     summary_.rounds_measured += all_rounds;
@@ -934,17 +937,25 @@ class Acquisition {
     campaign_->record_costs(total[3], static_cast<std::int64_t>(total[4]), total[5],
                             static_cast<std::int64_t>(total[6]));
     if (options_.quiet || all_rounds == 0) return;
-    const double elapsed = seconds_since(measure_start);
-    const double rate =
-        static_cast<double>(done_points_ - resumed_points_) / std::max(elapsed, 1e-9);
-    const double eta = rate > 0 ? static_cast<double>(total_points_ - done_points_) / rate : 0;
     std::cerr << "acquire: committed round " << r << ": " << done_points_ << "/" << total_points_
-              << " point-rounds, elapsed " << static_cast<int>(elapsed) << " s, ETA "
-              << static_cast<int>(eta) << " s (slowest rank: setup " << static_cast<int>(slowest[0])
-              << " s, verify " << static_cast<int>(slowest[1]) << " s, timing "
-              << static_cast<int>(slowest[2]) << " s), device time "
+              << " point-rounds, elapsed " << static_cast<int>(seconds_since(measure_start))
+              << " s, ETA " << static_cast<int>(left) << " s (slowest rank: setup "
+              << static_cast<int>(slowest[0]) << " s, verify " << static_cast<int>(slowest[1])
+              << " s, timing " << static_cast<int>(slowest[2]) << " s), device time "
               << campaign_->consumed_seconds() / 3600 << " of "
               << campaign_->budget_seconds() / 3600 << " GPU-hours\n";
+  }
+
+  // Wall seconds the cell rounds left take at their predicted costs (collective): the slowest
+  // rank's, its node's ranks taking turns as the placement regime says. Refinement comes on top.
+  [[nodiscard]] double predicted_seconds_left() const {
+    double mine_left = 0, slowest = 0;
+    for (std::size_t c = 0; c < cells_.size(); ++c)
+      if (mine(c))
+        for (int q = 0; q < job_.rounds; ++q)
+          if (!cells_[c].done(q)) mine_left += cell_cost_[c];
+    HARNESS_CHECK_MPI(MPI_Allreduce(&mine_left, &slowest, 1, MPI_DOUBLE, MPI_MAX, comm_));
+    return slowest * slots_;
   }
 
   bool stopped_by_budget() {
