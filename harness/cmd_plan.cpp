@@ -30,7 +30,19 @@ std::vector<std::int64_t> gate_step_rows(const TargetPlan& t, const ComponentGri
   return out;
 }
 
-json plan_json(const Plan& plan, const std::string& backend) {
+// Point-rounds the plan measures (grid and held-out points times rounds): experts, then the
+// other components.
+std::pair<std::int64_t, std::int64_t> planned_point_rounds(const Plan& plan) {
+  std::pair<std::int64_t, std::int64_t> n{0, 0};
+  for (const auto& t : plan.targets)
+    for (const auto& grid : t.components)
+      (grid.component == Component::experts ? n.first : n.second) +=
+          plan.estimate(t, grid.component).points * plan.job.rounds;
+  return n;
+}
+
+json plan_json(const Plan& plan, const std::string& backend,
+               const std::optional<CampaignProgress>& progress) {
   json targets = json::array();
   for (const auto& t : plan.targets) {
     json comps = json::array();
@@ -62,6 +74,16 @@ json plan_json(const Plan& plan, const std::string& backend) {
          {"components", comps}});
   }
   const auto total = plan.estimate();
+  json campaign = nullptr;
+  if (const auto& m = progress) {
+    const auto planned = planned_point_rounds(plan);
+    campaign = {{"expert_point_rounds", m->expert_point_rounds},
+                {"expert_point_rounds_planned", planned.first},
+                {"local_point_rounds", m->local_point_rounds},
+                {"local_point_rounds_planned", planned.second},
+                {"device_seconds_consumed", m->device_seconds_consumed},
+                {"phase", m->phase}};
+  }
   return {{"job", plan.job.source},
           {"variant", plan.job.variant},
           {"out_root", plan.job.out_root},
@@ -84,6 +106,7 @@ json plan_json(const Plan& plan, const std::string& backend) {
             {"l2_bytes", plan.device.l2_bytes},
             {"sm_count", plan.device.sm_count}}},
           {"cost_model", cost_model_description(plan)},
+          {"campaign", campaign},
           {"targets", targets},
           {"total",
            {{"points", total.points},
@@ -145,7 +168,8 @@ void print_summary(const Plan& plan, const TargetPlan& t, const ComponentGrid& g
   os << "\n";
 }
 
-void print_text(const Plan& plan, const std::string& backend, bool verbose, std::ostream& os) {
+void print_text(const Plan& plan, const std::string& backend, bool verbose,
+                const std::optional<CampaignProgress>& progress, std::ostream& os) {
   const auto& g = plan.job.geometry;
   os << "job " << plan.job.source << ": " << g.name << " (H=" << g.hidden << " I=" << g.intermediate
      << " E=" << g.experts << " k=" << g.top_k << ", shared " << g.shared.count << "x"
@@ -209,6 +233,14 @@ void print_text(const Plan& plan, const std::string& backend, bool verbose, std:
        << " where the power cap holds the clocks down during a settle (it then runs on to "
        << capped_settle_ms_for(plan.job, plan.job.backend) << " ms)\n";
   os << "cost model: " << cost_model_description(plan) << "\n";
+  if (const auto& m = progress) {
+    const auto planned = planned_point_rounds(plan);
+    os << "campaign: " << m->expert_point_rounds << " of " << planned.first
+       << " planned experts and " << m->local_point_rounds << " of " << planned.second
+       << " other point-rounds measured (refinement's included), "
+       << human_duration(m->device_seconds_consumed)
+       << " of device time consumed; phase: " << m->phase << "\n";
+  }
   if (!verbose) os << "(--verbose lists every grid point)\n";
 }
 
@@ -237,15 +269,17 @@ int plan(const Args& args) {
       job, std::nullopt, expert_time_steps(backend, job),
       gate_time_steps(backend, nominal_device(backend).sm_count, job.max_num_batched_tokens));
   if (campaign.empty()) campaign = default_acquisition_dir(p.job);
+  std::optional<CampaignProgress> progress;
   try {
     p.measured = read_measured_cost(campaign);
+    progress = read_campaign_progress(campaign);
   } catch (const std::runtime_error& e) {
     std::cerr << "harness plan: " << e.what() << "; using the nominal model\n";
   }
   if (format == "json")
-    std::cout << plan_json(p, backend).dump(1) << "\n";
+    std::cout << plan_json(p, backend, progress).dump(1) << "\n";
   else
-    print_text(p, backend, verbose, std::cout);
+    print_text(p, backend, verbose, progress, std::cout);
   return 0;
 }
 

@@ -226,14 +226,36 @@ std::optional<MeasuredCost> cost_of(const nlohmann::json& doc, const std::string
 
 }  // namespace
 
-std::optional<MeasuredCost> read_measured_cost(const std::filesystem::path& dir) {
+namespace {
+
+// `what` of dir/campaign.json, nullopt without the file; a malformed one throws.
+template <class F>
+auto read_campaign(const std::filesystem::path& dir, F what) -> decltype(what(nlohmann::json{})) {
   const auto path = dir / kCampaignFile;
   if (!std::filesystem::exists(path)) return std::nullopt;
   try {
-    return cost_of(load_campaign_document(path), "campaign.json of " + dir.string());
+    return what(load_campaign_document(path));
   } catch (const nlohmann::json::exception& e) {
     throw std::runtime_error(path.string() + " is malformed (" + e.what() + ")");
   }
+}
+
+}  // namespace
+
+std::optional<MeasuredCost> read_measured_cost(const std::filesystem::path& dir) {
+  return read_campaign(dir, [&](const nlohmann::json& doc) {
+    return cost_of(doc, "campaign.json of " + dir.string());
+  });
+}
+
+std::optional<CampaignProgress> read_campaign_progress(const std::filesystem::path& dir) {
+  return read_campaign(dir, [](const nlohmann::json& doc) -> std::optional<CampaignProgress> {
+    const auto cost = doc.value("cost", nlohmann::json::object());
+    return CampaignProgress{cost.value("expert_point_rounds", std::int64_t{0}),
+                            cost.value("local_point_rounds", std::int64_t{0}),
+                            doc.value("device_seconds_consumed", 0.0),
+                            doc.value("phase", std::string())};
+  });
 }
 
 void CampaignState::set_phase(const std::string& phase) {

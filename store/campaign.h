@@ -114,6 +114,19 @@ void check_record_balance(const std::filesystem::path& dir, const RecordCounts& 
 // Throws std::runtime_error when the file exists but is not valid JSON.
 [[nodiscard]] std::optional<MeasuredCost> read_measured_cost(const std::filesystem::path& dir);
 
+// Where a campaign stands (`harness plan --campaign`): the point-rounds its waves committed
+// (refinement's included), the device time it consumed, its phase.
+struct CampaignProgress {
+  std::int64_t expert_point_rounds = 0;
+  std::int64_t local_point_rounds = 0;
+  double device_seconds_consumed = 0;
+  std::string phase;
+};
+// The progress recorded in `dir`/campaign.json, if any; throws std::runtime_error when the file
+// exists but is not valid JSON.
+[[nodiscard]] std::optional<CampaignProgress> read_campaign_progress(
+    const std::filesystem::path& dir);
+
 // SHA-256 of the running executable (/proc/self/exe).
 [[nodiscard]] std::string executable_sha256();
 

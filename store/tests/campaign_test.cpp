@@ -112,6 +112,25 @@ TEST_F(Campaign, TheBudgetIsFixedAtTheStartAndRaisedOnlyExplicitly) {
   EXPECT_EQ(doc["budget_changes"][1]["to_seconds"], 1800.0);
 }
 
+// What `plan --campaign` says of a campaign: the point-rounds and device time its waves recorded.
+TEST_F(Campaign, ProgressIsWhatTheWavesRecorded) {
+  EXPECT_EQ(read_campaign_progress(dir_), std::nullopt);  // no campaign.json
+  {
+    auto s = state();
+    s.set_phase("measuring round 0");
+    s.consume(2.0, 4, 1);
+    s.record_costs(6.0, 30, 1.5, 12);
+    s.record_costs(2.0, 10, 0.5, 3);
+  }
+  const auto p = read_campaign_progress(dir_);
+  ASSERT_TRUE(p.has_value());
+  EXPECT_EQ(p->expert_point_rounds, 40);
+  EXPECT_EQ(p->local_point_rounds, 15);
+  EXPECT_DOUBLE_EQ(p->device_seconds_consumed, document(dir_)["device_seconds_consumed"]);
+  EXPECT_GT(p->device_seconds_consumed, 0.0);
+  EXPECT_EQ(p->phase, "measuring round 0");
+}
+
 TEST_F(Campaign, AnEditedOrDigestlessStateIsRefused) {
   (void)state();
   auto doc = document(dir_);
@@ -125,6 +144,7 @@ TEST_F(Campaign, AnEditedOrDigestlessStateIsRefused) {
         << e.what();
   }
   EXPECT_THROW((void)read_measured_cost(dir_), std::runtime_error);
+  EXPECT_THROW((void)read_campaign_progress(dir_), std::runtime_error);
   EXPECT_THROW(check_record_balance(dir_, {}), std::runtime_error);
   doc.erase("digest");
   std::ofstream(dir_ / kCampaignFile) << doc.dump(1);

@@ -115,8 +115,19 @@ with tempfile.TemporaryDirectory() as tmp:
     assert cost["expert_seconds"] > 0 and cost["local_seconds"] > 0, cost
     p = run([HARNESS, "plan", job, "--rounds", "20", "--campaign", out])
     assert "cost model: measured" in p.stdout and out in p.stdout, p.stdout
+    # ... and where the campaign stands: what its waves measured against what the plan measures.
+    m = re.search(r"campaign: (\d+) of (\d+) planned experts and (\d+) of (\d+) other point-rounds measured "
+                  r"\(refinement's included\), .* of device time consumed; phase: complete", p.stdout)
+    assert m, p.stdout
+    planned = json.loads(run([HARNESS, "plan", job, "--rounds", "20", "--campaign", out, "--format", "json"]).stdout)
+    assert planned["campaign"]["expert_point_rounds"] == cost["expert_point_rounds"] == int(m.group(1))
+    assert planned["campaign"]["local_point_rounds"] == cost["local_point_rounds"] == int(m.group(3))
+    assert planned["campaign"]["device_seconds_consumed"] == state["device_seconds_consumed"]
+    assert int(m.group(2)) + int(m.group(4)) == planned["total"]["points"] * 20, (m.groups(), planned["total"])
+    assert int(m.group(2)) > 0 and int(m.group(4)) > 0, m.groups()
+    assert int(m.group(1)) >= int(m.group(2)) and int(m.group(3)) >= int(m.group(4)), m.groups()  # complete
     p = run([HARNESS, "plan", job, "--rounds", "20", "--campaign", os.path.join(tmp, "none")])
-    assert "cost model: nominal" in p.stdout, p.stdout
+    assert "cost model: nominal" in p.stdout and "campaign:" not in p.stdout, p.stdout
     # What refinement may add on top of the estimate: the cap and the fresh held-out draws.
     fidelity = yaml.safe_load(open(job)).get("fidelity", {})
     assert (f"refinement may add {fidelity.get('max_added_points', 2000)} grid points per cell" in p.stdout
