@@ -101,7 +101,7 @@ int acquire(const Args& args) {
   std::string out;
   bool quiet = false, no_publish = false, samples = false, resume = false, accept = false,
        keep_binding = false, unverified = false, raise_budget = false;
-  double max_age_h = 168;
+  double max_age_h = 168, time_limit_s = 0;
   WatchdogLimits watchdog;
   po::options_description desc("mpirun -np N harness acquire [JOB] [options]");
   jo.add_to(desc);
@@ -123,6 +123,9 @@ int acquire(const Args& args) {
       "hours after which a co-location verdict is refused as stale")(
       "raise-budget", po::bool_switch(&raise_budget),
       "accept a GPU-hour budget larger than the one the campaign started with (recorded)")(
+      "time-limit", po::value(&time_limit_s),
+      "seconds this run may take: no wave starts that would end later (exit 4; the same command "
+      "resumes), for a call's or an allocation's wall-time limit")(
       "watchdog-factor", po::value(&watchdog.factor)->default_value(10),
       "abort the job when a point, collective or wave takes this many times its expected time")(
       "watchdog-floor", po::value(&watchdog.floor_s)->default_value(300),
@@ -135,6 +138,7 @@ int acquire(const Args& args) {
   if (!(max_age_h > 0)) throw JobError("--verdict-max-age must be a positive number of hours");
   if (!(watchdog.factor >= 1) || !(watchdog.floor_s > 0))
     throw JobError("--watchdog-factor must be >= 1 and --watchdog-floor > 0 seconds");
+  if (!(time_limit_s >= 0)) throw JobError("--time-limit must be a positive number of seconds");
 
   // Re-running the same command always resumes; --resume also insists that there is a campaign.
   if (resume && !std::filesystem::exists(std::filesystem::path(out) / "campaign.json"))
@@ -144,10 +148,15 @@ int acquire(const Args& args) {
   int status = 0;
   MpiSession mpi;
   mpi.run_or_abort("acquire", [&](int rank) {
-    const auto summary = moe::acquire(
-        MPI_COMM_WORLD, job,
-        {out, quiet, command, keep_binding, unverified, max_age_h, raise_budget, watchdog});
+    const auto summary = moe::acquire(MPI_COMM_WORLD, job,
+                                      {out, quiet, command, keep_binding, unverified, max_age_h,
+                                       raise_budget, time_limit_s, watchdog});
     HARNESS_CHECK_MPI(MPI_Barrier(MPI_COMM_WORLD));
+    if (!summary.time_limit_stop.empty()) {
+      if (rank == 0) std::cerr << "harness acquire: " << summary.time_limit_stop << "\n";
+      status = 4;
+      return;
+    }
     if (!summary.budget_stop.empty()) {
       if (rank == 0) std::cerr << "harness acquire: " << summary.budget_stop << "\n";
       status = 3;

@@ -132,9 +132,13 @@ class Acquisition {
   AcquireSummary run() {
     try {
       auto summary = measure_all();
-      if (campaign_)
-        campaign_->set_outcome(summary.budget_stop.empty() ? "complete" : "budget_stop",
-                               summary.budget_stop);
+      if (campaign_) {
+        if (!summary.time_limit_stop.empty())
+          campaign_->set_outcome("time_limit", summary.time_limit_stop);
+        else
+          campaign_->set_outcome(summary.budget_stop.empty() ? "complete" : "budget_stop",
+                                 summary.budget_stop);
+      }
       return summary;
     } catch (const std::exception& e) {
       if (campaign_) campaign_->set_outcome("failed", e.what());
@@ -151,7 +155,7 @@ class Acquisition {
     const auto measure_start = Clock::now();
     do {
       const auto bounds = wave_bounds(wave_loads(), size_);
-      for (int r = 0; r < job_.rounds && !stopped_by_budget(); ++r)
+      for (int r = 0; r < job_.rounds && !stopped(); ++r)
         for (std::size_t w = 0; w + 1 < bounds.size(); ++w) {
           const Wave wave{r, bounds[w], bounds[w + 1]};
           const auto go = reserve(wave);
@@ -164,7 +168,7 @@ class Acquisition {
               wave_wall_estimate_);
           commit(r, measure(wave), wave_start, measure_start);
         }
-      if (stopped_by_budget()) return finish(t0, false);
+      if (stopped()) return finish(t0, false);
     } while (refine());
     collectives();
     return finish(t0, true);
@@ -784,14 +788,25 @@ class Acquisition {
     return slowest * size_ * slots_ * kReservationMargin;
   }
 
-  // Reserves wave `w` against the budget on rank 0. nullopt: the budget stops the campaign;
-  // 0: nothing left to measure in this wave; 1: go.
+  // Reserves wave `w` against the budget on rank 0. nullopt: the time limit or the budget stops
+  // the campaign; 0: nothing left to measure in this wave; 1: go.
   std::optional<int> reserve(const Wave& w) {
     if (!left(w)) return 0;
     const double estimate = wave_estimate(w);
     wave_wall_estimate_ = estimate / size_;
     int go = 1;
-    if (rank_ == 0) {
+    const double ends_at = seconds_since(started_) + wave_wall_estimate_;
+    if (rank_ == 0 && options_.time_limit_s > 0 && ends_at > options_.time_limit_s) {
+      char text[256];
+      std::snprintf(text, sizeof(text),
+                    "time limit: the next wave of round %d would end about %.0f s into this run, "
+                    "after --time-limit %.0f s; stopping before it (everything measured stays; the "
+                    "same command resumes)",
+                    w.round, ends_at, options_.time_limit_s);
+      summary_.time_limit_stop = text;
+      campaign_->set_phase("stopped: time limit");
+      go = 0;
+    } else if (rank_ == 0) {
       try {
         campaign_->reserve("round " + std::to_string(w.round), estimate, size_);
       } catch (const BudgetError& e) {
@@ -958,8 +973,9 @@ class Acquisition {
     return slowest * slots_;
   }
 
-  bool stopped_by_budget() {
-    int stopped = summary_.budget_stop.empty() ? 0 : 1;
+  // Whether rank 0 stopped the run before a wave (the budget or the time limit). Collective.
+  bool stopped() {
+    int stopped = summary_.budget_stop.empty() && summary_.time_limit_stop.empty() ? 0 : 1;
     HARNESS_CHECK_MPI(MPI_Bcast(&stopped, 1, MPI_INT, 0, comm_));
     return stopped != 0;
   }
@@ -1000,6 +1016,7 @@ class Acquisition {
   MPI_Comm comm_;
   const JobSpec& job_;
   const AcquireOptions& options_;
+  const Clock::time_point started_ = Clock::now();  // what options_.time_limit_s counts from
   std::unique_ptr<RankContext> ctx_;
   int rank_ = 0, size_ = 1;
   Plan plan_;

@@ -23,6 +23,9 @@ struct AcquireOptions {
   bool unverified = false;
   double verdict_max_age_hours = 168;  // an older verdict is refused
   bool raise_budget = false;           // accept a budget larger than the campaign's (recorded)
+  // > 0: start no wave predicted to end later than this many seconds after the run began (a
+  // call's or an allocation's wall-time limit); the run stops cleanly and the same command resumes.
+  double time_limit_s = 0;
   WatchdogLimits watchdog;
 };
 
@@ -35,6 +38,7 @@ struct AcquireSummary {
   int rounds_resumed = 0;   // cell rounds already complete in the file
   double wall_s = 0;
   std::string budget_stop;                       // non-empty: stopped before a wave by the budget
+  std::string time_limit_stop;                   // non-empty: stopped before a wave by time_limit_s
   double device_seconds_consumed = 0;            // whole campaign, all runs
   std::string colocation;                        // placement regime used and where it came from
   int collective_tables = 0;                     // collective tables written by this run

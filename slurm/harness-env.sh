@@ -6,6 +6,23 @@ GPUS_PER_TASK=${GPUS_PER_TASK:-1}
 export NCCL_NVLS_ENABLE=${NCCL_NVLS_ENABLE:-0}
 if [ -n "${RUNTIME_LIBS:-}" ]; then export LD_LIBRARY_PATH="$RUNTIME_LIBS:${LD_LIBRARY_PATH:-}"; fi
 
+# Seconds the allocation has left (squeue's %L: [D-]H:MM:SS or M:SS); nothing when unknown or
+# unlimited.
+slurm_seconds_left() {
+  [ -n "${SLURM_JOB_ID:-}" ] && command -v squeue >/dev/null || return 0
+  local left d=0 h=0 m=0 s=0 f
+  left=$(squeue -h -j "$SLURM_JOB_ID" -o %L 2>/dev/null) || return 0
+  case "$left" in '' | *[!0-9:-]*) return 0 ;; esac
+  if [[ $left == *-* ]]; then d=${left%%-*} left=${left#*-}; fi
+  IFS=: read -r -a f <<<"$left"
+  case ${#f[@]} in
+    3) h=${f[0]} m=${f[1]} s=${f[2]} ;;
+    2) m=${f[0]} s=${f[1]} ;;
+    *) return 0 ;;
+  esac
+  echo $((((10#$d * 24 + 10#$h) * 60 + 10#$m) * 60 + 10#$s))
+}
+
 # gate_args: what chooses the job, its deployments and backend (colocate takes these);
 # args: those and what shapes the measurement (acquire).
 harness_args() {
@@ -19,6 +36,18 @@ harness_args() {
   args=("${gate_args[@]}")
   [ -n "${ROUNDS:-}" ] && args+=(--rounds "$ROUNDS")
   [ -n "${ITERATIONS:-}" ] && args+=(--iterations "$ITERATIONS")
+  # No wave starts that would outlast the allocation (TIME_LIMIT seconds, else what it has left
+  # less TIME_MARGIN for the collectives and the publisher): acquire stops cleanly (exit 4) and a
+  # resubmission resumes, instead of Slurm killing a wave in flight.
+  local limit=${TIME_LIMIT:-} left
+  if [ -z "$limit" ]; then
+    left=$(slurm_seconds_left)
+    [ -n "$left" ] && limit=$((left - ${TIME_MARGIN:-300}))
+  fi
+  if [ -n "$limit" ]; then
+    [ "$limit" -gt 0 ] || limit=1
+    args+=(--time-limit "$limit")
+  fi
   return 0
 }
 

@@ -38,7 +38,8 @@
 # non-zero when any failed. A step cut short (a time limit, a kill) can be rerun with the same
 # command: `acquire` resumes its campaign where it stopped (every committed wave is kept, the one in
 # flight, about a minute of work, is measured again), so the full job can be spread over several
-# shorter calls.
+# shorter calls; with `--time-limit S` in ACQUIRE_ARGS it stops by itself before a wave that would
+# not end within S seconds, and nothing is measured again.
 set -euo pipefail
 here=$(cd "$(dirname "$0")" && pwd)
 build=${1:?build directory}

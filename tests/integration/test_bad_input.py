@@ -142,6 +142,8 @@ assert {"--verbose", "--rounds", "--campaign"} <= plan and not {"--unverified", 
 assert {"--unverified", "--raise-budget", "--watchdog-floor", "--rounds"} <= acquire and "--quick" not in acquire
 expect_error([HARNESS, "acquire", "--watchdog-factor", "0.5"], "--watchdog-factor must be >= 1")
 expect_error([HARNESS, "acquire", "--verdict-max-age", "0"], "--verdict-max-age must be a positive")
+expect_error([HARNESS, "acquire", "--time-limit", "-1"], "--time-limit must be a positive number of seconds")
+expect_error([HARNESS, "acquire", "--time-limit", "nan"], "--time-limit must be a positive number of seconds")
 expect_error([HARNESS, "colocate", "--intervals", "0"], "--intervals and --window >= 1")
 expect_error([HARNESS, "bench", "experts", "--sweep", "--tokens", "4"], "--sweep chooses the token counts")
 expect_error([HARNESS, "bench", "experts", "--sweep", "--activated", "8"], "leave out --tokens and --activated")

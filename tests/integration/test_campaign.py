@@ -33,6 +33,21 @@ with tempfile.TemporaryDirectory() as tmp:
     assert p.returncode != 0 and "pass --raise-budget" in p.stderr, p.stderr
     assert json.load(open(os.path.join(out, "campaign.json")))["budget_seconds"] < 1
 
+    # 1b. A wall-time limit too short for the first wave: the run stops before it, cleanly (exit 4,
+    # said, recorded), and the same command with room resumes it to the end.
+    timed = os.path.join(tmp, "timed")
+    timed_base = ["acquire", "--unverified", job, "--out", timed, "--out-root", os.path.join(tmp, "timed-bundles")]
+    p = run(mpirun_cmd(2, *timed_base, "--time-limit", "0.000001"), check=False)
+    assert p.returncode == 4 and "time limit: the next wave of round 0 would end" in p.stderr, (p.returncode, p.stderr)
+    state = json.load(open(os.path.join(timed, "campaign.json")))
+    assert state["phase"] == "stopped: time limit" and state["cell_rounds_done"] == 0, state
+    assert state["runs"][-1]["outcome"] == "time_limit" and "--time-limit" in state["runs"][-1]["reason"], state["runs"]
+    p = run(mpirun_cmd(2, *timed_base, "--time-limit", "3600"))
+    assert "published" in p.stdout, p.stdout
+    check_complete(os.path.join(timed, "acquisition.h5"), 2)
+    state = json.load(open(os.path.join(timed, "campaign.json")))
+    assert state["phase"] == "complete" and [r.get("outcome") for r in state["runs"]] == ["time_limit", "complete"]
+
     # 2. Enough budget; SIGKILL the whole job (every process) after some rounds.
     proc = subprocess.Popen(mpirun_cmd(2, *base, "--raise-budget"), stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
                             env=MPI_ENV, start_new_session=True)
