@@ -152,14 +152,9 @@ int acquire(const Args& args) {
                                       {out, quiet, command, keep_binding, unverified, max_age_h,
                                        raise_budget, time_limit_s, watchdog});
     HARNESS_CHECK_MPI(MPI_Barrier(MPI_COMM_WORLD));
-    if (!summary.time_limit_stop.empty()) {
-      if (rank == 0) std::cerr << "harness acquire: " << summary.time_limit_stop << "\n";
-      status = 4;
-      return;
-    }
-    if (!summary.budget_stop.empty()) {
-      if (rank == 0) std::cerr << "harness acquire: " << summary.budget_stop << "\n";
-      status = 3;
+    if (!summary.stopped_by.empty()) {  // exit 3: the budget, 4: the time limit (docs/cli.md)
+      if (rank == 0) std::cerr << "harness acquire: " << summary.stop_reason << "\n";
+      status = summary.stopped_by == "time_limit" ? 4 : 3;
       return;
     }
     if (rank != 0) return;

@@ -132,13 +132,9 @@ class Acquisition {
   AcquireSummary run() {
     try {
       auto summary = measure_all();
-      if (campaign_) {
-        if (!summary.time_limit_stop.empty())
-          campaign_->set_outcome("time_limit", summary.time_limit_stop);
-        else
-          campaign_->set_outcome(summary.budget_stop.empty() ? "complete" : "budget_stop",
-                                 summary.budget_stop);
-      }
+      if (campaign_)
+        campaign_->set_outcome(summary.stopped_by.empty() ? "complete" : summary.stopped_by,
+                               summary.stop_reason);
       return summary;
     } catch (const std::exception& e) {
       if (campaign_) campaign_->set_outcome("failed", e.what());
@@ -803,14 +799,14 @@ class Acquisition {
                     "after --time-limit %.0f s; stopping before it (everything measured stays; the "
                     "same command resumes)",
                     w.round, ends_at, options_.time_limit_s);
-      summary_.time_limit_stop = text;
+      summary_.stopped_by = "time_limit", summary_.stop_reason = text;
       campaign_->set_phase("stopped: time limit");
       go = 0;
     } else if (rank_ == 0) {
       try {
         campaign_->reserve("round " + std::to_string(w.round), estimate, size_);
       } catch (const BudgetError& e) {
-        summary_.budget_stop = e.what();
+        summary_.stopped_by = "budget_stop", summary_.stop_reason = e.what();
         go = 0;
       }
     }
@@ -975,7 +971,7 @@ class Acquisition {
 
   // Whether rank 0 stopped the run before a wave (the budget or the time limit). Collective.
   bool stopped() {
-    int stopped = summary_.budget_stop.empty() && summary_.time_limit_stop.empty() ? 0 : 1;
+    int stopped = summary_.stopped_by.empty() ? 0 : 1;
     HARNESS_CHECK_MPI(MPI_Bcast(&stopped, 1, MPI_INT, 0, comm_));
     return stopped != 0;
   }

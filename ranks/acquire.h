@@ -37,8 +37,10 @@ struct AcquireSummary {
   int rounds_measured = 0;  // cell rounds measured by this run (all ranks)
   int rounds_resumed = 0;   // cell rounds already complete in the file
   double wall_s = 0;
-  std::string budget_stop;                       // non-empty: stopped before a wave by the budget
-  std::string time_limit_stop;                   // non-empty: stopped before a wave by time_limit_s
+  // Non-empty when the run stopped before a wave: the campaign outcome that says why
+  // ("budget_stop": the GPU-hour budget; "time_limit": time_limit_s), and the message.
+  std::string stopped_by;
+  std::string stop_reason;
   double device_seconds_consumed = 0;            // whole campaign, all runs
   std::string colocation;                        // placement regime used and where it came from
   int collective_tables = 0;                     // collective tables written by this run

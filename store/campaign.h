@@ -54,8 +54,8 @@ class CampaignState {
   // Accounts a finished wave (measured wall time x devices held) and releases its reservation.
   void consume(double wall_seconds, int devices, int cell_rounds_done);
   void set_phase(const std::string& phase);
-  // The outcome of this run, in its entry of `runs`: "complete", "budget_stop" or "failed", with
-  // the reason (a killed run leaves none: its entry has no outcome).
+  // The outcome of this run, in its entry of `runs`: "complete", "budget_stop", "time_limit" or
+  // "failed", with the reason (a killed run leaves none: its entry has no outcome).
   void set_outcome(const std::string& outcome, const std::string& reason);
   // Accounts measured cost: seconds spent on point-rounds of expert and of local components
   // (setup, verification and timed forwards, summed over ranks). Later plans of this campaign
