@@ -271,8 +271,8 @@ int plan(const Args& args) {
   if (campaign.empty()) campaign = default_acquisition_dir(p.job);
   std::optional<CampaignProgress> progress;
   try {
-    p.measured = read_measured_cost(campaign);
     progress = read_campaign_progress(campaign);
+    if (progress) p.measured = progress->measured;
   } catch (const std::runtime_error& e) {
     std::cerr << "harness plan: " << e.what() << "; using the nominal model\n";
   }

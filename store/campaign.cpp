@@ -209,53 +209,31 @@ void CampaignState::record_costs(double expert_seconds, std::int64_t expert_poin
   save();
 }
 
-namespace {
-
-std::optional<MeasuredCost> cost_of(const nlohmann::json& doc, const std::string& where) {
-  if (!doc.contains("cost")) return std::nullopt;
-  const auto& c = doc["cost"];
-  const auto expert_n = c.value("expert_point_rounds", std::int64_t{0});
-  const auto local_n = c.value("local_point_rounds", std::int64_t{0});
-  if (expert_n <= 0 && local_n <= 0) return std::nullopt;
-  MeasuredCost m;
-  if (expert_n > 0) m.expert_point_round_s = c.value("expert_seconds", 0.0) / expert_n;
-  if (local_n > 0) m.local_point_round_s = c.value("local_seconds", 0.0) / local_n;
-  m.source = where + ", " + std::to_string(expert_n + local_n) + " point-rounds";
-  return m;
-}
-
-}  // namespace
-
-namespace {
-
-// `what` of dir/campaign.json, nullopt without the file; a malformed one throws.
-template <class F>
-auto read_campaign(const std::filesystem::path& dir, F what) -> decltype(what(nlohmann::json{})) {
+std::optional<CampaignProgress> read_campaign_progress(const std::filesystem::path& dir) {
   const auto path = dir / kCampaignFile;
   if (!std::filesystem::exists(path)) return std::nullopt;
   try {
-    return what(load_campaign_document(path));
+    const auto doc = load_campaign_document(path);
+    const auto c = doc.value("cost", nlohmann::json::object());
+    CampaignProgress p;
+    p.expert_point_rounds = c.value("expert_point_rounds", std::int64_t{0});
+    p.local_point_rounds = c.value("local_point_rounds", std::int64_t{0});
+    p.device_seconds_consumed = doc.value("device_seconds_consumed", 0.0);
+    p.phase = doc.value("phase", std::string());
+    if (p.expert_point_rounds > 0 || p.local_point_rounds > 0) {
+      MeasuredCost m;
+      if (p.expert_point_rounds > 0)
+        m.expert_point_round_s = c.value("expert_seconds", 0.0) / p.expert_point_rounds;
+      if (p.local_point_rounds > 0)
+        m.local_point_round_s = c.value("local_seconds", 0.0) / p.local_point_rounds;
+      m.source = "campaign.json of " + dir.string() + ", " +
+                 std::to_string(p.expert_point_rounds + p.local_point_rounds) + " point-rounds";
+      p.measured = m;
+    }
+    return p;
   } catch (const nlohmann::json::exception& e) {
     throw std::runtime_error(path.string() + " is malformed (" + e.what() + ")");
   }
-}
-
-}  // namespace
-
-std::optional<MeasuredCost> read_measured_cost(const std::filesystem::path& dir) {
-  return read_campaign(dir, [&](const nlohmann::json& doc) {
-    return cost_of(doc, "campaign.json of " + dir.string());
-  });
-}
-
-std::optional<CampaignProgress> read_campaign_progress(const std::filesystem::path& dir) {
-  return read_campaign(dir, [](const nlohmann::json& doc) -> std::optional<CampaignProgress> {
-    const auto cost = doc.value("cost", nlohmann::json::object());
-    return CampaignProgress{cost.value("expert_point_rounds", std::int64_t{0}),
-                            cost.value("local_point_rounds", std::int64_t{0}),
-                            doc.value("device_seconds_consumed", 0.0),
-                            doc.value("phase", std::string())};
-  });
 }
 
 void CampaignState::set_phase(const std::string& phase) {

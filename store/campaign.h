@@ -110,20 +110,18 @@ void check_record_balance(const std::filesystem::path& dir, const RecordCounts& 
 [[nodiscard]] std::optional<std::string> unexplained_rows(const std::filesystem::path& dir,
                                                           const RecordCounts& rows_in_file);
 
-// The measured cost per point-round recorded in `dir`/campaign.json, if any (for `harness plan`).
-// Throws std::runtime_error when the file exists but is not valid JSON.
-[[nodiscard]] std::optional<MeasuredCost> read_measured_cost(const std::filesystem::path& dir);
-
 // Where a campaign stands (`harness plan --campaign`): the point-rounds its waves committed
-// (refinement's included), the device time it consumed, its phase.
+// (refinement's included), the device time it consumed, its phase, and the measured cost per
+// point-round that `plan` predicts from (nullopt before any point-round).
 struct CampaignProgress {
   std::int64_t expert_point_rounds = 0;
   std::int64_t local_point_rounds = 0;
   double device_seconds_consumed = 0;
   std::string phase;
+  std::optional<MeasuredCost> measured;
 };
-// The progress recorded in `dir`/campaign.json, if any; throws std::runtime_error when the file
-// exists but is not valid JSON.
+// What `dir`/campaign.json records, if it exists; throws std::runtime_error when the file is not
+// valid JSON (or fails its digest).
 [[nodiscard]] std::optional<CampaignProgress> read_campaign_progress(
     const std::filesystem::path& dir);
 
