@@ -147,6 +147,7 @@ class Acquisition {
     const auto t0 = Clock::now();
     agree();
     resume();
+    adopt_cost_ratios();
     calibrate();
     const auto measure_start = Clock::now();
     do {
@@ -686,6 +687,42 @@ class Acquisition {
   // A cell's kind: its target and component. Cells of one kind share a cost ratio.
   using Kind = std::pair<const TargetPlan*, Component>;
   [[nodiscard]] static Kind kind_of(const Cell& cell) { return {cell.target, cell.component}; }
+  [[nodiscard]] static std::string kind_key(const Kind& k) {
+    return k.first->target.label() + " " + std::string(to_string(k.second));
+  }
+
+  // Records every rank's latest cost ratios in campaign.json (collective).
+  void share_cost_ratios() {
+    json mine = json::object();
+    for (const auto& [kind, ratio] : cost_ratio_) mine[kind_key(kind)] = ratio;
+    const auto all = gather_strings(comm_, mine.dump(), 0);
+    if (rank_ != 0) return;
+    std::map<std::string, double> merged;
+    for (const auto& text : all) {
+      const auto ratios = json::parse(text);  // items() refers to it
+      for (const auto& [key, ratio] : ratios.items()) merged[key] = ratio.get<double>();
+    }
+    campaign_->record_cost_ratios(merged);
+  }
+
+  // A resumed run predicts from the cost ratios its campaign's earlier runs recorded, so the
+  // calibration measures only a component none of them did (collective).
+  void adopt_cost_ratios() {
+    const auto stored = json::parse(
+        broadcast_string(comm_, rank_ == 0 ? json(campaign_->cost_ratios()).dump() : "{}"));
+    std::set<std::string> adopted;  // the same on every rank: kinds are the plan's
+    for (std::size_t c = 0; c < cells_.size(); ++c) {
+      const auto kind = kind_of(cells_[c]);
+      const auto it = stored.find(kind_key(kind));
+      if (it == stored.end()) continue;
+      adopted.insert(kind_key(kind));
+      if (mine(c)) cost_ratio_.emplace(kind, it->get<double>());
+    }
+    if (rank_ == 0 && !adopted.empty() && !options_.quiet)
+      std::cerr << "acquire: predicting " << adopted.size()
+                << " components' cells from the cost ratios earlier runs of this campaign "
+                   "measured (campaign.json); calibrating only the others\n";
+  }
 
   // Nominal seconds of one round of `points` of a cell of kind `k` (core/planner.h's device
   // model of this backend): the shape of the cost over the grid, which the measured ratios scale.
@@ -709,12 +746,12 @@ class Acquisition {
   }
 
   // Calibration (collective): for each kind of this rank's cells with a round left to measure
-  // and no cost ratio yet, a short measurement of a systematic sample of at most
-  // kCalibrationPoints points of its first such cell (not stored, but charged) gives the ratio of
-  // measured to nominal cost; every cell not measured yet is then predicted from it. Later waves
-  // update the ratios from what they measured (commit), so one sample per kind suffices
-  // (docs/measurement.md#time-estimates). Runs before the first wave, and after a refinement
-  // stage, where it measures only a kind this run has no ratio for.
+  // and no cost ratio yet (none adopted from campaign.json either), a short measurement of a
+  // systematic sample of at most kCalibrationPoints points of its first such cell (not stored, but
+  // charged) gives the ratio of measured to nominal cost; every cell not measured yet is then
+  // predicted from it. Later waves update the ratios from what they measured (commit), so one
+  // sample per kind suffices (docs/measurement.md#time-estimates). Runs before the first wave, and
+  // after a refinement stage, where it measures only a kind this run has no ratio for.
   void calibrate() {
     summary_.cost_model =
         "each cell's nominal cost (roofline, overheads, settle) times the measured/nominal ratio "
@@ -751,6 +788,7 @@ class Acquisition {
     HARNESS_CHECK_MPI(MPI_Allreduce(&spent, &total, 1, MPI_DOUBLE, MPI_SUM, comm_));
     HARNESS_CHECK_MPI(MPI_Allreduce(&sampled, &all_sampled, 1, MPI_INT64_T, MPI_SUM, comm_));
     if (all_sampled == 0) return;
+    share_cost_ratios();
     summary_.calibration_s += total;
     summary_.calibration_points += all_sampled;
     if (rank_ != 0) return;
@@ -912,6 +950,7 @@ class Acquisition {
     for (const auto& [kind, seconds] : wave_ratio)
       if (seconds.second > 0) cost_ratio_[kind] = seconds.first / seconds.second;
     predict_unmeasured();
+    share_cost_ratios();
     HARNESS_CHECK_MPI(MPI_Allreduce(phases, slowest, 3, MPI_DOUBLE, MPI_MAX, comm_));
     HARNESS_CHECK_MPI(MPI_Allreduce(phases, total, 7, MPI_DOUBLE, MPI_SUM, comm_));
     summary_.phases.setup += total[0];

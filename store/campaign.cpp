@@ -209,6 +209,21 @@ void CampaignState::record_costs(double expert_seconds, std::int64_t expert_poin
   save();
 }
 
+void CampaignState::record_cost_ratios(const std::map<std::string, double>& ratios) {
+  auto& stored = doc_["cost_ratios"];
+  if (!stored.is_object()) stored = nlohmann::json::object();
+  for (const auto& [kind, ratio] : ratios) stored[kind] = ratio;
+  save();
+}
+
+std::map<std::string, double> CampaignState::cost_ratios() const {
+  std::map<std::string, double> out;
+  if (const auto it = doc_.find("cost_ratios"); it != doc_.end() && it->is_object())
+    for (const auto& [kind, ratio] : it->items())
+      if (ratio.is_number() && ratio.get<double>() > 0) out[kind] = ratio.get<double>();
+  return out;
+}
+
 std::optional<CampaignProgress> read_campaign_progress(const std::filesystem::path& dir) {
   const auto path = dir / kCampaignFile;
   if (!std::filesystem::exists(path)) return std::nullopt;

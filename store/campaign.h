@@ -5,6 +5,7 @@
 
 #include <cstdint>
 #include <filesystem>
+#include <map>
 #include <nlohmann/json.hpp>
 #include <optional>
 #include <stdexcept>
@@ -62,6 +63,11 @@ class CampaignState {
   // (`harness plan --campaign`) predict from these totals.
   void record_costs(double expert_seconds, std::int64_t expert_point_rounds, double local_seconds,
                     std::int64_t local_point_rounds);
+  // The latest measured / nominal cost ratio of each component of each target (keys
+  // "<target label> <component>"), from a calibration or a wave, under `cost_ratios`: a resumed
+  // run predicts its cells from them instead of calibrating again.
+  void record_cost_ratios(const std::map<std::string, double>& ratios);
+  [[nodiscard]] std::map<std::string, double> cost_ratios() const;
 
   // Record accounting per stream (samples, medians, checks): `encoded` before a commit,
   // `written` after it. `reconcile` at start compares with the rows in complete rounds of the

@@ -140,6 +140,21 @@ TEST_F(Campaign, ProgressIsWhatTheWavesRecorded) {
   EXPECT_NE(p->measured->source.find("55 point-rounds"), std::string::npos) << p->measured->source;
 }
 
+// The cost ratios a resume predicts from: the latest per kind, kept across runs; a kind a run
+// did not measure keeps its earlier ratio.
+TEST_F(Campaign, CostRatiosAreTheLatestPerKindAcrossRuns) {
+  {
+    auto s = state();
+    EXPECT_TRUE(s.cost_ratios().empty());
+    s.record_cost_ratios(
+        {{"tp1/dp1_ep1_rank0_sp0 experts", 2.5}, {"tp1/dp1_ep1_rank0_sp0 gate_routing", 0.8}});
+    s.record_cost_ratios({{"tp1/dp1_ep1_rank0_sp0 experts", 4.0}});
+  }
+  const auto ratios = state().cost_ratios();  // a resumed run's state
+  EXPECT_EQ(ratios, (std::map<std::string, double>{{"tp1/dp1_ep1_rank0_sp0 experts", 4.0},
+                                                   {"tp1/dp1_ep1_rank0_sp0 gate_routing", 0.8}}));
+}
+
 TEST_F(Campaign, AnEditedOrDigestlessStateIsRefused) {
   (void)state();
   auto doc = document(dir_);

@@ -42,8 +42,17 @@ with tempfile.TemporaryDirectory() as tmp:
     state = json.load(open(os.path.join(timed, "campaign.json")))
     assert state["phase"] == "stopped: time limit" and state["cell_rounds_done"] == 0, state
     assert state["runs"][-1]["outcome"] == "time_limit" and "--time-limit" in state["runs"][-1]["reason"], state["runs"]
+    # Its calibration is kept: one measured/nominal ratio per target and component, which the
+    # resume predicts from instead of calibrating again.
+    m = re.search(r"calibrated the cost model on (\d+) points", p.stderr)
+    ratios = state["cost_ratios"]
+    assert m and int(m.group(1)) > 0 and ratios and all(r > 0 for r in ratios.values()), (p.stderr, state)
+    assert all(re.fullmatch(r"tp\d+/dp\d+_ep\d+_rank\d+_sp\d [a-z_]+", k)
+               for k in ratios), ratios
     p = run(mpirun_cmd(2, *timed_base, "--time-limit", "3600"))
     assert "published" in p.stdout, p.stdout
+    assert (f"predicting {len(ratios)} components' cells from the cost ratios earlier runs of this campaign"
+            in p.stderr and "calibrated the cost model" not in p.stderr), p.stderr
     check_complete(os.path.join(timed, "acquisition.h5"), 2)
     state = json.load(open(os.path.join(timed, "campaign.json")))
     assert state["phase"] == "complete" and [r.get("outcome") for r in state["runs"]] == ["time_limit", "complete"]
