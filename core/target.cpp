@@ -22,6 +22,10 @@ std::string Target::label() const {
   return tp_dir() + "/" + dir_name();
 }
 
+std::string Target::label(Component c) const {
+  return label() + " " + std::string(to_string(c));
+}
+
 std::string Target::cell_id() const {
   return tp_dir() + "_" + dir_name();
 }

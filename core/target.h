@@ -6,6 +6,8 @@
 #include <nlohmann/json_fwd.hpp>
 #include <string>
 
+#include "core/component.h"
+
 namespace moe {
 
 // "tp<N>": the bundle directory of a TP degree.
@@ -24,7 +26,9 @@ struct Target {
   [[nodiscard]] std::string dir_name() const;  // dp<D>_ep<E>_rank<r>_sp<0|1>
   [[nodiscard]] std::string tp_dir() const;    // tp<N>
   [[nodiscard]] std::string label() const;     // tp1/dp2_ep2_rank0_sp0
-  [[nodiscard]] std::string cell_id() const;   // tp1_dp2_ep2_rank0_sp0 (HDF5 group names)
+  // One table of the cell: tp1/dp2_ep2_rank0_sp0 experts
+  [[nodiscard]] std::string label(Component c) const;
+  [[nodiscard]] std::string cell_id() const;  // tp1_dp2_ep2_rank0_sp0 (HDF5 group names)
 
   [[nodiscard]] nlohmann::json to_json() const;  // {tp, dp, ep, rank, sp}
   // Throws std::invalid_argument naming the missing or mistyped key.

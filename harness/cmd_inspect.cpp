@@ -53,7 +53,7 @@ json inspect_file(const std::string& path) {
   const double tolerance = Contract::parse(acq.contract_json).fidelity.tolerance;
   for (const auto& f : evaluate_fidelity(acq, summaries)) {
     auto j = f.to_json(tolerance);
-    j["table"] = f.target.label() + " " + std::string(to_string(f.component));
+    j["table"] = f.target.label(f.component);
     j["complete"] = f.complete;
     fidelity.push_back(j);
   }

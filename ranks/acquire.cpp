@@ -513,8 +513,7 @@ class Acquisition {
       // then refuses it, or records it as accepted-with-failures).
       if (!options_.quiet && stage_grid.empty() && step.held_out.empty() &&
           (!misses.empty() || !f.failed.empty()) &&
-          refinement_ended_.insert(f.target.label() + " " + std::string(to_string(f.component)))
-              .second)
+          refinement_ended_.insert(f.target.label(f.component)).second)
         std::cerr << "acquire: refinement of " << t->target.label() << " " << to_string(f.component)
                   << " ends with " << misses.size() << " held-out points above "
                   << fid.tolerance * 100 << "% and " << f.failed.size() << " points failing B/2B: "
@@ -688,10 +687,11 @@ class Acquisition {
   using Kind = std::pair<const TargetPlan*, Component>;
   [[nodiscard]] static Kind kind_of(const Cell& cell) { return {cell.target, cell.component}; }
   [[nodiscard]] static std::string kind_key(const Kind& k) {
-    return k.first->target.label() + " " + std::string(to_string(k.second));
+    return k.first->target.label(k.second);
   }
 
-  // Records every rank's latest cost ratios in campaign.json (collective).
+  // Records every rank's latest cost ratios in campaign.json (collective); where several ranks
+  // measure cells of one kind, the largest, so that a resume's reservations stay conservative.
   void share_cost_ratios() {
     json mine = json::object();
     for (const auto& [kind, ratio] : cost_ratio_) mine[kind_key(kind)] = ratio;
@@ -700,7 +700,8 @@ class Acquisition {
     std::map<std::string, double> merged;
     for (const auto& text : all) {
       const auto ratios = json::parse(text);  // items() refers to it
-      for (const auto& [key, ratio] : ratios.items()) merged[key] = ratio.get<double>();
+      for (const auto& [key, ratio] : ratios.items())
+        merged[key] = std::max(merged[key], ratio.get<double>());
     }
     campaign_->record_cost_ratios(merged);
   }
