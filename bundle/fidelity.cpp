@@ -36,6 +36,17 @@ CellRole cell_role(const json& cell_json) {
           cell_json.value("part", 0)};
 }
 
+std::optional<bool> same_device(const std::vector<int>& point_devices,
+                                const std::vector<const std::vector<int>*>& vertex_devices) {
+  if (point_devices.empty() || vertex_devices.empty()) return std::nullopt;
+  bool same = point_devices.size() == 1;
+  for (const auto* v : vertex_devices) {
+    if (v->empty()) return std::nullopt;
+    same = same && *v == point_devices;
+  }
+  return same;
+}
+
 std::vector<HeldOutPoint> ComponentFidelity::worst(std::size_t n) const {
   std::vector<HeldOutPoint> out;
   for (const auto& h : held_out)
@@ -80,6 +91,9 @@ json ComponentFidelity::to_json(double tolerance) const {
   if (balanced && off_balance)
     held["by_routing"] = {{"balanced", balanced->errors_json()},
                           {"off_balance", off_balance->errors_json()}};
+  if (same_device && across_devices)
+    held["by_device"] = {{"same_device", same_device->errors_json()},
+                         {"across_devices", across_devices->errors_json()}};
   // The clock the table's rows were measured at (NVML's sampled clocks in the hardware identity
   // read higher under load): over the rows that are published.
   std::vector<double> clocks;
@@ -95,9 +109,13 @@ json ComponentFidelity::to_json(double tolerance) const {
     clock["median"] = s->median;
     clock["max"] = s->max;
   }
+  json devices = json::array();
+  for (const auto& [device, count] : rows_per_device)
+    devices.push_back({{"device", device < 0 ? json() : json(device)}, {"rows", count}});
   return {
       {"tolerance", tolerance},
       {"sm_clock_mean_mhz", clock},
+      {"rows_per_device", devices},
       {"held_out", held},
       {"repeatability", repeatability},
       {"refinement",
@@ -180,6 +198,8 @@ std::vector<ComponentFidelity> evaluate_fidelity(const StoredAcquisition& acq,
         f.failed.push_back(point);
         continue;
       }
+      if (result.devices.empty()) ++f.rows_per_device[-1];
+      for (const int d : result.devices) ++f.rows_per_device[d];
       rows[f.component].push_back({point, *result.time_us});
     }
 
@@ -190,7 +210,8 @@ std::vector<ComponentFidelity> evaluate_fidelity(const StoredAcquisition& acq,
     if (!rows.empty()) tables.emplace(rows, polytope);
     // `experts`: errors at balanced routing and off it, apart as well as together.
     const bool experts = f.component == Component::experts;
-    std::vector<double> errors, balanced_errors, off_balance_errors;
+    std::vector<double> errors, balanced_errors, off_balance_errors, same_device_errors,
+        across_devices_errors;
     std::vector<double> remeasured_differences;
     for (const auto& [point, result] : probes) {
       if (const auto g = grid.find(point); g != grid.end()) {  // refinement made it a grid point
@@ -207,9 +228,14 @@ std::vector<ComponentFidelity> evaluate_fidelity(const StoredAcquisition& acq,
       HeldOutPoint h{point, *result.time_us, std::nullopt, {}};
       try {
         if (!tables) throw LookupError("no grid rows passed the weight-bank control");
-        h.predicted_us =
-            tables->query(f.component, point.tokens, point.activated, point.assignments).time_us;
+        const auto answer =
+            tables->query(f.component, point.tokens, point.activated, point.assignments);
+        h.predicted_us = answer.time_us;
         errors.push_back(h.relative_error());
+        std::vector<const std::vector<int>*> vertex_devices;
+        for (const auto& v : answer.vertices) vertex_devices.push_back(&grid.at(v.point).devices);
+        if (const auto same = same_device(result.devices, vertex_devices))
+          (*same ? same_device_errors : across_devices_errors).push_back(h.relative_error());
         if (experts)
           (balanced_point(contract.geometry, f.target, point.tokens) == point ? balanced_errors
                                                                               : off_balance_errors)
@@ -225,6 +251,10 @@ std::vector<ComponentFidelity> evaluate_fidelity(const StoredAcquisition& acq,
     if (experts) {
       f.balanced.emplace().set_errors(balanced_errors);
       f.off_balance.emplace().set_errors(off_balance_errors);
+    }
+    if (!same_device_errors.empty() || !across_devices_errors.empty()) {
+      f.same_device.emplace().set_errors(same_device_errors);
+      f.across_devices.emplace().set_errors(across_devices_errors);
     }
     out.push_back(std::move(f));
   }

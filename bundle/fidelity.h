@@ -95,9 +95,25 @@ struct ComponentFidelity {
   // serving step's routing sits) and over those off it, which the table serves less well where
   // the kernel steps between its `A` (docs/measurement.md#fidelity).
   std::optional<HeldOutStatistics> balanced, off_balance;
+  // The same over the held-out points interpolated only from rows that the device which measured
+  // the point measured too, and over those that drew on rows of another device (a campaign
+  // resumed on other GPUs): devices' offsets are in the second, not in the first. Where rounds
+  // recorded their run (CellRound::run); absent when no point could be told.
+  std::optional<HeldOutStatistics> same_device, across_devices;
+  // Rows of the table that passed the bank control, per device that measured them (position in
+  // hardware_identity's devices; -1: not recorded). A row measured on several counts for each.
+  std::map<int, int> rows_per_device;
   [[nodiscard]] std::vector<HeldOutPoint> worst(std::size_t n) const;
   [[nodiscard]] nlohmann::json to_json(double tolerance) const;  // meta.yaml coverage.fidelity
 };
+
+// Whether a held-out point measured on `point_devices` (PointResult::devices) was interpolated
+// from rows measured on that one device alone (true) or from rows of another device too (false):
+// `vertex_devices` are the devices of the rows its prediction weighs. nullopt where a device is
+// not recorded (rounds written before they recorded their run) or nothing is weighed.
+[[nodiscard]] std::optional<bool> same_device(
+    const std::vector<int>& point_devices,
+    const std::vector<const std::vector<int>*>& vertex_devices);
 
 // Evaluates every (target, component) of the file from its cell summaries (summarize(acq)).
 // `local_experts` of each target comes from the contract. Incomplete cells count only their

@@ -27,6 +27,19 @@ std::string device_label(const json& rank) {
          " (host " + rank.value("host", "") + ")";
 }
 
+// Calls visit(run, rank JSON, the device's position, first time seen) for every rank of every run
+// that names a device, in run order: the positions are hardware_identity's.
+template <typename Visit>
+void for_each_run_device(const StoredAcquisition& acq, Visit visit) {
+  std::map<std::string, int> index;  // "host|device|uuid" -> position
+  for (std::size_t run = 0; run < acq.runs.size(); ++run)
+    for (const auto& rank : json::parse(acq.runs[run].start)) {
+      if (!rank.contains("device")) continue;
+      const auto [it, fresh] = index.emplace(device_key(rank), static_cast<int>(index.size()));
+      visit(static_cast<int>(run), rank, it->second, fresh);
+    }
+}
+
 }  // namespace
 
 DeviceChange device_change(const std::vector<std::string>& run_starts) {
@@ -48,32 +61,29 @@ DeviceChange device_change(const std::vector<std::string>& run_starts) {
 
 json hardware_identity(const StoredAcquisition& acq) {
   json devices = json::array();
-  std::map<std::string, std::size_t> index;  // "host|device|uuid" -> position in devices
   std::set<std::string> kinds;
-  for (const auto& run : acq.runs) {
-    const auto start = json::parse(run.start);
-    const auto end = run.end.empty() ? json::array() : json::parse(run.end);
-    for (const auto& rank : start) {
-      const auto& props = rank.at("device");
-      auto [it, fresh] = index.emplace(device_key(rank), devices.size());
-      if (fresh) {
-        json d = props;
-        d["host"] = rank.value("host", "");
-        d["nccl"] = rank.value("nccl", "");
-        d["state_before"] = rank.value("device_state_before", json::object());
-        d["cpu_bindings"] = json::array();
-        devices.push_back(d);
-        kinds.insert(props.value("device", ""));
-      }
-      auto& bindings = devices[it->second]["cpu_bindings"];
-      if (const auto b = rank.value("cpu_binding", "");
-          !b.empty() && std::find(bindings.begin(), bindings.end(), b) == bindings.end())
-        bindings.push_back(b);
-      for (const auto& e : end)
-        if (e.value("rank", -1) == rank.value("rank", -2))
-          devices[it->second]["state_after"] = e.value("device_state_after", json::object());
+  for_each_run_device(acq, [&](int run, const json& rank, int position, bool fresh) {
+    const auto& props = rank.at("device");
+    if (fresh) {
+      json d = props;
+      d["host"] = rank.value("host", "");
+      d["nccl"] = rank.value("nccl", "");
+      d["state_before"] = rank.value("device_state_before", json::object());
+      d["cpu_bindings"] = json::array();
+      devices.push_back(d);
+      kinds.insert(props.value("device", ""));
     }
-  }
+    auto& device = devices[static_cast<std::size_t>(position)];
+    auto& bindings = device["cpu_bindings"];
+    if (const auto b = rank.value("cpu_binding", "");
+        !b.empty() && std::find(bindings.begin(), bindings.end(), b) == bindings.end())
+      bindings.push_back(b);
+    const auto& end = acq.runs[static_cast<std::size_t>(run)].end;
+    if (!end.empty())
+      for (const auto& e : json::parse(end))
+        if (e.value("rank", -1) == rank.value("rank", -2))
+          device["state_after"] = e.value("device_state_after", json::object());
+  });
   if (kinds.size() > 1) {
     std::string names;
     for (const auto& k : kinds) names += (names.empty() ? "" : ", ") + k;
@@ -81,6 +91,14 @@ json hardware_identity(const StoredAcquisition& acq) {
                              "); one table describes one kind of device");
   }
   return {{"runs", acq.runs.size()}, {"devices", devices}};
+}
+
+std::map<std::pair<int, int>, int> round_devices(const StoredAcquisition& acq) {
+  std::map<std::pair<int, int>, int> out;
+  for_each_run_device(acq, [&](int run, const json& rank, int position, bool) {
+    out[{run, rank.value("rank", -1)}] = position;
+  });
+  return out;
 }
 
 namespace {

@@ -3,6 +3,7 @@
 // of each run.
 #pragma once
 
+#include <map>
 #include <nlohmann/json.hpp>
 #include <string>
 #include <vector>
@@ -16,6 +17,9 @@ namespace moe {
 // first run, state_after from its last run that ended. Throws std::runtime_error when the runs name
 // more than one device kind: one table must describe one kind of device.
 [[nodiscard]] nlohmann::json hardware_identity(const StoredAcquisition& acq);
+// The device that measured each round, as its position in hardware_identity's devices, by the
+// round's (run, rank) (CellRound::run, rank). Ranks whose provenance names no device are absent.
+[[nodiscard]] std::map<std::pair<int, int>, int> round_devices(const StoredAcquisition& acq);
 
 // The devices (host, name, UUID) of the latest of `run_starts` (each run's start provenance, the
 // JSON list of its ranks, oldest first) that no earlier run measured on, and those the earlier

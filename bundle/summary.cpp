@@ -3,13 +3,16 @@
 #include <algorithm>
 #include <cmath>
 #include <nlohmann/json.hpp>
+#include <set>
 
+#include "bundle/hardware.h"
 #include "core/statistics.h"
 
 namespace moe {
 
 std::vector<CellSummary> summarize(const StoredAcquisition& acq) {
   std::vector<CellSummary> out;
+  const auto device_of = round_devices(acq);
   for (const auto& cell : acq.cells) {
     CellSummary s;
     s.id = cell.info.id;
@@ -20,7 +23,10 @@ std::vector<CellSummary> summarize(const StoredAcquisition& acq) {
     const auto n = cell.info.points.size();
     std::vector<std::vector<double>> round_medians(n), b_arm(n), b2_arm(n), clocks(n);
     std::vector<std::optional<std::uint64_t>> activities(n);
+    std::set<int> devices;  // a round measures all of its cell's points on one device
     for (const auto& r : cell.rounds) {
+      if (const auto d = device_of.find({r.run, r.rank}); d != device_of.end())
+        devices.insert(d->second);
       for (const auto& smp : r.samples)
         activities.at(static_cast<std::size_t>(smp.point)) = smp.name_hash;
       // The published value of `experts` is the 2B arm's (docs/measurement.md), else the point's.
@@ -41,6 +47,7 @@ std::vector<CellSummary> summarize(const StoredAcquisition& acq) {
       pr.time_us = median_of_medians(round_medians[p]);
       pr.activities = activities[p];
       pr.sm_clock_mean_mhz = median_of_medians(clocks[p]);
+      pr.devices.assign(devices.begin(), devices.end());
       if (experts && !b_arm[p].empty() && !b2_arm[p].empty()) {
         const auto c = bank_control(b_arm[p], b2_arm[p]);
         pr.relative_change = c.relative_change;

@@ -23,6 +23,9 @@ struct PointResult {
   // Median over complete rounds of the mean SM clock the device counted over the point's forwards
   // (PointMedian::sm_clock_mean_mhz); nullopt where no round recorded one.
   std::optional<double> sm_clock_mean_mhz;
+  // The devices that measured its complete rounds (positions in hardware_identity's devices,
+  // ascending); empty where no round recorded its run (a file written before they did).
+  std::vector<int> devices;
 };
 
 struct CellSummary {

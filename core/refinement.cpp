@@ -74,7 +74,8 @@ std::optional<GridPoint> row_probe(const JobSpec& job, const Target& t, Componen
 // The ray refinement of an experts miss where every route is local: the rays (rows per expert) of
 // the grid at the rows around the miss that bracket it, and the points of the ray between them on
 // every row (a column of the rows-per-expert mesh, docs/measurement.md#fidelity), with probes
-// midway on either side at the miss's N. Empty when the bracket cannot be split.
+// midway on either side at the miss's N. Empty when the bracket cannot be split, or when the
+// miss lies between rows and the new ray is infeasible on one of them.
 struct RaySplit {
   std::set<GridPoint> take;
   std::vector<std::optional<GridPoint>> probes;
@@ -95,6 +96,11 @@ RaySplit split_ray(const JobSpec& job, const Target& t, const std::set<GridPoint
   const auto hi = rays.upper_bound(r);
   if (hi == rays.begin() || hi == rays.end() || *std::prev(hi) == r) return {};
   const double r1 = *std::prev(hi), r2 = *hi, mid = (r1 + r2) / 2;
+  // The new ray reaches a miss between rows only where it is feasible on both rows around it.
+  // Where it leaves the polytope between them (toward A = E above all, where every balanced point
+  // from a few dozen tokens up lies) the miss is still interpolated from the far row's old points,
+  // so the ray would add points and never change its prediction: the N interval is bisected.
+  if (nb && (!at(nb->first, mid) || !at(nb->second, mid))) return {};
   RaySplit split;
   for (const auto n : rows)
     if (const auto q = at(n, mid); q && !grid.contains(*q)) split.take.insert(*q);

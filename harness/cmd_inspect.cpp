@@ -10,6 +10,7 @@
 #include "bundle/bundle_meta.h"
 #include "bundle/fidelity.h"
 #include "bundle/format.h"
+#include "bundle/hardware.h"
 #include "bundle/sanity.h"
 #include "bundle/summary.h"
 #include "core/contract.h"
@@ -70,6 +71,12 @@ json inspect_file(const std::string& path) {
       sanity.flag(e.what());
     }
   }
+  json devices = json::array();
+  try {
+    devices = hardware_identity(acq)["devices"];
+  } catch (const std::runtime_error& e) {  // several device kinds: the publisher refuses it
+    sanity.flag(e.what());
+  }
   const auto json_contract = json::parse(acq.contract_json);
   const fs::path variant =
       fs::path(acq.attributes.count("out_root") ? acq.attributes.at("out_root") : "") /
@@ -80,6 +87,7 @@ json inspect_file(const std::string& path) {
           {"timing", json_contract.value("timing", "")},
           {"cells", cells},
           {"fidelity", fidelity},
+          {"devices", devices},
           {"collective_tables", acq.collectives.size()},
           {"fidelity_evaluations_recorded", acq.fidelity_evaluations.size()},
           {"dropped_records", dropped},  // null: no campaign.json beside the file
@@ -150,6 +158,15 @@ json inspect_bundle(const fs::path& dir) {
           {"sanity", sanity.to_json()}};
 }
 
+// The devices of a hardware identity, numbered as rows_per_device refers to them.
+void print_devices(const json& devices, std::ostream& os) {
+  for (std::size_t i = 0; i < devices.size(); ++i) {
+    const auto& d = devices[i];
+    os << "    #" << i << " " << d.value("device", "?") << (d.contains("uuid") ? " " : "")
+       << d.value("uuid", "") << " (host " << d.value("host", "?") << ")\n";
+  }
+}
+
 // Held-out statistics per table, the worst points and every grid point that failed B/2B.
 void print_fidelity(const json& tables, std::ostream& os) {
   for (const auto& t : tables) {
@@ -176,6 +193,31 @@ void print_fidelity(const json& tables, std::ostream& os) {
                     clock.empty() ? "published before harness recorded it"
                                   : "the backend has no device clock");
     os << line;
+    // Since rounds record their run: which device measured the rows (#: the devices listed
+    // under "measured on"), and the held-out errors with and without another device's rows.
+    if (const auto rows = t.value("rows_per_device", json::array()); !rows.empty()) {
+      os << "      rows by measuring device:";
+      for (const auto& d : rows) {
+        if (d["device"].is_null())
+          os << " unrecorded";
+        else
+          os << " #" << d["device"];
+        os << " " << d["rows"];
+      }
+      os << "\n";
+    }
+    if (h.contains("by_device"))
+      for (const char* side : {"same_device", "across_devices"}) {
+        const auto& r = h["by_device"][side];
+        std::snprintf(line, sizeof(line),
+                      "      interpolated %s: %d points, median %.2f%%, p95 %.2f%%, max %.2f%%\n",
+                      side == std::string("same_device") ? "from its own device's rows"
+                                                         : "from another device's rows too",
+                      r["count"].get<int>(), 100 * r["median_abs_relative_error"].get<double>(),
+                      100 * r["p95_abs_relative_error"].get<double>(),
+                      100 * r["max_abs_relative_error"].get<double>());
+        os << line;
+      }
     if (h.contains("by_routing"))  // experts tables since the split existed
       for (const char* routing : {"balanced", "off_balance"}) {
         const auto& r = h["by_routing"][routing];
@@ -228,6 +270,8 @@ void print_text(const json& r, std::ostream& os) {
       os << "  campaign.json: " << r["campaign_problem"].get<std::string>() << "\n";
     os << "  held-out evaluations recorded by refinement: " << r["fidelity_evaluations_recorded"]
        << " (/fidelity; the statistics below are recomputed from the rounds)\n";
+    if (!r["devices"].empty()) os << "  measured on:\n";
+    print_devices(r["devices"], os);
     print_fidelity(r["fidelity"], os);
   } else {
     os << "bundle " << r["variant"].get<std::string>() << "\n";
@@ -242,10 +286,8 @@ void print_text(const json& r, std::ostream& os) {
     for (const auto& e : r["entries"]) {
       os << "  measured on";
       if (!e.contains("hardware")) os << ": unknown (no hardware identity in this entry)";
-      for (const auto& d : e.value("hardware", json::object()).value("devices", json::array()))
-        os << " " << d.value("device", "?") << (d.contains("uuid") ? " " : "")
-           << d.value("uuid", "") << " (host " << d.value("host", "?") << ")";
       os << ": " << e["path"].get<std::string>() << "\n";
+      print_devices(e.value("hardware", json::object()).value("devices", json::array()), os);
     }
     for (const auto& e : r["entries"]) {
       const auto p = e.value("placement", json::object());

@@ -194,6 +194,20 @@ std::string contract_difference(const std::string& stored, const std::string& wa
   }
 }
 
+// The /provenance group, created on first use.
+H5Id provenance_group(hid_t root) {
+  return link_exists(root, "provenance")
+             ? H5_OPEN(H5Gopen2(root, "provenance", H5P_DEFAULT), H5Gclose)
+             : H5_OPEN(H5Gcreate2(root, "provenance", H5P_DEFAULT, H5P_DEFAULT, H5P_DEFAULT),
+                       H5Gclose);
+}
+
+int provenance_runs(hid_t group) {
+  int runs = 0;
+  while (H5Aexists(group, ("run_" + std::to_string(runs)).c_str()) > 0) ++runs;
+  return runs;
+}
+
 }  // namespace
 
 struct AcquisitionFile::Impl {
@@ -204,6 +218,9 @@ struct AcquisitionFile::Impl {
   std::vector<CellInfo> cells;
   int snapshots = 0;
   double snapshot_seconds = 0;
+  // The n of /provenance run_<n> that rounds are committed under: the latest run (a run writes
+  // its provenance, write_provenance, before it commits); -1 before any.
+  int run = -1;
 };
 
 AcquisitionFile::AcquisitionFile(MPI_Comm comm, const std::string& path,
@@ -269,6 +286,8 @@ AcquisitionFile::AcquisitionFile(MPI_Comm comm, const std::string& path,
     throw FileError("'" + path + "' holds a different contract (differs in: " +
                     contract_difference(stored_contract, identity.contract_json) +
                     "); it was left untouched: use another --out to measure the new contract");
+  // Reopened within a run (between refinement stages), its rounds belong to the latest run.
+  if (link_exists(f, "provenance")) impl_->run = provenance_runs(provenance_group(f)) - 1;
 }
 
 AcquisitionFile::~AcquisitionFile() {
@@ -418,6 +437,8 @@ void AcquisitionFile::commit(const std::vector<std::pair<int, const CellRound*>>
         H5_OPEN(H5Gcreate2(cg, name.c_str(), H5P_DEFAULT, H5P_DEFAULT, H5P_DEFAULT), H5Gclose);
     write_int_attr(rg, "point_order_seed", all[i + 5]);
     write_string_attr(rg, "sha256", hex_of_words(&all[i + 7]));
+    if (impl_->run >= 0) write_int_attr(rg, "run", impl_->run);
+    write_int_attr(rg, "rank", all[i + 6]);
     auto ds = create_dataset(rg, "samples", stype, static_cast<std::size_t>(all[i + 2]));
     auto dc = create_dataset(rg, "checks", ctype, static_cast<std::size_t>(all[i + 3]));
     auto dm = create_dataset(rg, "medians", mtype, static_cast<std::size_t>(all[i + 4]));
@@ -485,20 +506,6 @@ void AcquisitionFile::write_collectives(
 
 namespace {
 
-// The /provenance group, created on first use.
-H5Id provenance_group(hid_t root) {
-  return link_exists(root, "provenance")
-             ? H5_OPEN(H5Gopen2(root, "provenance", H5P_DEFAULT), H5Gclose)
-             : H5_OPEN(H5Gcreate2(root, "provenance", H5P_DEFAULT, H5P_DEFAULT, H5P_DEFAULT),
-                       H5Gclose);
-}
-
-int provenance_runs(hid_t group) {
-  int runs = 0;
-  while (H5Aexists(group, ("run_" + std::to_string(runs)).c_str()) > 0) ++runs;
-  return runs;
-}
-
 // Every run's provenance, oldest first (none when the file has no /provenance yet).
 std::vector<StoredAcquisition::Run> read_runs(hid_t root) {
   std::vector<StoredAcquisition::Run> runs;
@@ -525,7 +532,8 @@ void AcquisitionFile::write_provenance(const std::string& mine) {
   const auto list = gathered_list(impl_->comm, mine);
   auto g = provenance_group(impl_->file);
   // Each (re)start appends its provenance; earlier runs of a resumed acquisition are kept.
-  write_string_attr(g, "run_" + std::to_string(provenance_runs(g)), list);
+  impl_->run = provenance_runs(g);
+  write_string_attr(g, "run_" + std::to_string(impl_->run), list);
   flush_and_snapshot();
 }
 
@@ -703,6 +711,9 @@ StoredAcquisition read_acquisition(const std::string& path) {
         CellRound cr;
         cr.round = static_cast<std::int32_t>(r);
         cr.point_order_seed = static_cast<std::uint64_t>(read_int_attr(rg, "point_order_seed"));
+        if (H5Aexists(rg, "run") > 0) cr.run = static_cast<std::int32_t>(read_int_attr(rg, "run"));
+        if (H5Aexists(rg, "rank") > 0)
+          cr.rank = static_cast<std::int32_t>(read_int_attr(rg, "rank"));
         cr.samples = read_all<Sample>(rg, "samples", stype);
         cr.checks = read_all<CorrectnessCheck>(rg, "checks", ctype);
         cr.medians = read_all<PointMedian>(rg, "medians", mtype);

@@ -10,7 +10,7 @@
 //   /cells/<cell>              attrs cell (JSON: target, component, planned rounds)
 //   /cells/<cell>/points       [P] {tokens, activated, assignments}
 //   /cells/<cell>/rounds_done  [R] int8, 1 once round r is complete
-//   /cells/<cell>/round_<r>/{samples, medians, checks}   attrs point_order_seed, sha256
+//   /cells/<cell>/round_<r>/{samples, medians, checks}   attrs point_order_seed, sha256, run, rank
 //   /collectives/<target>      [*] CollectiveRow, attr backend
 //   /fidelity/evaluation_<n>   [bytes] JSON of the n-th held-out evaluation (the last is final)
 #pragma once
@@ -75,7 +75,9 @@ class AcquisitionFile {
   [[nodiscard]] RecordCounts complete_rows() const;
 
   // Collective. `mine` holds the rounds this rank completed for its own cells since the last
-  // commit; data first, flush, then the completion flags, flush.
+  // commit; data first, flush, then the completion flags, flush. Each round records the latest
+  // run of /provenance and the committing rank (attributes run, rank): a run writes its
+  // provenance before it commits.
   void commit(const std::vector<std::pair<int, const CellRound*>>& mine);
 
   // Collective: stores collective tables (/collectives/<target id>, attr backend). Each rank

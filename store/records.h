@@ -81,6 +81,10 @@ struct PhaseSeconds {
 struct CellRound {
   std::int32_t round = 0;
   std::uint64_t point_order_seed = 0;
+  // Which run (the n of /provenance run_<n>) and which of its ranks committed the round, so which
+  // device measured it: a campaign resumed on other GPUs mixes devices row by row. -1 where the
+  // file predates them. Provenance, not data: outside the round's digest.
+  std::int32_t run = -1, rank = -1;
   PhaseSeconds phases;
   std::int32_t settles_extended = 0;  // points whose settle ran to capped_ms (not stored)
   std::vector<Sample> samples;

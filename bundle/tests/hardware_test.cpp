@@ -63,6 +63,27 @@ TEST(HardwareIdentity, RefusesSeveralDeviceKinds) {
   }
 }
 
+TEST(RoundDevices, EachRunsRanksMapToTheHardwareIdentitysDevices) {
+  StoredAcquisition acq;
+  // The first test's runs: the resume swapped the ranks onto the GPUs.
+  acq.runs.push_back(
+      {json::array({rank(0, "NVIDIA H200", "GPU-a", 1980), rank(1, "NVIDIA H200", "GPU-b", 1970)})
+           .dump(),
+       ""});
+  acq.runs.push_back(
+      {json::array({rank(0, "NVIDIA H200", "GPU-b", 1900), rank(1, "NVIDIA H200", "GPU-a", 1900)})
+           .dump(),
+       ""});
+  // A third run with a rank whose provenance names no device: it is left out.
+  acq.runs.push_back({json::array({json{{"rank", 0}, {"host", "node0"}}}).dump(), ""});
+  const auto devices = hardware_identity(acq).at("devices");
+  const auto of = round_devices(acq);
+  const std::map<std::pair<int, int>, int> expected{
+      {{0, 0}, 0}, {{0, 1}, 1}, {{1, 0}, 1}, {{1, 1}, 0}};
+  EXPECT_EQ(of, expected);
+  EXPECT_EQ(devices.at(of.at({1, 0})).at("uuid"), "GPU-b");
+}
+
 std::string starts_of(std::initializer_list<json> ranks) {
   return json(ranks).dump();
 }

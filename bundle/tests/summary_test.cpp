@@ -65,5 +65,25 @@ TEST(Summary, PointsCarryTheMedianOfTheirRoundsRecordedClocks) {
   EXPECT_EQ(summarize(acq)[0].points[0].sm_clock_mean_mhz, std::optional<double>(1750));
 }
 
+// A point's devices are those of the runs and ranks that committed its rounds, as the hardware
+// identity numbers them; none where no round recorded its run.
+TEST(Summary, PointsCarryTheDevicesOfTheirRounds) {
+  auto acq = experts_cell({{100, 100}, {100, 100}, {100, 100}});
+  EXPECT_TRUE(summarize(acq)[0].points[0].devices.empty());  // a file from before: unrecorded
+  const auto gpu = [](const char* uuid) {
+    return nlohmann::json::array({{{"rank", 0},
+                                   {"host", "node0"},
+                                   {"device", {{"device", "NVIDIA H200"}, {"uuid", uuid}}}}});
+  };
+  acq.runs = {{gpu("GPU-a").dump(), ""}, {gpu("GPU-b").dump(), ""}};
+  for (int r = 0; r < 3; ++r) {
+    acq.cells[0].rounds[r].run = 1;
+    acq.cells[0].rounds[r].rank = 0;
+  }
+  EXPECT_EQ(summarize(acq)[0].points[0].devices, std::vector<int>{1});
+  acq.cells[0].rounds[0].run = 0;  // a resume on another GPU measured the later rounds
+  EXPECT_EQ(summarize(acq)[0].points[0].devices, (std::vector<int>{0, 1}));
+}
+
 }  // namespace
 }  // namespace moe

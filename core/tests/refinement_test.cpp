@@ -164,25 +164,56 @@ TEST(Refinement, AStageThatAddsRowsAlsoDrawsFreshRandomPointsOfItsOwn) {
       refinement_step(job, t, Component::gate_routing, 1, grid, measured, {}, 10).held_out.empty());
 }
 
-TEST(Refinement, WhereEveryRouteIsLocalAMissBetweenRaysAddsTheRayBetweenThemToEveryRow) {
+JobSpec qwen3_job() {
   auto job = parse_job(
       "model: {preset: qwen3-30b-a3b}\ndeployment: {tp: [1], dp: [1]}\n"
       "tokens: {max_num_batched_tokens: 1024}\ngraph: {mode: NONE}\n",
       "test");
   job.fidelity.random_points = 0;
+  return job;
+}
+
+// One refinement stage of the job's expert rows 256 and 1024 (EP1: every route local) for a
+// single miss.
+RefinementStep refine_between_rows_256_and_1024(const GridPoint& miss) {
+  const auto job = qwen3_job();
   const auto t = job.targets().front();
   std::set<GridPoint> grid;
   for (const auto n : {256, 1024})
     for (const auto& p : expert_row(job, t, n)) grid.insert(p);
-  // Rays M/A = 32 and 64 at both rows; the miss at N = 512 lies between them (M/A = 4096/90).
+  return refinement_step(job, t, Component::experts, 1, grid, {miss}, {{miss, 0.2}}, 1000);
+}
+
+TEST(Refinement, WhereEveryRouteIsLocalAMissBetweenRaysAddsTheRayBetweenThemToEveryRow) {
+  // Rays M/A = 64 and 128 at both rows; the miss at N = 512 lies between them (M/A = 4096/43).
+  const auto step = refine_between_rows_256_and_1024({512, 43, 4096});
+  // The ray midway, 96 rows per expert, on both rows: A = 2048/96 and 8192/96.
+  EXPECT_EQ(step.grid, (std::vector<GridPoint>{{256, 21, 2048}, {1024, 85, 8192}}));
+  // Probes at the miss's N on either side of the new ray: 80 and 112 rows per expert.
+  EXPECT_EQ(step.held_out, (std::vector<GridPoint>{{512, 37, 4096}, {512, 51, 4096}}));
+}
+
+TEST(Refinement, AMissWhoseRayLeavesThePolytopeBeforeTheNextRowGetsTheRowBetween) {
+  const auto job = qwen3_job();
+  const auto t = job.targets().front();
+  std::set<GridPoint> row;
+  for (const auto& p : expert_row(job, t, 512))
+    if (p.activated > 0) row.insert(p);
+  // Between the rays 32 and 64 the ray midway, 48 rows per expert, needs 8192/48 = 171 of the
+  // 128 experts at N = 1024: it would add a point at N = 256 only, and the miss would still be
+  // interpolated from the points it was. So the token interval is bisected: the row at
+  // sqrt(256 * 1024) = 512, which the miss (on it) joins.
   const GridPoint miss{512, 90, 4096};
-  const auto step =
-      refinement_step(job, t, Component::experts, 1, grid, {miss}, {{miss, 0.2}}, 1000);
-  // The ray midway, 48 rows per expert, on every row where A = M/48 is feasible: 2048/48 at
-  // N = 256 (8192/48 at N = 1024 exceeds the 128 experts).
-  EXPECT_EQ(step.grid, (std::vector<GridPoint>{{256, 43, 2048}}));
-  // Probes at the miss's N on either side of the new ray: 40 and 56 rows per expert.
-  EXPECT_EQ(step.held_out, (std::vector<GridPoint>{{512, 73, 4096}, {512, 102, 4096}}));
+  auto with_miss = row;
+  with_miss.insert(miss);
+  EXPECT_EQ(refine_between_rows_256_and_1024(miss).grid,
+            (std::vector<GridPoint>{with_miss.begin(), with_miss.end()}));
+  // A balanced point with every expert active (A = E) is the same case: no ray through it
+  // reaches the row above, whose balanced point has more rows per expert: the row at 512.
+  const auto balanced = *balanced_point(job, t, 640);
+  ASSERT_EQ(balanced.activated, 128);
+  EXPECT_EQ(refine_between_rows_256_and_1024(balanced).grid,
+            (std::vector<GridPoint>{row.begin(), row.end()}));
 }
 
 }  // namespace

@@ -101,6 +101,27 @@ with tempfile.TemporaryDirectory() as tmp:
     assert (f"this run measures on host CPU (host {os.uname().nodename}), which no earlier run of this "
             "campaign used (they measured on host CPU (host elsewhere))") in p.stderr, p.stderr
     check_complete(os.path.join(out, "acquisition.h5"), 20)
+    # Every round names the run (and rank) that committed it, so the device that measured it: the
+    # killed run's rounds the device "elsewhere", the resume's this one.
+    with h5py.File(os.path.join(out, "acquisition.h5"), "r") as f:
+        hosts = {int(k[4:]): {r["rank"]: r["host"] for r in json.loads(f["provenance"].attrs[k].decode())}
+                 for k in f["provenance"].attrs if not k.endswith("_end")}
+        committed = [(int(g.attrs["run"]), int(g.attrs["rank"])) for c in f["cells"].values()
+                     for name, g in c.items() if name.startswith("round_")]
+    assert {run for run, _ in committed} == {len(hosts) - 2, len(hosts) - 1}, (sorted(set(committed)), hosts)
+    assert {hosts[run][rank] for run, rank in committed} == {"elsewhere", os.uname().nodename}, hosts
+    # inspect numbers the devices, counts each table's rows per device, and splits the held-out
+    # errors by whether a point's interpolation drew on another device's rows.
+    report = json.loads(run([HARNESS, "inspect", os.path.join(out, "acquisition.h5"), "--format", "json"]).stdout)
+    assert [d["host"] for d in report["devices"]] == ["elsewhere", os.uname().nodename], report["devices"]
+    for table in report["fidelity"]:
+        assert [d["device"] for d in table["rows_per_device"]] == [0, 1], table["rows_per_device"]
+        held, split = table["held_out"], table["held_out"]["by_device"]
+        assert split["same_device"]["count"] + split["across_devices"]["count"] == held["count"] > 0, held
+        assert split["across_devices"]["count"] > 0, split
+    text = run([HARNESS, "inspect", os.path.join(out, "acquisition.h5")]).stdout
+    assert "    #1 host CPU (host " + os.uname().nodename + ")" in text and "rows by measuring device: #0 " in text, text
+    assert "interpolated from another device's rows too: " in text, text
     state = json.load(open(os.path.join(out, "campaign.json")))
     assert state["phase"] == "complete" and len(state["runs"]) == 3
     assert state["device_seconds_consumed"] > consumed
