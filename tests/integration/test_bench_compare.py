@@ -28,6 +28,24 @@ def lookup_us(bundle, n, a=None, m=None, component="experts"):
     return json.loads(run(cmd).stdout)["time_us"]
 
 
+def answered(bundle, candidates, count):
+    """The first `count` of the candidate experts points (N, A, M) that the bundle's lookup answers: a
+    CPU-timed table leaves out the rows whose B/2B control failed on a loaded host, and with them
+    some of its support, so a fixed point may fall outside it on one run."""
+    out = []
+    for n, a, m in candidates:
+        p = subprocess.run([HARNESS, "lookup", bundle, "--tp", "1", "--dp", "1", "--component", "experts",
+                            "--tokens", str(n), "--activated", str(a), "--assignments", str(m)],
+                           capture_output=True, text=True)
+        if p.returncode == 0:
+            out.append((n, a, m))
+        elif "outside the measured support" not in p.stderr:
+            raise AssertionError(p.stderr)
+        if len(out) == count:
+            return out
+    raise AssertionError(f"fewer than {count} of {candidates} inside the support of {bundle}")
+
+
 def write_bench(path, rows):
     with open(path, "w", newline="") as f:
         w = csv.writer(f)
@@ -49,7 +67,8 @@ with tempfile.TemporaryDirectory() as tmp:
     bundle = os.path.join(root, "micro")
     # Experts points of the TP1/DP1 table (E=8, k=2: M = 2N at EP1) and one gate point; each bench
     # time is the lookup's divided by a factor, so the error bundle - bench is factor - 1.
-    points = [(3, 4, 6), (5, 6, 10), (7, 5, 14), (11, 8, 22), (13, 7, 26)]
+    points = (answered(bundle, [(3, 4, 6), (5, 6, 10), (7, 5, 14), (4, 3, 8), (6, 4, 12), (7, 6, 14)], 3)
+              + answered(bundle, [(11, 8, 22), (13, 7, 26), (9, 5, 18), (12, 6, 24), (14, 5, 28)], 2))
     factors = [1.001, 0.996, 1.012, 1.05, 0.993]  # no |error| on a bound
     rows = [("experts", "cpu_reference", n, a, m, lookup_us(bundle, n, a, m) / f)
             for (n, a, m), f in zip(points, factors)]
