@@ -209,13 +209,17 @@ void print_fidelity(const json& tables, std::ostream& os) {
     if (h.contains("by_device"))
       for (const char* side : {"same_device", "across_devices"}) {
         const auto& r = h["by_device"][side];
-        std::snprintf(line, sizeof(line),
-                      "      interpolated %s: %d points, median %.2f%%, p95 %.2f%%, max %.2f%%\n",
-                      side == std::string("same_device") ? "from its own device's rows"
-                                                         : "from another device's rows too",
-                      r["count"].get<int>(), 100 * r["median_abs_relative_error"].get<double>(),
-                      100 * r["p95_abs_relative_error"].get<double>(),
-                      100 * r["max_abs_relative_error"].get<double>());
+        const char* what = side == std::string("same_device") ? "from its own device's rows"
+                                                              : "from another device's rows too";
+        if (r["count"].get<int>() == 0)
+          std::snprintf(line, sizeof(line), "      interpolated %s: no points\n", what);
+        else
+          std::snprintf(line, sizeof(line),
+                        "      interpolated %s: %d points, median %.2f%%, p95 %.2f%%, max %.2f%%\n",
+                        what, r["count"].get<int>(),
+                        100 * r["median_abs_relative_error"].get<double>(),
+                        100 * r["p95_abs_relative_error"].get<double>(),
+                        100 * r["max_abs_relative_error"].get<double>());
         os << line;
       }
     if (h.contains("by_routing"))  // experts tables since the split existed
