@@ -62,6 +62,9 @@ DeviceChange device_change(const std::vector<std::string>& run_starts) {
 json hardware_identity(const StoredAcquisition& acq) {
   json devices = json::array();
   std::set<std::string> kinds;
+  std::vector<json> ends;  // each run's end provenance, parsed once
+  for (const auto& run : acq.runs)
+    ends.push_back(run.end.empty() ? json::array() : json::parse(run.end));
   for_each_run_device(acq, [&](int run, const json& rank, int position, bool fresh) {
     const auto& props = rank.at("device");
     if (fresh) {
@@ -78,11 +81,9 @@ json hardware_identity(const StoredAcquisition& acq) {
     if (const auto b = rank.value("cpu_binding", "");
         !b.empty() && std::find(bindings.begin(), bindings.end(), b) == bindings.end())
       bindings.push_back(b);
-    const auto& end = acq.runs[static_cast<std::size_t>(run)].end;
-    if (!end.empty())
-      for (const auto& e : json::parse(end))
-        if (e.value("rank", -1) == rank.value("rank", -2))
-          device["state_after"] = e.value("device_state_after", json::object());
+    for (const auto& e : ends[static_cast<std::size_t>(run)])
+      if (e.value("rank", -1) == rank.value("rank", -2))
+        device["state_after"] = e.value("device_state_after", json::object());
   });
   if (kinds.size() > 1) {
     std::string names;

@@ -167,6 +167,17 @@ void print_devices(const json& devices, std::ostream& os) {
   }
 }
 
+// One line of held-out errors over a subset (HeldOutStatistics::errors_json) under `label`.
+void print_errors(const std::string& label, const json& r, std::ostream& os) {
+  char line[256];
+  std::snprintf(line, sizeof(line), "      %s: %d points, median %.2f%%, p95 %.2f%%, max %.2f%%\n",
+                label.c_str(), r["count"].get<int>(),
+                100 * r["median_abs_relative_error"].get<double>(),
+                100 * r["p95_abs_relative_error"].get<double>(),
+                100 * r["max_abs_relative_error"].get<double>());
+  os << line;
+}
+
 // Held-out statistics per table, the worst points and every grid point that failed B/2B.
 void print_fidelity(const json& tables, std::ostream& os) {
   for (const auto& t : tables) {
@@ -209,30 +220,20 @@ void print_fidelity(const json& tables, std::ostream& os) {
     if (h.contains("by_device"))
       for (const char* side : {"same_device", "across_devices"}) {
         const auto& r = h["by_device"][side];
-        const char* what = side == std::string("same_device") ? "from its own device's rows"
-                                                              : "from another device's rows too";
+        const std::string label =
+            std::string("interpolated ") + (side == std::string("same_device")
+                                                ? "from its own device's rows"
+                                                : "from another device's rows too");
         if (r["count"].get<int>() == 0)
-          std::snprintf(line, sizeof(line), "      interpolated %s: no points\n", what);
+          os << "      " << label << ": no points\n";
         else
-          std::snprintf(line, sizeof(line),
-                        "      interpolated %s: %d points, median %.2f%%, p95 %.2f%%, max %.2f%%\n",
-                        what, r["count"].get<int>(),
-                        100 * r["median_abs_relative_error"].get<double>(),
-                        100 * r["p95_abs_relative_error"].get<double>(),
-                        100 * r["max_abs_relative_error"].get<double>());
-        os << line;
+          print_errors(label, r, os);
       }
     if (h.contains("by_routing"))  // experts tables since the split existed
-      for (const char* routing : {"balanced", "off_balance"}) {
-        const auto& r = h["by_routing"][routing];
-        std::snprintf(line, sizeof(line),
-                      "      %s routing: %d points, median %.2f%%, p95 %.2f%%, max %.2f%%\n",
-                      routing == std::string("balanced") ? "balanced" : "off-balance",
-                      r["count"].get<int>(), 100 * r["median_abs_relative_error"].get<double>(),
-                      100 * r["p95_abs_relative_error"].get<double>(),
-                      100 * r["max_abs_relative_error"].get<double>());
-        os << line;
-      }
+      for (const char* routing : {"balanced", "off_balance"})
+        print_errors(
+            routing == std::string("balanced") ? "balanced routing" : "off-balance routing",
+            h["by_routing"][routing], os);
     for (const auto& w : h["worst"]) {
       std::snprintf(line, sizeof(line), "      worst %s: measured %.3f us, interpolated %.3f us\n",
                     w["point"].dump().c_str(), w["measured_us"].get<double>(),
