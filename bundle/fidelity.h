@@ -88,7 +88,7 @@ struct ComponentFidelity {
   HeldOutStatistics remeasured_statistics;
   // Local components: consecutive token rows whose forwards ran different kernels (e.g. cuBLAS
   // changing its GEMM with N) with an integer between them: a step may lie between the rows
-  // (reported, not refined: docs/measurement.md#fidelity).
+  // (reported; refinement bisects only pairs a few tokens apart: docs/measurement.md#fidelity).
   std::vector<std::pair<std::int64_t, std::int64_t>> kernel_changes;
   HeldOutStatistics statistics;
   // `experts`: the same over the held-out points at balanced routing (balanced_point: where a

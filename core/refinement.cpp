@@ -248,11 +248,11 @@ std::vector<GridPoint> held_out_points(const JobSpec& job, const Target& t, Comp
   return {out.begin(), out.end()};
 }
 
-RefinementStep refinement_step(const JobSpec& job, const Target& t, Component c, int stage,
-                               const std::set<GridPoint>& grid,
-                               const std::set<GridPoint>& measured_held_out,
-                               std::vector<HeldOutMiss> misses, std::int64_t point_budget,
-                               const std::vector<std::int64_t>& time_steps) {
+RefinementStep refinement_step(
+    const JobSpec& job, const Target& t, Component c, int stage, const std::set<GridPoint>& grid,
+    const std::set<GridPoint>& measured_held_out, std::vector<HeldOutMiss> misses,
+    std::int64_t point_budget, const std::vector<std::int64_t>& time_steps,
+    const std::vector<std::pair<std::int64_t, std::int64_t>>& kernel_changes) {
   std::sort(misses.begin(), misses.end(), [](const HeldOutMiss& a, const HeldOutMiss& b) {
     return a.relative_error != b.relative_error ? a.relative_error > b.relative_error
                                                 : a.point < b.point;
@@ -309,12 +309,20 @@ RefinementStep refinement_step(const JobSpec& job, const Target& t, Component c,
       take.insert(p);
     }
     std::erase_if(take, known);
-    if (take.empty()) continue;
-    if (static_cast<std::int64_t>(added.size() + take.size()) > point_budget) break;
+    if (take.empty() || static_cast<std::int64_t>(added.size() + take.size()) > point_budget)
+      continue;
     added.insert(take.begin(), take.end());
     for (const auto& q : new_probes)
       if (q) probes.insert(*q);
   }
+  if (!experts)
+    for (const auto& [lo, hi] : kernel_changes) {
+      const GridPoint mid{lo + (hi - lo) / 2, 0, 0};
+      if (hi - lo < 2 || hi - lo > kKernelStepBracketTokens || known(mid) ||
+          static_cast<std::int64_t>(added.size()) >= point_budget)
+        continue;
+      added.insert(mid);
+    }
   std::erase_if(probes,
                 [&](const GridPoint& q) { return known(q) || measured_held_out.contains(q); });
   // A stage that changed the table is also checked where no miss pointed: fresh random points,

@@ -4,6 +4,7 @@
 
 #include <cstdint>
 #include <set>
+#include <utility>
 #include <vector>
 
 #include "core/component.h"
@@ -51,13 +52,17 @@ struct RefinementStep {
 // its midpoint). When neither interval can be split the miss itself becomes a grid point. New
 // held-out points are the midpoints of the refined intervals and, when the stage adds grid
 // points, `job.fidelity.random_points` fresh random feasible points drawn for the stage, so the
-// validation set stays disjoint from the grid and is never only where the misses were. Adds at
-// most `point_budget` grid points (whole rows or columns only).
-[[nodiscard]] RefinementStep refinement_step(const JobSpec& job, const Target& t, Component c,
-                                             int stage, const std::set<GridPoint>& grid,
-                                             const std::set<GridPoint>& measured_held_out,
-                                             std::vector<HeldOutMiss> misses,
-                                             std::int64_t point_budget,
-                                             const std::vector<std::int64_t>& time_steps = {});
+// validation set stays disjoint from the grid and is never only where the misses were. Then, for
+// a component tabled over N only, each `kernel_changes` pair of consecutive rows at most
+// kKernelStepBracketTokens apart gets the row at its midpoint: over the stages that brackets the
+// step between adjacent token counts, which interpolation across it cannot see (wider pairs stay
+// reported only: bisecting them did not converge). Adds at most `point_budget` grid points (whole
+// rows or columns only; a take that does not fit is skipped, a smaller later one may).
+inline constexpr std::int64_t kKernelStepBracketTokens = 8;
+[[nodiscard]] RefinementStep refinement_step(
+    const JobSpec& job, const Target& t, Component c, int stage, const std::set<GridPoint>& grid,
+    const std::set<GridPoint>& measured_held_out, std::vector<HeldOutMiss> misses,
+    std::int64_t point_budget, const std::vector<std::int64_t>& time_steps = {},
+    const std::vector<std::pair<std::int64_t, std::int64_t>>& kernel_changes = {});
 
 }  // namespace moe

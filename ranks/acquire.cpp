@@ -482,9 +482,9 @@ class Acquisition {
       const bool last_stage = f.stages >= kMaxRefinementStages;
       RefinementStep step;
       if (fid.refine && !last_stage)
-        step =
-            refinement_step(job_, t->target, f.component, f.stages + 1, grid, measured_held_out,
-                            misses, fid.max_added_points - f.added_points, plan_.expert_time_steps);
+        step = refinement_step(job_, t->target, f.component, f.stages + 1, grid, measured_held_out,
+                               misses, fid.max_added_points - f.added_points,
+                               plan_.expert_time_steps, f.kernel_changes);
       // Grid points that failed B/2B are measured again in fresh rounds, up to the limit.
       std::vector<GridPoint> again;
       for (const auto& p : f.failed)

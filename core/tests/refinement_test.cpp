@@ -136,6 +136,52 @@ TEST(Refinement, AddsWholeExpertRowsWithinTheBudgetAndPromotesUnsplittableMisses
             (std::vector<GridPoint>{between}));
 }
 
+TEST(Refinement, ATakeThatDoesNotFitTheBudgetIsSkippedAndASmallerLaterOneStillFits) {
+  const auto job = tiny_job(1);
+  const auto t = job.targets().front();
+  const std::set<GridPoint> grid{{16, 2, 32}, {16, 3, 32}, {32, 2, 64}};
+  const auto wide = *balanced_point(job, t, 24);  // bisects N: more than one point
+  const GridPoint between{16, 3, 20};             // unsplittable: joins the grid alone
+  ASSERT_GT(
+      refinement_step(job, t, Component::experts, 1, grid, {}, {{wide, 0.5}}, 1000).grid.size(),
+      1u);
+  const std::vector<HeldOutMiss> misses{{wide, 0.5}, {between, 0.3}};  // the wide one first
+  EXPECT_EQ(refinement_step(job, t, Component::experts, 1, grid, {}, misses, 1).grid,
+            (std::vector<GridPoint>{between}));
+}
+
+TEST(Refinement, AKernelChangeBetweenCloseRowsGetsTheRowBetweenUntilTheRowsAreAdjacent) {
+  auto job = tiny_job(1);
+  job.fidelity.random_points = 0;
+  const auto t = job.targets().front();
+  const std::set<GridPoint> grid{{1, 0, 0},  {4, 0, 0},  {8, 0, 0},  {9, 0, 0},
+                                 {16, 0, 0}, {24, 0, 0}, {32, 0, 0}, {64, 0, 0}};
+  // (8, 9) is adjacent, (32, 64) wider than the bracket: reported only.
+  const std::vector<std::pair<std::int64_t, std::int64_t>> changes{
+      {4, 8}, {8, 9}, {16, 24}, {32, 64}};
+  const auto step =
+      refinement_step(job, t, Component::gate_routing, 1, grid, {}, {}, 10, {}, changes);
+  EXPECT_EQ(step.grid, (std::vector<GridPoint>{{6, 0, 0}, {20, 0, 0}}));
+  // The next stage bisects what is left: the step lies between 6 and 8.
+  std::set<GridPoint> next(grid);
+  next.insert(step.grid.begin(), step.grid.end());
+  EXPECT_EQ(
+      refinement_step(job, t, Component::gate_routing, 2, next, {}, {}, 10, {}, {{6, 8}}).grid,
+      (std::vector<GridPoint>{{7, 0, 0}}));
+  // Misses first (48 bisects 32-64 at its geometric midpoint, 45), then the brackets, within
+  // the budget.
+  const std::vector<HeldOutMiss> misses{{{48, 0, 0}, 0.1}};
+  EXPECT_EQ(
+      refinement_step(job, t, Component::gate_routing, 1, grid, {}, misses, 2, {}, changes).grid,
+      (std::vector<GridPoint>{{6, 0, 0}, {45, 0, 0}}));
+  // Only components tabled over N alone.
+  std::set<GridPoint> rows;
+  for (const auto n : {4, 8})
+    for (const auto& p : expert_row(job, t, n)) rows.insert(p);
+  EXPECT_TRUE(refinement_step(job, t, Component::experts, 1, rows, {}, {}, 1000, {}, {{4, 8}})
+                  .grid.empty());
+}
+
 TEST(Refinement, AStageThatAddsRowsAlsoDrawsFreshRandomPointsOfItsOwn) {
   const auto job = tiny_job(1);  // fidelity.random_points 12
   const auto t = job.targets().front();

@@ -6,9 +6,13 @@ in rows per expert (kernels/staircase_backend.h; the model is restated here inde
    balanced routing, looked up in the bundle and compared with the model) is too.
    The modeled gate changes its "kernel" above 44 rows with a 1% step (under the tolerance, so no
    held-out point misses): the bundle reports the change between the rows around it.
+   Those rows are 32 tokens apart: the change is reported only.
 2. Refinement resumes after SIGKILL: a run killed during a refinement stage and re-run ends with
    exactly the cells, points and table of an uninterrupted run, and the rounds complete before the
-   kill are not measured again."""
+   kill are not measured again.
+3. A kernel change between rows at most 8 tokens apart is bracketed: with capture sizes every 8
+   tokens the gate's switch lies between the rows 40 and 48, and refinement adds rows until
+   adjacent rows bracket it (44 and 45), with no held-out miss asking for them."""
 import json
 import math
 import os
@@ -220,5 +224,22 @@ with tempfile.TemporaryDirectory() as tmp:
     for name, (points, _) in after.items():
         assert points == reference_cells[name][0], f"{name}: points differ from the uninterrupted run"
     assert table(os.path.join(root, "staircase")) == table(bundle), "tables differ"
+    # 3. The gate's switch between close rows.
+    close_job = os.path.join(tmp, "close-rows.yaml")
+    with open(close_job, "w") as f:
+        f.write(open(JOB).read().replace(
+            "  mode: NONE\n", "  mode: FULL_AND_PIECEWISE\n  capture_sizes: [8, 16, 24, 32, 40, 48, 56, 64]\n"))
+    close_root = os.path.join(tmp, "close")
+    run(mpirun_cmd(1, "acquire", "--unverified", close_job, "--components", "gate_routing",
+                   "--out-root", close_root))
+    close = os.path.join(close_root, "staircase")
+    close_rows = sorted(int(r.split(",")[2]) for r in table(close).splitlines()[1:])
+    assert {40, 48} <= set(close_rows), close_rows
+    assert max(n for n in close_rows if n <= 44) == 44 and min(n for n in close_rows if n > 44) == 45, close_rows
+    gate = experts_fidelity(close)["components"]["gate_routing"]
+    assert gate["refinement"]["kernel_changes"] == [] and gate["refinement"]["added_points"] >= 2, gate["refinement"]
+    for n, got in zip(range(1, 65), lookup_many(close, 1, 1, [("gate_routing", n) for n in range(1, 65)])):
+        want = staircase_time_us("gate_routing", n)
+        assert abs(got - want) <= 1e-3 * want, (n, got, want)
 print(f"ok: staircase resolved (balanced worst {worst:.2%}, +{experts['refinement']['added_points']} points); "
       f"refinement resumed after a kill with {complete_before} cell rounds kept")
