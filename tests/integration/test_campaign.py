@@ -122,6 +122,26 @@ with tempfile.TemporaryDirectory() as tmp:
     text = run([HARNESS, "inspect", os.path.join(out, "acquisition.h5")]).stdout
     assert "    #1 host CPU (host " + os.uname().nodename + ")" in text and "rows by measuring device: #0 " in text, text
     assert "interpolated from another device's rows too: " in text, text
+    # A copy whose first run names another kind of device: inspect raises the red flag (exit 4)
+    # and publish refuses it before writing anything.
+    mixed = os.path.join(tmp, "mixed", "acquisition.h5")
+    os.makedirs(os.path.dirname(mixed))
+    shutil.copy(os.path.join(out, "acquisition.h5"), mixed)
+    with h5py.File(mixed, "r+") as f:
+        prov = f["provenance"]
+        first = min((k for k in prov.attrs if not k.endswith("_end")), key=lambda k: int(k[4:]))
+        ranks = json.loads(prov.attrs[first].decode())
+        for r in ranks:
+            r["device"]["device"] = "another CPU"
+        prov.attrs[first] = numpy.bytes_(json.dumps(ranks))
+    flagged = run([HARNESS, "inspect", mixed], check=False)
+    assert flagged.returncode == 4, (flagged.returncode, flagged.stdout, flagged.stderr)
+    assert "RED FLAG: the acquisition was measured on several device kinds (another CPU, host CPU)" in flagged.stdout, flagged.stdout
+    mixed_root = os.path.join(tmp, "mixed", "bundles")
+    refused = run([HARNESS, "publish", mixed, "--out-root", mixed_root], check=False)
+    assert refused.returncode != 0 and "several device kinds" in refused.stderr, refused.stderr
+    assert not os.path.exists(mixed_root) or not any(
+        f == "meta.yaml" for _, _, files in os.walk(mixed_root) for f in files), "published a mixed acquisition"
     state = json.load(open(os.path.join(out, "campaign.json")))
     assert state["phase"] == "complete" and len(state["runs"]) == 3
     assert state["device_seconds_consumed"] > consumed
