@@ -4,6 +4,7 @@
 
 #include <algorithm>
 #include <set>
+#include <sstream>
 
 #include "bundle/format.h"
 #include "core/files.h"
@@ -313,31 +314,40 @@ std::optional<std::string> read_fidelity_file(const std::filesystem::path& tp_di
   return text;
 }
 
-std::map<std::pair<Component, GridPoint>, double> read_row_clocks(
+std::map<std::pair<Component, GridPoint>, RowRecord> read_row_records(
     const std::filesystem::path& tp_dir, const BundleEntry& e) {
-  std::map<std::pair<Component, GridPoint>, double> clocks;
+  std::map<std::pair<Component, GridPoint>, RowRecord> records;
   const auto text =
       read_fidelity_file(tp_dir, e, "row_clocks_table", bundle_format::kRowClocksFile);
-  if (!text) return clocks;
+  if (!text) return records;
   const auto path = beside_table(tp_dir, e, bundle_format::kRowClocksFile).string();
   int line = 1;
-  for (const auto& f : csv_data_rows(*text)) {
+  for (const auto& f : csv_data_rows(*text)) {  // 5 fields: published before the devices column
     ++line;
     const auto bad = [&] {
       return BundleError(path + ":" + std::to_string(line) + ": expected " +
                          bundle_format::kRowClocksHeader);
     };
-    const auto component = f.size() == 5 ? parse_component(f[0]) : std::nullopt;
+    const auto component = f.size() == 5 || f.size() == 6 ? parse_component(f[0]) : std::nullopt;
     if (!component) throw bad();
-    if (f[4].empty()) continue;
+    RowRecord r;
     try {
-      clocks[{*component, GridPoint{std::stoll(f[1]), std::stoll(f[2]), std::stoll(f[3])}}] =
-          std::stod(f[4]);
+      if (!f[4].empty()) r.sm_clock_mean_mhz = std::stod(f[4]);
+      if (f.size() == 6 && !f[5].empty()) {
+        std::istringstream devices(f[5]);
+        for (std::string d; std::getline(devices, d, ';');) {
+          std::size_t used = 0;
+          r.devices.push_back(std::stoi(d, &used));
+          if (used != d.size() || r.devices.back() < 0) throw bad();
+        }
+      }
+      records[{*component, GridPoint{std::stoll(f[1]), std::stoll(f[2]), std::stoll(f[3])}}] =
+          std::move(r);
     } catch (const std::logic_error&) {
       throw bad();
     }
   }
-  return clocks;
+  return records;
 }
 
 }  // namespace moe

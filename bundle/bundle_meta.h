@@ -65,10 +65,16 @@ class BundleMeta {
                                                             const std::string& key,
                                                             const char* file);
 
-// The mean SM clock (MHz) each row of a component table was measured at (row_clocks.csv, through
-// read_fidelity_file), by component and point; rows without one are absent, and so is every row
-// of an entry published before the file existed. Throws BundleError naming a malformed line.
-[[nodiscard]] std::map<std::pair<Component, GridPoint>, double> read_row_clocks(
+// What row_clocks.csv says of one row of a component table.
+struct RowRecord {
+  std::optional<double> sm_clock_mean_mhz;  // the mean SM clock it ran at; nullopt: not recorded
+  std::vector<int> devices;  // positions in provenance.hardware.devices; empty: not recorded
+};
+
+// Each row of a component table's record (row_clocks.csv, through read_fidelity_file), by
+// component and point; empty for an entry published before the file existed (and no devices
+// where it predates their column). Throws BundleError naming a malformed line.
+[[nodiscard]] std::map<std::pair<Component, GridPoint>, RowRecord> read_row_records(
     const std::filesystem::path& tp_dir, const BundleEntry& e);
 
 // Loads <variant_dir>/meta.yaml (empty meta when absent). Throws BundleError naming the problem

@@ -40,10 +40,13 @@ inline constexpr const char* kHeldOutHeader =
     "component,tokens,activated_experts,local_assignments,measured_us,predicted_us";
 
 // The mean SM clock each row of components.csv was measured at, row for row (empty: not
-// recorded); coverage.fidelity.row_clocks_table names it and its SHA-256.
+// recorded), and the devices whose rounds measured it (positions in the entry's
+// provenance.hardware.devices, ';'-separated; empty: not recorded); files published before the
+// devices column have the header without it. coverage.fidelity.row_clocks_table names it and
+// its SHA-256.
 inline constexpr const char* kRowClocksFile = "row_clocks.csv";
 inline constexpr const char* kRowClocksHeader =
-    "component,tokens,activated_experts,local_assignments,sm_clock_mean_mhz";
+    "component,tokens,activated_experts,local_assignments,sm_clock_mean_mhz,devices";
 
 inline constexpr const char* kCollectivesDir = "collectives";
 inline constexpr const char* kCollectivesFile = "collectives.csv";

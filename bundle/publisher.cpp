@@ -181,7 +181,10 @@ PublishReport publish(const StoredAcquisition& acq, const std::string& h5_path,
             << p.point.assignments << "," << csv_number(*p.time_us, 4) << "\n";
         row_clocks << name << "," << p.point.tokens << "," << p.point.activated << ","
                    << p.point.assignments << ","
-                   << (p.sm_clock_mean_mhz ? csv_number(*p.sm_clock_mean_mhz, 1) : "") << "\n";
+                   << (p.sm_clock_mean_mhz ? csv_number(*p.sm_clock_mean_mhz, 1) : "") << ",";
+        for (std::size_t d = 0; d < p.devices.size(); ++d)
+          row_clocks << (d ? ";" : "") << p.devices[d];
+        row_clocks << "\n";
         published[component].push_back({p.point, *p.time_us});
         ++published_points;
       }

@@ -260,7 +260,7 @@ Report render_report(const fs::path& dir) {
   for (const auto& [tp, entries] : meta.per_tp(Section::moe_components))
     for (const auto& e : entries) {
       const auto rows = read_csv(dir / tp_dir_name(tp) / e.path);
-      const auto row_clocks = read_row_clocks(dir / tp_dir_name(tp), e);
+      const auto row_records = read_row_records(dir / tp_dir_name(tp), e);
       // One line per local component and per activated-experts value; where several M were
       // measured at one (N, A) the line follows the largest M. The clock plot follows the same
       // rows (NaN: the row has no clock, or a gap).
@@ -274,10 +274,12 @@ Report render_report(const fs::path& dir) {
         const std::string label = f[0] == "experts" ? "experts A=" + f[3] : f[0];
         const auto component = parse_component(f[0]);
         const auto c =
-            component ? row_clocks.find({*component, GridPoint{std::stoll(f[2]), std::stoll(f[3]),
-                                                               std::stoll(f[4])}})
-                      : row_clocks.end();
-        const double clock = c == row_clocks.end() ? std::nan("") : c->second;
+            component ? row_records.find({*component, GridPoint{std::stoll(f[2]), std::stoll(f[3]),
+                                                                std::stoll(f[4])}})
+                      : row_records.end();
+        const double clock = c == row_records.end()
+                                 ? std::nan("")
+                                 : c->second.sm_clock_mean_mhz.value_or(std::nan(""));
         auto [it, fresh] = lines[label].try_emplace(tok, Followed{m, t, clock});
         if (!fresh && m > it->second.m) it->second = {m, t, clock};
         times.push_back(t);

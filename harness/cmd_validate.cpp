@@ -237,10 +237,11 @@ int validate(const Args& args) {
     DeploymentKey key;  // loading first validates the entry (hashes, checksums, table)
     key.tp = e->target.tp, key.dp = e->target.dp, key.rank = e->target.rank, key.sp = e->target.sp;
     auto deployment = Deployment::load(variant_dir, key);
-    // The clock each row was measured at: beside a re-measured row's clock now, it tells an
-    // offset of the device (same clock) from one of the clock (docs/measurement.md).
-    const auto row_clocks =
-        read_row_clocks(std::filesystem::path(variant_dir) / tp_dir_name(e->target.tp), *e);
+    // The clock each row was measured at and the devices that measured it: beside a re-measured
+    // row's clock and device now, they tell an offset of the device (same clock, another device)
+    // from one of the clock (docs/measurement.md).
+    const auto row_records =
+        read_row_records(std::filesystem::path(variant_dir) / tp_dir_name(e->target.tp), *e);
     const auto backend_name = e->contract.value("backend", "");
     if (!backend || backend->name() != backend_name) {
       backend = make_backend(backend_name, device);
@@ -256,6 +257,8 @@ int validate(const Args& args) {
          e->provenance.value("hardware", json::object()).value("devices", json::array()))
       measured_on.push_back(d.value("uuid", d.value("device", "?")));
     const auto here_id = here.contains("uuid") ? here.at("uuid") : here.at("device");
+    const auto here_position = static_cast<int>(
+        std::find(measured_on.begin(), measured_on.end(), here_id) - measured_on.begin());
     json entry = {{"target", e->target.to_json()},
                   {"device", here_id},
                   {"table_devices", measured_on},
@@ -297,8 +300,16 @@ int validate(const Args& args) {
           clocks_now.push_back(*p.sm_clock_mean_mhz);
         }
         if (row_set.count(p.point)) {  // a table row: answered exactly, no interpolation
-          if (const auto clock = row_clocks.find({c, p.point}); clock != row_clocks.end())
-            j["table_sm_clock_mean_mhz"] = clock->second;
+          if (const auto r = row_records.find({c, p.point}); r != row_records.end()) {
+            if (r->second.sm_clock_mean_mhz)
+              j["table_sm_clock_mean_mhz"] = *r->second.sm_clock_mean_mhz;
+            if (!r->second.devices.empty()) {
+              j["table_devices"] = r->second.devices;  // positions in table_devices above
+              j["table_row_on_this_device"] =
+                  std::find(r->second.devices.begin(), r->second.devices.end(), here_position) !=
+                  r->second.devices.end();
+            }
+          }
           if (!p.bank_check_passed) {
             ++row_bank_failures;
             j["bank_check"] = "failed";
@@ -414,9 +425,20 @@ int validate(const Args& args) {
             std::cout << ", table " << p["table_us"].get<double>() << " us";
           if (p.contains("sm_clock_mean_mhz"))
             std::cout << ", at " << std::lround(p["sm_clock_mean_mhz"].get<double>()) << " MHz";
-          if (p.contains("table_sm_clock_mean_mhz"))
-            std::cout << " (the row: " << std::lround(p["table_sm_clock_mean_mhz"].get<double>())
-                      << " MHz)";
+          if (p.contains("table_sm_clock_mean_mhz") || p.contains("table_devices")) {
+            std::cout << " (the row:";
+            if (p.contains("table_sm_clock_mean_mhz"))
+              std::cout << " " << std::lround(p["table_sm_clock_mean_mhz"].get<double>()) << " MHz";
+            if (p.contains("table_devices")) {
+              if (p["table_row_on_this_device"].get<bool>()) {
+                std::cout << " on this device";
+              } else {
+                std::cout << " on";
+                for (const auto& d : p["table_devices"]) std::cout << " #" << d.get<int>();
+              }
+            }
+            std::cout << ")";
+          }
           if (p.contains("unpredicted")) std::cout << ", " << p["unpredicted"].get<std::string>();
           if (p.contains("bank_check")) std::cout << ", failed B/2B";
           std::cout << "\n";

@@ -99,39 +99,57 @@ TEST(BundleMeta, TargetAndPathAreUnderTheContract) {
         << bad;
 }
 
-TEST(BundleMeta, RowClocksAreReadUnderTheirChecksum) {
+TEST(BundleMeta, RowRecordsAreReadUnderTheirChecksum) {
   const auto tp_dir =
       std::filesystem::temp_directory_path() / ("row_clocks_" + std::to_string(::getpid()));
   const Target target{1, 1, 1, 0, false};
   BundleEntry e{target, bundle_format::components_path(target), {}, "", {}, {}};
   const auto dir = tp_dir / std::filesystem::path(e.path).parent_path();
   std::filesystem::create_directories(dir);
-  // Published before the file existed: no clocks, no error.
-  EXPECT_TRUE(read_row_clocks(tp_dir, e).empty());
+  // Published before the file existed: no records, no error.
+  EXPECT_TRUE(read_row_records(tp_dir, e).empty());
   const auto sign = [&](const std::string& text) {
     write_file_atomic(dir / bundle_format::kRowClocksFile, text);
     e.coverage["fidelity"]["row_clocks_table"] = {{"file", bundle_format::kRowClocksFile},
                                                   {"sha256", sha256_hex(text)}};
   };
   const std::string header = std::string(bundle_format::kRowClocksHeader) + "\n";
-  sign(header + "gate_routing,16,0,0,1974.5\nexperts,16,8,128,\nexperts,16,128,128,1884.0\n");
-  const auto clocks = read_row_clocks(tp_dir, e);
-  ASSERT_EQ(clocks.size(), 2u);  // the row without a clock is absent
-  EXPECT_DOUBLE_EQ(clocks.at({Component::gate_routing, GridPoint{16, 0, 0}}), 1974.5);
-  EXPECT_DOUBLE_EQ(clocks.at({Component::experts, GridPoint{16, 128, 128}}), 1884.0);
+  sign(header +
+       "gate_routing,16,0,0,1974.5,0\nexperts,16,8,128,,\nexperts,16,128,128,1884.0,0;3\n");
+  const auto records = read_row_records(tp_dir, e);
+  ASSERT_EQ(records.size(), 3u);
+  const auto& gate = records.at({Component::gate_routing, GridPoint{16, 0, 0}});
+  EXPECT_DOUBLE_EQ(gate.sm_clock_mean_mhz.value(), 1974.5);
+  EXPECT_EQ(gate.devices, std::vector<int>{0});
+  const auto& unrecorded = records.at({Component::experts, GridPoint{16, 8, 128}});
+  EXPECT_FALSE(unrecorded.sm_clock_mean_mhz);
+  EXPECT_TRUE(unrecorded.devices.empty());
+  const auto& two = records.at({Component::experts, GridPoint{16, 128, 128}});
+  EXPECT_DOUBLE_EQ(two.sm_clock_mean_mhz.value(), 1884.0);
+  EXPECT_EQ(two.devices, (std::vector<int>{0, 3}));
+  // Published before the devices column: clocks, no devices.
+  sign(
+      "component,tokens,activated_experts,local_assignments,sm_clock_mean_mhz\n"
+      "experts,16,128,128,1884.0\n");
+  const auto old = read_row_records(tp_dir, e);
+  EXPECT_DOUBLE_EQ(old.at({Component::experts, GridPoint{16, 128, 128}}).sm_clock_mean_mhz.value(),
+                   1884.0);
+  EXPECT_TRUE(old.at({Component::experts, GridPoint{16, 128, 128}}).devices.empty());
   const auto error_of = [&] {
     try {
-      (void)read_row_clocks(tp_dir, e);
+      (void)read_row_records(tp_dir, e);
     } catch (const BundleError& err) {
       return std::string(err.what());
     }
     return std::string("no error");
   };
-  write_file_atomic(dir / bundle_format::kRowClocksFile, header + "experts,16,8,128,1900.0\n");
+  write_file_atomic(dir / bundle_format::kRowClocksFile, header + "experts,16,8,128,1900.0,0\n");
   EXPECT_NE(error_of().find("checksum mismatch (row_clocks_table.sha256 in meta.yaml)"),
             std::string::npos);
-  for (const char* line : {"shared,1,0,0,1900.0", "experts,16,8,1900.0", "experts,16,x,128,1"}) {
-    sign(header + "experts,1,1,1,1960.0\n" + line + "\n");
+  for (const char* line :
+       {"shared,1,0,0,1900.0,0", "experts,16,8,1900.0", "experts,16,x,128,1,0",
+        "experts,16,8,128,1900.0,0;x", "experts,16,8,128,1900.0,-1", "experts,16,8,128,1,0,1"}) {
+    sign(header + "experts,1,1,1,1960.0,0\n" + line + "\n");
     EXPECT_NE(error_of().find(std::string(bundle_format::kRowClocksFile) + ":3: expected " +
                               bundle_format::kRowClocksHeader),
               std::string::npos)

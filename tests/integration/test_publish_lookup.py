@@ -89,12 +89,14 @@ with tempfile.TemporaryDirectory() as tmp:
         assert r0["job_sha256"] == hashlib.sha256(job_text.encode()).hexdigest(), r0
         assert len(r0["harness_binary_sha256"]) == 64 and len(r0["family_table_sha256"]) == 64, r0
         assert r0["complete"] is True and r0["command"].startswith("harness acquire"), r0
-        # Every row's clock, under its own checksum: none on the host backend (no device clock).
+        # Every row's clock, under its own checksum: none on the host backend (no device clock);
+        # every row's device: the one device of the one run.
         rc_path = os.path.join(os.path.dirname(path), "row_clocks.csv")
         rc = open(rc_path, "rb").read()
         assert fid["row_clocks_table"] == {"file": "row_clocks.csv", "sha256": hashlib.sha256(rc).hexdigest()}
         rc_rows = list(csv.DictReader(open(rc_path)))
         assert len(rc_rows) == e["coverage"]["rows"] and all(r["sm_clock_mean_mhz"] == "" for r in rc_rows), rc_rows[:3]
+        assert all(r["devices"] == "0" for r in rc_rows), rc_rows[:3]
         # Every held-out point with the table's prediction, under its own checksum.
         ho_path = os.path.join(os.path.dirname(path), "held_out.csv")
         ho = open(ho_path, "rb").read()

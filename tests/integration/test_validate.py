@@ -100,27 +100,29 @@ with tempfile.TemporaryDirectory() as tmp:
         table_clock = published["coverage"]["fidelity"]["components"][name]["sm_clock_mean_mhz"]["median"]
         assert c["sm_clock_mean_mhz"]["table"] == table_clock, (name, c["sm_clock_mean_mhz"], table_clock)
         # Each re-measured row beside the clock it was measured at (row_clocks.csv): the model's.
+        # and the device that measured it (row_clocks.csv's devices): this one, the only one.
         for pt in c["table_rows"]["points"]:
             assert abs(pt["table_sm_clock_mean_mhz"] - staircase_sm_clock_mhz(pt["point"][0])) <= 0.5, (name, pt)
+            assert pt["table_devices"] == [0] and pt["table_row_on_this_device"] is True, (name, pt)
     # row_clocks.csv: one line per row of components.csv, in its order, under its checksum.
     table_dir = os.path.dirname(table)
     clocks_text = open(os.path.join(table_dir, "row_clocks.csv")).read()
     assert published["coverage"]["fidelity"]["row_clocks_table"] == \
         {"file": "row_clocks.csv", "sha256": hashlib.sha256(clocks_text.encode()).hexdigest()}
     clock_lines = clocks_text.splitlines()
-    assert clock_lines[0] == "component,tokens,activated_experts,local_assignments,sm_clock_mean_mhz"
+    assert clock_lines[0] == "component,tokens,activated_experts,local_assignments,sm_clock_mean_mhz,devices"
     table_lines = open(table).read().splitlines()[1:]
-    assert [r.rsplit(",", 1)[0] for r in clock_lines[1:]] == \
+    assert [r.rsplit(",", 2)[0] for r in clock_lines[1:]] == \
         [",".join(r.split(",")[:1] + r.split(",")[2:5]) for r in table_lines], "row_clocks.csv rows differ"
     for r in clock_lines[1:]:
         f = r.split(",")
-        assert abs(float(f[4]) - staircase_sm_clock_mhz(int(f[1]))) <= 0.5, r
+        assert abs(float(f[4]) - staircase_sm_clock_mhz(int(f[1]))) <= 0.5 and f[5] == "0", r
     text = run([HARNESS, "validate", bundle, "--points", "10", "--seed", "11"], check=False).stdout
     g = comps["gate_routing"]["sm_clock_mean_mhz"]
     whole = lambda mhz: math.floor(mhz + 0.5)  # std::lround
     assert f"mean SM clock (median): now {whole(g['now'])} MHz, the table's rows {whole(g['table'])} MHz" in text, text
     row = comps["gate_routing"]["table_rows"]["points"][0]
-    assert f"at {whole(row['sm_clock_mean_mhz'])} MHz (the row: {whole(row['table_sm_clock_mean_mhz'])} MHz)" in text, text
+    assert f"at {whole(row['sm_clock_mean_mhz'])} MHz (the row: {whole(row['table_sm_clock_mean_mhz'])} MHz on this device)" in text, text
     assert comps["wrapper"]["max_abs_relative_error"] < 1e-9
     assert comps["gate_routing"]["max_abs_relative_error"] < 0.0101
 
