@@ -304,7 +304,7 @@ int validate(const Args& args) {
             if (r->second.sm_clock_mean_mhz)
               j["table_sm_clock_mean_mhz"] = *r->second.sm_clock_mean_mhz;
             if (!r->second.devices.empty()) {
-              j["table_devices"] = r->second.devices;  // positions in table_devices above
+              j["table_row_devices"] = r->second.devices;  // positions in table_devices above
               j["table_row_on_this_device"] =
                   std::find(r->second.devices.begin(), r->second.devices.end(), here_position) !=
                   r->second.devices.end();
@@ -367,9 +367,11 @@ int validate(const Args& args) {
               << " routing (rerun with --seed to draw the same points)\n";
     for (const auto& entry : report["entries"]) {
       std::cout << "  " << Target::from_json(entry["target"]).label() << ": measured now on "
-                << entry["device"].get<std::string>() << ", the table on "
-                << entry["table_devices"].dump()
-                << (entry["same_device"].get<bool>() ? " (the same device)\n"
+                << entry["device"].get<std::string>() << ", the table on";
+      const auto& table_devices = entry["table_devices"];  // numbered as a row's devices are
+      for (std::size_t d = 0; d < table_devices.size(); ++d)
+        std::cout << (d ? ", #" : " #") << d << " " << table_devices[d].get<std::string>();
+      std::cout << (entry["same_device"].get<bool>() ? " (the same device)\n"
                                                      : " (another device of the same kind)\n");
       if (!entry["row_clocks_recorded"].get<bool>())
         std::cout << "    no row's own clock: this entry was published before bundles recorded "
@@ -425,16 +427,16 @@ int validate(const Args& args) {
             std::cout << ", table " << p["table_us"].get<double>() << " us";
           if (p.contains("sm_clock_mean_mhz"))
             std::cout << ", at " << std::lround(p["sm_clock_mean_mhz"].get<double>()) << " MHz";
-          if (p.contains("table_sm_clock_mean_mhz") || p.contains("table_devices")) {
+          if (p.contains("table_sm_clock_mean_mhz") || p.contains("table_row_devices")) {
             std::cout << " (the row:";
             if (p.contains("table_sm_clock_mean_mhz"))
               std::cout << " " << std::lround(p["table_sm_clock_mean_mhz"].get<double>()) << " MHz";
-            if (p.contains("table_devices")) {
+            if (p.contains("table_row_devices")) {
               if (p["table_row_on_this_device"].get<bool>()) {
                 std::cout << " on this device";
               } else {
                 std::cout << " on";
-                for (const auto& d : p["table_devices"]) std::cout << " #" << d.get<int>();
+                for (const auto& d : p["table_row_devices"]) std::cout << " #" << d.get<int>();
               }
             }
             std::cout << ")";

@@ -103,7 +103,7 @@ with tempfile.TemporaryDirectory() as tmp:
         # and the device that measured it (row_clocks.csv's devices): this one, the only one.
         for pt in c["table_rows"]["points"]:
             assert abs(pt["table_sm_clock_mean_mhz"] - staircase_sm_clock_mhz(pt["point"][0])) <= 0.5, (name, pt)
-            assert pt["table_devices"] == [0] and pt["table_row_on_this_device"] is True, (name, pt)
+            assert pt["table_row_devices"] == [0] and pt["table_row_on_this_device"] is True, (name, pt)
     # row_clocks.csv: one line per row of components.csv, in its order, under its checksum.
     table_dir = os.path.dirname(table)
     clocks_text = open(os.path.join(table_dir, "row_clocks.csv")).read()
