@@ -1,6 +1,7 @@
 // harness lookup: component or collective time from a bundle, interpolated inside measured
 // support.
 #include <algorithm>
+#include <cmath>
 #include <cstdio>
 #include <fstream>
 #include <iomanip>
@@ -58,12 +59,19 @@ nlohmann::json component_json(Deployment& d, Component c, std::int64_t tokens,
     out["activated_experts"] = activated, out["local_assignments"] = assignments;
   if (explain) {
     nlohmann::json v = nlohmann::json::array();
-    for (const auto& x : r.vertices)
-      v.push_back({{"tokens", x.point.tokens},
-                   {"activated_experts", x.point.activated},
-                   {"local_assignments", x.point.assignments},
-                   {"time_us", x.time_us},
-                   {"weight", x.weight}});
+    for (const auto& x : r.vertices) {
+      nlohmann::json vertex = {{"tokens", x.point.tokens},
+                               {"activated_experts", x.point.activated},
+                               {"local_assignments", x.point.assignments},
+                               {"time_us", x.time_us},
+                               {"weight", x.weight}};
+      // How the row was measured: a power-capped clock or another device shows here.
+      if (const auto* row = d.measured_row(c, x.point)) {
+        if (row->sm_clock_mean_mhz) vertex["sm_clock_mean_mhz"] = *row->sm_clock_mean_mhz;
+        if (!row->devices.empty()) vertex["devices"] = row->devices;
+      }
+      v.push_back(vertex);
+    }
     out["vertices"] = v;
   }
   const auto held_out = d.held_out_errors(c, tokens, activated, assignments);
@@ -256,10 +264,20 @@ int lookup(const Args& args) {
     std::cout << (r.exact
                       ? "exact measured row\n"
                       : "interpolated from " + std::to_string(r.vertices.size()) + " vertices:\n");
-    for (const auto& x : r.vertices)
+    for (const auto& x : r.vertices) {
       std::cout << "  N=" << x.point.tokens << " A=" << x.point.activated
                 << " M=" << x.point.assignments << "  time_us=" << x.time_us
-                << "  weight=" << x.weight << "\n";
+                << "  weight=" << x.weight;
+      if (const auto* row = d.measured_row(*c, x.point)) {
+        if (row->sm_clock_mean_mhz)
+          std::cout << "  at " << std::lround(*row->sm_clock_mean_mhz) << " MHz";
+        if (!row->devices.empty()) {
+          std::cout << "  on";
+          for (const int dev : row->devices) std::cout << " #" << dev;
+        }
+      }
+      std::cout << "\n";
+    }
     if (const auto h = d.held_out_errors(*c, tokens, activated, assignments)) {
       const char* routing = h->routing.empty()         ? ""
                             : h->routing == "balanced" ? " at balanced routing"

@@ -151,6 +151,12 @@ with tempfile.TemporaryDirectory() as tmp:
     got = json.loads(lookup(variant, "--tp", "1", "--dp", "2", "--rank", "0", "--component", "gate_routing",
                             "--tokens", str(mid), "--explain", "--format", "json").stdout)
     assert min(t0, t1) <= got["time_us"] <= max(t0, t1) and len(got["vertices"]) == 2, got
+    # --explain says how each vertex row was measured (row_clocks.csv): on the host, no clock, and
+    # the one device of the one run.
+    assert all(v["devices"] == [0] and "sm_clock_mean_mhz" not in v for v in got["vertices"]), got
+    text = lookup(variant, "--tp", "1", "--dp", "2", "--rank", "0", "--component", "gate_routing",
+                  "--tokens", str(mid), "--explain").stdout
+    assert text.count("  on #0\n") == 2 and " MHz" not in text, text
 
     # An interior experts query: <= 4 vertices, nonnegative weights summing to 1 that reproduce the
     # query point, and a value between the vertices' values.
