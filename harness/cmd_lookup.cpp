@@ -11,6 +11,7 @@
 #include <sstream>
 #include <vector>
 
+#include "bundle/bundle_meta.h"
 #include "core/job_spec.h"
 #include "harness/commands.h"
 #include "lookup/lookup.h"
@@ -48,16 +49,39 @@ nlohmann::json collective_json(const std::string& collective, std::int64_t token
           {"rows", rows}};
 }
 
+using RowRecords = std::map<std::pair<Component, GridPoint>, RowRecord>;
+
+// How each published row of the deployment's entry was measured (row_clocks.csv, checksum
+// checked), read for --explain only: a plain lookup needs none of it.
+RowRecords row_records_of(const std::string& variant_dir, const Deployment& d) {
+  const auto target = Target::from_json(d.contract().at("target"));
+  const auto meta = load_bundle_meta(variant_dir);
+  const auto& entries = meta.per_tp(Section::moe_components);
+  if (const auto tp = entries.find(target.tp); tp != entries.end())
+    for (const auto& e : tp->second)
+      if (e.target == target)
+        return read_row_records(std::filesystem::path(variant_dir) / tp_dir_name(target.tp), e);
+  return {};
+}
+
+// The record of a vertex row; nullptr where there is none (an entry published before
+// row_clocks.csv).
+const RowRecord* record_of(const RowRecords& records, Component c, const GridPoint& point) {
+  const auto it = records.find({c, point});
+  return it == records.end() ? nullptr : &it->second;
+}
+
+// `rows`: the records --explain prints beside its vertices (nullptr without --explain).
 nlohmann::json component_json(Deployment& d, Component c, std::int64_t tokens,
                               std::int64_t activated, std::int64_t assignments,
-                              const LookupResult& r, bool explain) {
+                              const LookupResult& r, const RowRecords* rows) {
   nlohmann::json out = {{"component", std::string(to_string(c))},
                         {"tokens", tokens},
                         {"time_us", r.time_us},
                         {"exact", r.exact}};
   if (c == Component::experts)
     out["activated_experts"] = activated, out["local_assignments"] = assignments;
-  if (explain) {
+  if (rows) {
     nlohmann::json v = nlohmann::json::array();
     for (const auto& x : r.vertices) {
       nlohmann::json vertex = {{"tokens", x.point.tokens},
@@ -66,7 +90,7 @@ nlohmann::json component_json(Deployment& d, Component c, std::int64_t tokens,
                                {"time_us", x.time_us},
                                {"weight", x.weight}};
       // How the row was measured: a power-capped clock or another device shows here.
-      if (const auto* row = d.measured_row(c, x.point)) {
+      if (const auto* row = record_of(*rows, c, x.point)) {
         if (row->sm_clock_mean_mhz) vertex["sm_clock_mean_mhz"] = *row->sm_clock_mean_mhz;
         if (!row->devices.empty()) vertex["devices"] = row->devices;
       }
@@ -140,11 +164,13 @@ int lookup_batch(const std::string& variant_dir, const DeploymentKey& key,
   }
   const auto queries = read_queries(source == "-" ? std::cin : file, source);
   std::optional<Deployment> deployment;
+  std::optional<RowRecords> rows;  // --explain
   std::optional<CollectiveTable> collectives;
   for (const auto& q : queries) {
     if (q.component && !deployment) {
       deployment.emplace(Deployment::load(variant_dir, key));
       warn_if_not_device_data(deployment->contract());
+      if (explain) rows = row_records_of(variant_dir, *deployment);
     }
     if (!q.component && !collectives) {
       try {
@@ -168,7 +194,7 @@ int lookup_batch(const std::string& variant_dir, const DeploymentKey& key,
         time_us = r.time_us;
         if (json)
           answer = component_json(*deployment, *q.component, q.tokens, q.activated, q.assignments,
-                                  r, explain);
+                                  r, rows ? &*rows : nullptr);
       } else {
         const auto r = collectives->query(q.collective, q.tokens);
         time_us = r.time_us;
@@ -255,8 +281,11 @@ int lookup(const Args& args) {
   auto d = Deployment::load(variant_dir, key);
   warn_if_not_device_data(d.contract());
   const auto r = d.query(*c, tokens, activated, assignments);
+  const auto rows = explain ? std::optional(row_records_of(variant_dir, d)) : std::nullopt;
   if (format == "json") {
-    std::cout << component_json(d, *c, tokens, activated, assignments, r, explain).dump(1) << "\n";
+    std::cout
+        << component_json(d, *c, tokens, activated, assignments, r, rows ? &*rows : nullptr).dump(1)
+        << "\n";
     return 0;
   }
   std::cout << std::setprecision(10) << r.time_us << "\n";
@@ -268,7 +297,7 @@ int lookup(const Args& args) {
       std::cout << "  N=" << x.point.tokens << " A=" << x.point.activated
                 << " M=" << x.point.assignments << "  time_us=" << x.time_us
                 << "  weight=" << x.weight;
-      if (const auto* row = d.measured_row(*c, x.point)) {
+      if (const auto* row = record_of(*rows, *c, x.point)) {
         if (row->sm_clock_mean_mhz)
           std::cout << "  at " << std::lround(*row->sm_clock_mean_mhz) << " MHz";
         if (!row->devices.empty()) {

@@ -62,9 +62,8 @@ struct Deployment::Impl {
   nlohmann::json fidelity;  // coverage.fidelity.components (null when absent)
   std::vector<Component> components;
   std::optional<ComponentTables> tables;
-  std::map<Component, std::vector<TableRow>> rows;                       // as published
-  std::map<std::pair<Component, GridPoint>, MeasuredRow> measured_rows;  // row_clocks.csv
-  LruCache<CacheKey, LookupResult> answers;  // bounded cache of answered queries
+  std::map<Component, std::vector<TableRow>> rows;  // as published
+  LruCache<CacheKey, LookupResult> answers;         // bounded cache of answered queries
   std::size_t hits = 0;
 };
 
@@ -125,10 +124,6 @@ const std::vector<TableRow>& Deployment::rows(Component c) const {
   static const std::vector<TableRow> none;
   const auto it = impl_->rows.find(c);
   return it == impl_->rows.end() ? none : it->second;
-}
-const MeasuredRow* Deployment::measured_row(Component c, const GridPoint& point) const {
-  const auto it = impl_->measured_rows.find({c, point});
-  return it == impl_->measured_rows.end() ? nullptr : &it->second;
 }
 std::size_t Deployment::cache_hits() const {
   return impl_->hits;
@@ -277,12 +272,6 @@ Deployment Deployment::load(const std::filesystem::path& variant_dir, const Depl
     throw LookupError(csv_path.string() + ": " + e.what());
   }
   impl->rows = std::move(rows);
-  try {
-    for (auto& [key_of_row, r] : read_row_records(variant_dir / tp_dir_name(key.tp), *entry))
-      impl->measured_rows[key_of_row] = {r.sm_clock_mean_mhz, std::move(r.devices)};
-  } catch (const BundleError& e) {
-    throw LookupError(e.what());
-  }
   return Deployment(std::move(impl));
 }
 

@@ -28,12 +28,6 @@ struct DeploymentKey {
   std::string expect_device;
 };
 
-// How one published row was measured (the entry's row_clocks.csv: docs/bundle-format.md).
-struct MeasuredRow {
-  std::optional<double> sm_clock_mean_mhz;  // the mean SM clock it ran at; nullopt: not recorded
-  std::vector<int> devices;  // positions in provenance.hardware.devices; empty: not recorded
-};
-
 // How well a table predicted points it was not built from (meta.yaml coverage.fidelity:
 // docs/bundle-format.md): |relative error| statistics over its held-out points.
 struct HeldOutErrors {
@@ -71,9 +65,6 @@ class Deployment {
                                                              std::int64_t assignments = 0) const;
   // The published rows of one component, in table order (empty when it has none).
   [[nodiscard]] const std::vector<TableRow>& rows(Component c) const;
-  // How one published row was measured: nullptr for a point that is not a row, and for every row
-  // of an entry published before row_clocks.csv.
-  [[nodiscard]] const MeasuredRow* measured_row(Component c, const GridPoint& point) const;
   [[nodiscard]] std::size_t cache_hits() const;
 
  private:

@@ -157,6 +157,16 @@ with tempfile.TemporaryDirectory() as tmp:
     text = lookup(variant, "--tp", "1", "--dp", "2", "--rank", "0", "--component", "gate_routing",
                   "--tokens", str(mid), "--explain").stdout
     assert text.count("  on #0\n") == 2 and " MHz" not in text, text
+    # --explain alone reads row_clocks.csv, under its checksum: a changed file refuses it, while
+    # a plain lookup, which needs none of it, still answers.
+    edited = os.path.join(tmp, "edited-clocks")
+    shutil.copytree(variant, edited)
+    (dp2,) = [e for e in entries if e["target"]["dp"] == 2 and e["target"]["rank"] == 0]
+    open(os.path.join(edited, "tp1", os.path.dirname(dp2["path"]), "row_clocks.csv"), "a").write("gate_routing,9,0,0,,0\n")
+    query = ["--tp", "1", "--dp", "2", "--rank", "0", "--component", "gate_routing", "--tokens", str(mid)]
+    expect_error([HARNESS, "lookup", edited, *query, "--explain"],
+                 "row_clocks.csv: checksum mismatch (row_clocks_table.sha256 in meta.yaml)")
+    assert abs(float(lookup(edited, *query).stdout) - got["time_us"]) <= 1e-9 * got["time_us"]
 
     # An interior experts query: <= 4 vertices, nonnegative weights summing to 1 that reproduce the
     # query point, and a value between the vertices' values.
