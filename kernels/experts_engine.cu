@@ -101,16 +101,13 @@ __global__ void combine_rows(const bf16* y2, const int* lane_pos, const float* w
 
 namespace {
 
-// Local assignments per distinct local expert (the grid's M / A).
-double rows_per_active_expert(const Routes& r, const ExpertOwnership& own) {
+// The local rows of each active local expert of `r` (their mean is the grid's M / A).
+std::vector<int> active_expert_rows(const Routes& r, const ExpertOwnership& own) {
   std::vector<int> count(static_cast<std::size_t>(own.local_experts), 0);
-  int lanes = 0, active = 0;
   for (const int id : r.ids)
-    if (id >= own.first_expert && id < own.first_expert + own.local_experts) {
-      ++lanes;
-      if (count[static_cast<std::size_t>(id - own.first_expert)]++ == 0) ++active;
-    }
-  return active ? static_cast<double>(lanes) / active : 0.0;
+    if (own.owns(id)) ++count[static_cast<std::size_t>(id - own.first_expert)];
+  std::erase(count, 0);
+  return count;
 }
 
 // The tile by cost, or HARNESS_NATIVE_TILE=narrow|medium|wide80|...|wide: a diagnostic that forces
@@ -143,9 +140,9 @@ ExpertsEngine::ExpertsEngine(const ModelGeometry& g, const ExpertOwnership& own,
       weights_(lanes_),
       flag_(1) {
   if (native) {
-    const double rows_per_expert = rows_per_active_expert(routes, own);
-    native_ = std::make_unique<NativeExperts>(g, own, rows_, tile_for(rows_per_expert),
-                                              rows_per_expert, s);
+    const auto expert_rows = active_expert_rows(routes, own);
+    native_ = std::make_unique<NativeExperts>(
+        g, own, rows_, tile_for(native_rows_per_expert(expert_rows)), expert_rows, s);
   } else
     scratch_ = std::make_unique<CublasScratch>(g, own, lanes_);
   HARNESS_CHECK(cudaMemsetAsync(flag_.get(), 0, sizeof(int), s_));

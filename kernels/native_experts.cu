@@ -1820,47 +1820,49 @@ struct PipelinedLaunch {
 };
 
 // One GEMM as a pipelined launch: one block per SM (clustered: as many clusters as are resident
-// at once), never more than there are units. `tokens`: W2's activations (W13 gathers its token
-// rows and ignores it).
+// at once), never more than the units of `grid_tiles` tiles, the routes' own (the blocks take the
+// units the plan wrote in turn, whatever their number). `tokens`: W2's activations (W13 gathers
+// its token rows and ignores it).
 template <class C, bool kGated, int kCtas>
 void launch_pipelined(const GemmArgs& a, const CUtensorMap& weights, const CUtensorMap& tokens,
-                      int weight_rows, int max_tiles, int sms, cudaStream_t s) {
+                      int weight_rows, int grid_tiles, int sms, cudaStream_t s) {
   PipelinedLaunch<C, kGated, kCtas> launch(s);
   const int per_tile = feature_blocks<C>(weight_rows);
-  const int units = (max_tiles + kCtas - 1) / kCtas * per_tile;
+  const int units = (grid_tiles + kCtas - 1) / kCtas * per_tile;
   const int clusters = kCtas > 1 ? launch.resident_clusters() : sms;
   const int blocks = kCtas * std::max(1, std::min(clusters, units));
   launch.config.gridDim = dim3(static_cast<unsigned>(blocks));
   HARNESS_CHECK(cudaLaunchKernelEx(&launch.config, launch.kKernel, a, weights, tokens, per_tile));
 }
 
-// W2 on tall tiles of kTokens token rows: one block per SM, never more than there are units.
-// `tokens`: act in boxes of kTokens rows; `w2`: in boxes of 128 rows.
+// W2 on tall tiles of kTokens token rows: one block per SM, never more than the units of
+// `grid_tiles` tiles (as launch_pipelined). `tokens`: act in boxes of kTokens rows; `w2`: in boxes
+// of 128 rows.
 template <int kTokens>
 void launch_w2_tall(const GemmArgs& down, const CUtensorMap& w2, const CUtensorMap& tokens,
-                    int hidden, int max_tiles, int sms, cudaStream_t s) {
+                    int hidden, int grid_tiles, int sms, cudaStream_t s) {
   using T = TallW2<kTokens>;
   const auto kernel = expert_gemm_w2_tall<kTokens>;
   allow_dynamic_smem(reinterpret_cast<const void*>(kernel), T::kSmemBytes);
   const int per_tile = (hidden + T::kRows - 1) / T::kRows;
-  const int blocks = std::max(1, std::min(sms, max_tiles * per_tile));
+  const int blocks = std::max(1, std::min(sms, grid_tiles * per_tile));
   kernel<<<static_cast<unsigned>(blocks), T::kThreads, T::kSmemBytes, s>>>(down, w2, tokens,
                                                                            per_tile);
   HARNESS_CHECK(cudaGetLastError());
 }
 
 void launch_w2_tall(int tokens, const GemmArgs& down, const CUtensorMap& w2, const CUtensorMap& act,
-                    int hidden, int max_tiles, int sms, cudaStream_t s) {
+                    int hidden, int grid_tiles, int sms, cudaStream_t s) {
   static_assert(std::size(kNativeW2TallTokens) == 4);
   switch (tokens) {
     case kNativeW2TallTokens[0]:
-      return launch_w2_tall<kNativeW2TallTokens[0]>(down, w2, act, hidden, max_tiles, sms, s);
+      return launch_w2_tall<kNativeW2TallTokens[0]>(down, w2, act, hidden, grid_tiles, sms, s);
     case kNativeW2TallTokens[1]:
-      return launch_w2_tall<kNativeW2TallTokens[1]>(down, w2, act, hidden, max_tiles, sms, s);
+      return launch_w2_tall<kNativeW2TallTokens[1]>(down, w2, act, hidden, grid_tiles, sms, s);
     case kNativeW2TallTokens[2]:
-      return launch_w2_tall<kNativeW2TallTokens[2]>(down, w2, act, hidden, max_tiles, sms, s);
+      return launch_w2_tall<kNativeW2TallTokens[2]>(down, w2, act, hidden, grid_tiles, sms, s);
     case kNativeW2TallTokens[3]:
-      return launch_w2_tall<kNativeW2TallTokens[3]>(down, w2, act, hidden, max_tiles, sms, s);
+      return launch_w2_tall<kNativeW2TallTokens[3]>(down, w2, act, hidden, grid_tiles, sms, s);
   }
   throw std::logic_error("no W2 tile of " + std::to_string(tokens) + " tokens");
 }
@@ -1922,17 +1924,18 @@ struct TileSchedule {
   int* up_done;              // persistent: one count per tile
   const PipelineMaps* maps;  // pipelined
   int sms;
+  int grid_tiles;  // pipelined: the tiles its grids are sized for (NativeExperts::grid_tiles_)
 };
 
 #if HARNESS_WGMMA
 // Both GEMMs as pipelined launches in clusters of kCtas CTAs (1: none).
 template <class C, int kCtas>
 void launch_pipelined_both(const TileSchedule& how, const GemmArgs& up, const GemmArgs& down,
-                           int inter, int hidden, int max_tiles, cudaStream_t s) {
-  launch_pipelined<C, true, kCtas>(up, how.maps->w13, how.maps->act, 2 * inter, max_tiles, how.sms,
-                                   s);
-  launch_pipelined<C, false, kCtas>(down, how.maps->w2, how.maps->act, hidden, max_tiles, how.sms,
-                                    s);
+                           int inter, int hidden, cudaStream_t s) {
+  launch_pipelined<C, true, kCtas>(up, how.maps->w13, how.maps->act, 2 * inter, how.grid_tiles,
+                                   how.sms, s);
+  launch_pipelined<C, false, kCtas>(down, how.maps->w2, how.maps->act, hidden, how.grid_tiles,
+                                    how.sms, s);
 }
 #endif
 
@@ -1970,11 +1973,11 @@ void launch_tile(const TileSchedule& how, const GemmArgs& up, const GemmArgs& do
                  int hidden, int max_tiles, cudaStream_t s) {
 #if HARNESS_WGMMA
   if (how.wgmma && how.schedule == NativeSchedule::pipelined) {
-    launch_pipelined_both<WgmmaTile, 1>(how, up, down, inter, hidden, max_tiles, s);
+    launch_pipelined_both<WgmmaTile, 1>(how, up, down, inter, hidden, s);
     return;
   }
   if (how.wgmma && how.schedule == NativeSchedule::clustered) {
-    launch_pipelined_both<WgmmaTile, 2>(how, up, down, inter, hidden, max_tiles, s);
+    launch_pipelined_both<WgmmaTile, 2>(how, up, down, inter, hidden, s);
     return;
   }
   if (how.wgmma && how.schedule == NativeSchedule::persistent) {
@@ -2009,8 +2012,9 @@ std::string NativeExperts::configuration() const {
 }
 
 NativeExperts::NativeExperts(const ModelGeometry& g, const ExpertOwnership& own, int rows,
-                             NativeTile tile, double rows_per_expert, cudaStream_t s)
+                             NativeTile tile, std::span<const int> expert_rows, cudaStream_t s)
     : g_(g), own_(own), rows_(rows), tile_(tile), s_(s), lanes_(rows * g.top_k) {
+  const double rows_per_expert = native_rows_per_expert(expert_rows);
   if (g.hidden % 8 != 0 || g.intermediate % 8 != 0)
     throw std::invalid_argument(
         "native experts need H and I multiples of 8 (H=" + std::to_string(g.hidden) +
@@ -2050,6 +2054,7 @@ NativeExperts::NativeExperts(const ModelGeometry& g, const ExpertOwnership& own,
   const int t = native_tile_tokens(tile_);
   // Tiles of expert e: ceil(c_e / t) <= c_e / t + 1 for each expert with rows.
   max_tiles_ = (lanes_ + t - 1) / t + std::min(own.local_experts, lanes_);
+  grid_tiles_ = std::min(native_tile_count(expert_rows, t), max_tiles_);
   lane_slot_ = DeviceBuffer<int>(static_cast<std::size_t>(lanes_));
   lane_pos_ = DeviceBuffer<int>(static_cast<std::size_t>(lanes_));
   total_counts_ = DeviceBuffer<int>(static_cast<std::size_t>(own.local_experts));
@@ -2076,6 +2081,7 @@ NativeExperts::NativeExperts(const ModelGeometry& g, const ExpertOwnership& own,
   if (w2_tall_tokens_ > 0) {
     w2_max_tiles_ =
         (lanes_ + w2_tall_tokens_ - 1) / w2_tall_tokens_ + std::min(own.local_experts, lanes_);
+    w2_grid_tiles_ = std::min(native_tile_count(expert_rows, w2_tall_tokens_), w2_max_tiles_);
     w2_tiles_ = DeviceBuffer<int4>(static_cast<std::size_t>(w2_max_tiles_));
     w2_num_tiles_ = DeviceBuffer<int>(1);
     maps_.act_w2 = tma_map(act_.get(), g.intermediate, lanes_, w2_tall_tokens_);
@@ -2154,17 +2160,18 @@ void NativeExperts::forward(const bf16* x, const int* ids, const float* weights,
     maps_.w2 = tma_map(w2, inter, experts * h, kMapRows);
     mapped_w13_ = w13, mapped_w2_ = w2;
   }
-  const TileSchedule how{wgmma_, schedule_, unit_queue_.get(), up_done_.get(), &maps_, sms_};
+  const TileSchedule how{wgmma_, schedule_, unit_queue_.get(), up_done_.get(),
+                         &maps_, sms_,      grid_tiles_};
   if (tile_ != NativeTile::narrow) {
     with_tile_configs(tile_, [&](auto configs) {
       using C = decltype(configs);
 #if HARNESS_WGMMA
       if (w2_tall_tokens_ > 0) {  // clustered W13, then W2 on its own tiles
         launch_pipelined<typename C::WgmmaTile, true, 2>(up, maps_.w13, maps_.act, 2 * inter,
-                                                         max_tiles_, sms_, s_);
+                                                         grid_tiles_, sms_, s_);
         GemmArgs tall = down;
         tall.tiles = w2_tiles_.get(), tall.num_tiles = w2_num_tiles_.get();
-        launch_w2_tall(w2_tall_tokens_, tall, maps_.w2, maps_.act_w2, h, w2_max_tiles_, sms_, s_);
+        launch_w2_tall(w2_tall_tokens_, tall, maps_.w2, maps_.act_w2, h, w2_grid_tiles_, sms_, s_);
         return;
       }
 #endif

@@ -33,6 +33,7 @@
 #include <cuda.h>
 
 #include <cstdint>
+#include <span>
 #include <string>
 
 #include "core/geometry.h"
@@ -57,9 +58,14 @@ class NativeExperts {
  public:
   // Throws std::invalid_argument for shapes the kernels do not cover (H or I not a multiple of 8,
   // more than 1024 local experts).
-  // `rows_per_expert`: the expected local rows per active expert, which picks the schedule.
+  // `expert_rows`: the local rows of each active expert of the routes it is built for. Their mean
+  // picks the schedule, and their tiles size the pipelined launches' grids, so that no block
+  // starts without a block tile: grids of one block per SM with few block tiles ran at one of
+  // several levels up to 22 % apart, drawn anew by each workload (docs/native-backend.md, "The
+  // pipelined grid: the routes' own tiles"). Any routes run correctly; routes with more tiles
+  // run them in more rounds.
   NativeExperts(const ModelGeometry& g, const ExpertOwnership& own, int rows, NativeTile tile,
-                double rows_per_expert, cudaStream_t s);
+                std::span<const int> expert_rows, cudaStream_t s);
   NativeExperts(const NativeExperts&) = delete;
   NativeExperts& operator=(const NativeExperts&) = delete;
 
@@ -80,7 +86,8 @@ class NativeExperts {
   NativeTile tile_;
   cudaStream_t s_;
   int lanes_;
-  int max_tiles_;
+  int max_tiles_;       // the tile table's bound, for any routes
+  int grid_tiles_;      // the tiles of the routes it was built for: the persistent launches' grids
   bool wgmma_ = false;  // medium and wide tiles on Hopper tensor-core wgmma (sm_90a builds)
   NativeSchedule schedule_ = NativeSchedule::launches;  // wgmma tiles only
   bool one_token_ = false;            // one token row: two launches, no plan or combine kernel
@@ -92,6 +99,7 @@ class NativeExperts {
   // with a tile table of their own
   int w2_tall_tokens_ = 0;
   int w2_max_tiles_ = 0;
+  int w2_grid_tiles_ = 0;
   DeviceBuffer<int4> w2_tiles_;
   DeviceBuffer<int> w2_num_tiles_;
   DeviceBuffer<int> lane_slot_, lane_pos_, token_of_, num_tiles_, total_counts_, expert_offsets_;

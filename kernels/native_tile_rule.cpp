@@ -48,6 +48,19 @@ double tiles_per_expert(NativeTile t, double rows) {
 
 }  // namespace
 
+double native_rows_per_expert(std::span<const int> expert_rows) {
+  if (expert_rows.empty()) return 0.0;
+  std::int64_t rows = 0;
+  for (const int r : expert_rows) rows += r;
+  return static_cast<double>(rows) / static_cast<double>(expert_rows.size());
+}
+
+int native_tile_count(std::span<const int> expert_rows, int tokens) {
+  int tiles = 0;
+  for (const int r : expert_rows) tiles += (r + tokens - 1) / tokens;
+  return std::max(1, tiles);
+}
+
 double native_tile_cost(NativeTile t, double rows_per_expert) {
   return tiles_per_expert(t, rows_per_expert) * tile_cost(t);
 }

@@ -5,6 +5,7 @@
 #pragma once
 
 #include <cstdint>
+#include <span>
 #include <string_view>
 #include <vector>
 
@@ -55,6 +56,13 @@ inline constexpr NativeTile kNativeTiles[] = {NativeTile::narrow,  NativeTile::m
 // even from 164 to 186 (docs/native-backend.md#w2-on-tiles-of-128-features).
 inline constexpr int kNativeW2TallTokens[] = {160, 192, 224, 256};
 [[nodiscard]] int native_w2_tall_tokens(NativeTile t, double rows_per_expert);
+
+// The mean local rows per active expert of `expert_rows` (the local rows of each active expert of
+// the routes a forward runs), 0 for none: what picks the tile.
+[[nodiscard]] double native_rows_per_expert(std::span<const int> expert_rows);
+// Tiles of `tokens` token rows that hold those experts' rows, each expert's padded to whole tiles:
+// the length of the tile table a forward on those routes builds (at least 1).
+[[nodiscard]] int native_tile_count(std::span<const int> expert_rows, int tokens);
 
 // Rows per expert b, up to `max_rows`, where the `native` forward changes between b and more
 // rows per expert: the tile changes, or the tiles per expert of an expert with b + 1 rows. A

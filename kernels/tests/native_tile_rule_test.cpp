@@ -3,6 +3,7 @@
 #include <gtest/gtest.h>
 
 #include <algorithm>
+#include <vector>
 
 namespace moe {
 namespace {
@@ -75,6 +76,21 @@ TEST(NativeTileRule, W2RunsOneTallTilePerExpertFrom129To256Rows) {
   EXPECT_EQ(native_w2_tall_tokens(NativeTile::medium, 64.0), 0);    // one tile: not paired
   EXPECT_EQ(native_w2_tall_tokens(NativeTile::medium, 75.0), 160);  // a forced tile, paired
   expect_changes_only_at_declared_steps(native_w2_tall_tokens);
+}
+
+// The routes' own tiles size the persistent launches' grids: each expert's rows padded to whole
+// tiles, at least one tile (no active expert still launches a block), and the mean that picks the
+// tile.
+TEST(NativeTileRule, TileCountPadsEachExpertsRowsToWholeTiles) {
+  const std::vector<int> ten_of_32(10, 32), mixed{1, 64, 65, 128, 129};
+  EXPECT_EQ(native_tile_count(ten_of_32, 64), 10);
+  EXPECT_EQ(native_tile_count(ten_of_32, 16), 20);
+  EXPECT_EQ(native_tile_count(mixed, 64), 1 + 1 + 2 + 2 + 3);
+  EXPECT_EQ(native_tile_count(mixed, 160), 5);
+  EXPECT_EQ(native_tile_count({}, 64), 1);
+  EXPECT_DOUBLE_EQ(native_rows_per_expert(ten_of_32), 32.0);
+  EXPECT_DOUBLE_EQ(native_rows_per_expert(mixed), 387.0 / 5);
+  EXPECT_EQ(native_rows_per_expert({}), 0.0);
 }
 
 TEST(NativeTileRule, OnlyNativeDeclaresSteps) {
