@@ -77,12 +77,13 @@ ModelGeometry geometry_from_json(const json& j) {
 }
 
 Contract Contract::of(const Plan& plan, const std::string& backend, const std::string& timing,
-                      std::int64_t cache_bytes) {
+                      std::int64_t cache_bytes, int backend_version) {
   const auto& job = plan.job;
   Contract c;
   c.geometry = job.geometry;
   c.backend = backend;
   c.timing = timing;
+  c.backend_version = backend_version;
   c.planner_version = kPlannerVersion;
   c.grid = {job.grid_factor,           job.max_num_batched_tokens, job.max_num_seqs,
             to_string(job.graph_mode), job.capture_sizes,          job.capture_sizes_derived};
@@ -140,6 +141,12 @@ std::map<Component, GridDigest> digests_from_json(const json& j, const std::stri
   return out;
 }
 
+// Written only above 1, so that the contracts of code never changed, and the files they identify,
+// read as before versions were recorded.
+void add_backend_version(json& contract_json, int backend_version) {
+  if (backend_version != 1) contract_json["backend_version"] = backend_version;
+}
+
 json ownership_json(const ExpertOwnership& o) {
   return {{"first_expert", o.first_expert},
           {"local_experts", o.local_experts},
@@ -156,28 +163,30 @@ json Contract::to_json() const {
                             {"weight_banks", t.weight_banks},
                             {"grids", grids_json(t.grids)},
                             {"held_out", grids_json(t.held_out)}});
-  return {{"geometry", geometry_json(geometry)},
-          {"backend", backend},
-          {"timing", timing},
-          {"mode", mode},
-          {"planner_version", planner_version},
-          {"grid",
-           {{"factor", grid.factor},
-            {"max_num_batched_tokens", grid.max_num_batched_tokens},
-            {"max_num_seqs", grid.max_num_seqs},
-            {"graph_mode", grid.graph_mode},
-            {"capture_sizes", grid.capture_sizes},
-            {"capture_sizes_derived", grid.capture_sizes_derived}}},
-          {"conditioning",
-           {{"rounds", conditioning.rounds},
-            {"iterations", conditioning.iterations},
-            {"settle_ms", conditioning.settle_ms},
-            {"capped_settle_ms", conditioning.capped_settle_ms},
-            {"bank_tolerance", conditioning.bank_tolerance},
-            {"cache_bytes", conditioning.cache_bytes},
-            {"seed", conditioning.seed}}},
-          {"fidelity", fidelity_json(fidelity)},
-          {"targets", targets_json}};
+  json j = {{"geometry", geometry_json(geometry)},
+            {"backend", backend},
+            {"timing", timing},
+            {"mode", mode},
+            {"planner_version", planner_version},
+            {"grid",
+             {{"factor", grid.factor},
+              {"max_num_batched_tokens", grid.max_num_batched_tokens},
+              {"max_num_seqs", grid.max_num_seqs},
+              {"graph_mode", grid.graph_mode},
+              {"capture_sizes", grid.capture_sizes},
+              {"capture_sizes_derived", grid.capture_sizes_derived}}},
+            {"conditioning",
+             {{"rounds", conditioning.rounds},
+              {"iterations", conditioning.iterations},
+              {"settle_ms", conditioning.settle_ms},
+              {"capped_settle_ms", conditioning.capped_settle_ms},
+              {"bank_tolerance", conditioning.bank_tolerance},
+              {"cache_bytes", conditioning.cache_bytes},
+              {"seed", conditioning.seed}}},
+            {"fidelity", fidelity_json(fidelity)},
+            {"targets", targets_json}};
+  add_backend_version(j, backend_version);
+  return j;
 }
 
 Contract Contract::from_json(const json& j) {
@@ -186,6 +195,7 @@ Contract Contract::from_json(const json& j) {
   c.geometry = geometry_from_json(object(j, "geometry", ""));
   c.backend = field<std::string>(j, "backend", "");
   c.timing = field<std::string>(j, "timing", "");
+  c.backend_version = j.value("backend_version", 1);  // absent: version 1
   c.mode = field<std::string>(j, "mode", "");
   c.planner_version = field<int>(j, "planner_version", "");
   const auto& g = object(j, "grid", "");
@@ -242,38 +252,40 @@ Contract Contract::parse(const std::string& text) {
 json Contract::component_table(const TargetContract& t) const {
   json components = json::array();
   for (const auto c : t.components()) components.push_back(std::string(to_string(c)));
-  return {{"geometry", geometry_json(geometry)},
-          {"target", t.target.to_json()},
-          {"expert_ownership", ownership_json(t.ownership)},
-          {"dtypes",
-           {{"weights", to_string(geometry.weight_dtype)},
-            {"router", to_string(geometry.router_dtype)},
-            {"activations", "bf16"}}},
-          {"backend", backend},
-          {"timing", timing},
-          {"modes", json::array({mode})},
-          {"components", components},
-          {"planner_version", planner_version},
-          {"conditioning",
-           {{"rounds", conditioning.rounds},
-            {"iterations", conditioning.iterations},
-            {"settle_ms", conditioning.settle_ms},
-            {"capped_settle_ms", conditioning.capped_settle_ms},
-            {"weight_banks", t.weight_banks},
-            {"bank_arms", json::array({"B", "2B"})},
-            {"bank_tolerance", conditioning.bank_tolerance},
-            {"cache_bytes", conditioning.cache_bytes},
-            {"seed", conditioning.seed}}},
-          {"expert_sampling",
-           {{"axes", json::array({"tokens", "activated_experts", "local_assignments"})},
-            {"grid_factor", grid.factor},
-            {"graph_mode", grid.graph_mode},
-            {"capture_tokens", grid.capture_sizes},
-            {"capture_tokens_derived", grid.capture_sizes_derived},
-            {"max_num_batched_tokens", grid.max_num_batched_tokens}}},
-          {"fidelity", fidelity_json(fidelity)},
-          {"grids", grids_json(t.grids)},
-          {"held_out", grids_json(t.held_out)}};
+  json j = {{"geometry", geometry_json(geometry)},
+            {"target", t.target.to_json()},
+            {"expert_ownership", ownership_json(t.ownership)},
+            {"dtypes",
+             {{"weights", to_string(geometry.weight_dtype)},
+              {"router", to_string(geometry.router_dtype)},
+              {"activations", "bf16"}}},
+            {"backend", backend},
+            {"timing", timing},
+            {"modes", json::array({mode})},
+            {"components", components},
+            {"planner_version", planner_version},
+            {"conditioning",
+             {{"rounds", conditioning.rounds},
+              {"iterations", conditioning.iterations},
+              {"settle_ms", conditioning.settle_ms},
+              {"capped_settle_ms", conditioning.capped_settle_ms},
+              {"weight_banks", t.weight_banks},
+              {"bank_arms", json::array({"B", "2B"})},
+              {"bank_tolerance", conditioning.bank_tolerance},
+              {"cache_bytes", conditioning.cache_bytes},
+              {"seed", conditioning.seed}}},
+            {"expert_sampling",
+             {{"axes", json::array({"tokens", "activated_experts", "local_assignments"})},
+              {"grid_factor", grid.factor},
+              {"graph_mode", grid.graph_mode},
+              {"capture_tokens", grid.capture_sizes},
+              {"capture_tokens_derived", grid.capture_sizes_derived},
+              {"max_num_batched_tokens", grid.max_num_batched_tokens}}},
+            {"fidelity", fidelity_json(fidelity)},
+            {"grids", grids_json(t.grids)},
+            {"held_out", grids_json(t.held_out)}};
+  add_backend_version(j, backend_version);
+  return j;
 }
 
 json Contract::collective_table(const TargetContract& t,

@@ -64,8 +64,9 @@ struct Conditioning {
 
 struct Contract {
   ModelGeometry geometry;
-  std::string backend;  // cpu_reference | cublas_grouped | native
-  std::string timing;   // host_clock | cupti_activity
+  std::string backend;      // cpu_reference | cublas_grouped | native
+  std::string timing;       // host_clock | cupti_activity
+  int backend_version = 1;  // Backend::version of the code measured
   std::string mode = "eager";
   int planner_version = 0;
   GridConditions grid;
@@ -73,9 +74,11 @@ struct Contract {
   FidelitySpec fidelity;
   std::vector<TargetContract> targets;
 
-  // The acquisition's contract for a plan made on a device with `cache_bytes` of L2.
+  // The acquisition's contract for a plan made on a device with `cache_bytes` of L2, measuring
+  // version `backend_version` of `backend`.
   [[nodiscard]] static Contract of(const Plan& plan, const std::string& backend,
-                                   const std::string& timing, std::int64_t cache_bytes);
+                                   const std::string& timing, std::int64_t cache_bytes,
+                                   int backend_version = 1);
 
   // The stored form (HDF5 attribute); its dump is hashed for the file's identity.
   [[nodiscard]] nlohmann::json to_json() const;

@@ -84,6 +84,7 @@ json inspect_file(const std::string& path) {
   return {{"kind", "acquisition"},
           {"file", path},
           {"backend", json_contract.value("backend", "")},
+          {"backend_version", json_contract.value("backend_version", 1)},
           {"timing", json_contract.value("timing", "")},
           {"cells", cells},
           {"fidelity", fidelity},
@@ -135,7 +136,8 @@ json inspect_bundle(const fs::path& dir) {
             {"path", e.path},
             {"rows", rows},
             {"checksum_ok", checksum_ok},
-            {"backend", e.contract.value("backend", "")}};
+            {"backend", e.contract.value("backend", "")},
+            {"backend_version", e.contract.value("backend_version", 1)}};
         if (const auto fidelity = e.fidelity(); !fidelity.empty()) {
           item["fidelity"] = fidelity;
           const auto components = e.fidelity_components();  // items() refers to it
@@ -262,7 +264,7 @@ void print_fidelity(const json& tables, std::ostream& os) {
 void print_text(const json& r, std::ostream& os) {
   if (r["kind"] == "acquisition") {
     os << "acquisition " << r["file"].get<std::string>() << " (" << r["backend"].get<std::string>()
-       << ", " << r["timing"].get<std::string>() << ")\n";
+       << " version " << r["backend_version"] << ", " << r["timing"].get<std::string>() << ")\n";
     for (const auto& c : r["cells"])
       os << "  " << c["cell"].get<std::string>() << ": " << c["rounds_complete"] << "/"
          << c["rounds_planned"] << " rounds, " << c["points"] << " points, B/2B failed "

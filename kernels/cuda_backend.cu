@@ -12,6 +12,7 @@
 #include "kernels/cuda_memory.h"
 #include "kernels/cuda_workloads.cuh"
 #include "kernels/device_weights.cuh"
+#include "kernels/native_experts.h"
 #include "kernels/nvml.h"
 #include "kernels/workload.h"
 
@@ -44,6 +45,7 @@ class CudaBackend final : public Backend {
   // reached 1.01% of the table's scale (experts, N=304, A=1, M=304, EP2), where sampled rows had
   // stayed below 0.5%. A wrong route, weight or tile is off by tens of percent.
   double tolerance() const override { return 2e-2; }
+  int version() const override { return name_ == "native" ? kNativeExpertsVersion : 1; }
   std::shared_ptr<const WeightSet> make_weights(const WorkloadSpec& spec) override {
     HARNESS_CHECK(cudaSetDevice(device_));
     const auto& g = spec.geometry;

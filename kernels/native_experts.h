@@ -42,6 +42,10 @@
 
 namespace moe::cuda {
 
+// The `native` backend's version (Backend::version): 2 since its pipelined grids are sized from
+// the routes' own tiles (docs/native-backend.md, "The pipelined grid: the routes' own tiles").
+inline constexpr int kNativeExpertsVersion = 2;
+
 // How the medium and wide (wgmma) tiles run their two GEMMs (HARNESS_NATIVE_SCHEDULE): one launch
 // each, one persistent launch for both, or one warp-specialised persistent launch each (TMA loads,
 // mbarrier stages; the default: docs/native-backend.md#the-warp-specialised-pipeline), the last

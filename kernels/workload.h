@@ -74,6 +74,9 @@ class Backend {
   [[nodiscard]] virtual std::int64_t cache_bytes() const = 0;  // L2 (GPU) or last-level (CPU)
   [[nodiscard]] virtual int sm_count() const = 0;              // the GPU's SMs; 0 on the host
   [[nodiscard]] virtual double tolerance() const = 0;          // max relative error vs reference
+  // The version of the code it measures, raised by a change that changes its times (recorded in
+  // the contract, so that rows of two versions never share a table: docs/bundle-format.md).
+  [[nodiscard]] virtual int version() const { return 1; }
   // Fresh weights for one cell round (spec.banks banks from spec.seed; the point is ignored).
   [[nodiscard]] virtual std::shared_ptr<const WeightSet> make_weights(
       const WorkloadSpec& round) = 0;

@@ -210,7 +210,7 @@ class Acquisition {
     require_device_memory();
     choose_regime();  // before anything is written: a refused placement leaves no trace
     const auto contract_text = Contract::of(plan_, ctx_->backend->name(), ctx_->timer->method(),
-                                            ctx_->backend->cache_bytes())
+                                            ctx_->backend->cache_bytes(), ctx_->backend->version())
                                    .dump();
     const auto sha = sha256_hex(contract_text);
     std::string root_sha = sha;

@@ -91,6 +91,24 @@ TEST(Contract, SettleFollowsTheTimingUnlessTheJobSetsIt) {
             120);
 }
 
+// The measured code's version is part of the contract (a file of one version is not resumed by
+// another, a table says which measured it); version 1, all code before versions were recorded,
+// is left out, so that those contracts read and hash as before.
+TEST(Contract, TheBackendVersionIsRecordedFromTwoOn) {
+  const auto plan = tiny_plan();
+  const auto v1 = Contract::of(plan, "native", "cupti_activity", 1 << 20);
+  const auto v2 = Contract::of(plan, "native", "cupti_activity", 1 << 20, 2);
+  EXPECT_EQ(v1.backend_version, 1);
+  EXPECT_FALSE(v1.to_json().contains("backend_version"));
+  EXPECT_FALSE(v1.component_table(v1.targets[0]).contains("backend_version"));
+  EXPECT_EQ(v2.to_json().at("backend_version"), 2);
+  EXPECT_EQ(v2.component_table(v2.targets[0]).at("backend_version"), 2);
+  EXPECT_EQ(Contract::parse(v2.dump()).backend_version, 2);
+  EXPECT_EQ(Contract::parse(v1.dump()).backend_version, 1);
+  EXPECT_NE(v1.dump(), v2.dump());
+  EXPECT_EQ(json_difference(v1.to_json(), v2.to_json()), "backend_version");
+}
+
 TEST(Contract, MalformedContractsNameTheKey) {
   auto j = Contract::of(tiny_plan(), "cpu_reference", "host_clock", 1 << 20).to_json();
   const auto message = [](const nlohmann::json& doc) {

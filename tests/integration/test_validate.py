@@ -230,6 +230,25 @@ with tempfile.TemporaryDirectory() as tmp:
     old_json = json.loads(run([HARNESS, "validate", clocks, "--points", "2", "--seed", "11", "--format", "json"],
                               check=False).stdout)
     assert old_json["entries"][0]["row_clocks_recorded"] is False
+    # A table measured by another version of the backend's code (its contract says so, re-signed):
+    # validated, and the output says the versions differ; the current bundle says nothing of it.
+    assert report["entries"][0]["backend_version"] == {"now": 1, "table": 1}
+    assert "another version of the measured code" not in text
+    newer = os.path.join(tmp, "newer")
+    shutil.copytree(bundle, newer)
+    meta_path = os.path.join(newer, "meta.yaml")
+    doc = yaml.safe_load(open(meta_path))
+    entry = doc["per_tp"][1]["moe_components"]["entries"][0]
+    entry["contract"]["backend_version"] = 2
+    entry["contract_sha256"] = hashlib.sha256(json.dumps(
+        entry["contract"], sort_keys=True, separators=(",", ":"), ensure_ascii=False).encode()).hexdigest()
+    yaml.safe_dump(doc, open(meta_path, "w"))
+    p = run([HARNESS, "validate", newer, "--points", "2", "--seed", "11"], check=False)
+    assert p.returncode in (0, 3), p.stderr
+    assert ("another version of the measured code: this build runs version 1, the table was measured by "
+            "version 2") in p.stdout, p.stdout
+    p = run([HARNESS, "validate", newer, "--points", "2", "--seed", "11", "--format", "json"], check=False)
+    assert json.loads(p.stdout)["entries"][0]["backend_version"] == {"now": 1, "table": 2}
     for name, change, needle in (
         ("elsewhere", lambda hw: hw["devices"][0].update(device="NVIDIA H200"),
          "was measured on NVIDIA H200, but this machine's staircase_model backend runs on "
