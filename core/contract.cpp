@@ -141,6 +141,16 @@ std::map<Component, GridDigest> digests_from_json(const json& j, const std::stri
   return out;
 }
 
+json conditioning_json(const Conditioning& c) {
+  return {{"rounds", c.rounds},
+          {"iterations", c.iterations},
+          {"settle_ms", c.settle_ms},
+          {"capped_settle_ms", c.capped_settle_ms},
+          {"bank_tolerance", c.bank_tolerance},
+          {"cache_bytes", c.cache_bytes},
+          {"seed", c.seed}};
+}
+
 // Written only above 1, so that the contracts of code never changed, and the files they identify,
 // read as before versions were recorded.
 void add_backend_version(json& contract_json, int backend_version) {
@@ -175,14 +185,7 @@ json Contract::to_json() const {
               {"graph_mode", grid.graph_mode},
               {"capture_sizes", grid.capture_sizes},
               {"capture_sizes_derived", grid.capture_sizes_derived}}},
-            {"conditioning",
-             {{"rounds", conditioning.rounds},
-              {"iterations", conditioning.iterations},
-              {"settle_ms", conditioning.settle_ms},
-              {"capped_settle_ms", conditioning.capped_settle_ms},
-              {"bank_tolerance", conditioning.bank_tolerance},
-              {"cache_bytes", conditioning.cache_bytes},
-              {"seed", conditioning.seed}}},
+            {"conditioning", conditioning_json(conditioning)},
             {"fidelity", fidelity_json(fidelity)},
             {"targets", targets_json}};
   add_backend_version(j, backend_version);
@@ -264,16 +267,7 @@ json Contract::component_table(const TargetContract& t) const {
             {"modes", json::array({mode})},
             {"components", components},
             {"planner_version", planner_version},
-            {"conditioning",
-             {{"rounds", conditioning.rounds},
-              {"iterations", conditioning.iterations},
-              {"settle_ms", conditioning.settle_ms},
-              {"capped_settle_ms", conditioning.capped_settle_ms},
-              {"weight_banks", t.weight_banks},
-              {"bank_arms", json::array({"B", "2B"})},
-              {"bank_tolerance", conditioning.bank_tolerance},
-              {"cache_bytes", conditioning.cache_bytes},
-              {"seed", conditioning.seed}}},
+            {"conditioning", conditioning_json(conditioning)},
             {"expert_sampling",
              {{"axes", json::array({"tokens", "activated_experts", "local_assignments"})},
               {"grid_factor", grid.factor},
@@ -284,6 +278,8 @@ json Contract::component_table(const TargetContract& t) const {
             {"fidelity", fidelity_json(fidelity)},
             {"grids", grids_json(t.grids)},
             {"held_out", grids_json(t.held_out)}};
+  j["conditioning"]["weight_banks"] = t.weight_banks;
+  j["conditioning"]["bank_arms"] = json::array({"B", "2B"});
   add_backend_version(j, backend_version);
   return j;
 }
