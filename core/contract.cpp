@@ -198,7 +198,7 @@ Contract Contract::from_json(const json& j) {
   c.geometry = geometry_from_json(object(j, "geometry", ""));
   c.backend = field<std::string>(j, "backend", "");
   c.timing = field<std::string>(j, "timing", "");
-  c.backend_version = j.value("backend_version", 1);  // absent: version 1
+  c.backend_version = backend_version_of(j);
   c.mode = field<std::string>(j, "mode", "");
   c.planner_version = field<int>(j, "planner_version", "");
   const auto& g = object(j, "grid", "");
@@ -311,6 +311,10 @@ json Contract::collective_table(const TargetContract& t,
       {"tokens", tokens == t.grids.end()
                      ? json(nullptr)
                      : json{{"points", tokens->second.points}, {"sha256", tokens->second.sha256}}}};
+}
+
+int backend_version_of(const json& contract) {
+  return contract.value("backend_version", 1);
 }
 
 std::string json_difference(const json& a, const json& b) {

@@ -98,6 +98,10 @@ struct Contract {
 [[nodiscard]] nlohmann::json geometry_json(const ModelGeometry& g);
 [[nodiscard]] ModelGeometry geometry_from_json(const nlohmann::json& j);
 
+// The backend_version of a stored contract or of a published table's contract: absent, as for
+// all code from before versions were recorded, it is 1.
+[[nodiscard]] int backend_version_of(const nlohmann::json& contract);
+
 // Names the top-level keys whose values differ ("contract" when none does).
 [[nodiscard]] std::string json_difference(const nlohmann::json& a, const nlohmann::json& b);
 

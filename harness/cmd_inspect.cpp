@@ -84,7 +84,7 @@ json inspect_file(const std::string& path) {
   return {{"kind", "acquisition"},
           {"file", path},
           {"backend", json_contract.value("backend", "")},
-          {"backend_version", json_contract.value("backend_version", 1)},
+          {"backend_version", backend_version_of(json_contract)},
           {"timing", json_contract.value("timing", "")},
           {"cells", cells},
           {"fidelity", fidelity},
@@ -137,7 +137,7 @@ json inspect_bundle(const fs::path& dir) {
             {"rows", rows},
             {"checksum_ok", checksum_ok},
             {"backend", e.contract.value("backend", "")},
-            {"backend_version", e.contract.value("backend_version", 1)}};
+            {"backend_version", backend_version_of(e.contract)}};
         if (const auto fidelity = e.fidelity(); !fidelity.empty()) {
           item["fidelity"] = fidelity;
           const auto components = e.fidelity_components();  // items() refers to it

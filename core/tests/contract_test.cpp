@@ -107,6 +107,9 @@ TEST(Contract, TheBackendVersionIsRecordedFromTwoOn) {
   EXPECT_EQ(Contract::parse(v1.dump()).backend_version, 1);
   EXPECT_NE(v1.dump(), v2.dump());
   EXPECT_EQ(json_difference(v1.to_json(), v2.to_json()), "backend_version");
+  EXPECT_EQ(backend_version_of(v1.component_table(v1.targets[0])),
+            1);  // what readers of tables use
+  EXPECT_EQ(backend_version_of(v2.component_table(v2.targets[0])), 2);
 }
 
 TEST(Contract, MalformedContractsNameTheKey) {
