@@ -4,7 +4,6 @@
 #include <unistd.h>
 
 #include <algorithm>
-#include <chrono>
 #include <cmath>
 #include <cstdio>
 #include <filesystem>
@@ -29,6 +28,7 @@
 #include "kernels/native_tile_rule.h"
 #include "ranks/collectives_phase.h"
 #include "ranks/colocate.h"
+#include "ranks/elapsed.h"
 #include "ranks/families.h"
 #include "ranks/protocol.h"
 #include "ranks/rank_context.h"
@@ -44,7 +44,6 @@
 namespace moe {
 
 using nlohmann::json;
-using Clock = std::chrono::steady_clock;
 
 // Points of one cell per target and component that the calibration measures (not stored).
 constexpr std::size_t kCalibrationPoints = 8;
@@ -52,10 +51,6 @@ constexpr std::size_t kCalibrationPoints = 8;
 constexpr double kReservationMargin = 1.25;
 
 namespace {
-
-double seconds_since(Clock::time_point t) {
-  return std::chrono::duration<double>(Clock::now() - t).count();
-}
 
 std::string load_average() {
   double l[3] = {0, 0, 0};
@@ -144,12 +139,12 @@ class Acquisition {
 
  private:
   AcquireSummary measure_all() {
-    const auto t0 = Clock::now();
+    const auto t0 = SteadyClock::now();
     agree();
     resume();
     adopt_cost_ratios();
     calibrate();
-    const auto measure_start = Clock::now();
+    const auto measure_start = SteadyClock::now();
     do {
       const auto bounds = wave_bounds(wave_loads(), size_);
       for (int r = 0; r < job_.rounds && !stopped(); ++r)
@@ -158,7 +153,7 @@ class Acquisition {
           const auto go = reserve(wave);
           if (!go) break;
           if (*go == 0) continue;  // every cell of this wave is complete
-          const auto wave_start = Clock::now();
+          const auto wave_start = SteadyClock::now();
           const WatchdogScope watch(
               &watchdog_, "wave",
               "the wave of round " + std::to_string(r) + " (measure and commit)",
@@ -437,7 +432,7 @@ class Acquisition {
   // fresh held-out points. False when nothing is added: the tables are final. Its wall time is
   // charged to the budget.
   bool refine() {
-    const auto start = Clock::now();
+    const auto start = SteadyClock::now();
     const std::size_t before = cells_.size();
     std::string text = "[]";
     count_snapshots();
@@ -761,7 +756,7 @@ class Acquisition {
     cell_measured_.resize(cells_.size(), 0);
     for (std::size_t c = cell_nominal_.size(); c < cells_.size(); ++c)
       cell_nominal_.push_back(nominal_seconds(kind_of(cells_[c]), cells_[c].info.points));
-    const auto start = Clock::now();
+    const auto start = SteadyClock::now();
     std::int64_t sampled = 0;
     for (std::size_t c = 0; c < cells_.size(); ++c) {
       const auto& cell = cells_[c];
@@ -918,8 +913,8 @@ class Acquisition {
 
   // Commit: every rank writes its cell rounds of the wave; rank 0 accounts records, device time
   // and measured costs in the campaign state and prints progress.
-  void commit(int r, const WaveResult& wave, Clock::time_point wave_start,
-              Clock::time_point measure_start) {
+  void commit(int r, const WaveResult& wave, SteadyClock::time_point wave_start,
+              SteadyClock::time_point measure_start) {
     // phases: setup, verify, timing; then expert seconds, expert point-rounds, local seconds,
     // local point-rounds.
     double phases[7] = {0, 0, 0, 0, 0, 0, 0}, slowest[3] = {0, 0, 0}, total[7] = {};
@@ -1018,7 +1013,7 @@ class Acquisition {
 
   // Collectives: the deployments' NCCL (or MPI host) collectives, from the same plan.
   void collectives() {
-    const auto start = Clock::now();
+    const auto start = SteadyClock::now();
     const auto coll =
         measure_collectives(comm_, plan_, ctx_->device, *file_, *ctx_->timer, &watchdog_);
     double mine = seconds_since(start);
@@ -1030,7 +1025,7 @@ class Acquisition {
     if (campaign_) campaign_->set_phase("complete");
   }
 
-  AcquireSummary finish(Clock::time_point t0, bool complete) {
+  AcquireSummary finish(SteadyClock::time_point t0, bool complete) {
     file_->write_provenance_end(json{{"rank", rank_},
                                      {"ended_utc", utc_now()},
                                      {"complete", complete},
@@ -1052,7 +1047,8 @@ class Acquisition {
   MPI_Comm comm_;
   const JobSpec& job_;
   const AcquireOptions& options_;
-  const Clock::time_point started_ = Clock::now();  // what options_.time_limit_s counts from
+  // What options_.time_limit_s counts from.
+  const SteadyClock::time_point started_ = SteadyClock::now();
   std::unique_ptr<RankContext> ctx_;
   int rank_ = 0, size_ = 1;
   Plan plan_;

@@ -21,6 +21,7 @@
 #include "core/roofline.h"
 #include "core/statistics.h"
 #include "core/timestamp.h"
+#include "ranks/elapsed.h"
 #include "ranks/protocol.h"
 #include "ranks/rank_context.h"
 #include "store/campaign.h"
@@ -226,12 +227,7 @@ GateDecision check_verdict(const std::optional<json>& verdict, const GateRequire
 
 namespace {
 
-using clock_type = std::chrono::steady_clock;
 constexpr int kDoneTag = 7701, kStartedTag = 7702;
-
-double seconds_since(clock_type::time_point t) {
-  return std::chrono::duration<double>(clock_type::now() - t).count();
-}
 
 json environment(const Backend& b) {
   double l[3] = {0, 0, 0};
@@ -377,7 +373,7 @@ PhaseFigures phase_of(const json& j) {
 json measure_target(RankContext& ctx, ReferenceForward& work, const FamilyTable& table,
                     const ColocateOptions& o, const std::vector<long>& node_pids, int busy_ranks) {
   const auto& profile = o.profile;
-  auto t = clock_type::now();
+  auto t = SteadyClock::now();
   long warm = 0;
   while (seconds_since(t) < profile.warmup_s || warm < 3) {
     work.run(static_cast<int>(warm++), nullptr);
@@ -389,7 +385,7 @@ json measure_target(RankContext& ctx, ReferenceForward& work, const FamilyTable&
   json per_interval = json::array(), samples = json::array({environment(*ctx.backend)});
   for (int i = 0; i < profile.intervals; ++i) {
     const long forwards = std::max<long>(10, std::lround(rate * interval_s));
-    t = clock_type::now();
+    t = SteadyClock::now();
     for (long f = 0; f < forwards; ++f) work.run(static_cast<int>(f), nullptr);
     work.synchronize();
     const double elapsed = seconds_since(t);
@@ -439,7 +435,7 @@ json regime_json(const RegimeVerdict& v, const json& solo, const json& coloc) {
 }  // namespace
 
 json colocate(MPI_Comm comm, const JobSpec& job, const ColocateOptions& o) {
-  const auto start = clock_type::now();
+  const auto start = SteadyClock::now();
   auto ctx = make_rank_context(comm, job.backend, o.keep_launcher_binding);
   const auto& table = FamilyTable::builtin();
   const auto targets = job.targets();

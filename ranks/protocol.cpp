@@ -1,7 +1,6 @@
 #include "ranks/protocol.h"
 
 #include <algorithm>
-#include <chrono>
 #include <cmath>
 #include <limits>
 #include <numeric>
@@ -9,6 +8,7 @@
 #include <string>
 
 #include "core/planner.h"
+#include "ranks/elapsed.h"
 
 namespace moe {
 
@@ -52,11 +52,8 @@ HeldDownClock held_down_clock(const Backend& backend) {
 SettleRun settle_forwards(Workload& w, ForwardTimer& timer, int banks, const Settle& settle,
                           const HeldDownClock& held_down, const std::string& label) {
   SettleRun run;
-  const auto start = std::chrono::steady_clock::now();
-  const auto elapsed_ms = [&] {
-    return std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - start)
-        .count();
-  };
+  const auto start = SteadyClock::now();
+  const auto elapsed_ms = [&] { return 1000 * seconds_since(start); };
   const auto run_until = [&](double ms) {
     while (elapsed_ms() < ms)
       run.route_errors +=
@@ -88,11 +85,7 @@ CellRound measure_cell_round(Backend& backend, ForwardTimer& timer, const CellRo
   const bool experts = spec.base.component == Component::experts;
   const int banks = experts ? spec.weight_banks : 1;
   const std::uint64_t dropped_before = timer.dropped();
-  using clock = std::chrono::steady_clock;
-  const auto seconds_since = [](clock::time_point t) {
-    return std::chrono::duration<double>(clock::now() - t).count();
-  };
-  auto t = clock::now();
+  auto t = SteadyClock::now();
   WorkloadSpec round_spec = spec.base;
   round_spec.banks = experts ? 2 * banks : 1;
   round_spec.seed = mix_seed({spec.seed, 0xb4e5ULL});
@@ -105,11 +98,11 @@ CellRound measure_cell_round(Backend& backend, ForwardTimer& timer, const CellRo
     ws.point = p;
     ws.banks = experts ? 2 * banks : 1;
     ws.seed = mix_seed({spec.seed, static_cast<std::uint64_t>(pi)});
-    t = clock::now();
+    t = SteadyClock::now();
     auto w = backend.make(ws, weights);
     out.phases.setup += seconds_since(t);
 
-    t = clock::now();
+    t = SteadyClock::now();
     const auto errors = w->verify();
     out.phases.verify += seconds_since(t);
     for (std::size_t b = 0; b < errors.size(); ++b) {
@@ -142,7 +135,7 @@ CellRound measure_cell_round(Backend& backend, ForwardTimer& timer, const CellRo
     } else {
       chunks = {{Arm::single, 1, spec.iterations, true}};
     }
-    t = clock::now();
+    t = SteadyClock::now();
     // Host timers hash the label as the forward's activity list: the workload's configuration
     // (a kernel choice) makes a change of kernels visible to them as CUPTI's names are.
     const auto configuration = w->configuration();
