@@ -195,7 +195,7 @@ with tempfile.TemporaryDirectory() as tmp:
     # 2. SIGKILL during a refinement stage, then resume.
     root = os.path.join(tmp, "killed")
     h5 = os.path.join(root, "acquisitions/staircase/acquisition.h5")
-    args = ["acquire", "--unverified", JOB, "--out-root", root, "--rounds", "12"]
+    args = ["acquire", "--unverified", JOB, "--out-root", root, "--rounds", "4"]
     proc = subprocess.Popen(mpirun_cmd(2, *args), stdout=subprocess.PIPE, stderr=subprocess.PIPE,
                             text=True, env=MPI_ENV)
     for line in proc.stderr:
@@ -214,7 +214,7 @@ with tempfile.TemporaryDirectory() as tmp:
     p = run(mpirun_cmd(2, *args))
     assert f"resumed {complete_before}" in p.stdout, p.stdout
     after = cell_rounds(h5)
-    check_complete(h5, 12)
+    check_complete(h5, 4)
     assert sum(len(rounds) for _, rounds in after.values()) > complete_before, "the kill came too late"
     for name, (_, rounds) in before.items():
         for r, samples in rounds.items():
