@@ -19,7 +19,9 @@ statistics, as core/statistics.h) and the signed median, over all rows and over 
 devices shows as a signed median; what remains is interpolation); where bench points are rows of
 the table, their signed median alone (exact lookups: an offset without interpolation); and the
 median mean SM clock of the bench points (their device_state) beside the table's rows' (the
-bundle's coverage), since an offset often follows the clock. Exit status 3 when a component misses --bounds (median, p95, max of |error|), 1 on
+bundle's coverage), since an offset often follows the clock, and per point the clock of the rows
+its lookup interpolated (`table_sm_clock_mhz`, the vertices' clocks by their weights) with the
+median of bench / table − 1 over the points where both are recorded. Exit status 3 when a component misses --bounds (median, p95, max of |error|), 1 on
 an error, else 0. `--draw-tokens K` only prints K distinct token counts drawn log-uniformly from
 [2, --max-tokens] with --seed (Python's random), comma-separated, for the bench's --tokens.
 """
@@ -75,7 +77,7 @@ def lookup_all(a, rows):
                     + (f" {r['activated']} {r['assignments']}" if r["component"] == "experts" else "") + "\n"
                     for r in rows)
     cmd = [a.harness, "lookup", a.bundle, "--tp", str(a.tp), "--dp", str(a.dp), "--rank", str(a.rank),
-           "--queries", "-", "--format", "json"]
+           "--queries", "-", "--format", "json", "--explain"]
     p = subprocess.run(cmd, input=lines, capture_output=True, text=True)
     answers = [json.loads(line) for line in p.stdout.splitlines()]
     if p.returncode not in (0, 3) or len(answers) != len(rows):
@@ -88,6 +90,15 @@ def bench_clock(row):
     """The mean SM clock the bench counted over a row's forwards (its device_state), or None."""
     state = dict(kv.split("=", 1) for kv in (row.get("device_state") or "").split(";") if "=" in kv)
     return float(state["sm_clock_mean_mhz"]) if "sm_clock_mean_mhz" in state else None
+
+
+def interpolated_clock(answer):
+    """The mean SM clock of the table rows a lookup interpolated, weighted as their times are
+    (--explain's vertices), or None where one of them recorded none."""
+    vertices = answer.get("vertices", [])
+    if not vertices or any("sm_clock_mean_mhz" not in v for v in vertices):
+        return None
+    return sum(v["weight"] * v["sm_clock_mean_mhz"] for v in vertices)
 
 
 def table_clocks(a):
@@ -161,18 +172,20 @@ def main():
                          "activated": int(row["activated"]), "assignments": int(row["assignments"]),
                          "bench_us": bench_us, "lookup_us": answer["time_us"],
                          "error": (answer["time_us"] - bench_us) / bench_us, "grid": answer["exact"],
-                         "bench_sm_clock_mhz": bench_clock(row)})
+                         "bench_sm_clock_mhz": bench_clock(row),
+                         "table_sm_clock_mhz": interpolated_clock(answer)})
     for row, why in outside:
         print(f"outside the support: {row['component']} N={row['tokens']} A={row['activated']} "
               f"M={row['assignments']}: {why}")
     if not out_rows:
         sys.exit("bench-lookup-compare: no bench row lies in the bundle's support")
-    print("| component | N | A | M | bench µs | lookup µs | error | bench clock | |")
-    print("|---|---:|---:|---:|---:|---:|---:|---:|---|")
+    print("| component | N | A | M | bench µs | lookup µs | error | bench clock | table clock | |")
+    print("|---|---:|---:|---:|---:|---:|---:|---:|---:|---|")
     for r in out_rows:
         print(f"| {r['component']} | {r['tokens']} | {r['activated']} | {r['assignments']} | "
               f"{r['bench_us']:.2f} | {r['lookup_us']:.2f} | {100 * r['error']:+.2f}% | "
-              f"{megahertz(r['bench_sm_clock_mhz'])} | {'grid' if r['grid'] else ''} |")
+              f"{megahertz(r['bench_sm_clock_mhz'])} | {megahertz(r['table_sm_clock_mhz'])} | "
+              f"{'grid' if r['grid'] else ''} |")
     table_clock = table_clocks(a)
     if a.out:
         with open(a.out, "w", newline="") as f:
@@ -210,6 +223,14 @@ def main():
                 print(f"{component} median mean SM clock: bench points "
                       f"{megahertz(quantile(clocks, 0.5) if clocks else None)} ({len(clocks)} of "
                       f"{len(selected)} recorded), the table's rows {megahertz(table_clock.get(component))}")
+                # Point by point: the clock of the rows each lookup interpolated. Where the times
+                # agree and the clocks do not, the two clocks were counted over different spans.
+                ratios = sorted(r["bench_sm_clock_mhz"] / r["table_sm_clock_mhz"] - 1 for r in selected
+                                if r["bench_sm_clock_mhz"] is not None and r["table_sm_clock_mhz"] is not None)
+                if ratios:
+                    print(f"{component} bench clock / the interpolated rows' clock - 1: median "
+                          f"{100 * quantile(ratios, 0.5):+.2f}% ({100 * ratios[0]:+.2f}% to "
+                          f"{100 * ratios[-1]:+.2f}%) over {len(ratios)} of {len(selected)} points")
             if name == "all" and len(selected) > 1:
                 # An offset shared by every point (another device of the kind, another day) spends
                 # the bounds by itself; what is left once it is removed is the table's.

@@ -12,7 +12,7 @@ import tempfile
 
 import yaml
 
-from harness_test_lib import HARNESS, SOURCE_DIR, mpirun_cmd, quantile, run
+from harness_test_lib import HARNESS, SOURCE_DIR, mpirun_cmd, quantile, run, staircase_sm_clock_mhz
 
 TOOL = [sys.executable, os.path.join(SOURCE_DIR, "tools/bench-lookup-compare.py")]
 HEADER = ["component", "model", "backend", "tokens", "activated", "assignments", "banks", "median_us",
@@ -103,6 +103,9 @@ with tempfile.TemporaryDirectory() as tmp:
     assert "| 1700 MHz |" in p.stdout and "| not recorded |" in p.stdout, p.stdout
     written = list(csv.DictReader(open(out)))
     assert len(written) == 6, written
+    # A CPU bundle's rows record no clock: no interpolated clock, and no comparison of the two.
+    assert all(r["table_sm_clock_mhz"] == "" for r in written), written
+    assert "bench clock / the interpolated rows' clock" not in p.stdout, p.stdout
     for r, f in zip(written, factors):
         assert abs(float(r["error"]) - (f - 1)) < 1e-4, (r, f)
     # gate_routing N=6 is a row of the table (an exact lookup) unless its B/2B control failed on a
@@ -142,6 +145,31 @@ with tempfile.TemporaryDirectory() as tmp:
     p = compare("--bundle", os.path.join(clocked, "micro"), *args[2:])
     assert "experts median mean SM clock: bench points 1775 MHz (4 of 5 recorded), the table's rows 1862 MHz" \
         in p.stdout, p.stdout
+
+    # Per point, the clock of the rows its lookup interpolated: the staircase model's device runs
+    # at a clock linear in N (staircase_sm_clock_mhz), so the vertices' clocks by their weights are
+    # the model's at the point itself, at a row of the table and between rows alike.
+    stair_root = os.path.join(tmp, "stair-bundles")
+    run(mpirun_cmd(1, "acquire", "--unverified", os.path.join(SOURCE_DIR, "tests/data/staircase.yaml"),
+                   "--components", "gate_routing", "--out", os.path.join(tmp, "stair-acq"), "--out-root",
+                   stair_root, "--quiet"))
+    stair = os.path.join(stair_root, "staircase")
+    gate_tokens = [5, 13, 40]
+    write_bench(bench, [("gate_routing", "staircase_model", n, 0, 0,
+                         lookup_us(stair, n, component="gate_routing")) for n in gate_tokens])
+    p = compare("--bundle", stair, "--bench", bench, "--harness", HARNESS, "--out", out)
+    assert p.returncode == 0, (p.returncode, p.stdout, p.stderr)
+    written = list(csv.DictReader(open(out)))
+    assert [int(r["tokens"]) for r in written] == gate_tokens, written
+    for r in written:
+        want = staircase_sm_clock_mhz(int(r["tokens"]))
+        assert abs(float(r["table_sm_clock_mhz"]) - want) <= 0.5, (r, want)  # stamps in whole ns
+    ratios = sorted(CLOCKS[i] / staircase_sm_clock_mhz(n) - 1 for i, n in enumerate(gate_tokens))
+    line = next(x for x in p.stdout.splitlines() if x.startswith("gate_routing bench clock / the interpolated"))
+    want = (f"median {100 * quantile(ratios, 0.5):+.2f}% ({100 * ratios[0]:+.2f}% to {100 * ratios[-1]:+.2f}%) "
+            "over 3 of 3 points")
+    assert line.endswith(want), (line, want)
+    assert f"| {staircase_sm_clock_mhz(40):.0f} MHz |" in p.stdout, p.stdout
 
     # Error paths: one clear message, exit 1.
     def expect_error(extra, needle, rows_=None, header=None):
