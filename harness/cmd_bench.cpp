@@ -60,8 +60,8 @@ struct Row {
   std::string kernels;        // "name=us;..." of the forward closest to the median, in start order
   std::string configuration;  // the kernel configuration the workload chose (native: its tile)
   // The device during the timed forwards: NVML's SM clock after them, the mean SM clock the
-  // device counted over them (clock_stamp; the two differ under load), and the time the power or
-  // thermal policy held the clocks down while they ran
+  // device counted over them (clock_stamp, as `acquire` counts it; the two differ under load), and
+  // the time the power or thermal policy held the clocks down while they ran
   // ("sm_clock_mhz=1980;sm_clock_mean_mhz=1742;...;power_capped_ms=0").
   std::string device_state;
   Floor floor;
@@ -83,17 +83,16 @@ std::string short_kernel_name(const std::string& mangled) {
 }
 
 // What `Row::device_state` says, from the live state before and after the timed forwards and
-// the device's clock stamps around them.
+// the device's clock over them.
 std::string device_state_during(const std::map<std::string, std::string>& before,
                                 const std::map<std::string, std::string>& after,
-                                const std::optional<ClockStamp>& from,
-                                const std::optional<ClockStamp>& to) {
+                                const ClockSpan& clock) {
   std::ostringstream s;
   const auto put = [&](const std::string& key, const std::string& value) {
     s << (s.tellp() > 0 ? ";" : "") << key << "=" << value;
   };
   if (after.contains("sm_clock_mhz")) put("sm_clock_mhz", after.at("sm_clock_mhz"));
-  if (const auto mhz = mean_sm_clock_mhz(from, to))
+  if (const auto mhz = clock.mean_mhz())
     put("sm_clock_mean_mhz", std::to_string(static_cast<long>(std::lround(*mhz))));
   for (const char* key : {"power_w", "temperature_c"})
     if (after.contains(key)) put(key, after.at(key));
@@ -130,10 +129,9 @@ Row measure(Backend& backend, ForwardTimer& timer, const WorkloadSpec& spec,
   const int forwards =
       (std::max(iterations, spec.banks) + spec.banks - 1) / spec.banks * spec.banks;
   const auto before = backend.live_state();
-  const auto from = backend.clock_stamp();
-  const auto run = run_forwards(*w, timer, forwards, spec.banks, true, label);
-  const auto to = backend.clock_stamp();
-  row.device_state = device_state_during(before, backend.live_state(), from, to) +
+  const auto run = run_forwards(*w, timer, forwards, spec.banks, true, label,
+                                [&backend] { return backend.clock_stamp(); });
+  row.device_state = device_state_during(before, backend.live_state(), run.clock) +
                      ";settle_extended=" + (settled.extended ? "1" : "0") +
                      ";settle_ms=" + std::to_string(std::lround(settled.ms));
   const auto& records = run.records;

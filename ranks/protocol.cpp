@@ -23,8 +23,9 @@ std::string where(const CellRoundSpec& s, const GridPoint& p) {
 }  // namespace
 
 ForwardRun run_forwards(Workload& w, ForwardTimer& timer, int count, int banks, bool timed,
-                        const std::string& label) {
+                        const std::string& label, const ClockStamps& stamps) {
   ForwardRun run;
+  const auto from = stamps ? stamps() : std::nullopt;
   for (int f = 0; f < count; ++f) {
     if (timed) timer.begin(label);
     w.forward(f % banks);
@@ -32,6 +33,7 @@ ForwardRun run_forwards(Workload& w, ForwardTimer& timer, int count, int banks, 
     // The sticky route flag is read once per forward, outside the timed bracket.
     run.route_errors += w.take_route_error() ? 1 : 0;
   }
+  if (stamps) run.clock.add(from, stamps());  // on the forwards' stream: after the last one
   w.synchronize();
   run.records = timer.collect();
   if (!timed) run.records.clear();
@@ -148,13 +150,16 @@ CellRound measure_cell_round(Backend& backend, ForwardTimer& timer, const CellRo
         settle_forwards(*w, timer, experts ? 2 * banks : 1, spec.settle, held_down, label);
     route_errors += settled.route_errors;
     out.settles_extended += settled.extended ? 1 : 0;
-    const auto clock_from = backend.clock_stamp();
+    // The clock over the timed forwards of every chunk, without the flushes between chunks.
+    ClockSpan clock;
+    const ClockStamps stamps = [&backend] { return backend.clock_stamp(); };
     for (const auto& ch : chunks) {
       if (ch.warm_up)
         route_errors +=
             run_forwards(*w, timer, experts ? 2 * banks : 2, ch.banks, false, label).route_errors;
-      auto run = run_forwards(*w, timer, ch.forwards, ch.banks, true, label);
+      auto run = run_forwards(*w, timer, ch.forwards, ch.banks, true, label, stamps);
       route_errors += run.route_errors;
+      clock += run.clock;
       const auto& records = run.records;
       if (records.size() != static_cast<std::size_t>(ch.forwards))
         throw MeasurementError("timer returned " + std::to_string(records.size()) +
@@ -177,7 +182,6 @@ CellRound measure_cell_round(Backend& backend, ForwardTimer& timer, const CellRo
         per_arm[arm].push_back(r.value_us);
       }
     }
-    const auto clock_to = backend.clock_stamp();
     out.phases.timing += seconds_since(t);
     if (route_errors)
       throw MeasurementError("route validation flag raised " + std::to_string(route_errors) +
@@ -185,8 +189,7 @@ CellRound measure_cell_round(Backend& backend, ForwardTimer& timer, const CellRo
     const double m = median(all);
     out.medians.push_back({pi, spec.round, m, experts ? median(per_arm[1]) : m,
                            experts ? median(per_arm[2]) : m,
-                           mean_sm_clock_mhz(clock_from, clock_to)
-                               .value_or(std::numeric_limits<double>::quiet_NaN())});
+                           clock.mean_mhz().value_or(std::numeric_limits<double>::quiet_NaN())});
     if (on_point) on_point();
   }
   if (timer.dropped() != dropped_before)

@@ -44,13 +44,20 @@ struct CellRoundSpec {
 struct ForwardRun {
   std::vector<ForwardRecord> records;  // one per forward when timed, else empty
   std::uint64_t route_errors = 0;      // forwards after which the sticky route flag was raised
+  ClockSpan clock;                     // the device's clock over the forwards, when stamped
 };
+
+// The device's clock stamp (Backend::clock_stamp), or none.
+using ClockStamps = std::function<std::optional<ClockStamp>()>;
 
 // The timing loop of every measurement (acquire, bench, the co-location gate): `count` forwards
 // cycling over `banks` weight banks, each bracketed by the timer when `timed`; the route flag is
-// read after every forward, outside the bracket.
+// read after every forward, outside the bracket. With `stamps`, the device's clock is stamped
+// before the first forward and after the last one's route flag, before the timer's flush, so
+// `clock` covers the forwards and not the flush (docs/measurement.md#protocol).
 [[nodiscard]] ForwardRun run_forwards(Workload& w, ForwardTimer& timer, int count, int banks,
-                                      bool timed, const std::string& label);
+                                      bool timed, const std::string& label,
+                                      const ClockStamps& stamps = {});
 
 // Nanoseconds the device's power and thermal policies have held its clocks down so far (a
 // counter), or nullopt where the device does not say.

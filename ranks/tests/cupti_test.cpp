@@ -5,6 +5,7 @@
 #include <cstdlib>
 #include <map>
 #include <set>
+#include <string>
 
 #include "comm/collectives.h"
 #include "kernels/workload.h"
@@ -69,6 +70,15 @@ TEST(CuptiTimer, PerForwardSumsArePositiveStableAndNothingIsDropped) {
     for (const auto& [p, c] : counts)
       EXPECT_EQ(c.size(), 1u) << "unstable activity count at point " << p;
     EXPECT_EQ(timer->dropped(), 0u);
+    // Each point's clock, stamped around the forwards of each chunk: a real SM clock, at most the
+    // GPU's maximum where NVML gives it.
+    const auto state = backend->live_state();
+    for (const auto& m : r.medians) {
+      EXPECT_GT(m.sm_clock_mean_mhz, 100.0) << "point " << m.point;
+      if (const auto max = state.find("sm_clock_max_mhz"); max != state.end()) {
+        EXPECT_LE(m.sm_clock_mean_mhz, 1.02 * std::stod(max->second)) << "point " << m.point;
+      }
+    }
   }
 }
 

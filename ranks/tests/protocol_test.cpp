@@ -4,6 +4,8 @@
 
 #include <chrono>
 #include <cmath>
+#include <string>
+#include <string_view>
 #include <utility>
 #include <vector>
 
@@ -188,6 +190,62 @@ TEST(Protocol, EachPointRecordsTheMeanSmClockOfItsForwards) {
   auto host = make_host_clock_timer();
   for (const auto& m : measure_cell_round(*cpu, *host, spec).medians)
     EXPECT_TRUE(std::isnan(m.sm_clock_mean_mhz));
+}
+
+// The order of what one run does, as a log: the workload's calls, the timer's flush, the stamps.
+class LoggingWorkload : public Workload {
+ public:
+  explicit LoggingWorkload(std::vector<std::string>& log) : log_(log) {}
+  std::vector<double> verify() override { return {0.0}; }
+  void forward(int) override { log_.push_back("forward"); }
+  void synchronize() override { log_.push_back("synchronize"); }
+  bool take_route_error() override {
+    log_.push_back("route");
+    return false;
+  }
+
+ private:
+  std::vector<std::string>& log_;
+};
+
+class LoggingTimer : public ForwardTimer {
+ public:
+  explicit LoggingTimer(std::vector<std::string>& log) : log_(log) {}
+  std::string method() const override { return "host_clock"; }
+  void begin(std::string_view) override {}
+  void end() override {}
+  std::vector<ForwardRecord> collect() override {
+    log_.push_back("collect");
+    return {};
+  }
+  std::uint64_t dropped() const override { return 0; }
+
+ private:
+  std::vector<std::string>& log_;
+};
+
+// The clock covers the forwards and not the timer's flush after them: one stamp before the first
+// forward, one after the last forward's route flag (which waits for the device), both before the
+// flush; the run's span is theirs. Without stamps nothing is stamped.
+TEST(Protocol, TheClockIsStampedAroundTheForwardsNotTheFlush) {
+  std::vector<std::string> log;
+  LoggingWorkload w(log);
+  LoggingTimer timer(log);
+  std::uint64_t calls = 0;
+  const ClockStamps stamps = [&]() -> std::optional<ClockStamp> {
+    log.push_back("stamp");
+    ++calls;
+    return ClockStamp{calls * 1'800'000, calls * 1'000'000};  // 1800 MHz between the two
+  };
+  const auto run = run_forwards(w, timer, 2, 2, true, "x", stamps);
+  EXPECT_EQ(log, (std::vector<std::string>{"stamp", "forward", "route", "forward", "route", "stamp",
+                                           "synchronize", "collect"}));
+  EXPECT_EQ(run.clock.sm_cycles, 1'800'000u);
+  EXPECT_EQ(run.clock.ns, 1'000'000u);
+  log.clear();
+  const auto unstamped = run_forwards(w, timer, 1, 1, true, "x");
+  EXPECT_EQ(log, (std::vector<std::string>{"forward", "route", "synchronize", "collect"}));
+  EXPECT_FALSE(unstamped.clock.mean_mhz().has_value());
 }
 
 TEST(Protocol, SettleAddsNoSamples) {
