@@ -7,6 +7,7 @@
 #include <map>
 
 #include "harness/commands.h"
+#include "ranks/git_revision.h"
 
 namespace {
 
@@ -59,7 +60,7 @@ int main(int argc, char** argv) {
     return 0;
   }
   if (name == "--version") {
-    std::cout << "harness " << HARNESS_GIT_REVISION << "\n";
+    std::cout << "harness " << moe::git_revision() << "\n";
     return 0;
   }
   auto it = commands().find(name);

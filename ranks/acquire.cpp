@@ -30,16 +30,13 @@
 #include "ranks/colocate.h"
 #include "ranks/elapsed.h"
 #include "ranks/families.h"
+#include "ranks/git_revision.h"
 #include "ranks/protocol.h"
 #include "ranks/rank_context.h"
 #include "ranks/watchdog.h"
 #include "store/acquisition_file.h"
 #include "store/campaign.h"
 #include "store/mpi_gather.h"
-
-#ifndef HARNESS_GIT_REVISION
-#define HARNESS_GIT_REVISION "unknown"
-#endif
 
 namespace moe {
 
@@ -245,7 +242,7 @@ class Acquisition {
     path_ = (std::filesystem::path(options_.out_dir) / "acquisition.h5").string();
     const auto& backend = *ctx_->backend;
     FileIdentity identity{contract_text,
-                          {{"harness_revision", HARNESS_GIT_REVISION},
+                          {{"harness_revision", git_revision()},
                            {"backend", backend.name()},
                            {"timing", ctx_->timer->method()},
                            {"geometry", geometry_json(job_.geometry).dump()},
@@ -542,7 +539,7 @@ class Acquisition {
                        {"cpu_binding", ctx_->binding.describe()},
                        {"load_average", load_average()},
                        {"started_utc", utc_now()},
-                       {"harness_revision", HARNESS_GIT_REVISION},
+                       {"harness_revision", git_revision()},
                        {"device", backend.device_properties()},
                        {"device_state_before", backend.live_state()},
                        {"nccl", nccl_version()},

@@ -89,6 +89,8 @@ with tempfile.TemporaryDirectory() as tmp:
         assert r0["job_sha256"] == hashlib.sha256(job_text.encode()).hexdigest(), r0
         assert len(r0["harness_binary_sha256"]) == 64 and len(r0["family_table_sha256"]) == 64, r0
         assert r0["complete"] is True and r0["command"].startswith("harness acquire"), r0
+        # The commit the binary was built from, as `harness --version` says it.
+        assert r0["harness_revision"] == run([HARNESS, "--version"]).stdout.split()[1], r0
         # Every row's clock, under its own checksum: none on the host backend (no device clock);
         # every row's device: the one device of the one run.
         rc_path = os.path.join(os.path.dirname(path), "row_clocks.csv")
