@@ -2,7 +2,6 @@
 #include <mpi.h>
 
 #include <algorithm>
-#include <chrono>
 #include <cmath>
 #include <filesystem>
 #include <iomanip>
@@ -16,6 +15,7 @@
 #include "harness/commands.h"
 #include "harness/mpi_session.h"
 #include "ranks/acquire.h"
+#include "ranks/elapsed.h"
 
 namespace po = boost::program_options;
 
@@ -162,14 +162,13 @@ int acquire(const Args& args) {
     // once for the summary and the bundles.
     const auto acq = read_acquisition(summary.file);
     print_summary(summary, acq, std::cout);
-    const auto publish_start = std::chrono::steady_clock::now();
+    const auto publish_start = moe::SteadyClock::now();
     if (!no_publish)
       print_publish_report(moe::publish(acq, summary.file,
                                         {job.out_root, job.variant, samples,
                                          accept || job.fidelity.accept_failures}),
                            std::cout);
-    const double publish_s =
-        std::chrono::duration<double>(std::chrono::steady_clock::now() - publish_start).count();
+    const double publish_s = moe::seconds_since(publish_start);
     int ranks = 1;
     HARNESS_CHECK_MPI(MPI_Comm_size(MPI_COMM_WORLD, &ranks));
     print_time_shares(summary, publish_s, ranks, std::cout);

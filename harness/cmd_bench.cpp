@@ -129,8 +129,8 @@ Row measure(Backend& backend, ForwardTimer& timer, const WorkloadSpec& spec,
   const int forwards =
       (std::max(iterations, spec.banks) + spec.banks - 1) / spec.banks * spec.banks;
   const auto before = backend.live_state();
-  const auto run = run_forwards(*w, timer, forwards, spec.banks, true, label,
-                                [&backend] { return backend.clock_stamp(); });
+  const auto run =
+      run_forwards(*w, timer, forwards, spec.banks, true, label, clock_stamps(backend));
   row.device_state = device_state_during(before, backend.live_state(), run.clock) +
                      ";settle_extended=" + (settled.extended ? "1" : "0") +
                      ";settle_ms=" + std::to_string(std::lround(settled.ms));

@@ -91,7 +91,7 @@ class NativeExperts {
   cudaStream_t s_;
   int lanes_;
   int max_tiles_;       // the tile table's bound, for any routes
-  int grid_tiles_;      // the tiles of the routes it was built for: the persistent launches' grids
+  int grid_tiles_;      // the tiles of the routes it was built for: the pipelined launches' grids
   bool wgmma_ = false;  // medium and wide tiles on Hopper tensor-core wgmma (sm_90a builds)
   NativeSchedule schedule_ = NativeSchedule::launches;  // wgmma tiles only
   bool one_token_ = false;            // one token row: two launches, no plan or combine kernel

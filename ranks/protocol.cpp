@@ -51,6 +51,10 @@ HeldDownClock held_down_clock(const Backend& backend) {
   };
 }
 
+ClockStamps clock_stamps(Backend& backend) {
+  return [&backend] { return backend.clock_stamp(); };
+}
+
 SettleRun settle_forwards(Workload& w, ForwardTimer& timer, int banks, const Settle& settle,
                           const HeldDownClock& held_down, const std::string& label) {
   SettleRun run;
@@ -94,6 +98,7 @@ CellRound measure_cell_round(Backend& backend, ForwardTimer& timer, const CellRo
   const auto weights = backend.make_weights(round_spec);
   out.phases.setup += seconds_since(t);
   const auto held_down = held_down_clock(backend);
+  const auto stamps = clock_stamps(backend);
   for (const auto pi : order) {
     const auto& p = spec.points[static_cast<std::size_t>(pi)];
     WorkloadSpec ws = spec.base;
@@ -152,7 +157,6 @@ CellRound measure_cell_round(Backend& backend, ForwardTimer& timer, const CellRo
     out.settles_extended += settled.extended ? 1 : 0;
     // The clock over the timed forwards of every chunk, without the flushes between chunks.
     ClockSpan clock;
-    const ClockStamps stamps = [&backend] { return backend.clock_stamp(); };
     for (const auto& ch : chunks) {
       if (ch.warm_up)
         route_errors +=

@@ -64,6 +64,8 @@ using ClockStamps = std::function<std::optional<ClockStamp>()>;
 using HeldDownClock = std::function<std::optional<std::uint64_t>()>;
 // The counter of `backend`'s device, from its live state (NVML on GPUs).
 [[nodiscard]] HeldDownClock held_down_clock(const Backend& backend);
+// `backend`'s clock stamps, for run_forwards.
+[[nodiscard]] ClockStamps clock_stamps(Backend& backend);
 
 struct SettleRun {
   std::uint64_t route_errors = 0;

@@ -78,7 +78,7 @@ TEST(NativeTileRule, W2RunsOneTallTilePerExpertFrom129To256Rows) {
   expect_changes_only_at_declared_steps(native_w2_tall_tokens);
 }
 
-// The routes' own tiles size the persistent launches' grids: each expert's rows padded to whole
+// The routes' own tiles size the pipelined launches' grids: each expert's rows padded to whole
 // tiles, at least one tile (no active expert still launches a block), and the mean that picks the
 // tile.
 TEST(NativeTileRule, TileCountPadsEachExpertsRowsToWholeTiles) {
