@@ -208,6 +208,19 @@ int provenance_runs(hid_t group) {
   return runs;
 }
 
+// Copies `from` to the snapshot `snapshot` through a temporary and a rename: a kill leaves the
+// previous snapshot or the new one, never a torn one.
+void copy_through_rename(const std::string& from, const std::string& snapshot) {
+  const std::string copying = snapshot + ".copying";
+  try {
+    std::filesystem::copy_file(from, copying, std::filesystem::copy_options::overwrite_existing);
+    std::filesystem::rename(copying, snapshot);
+  } catch (const std::filesystem::filesystem_error& e) {
+    throw FileError("cannot snapshot '" + from + "' to '" + snapshot + "' (" + e.code().message() +
+                    "); the file and its previous snapshot are intact");
+  }
+}
+
 }  // namespace
 
 struct AcquisitionFile::Impl {
@@ -251,14 +264,27 @@ AcquisitionFile::AcquisitionFile(MPI_Comm comm, const std::string& path,
     for (const auto& [k, v] : identity.attributes) write_string_attr(file, k, v);
     H5_OPEN(H5Gcreate2(file, "cells", H5P_DEFAULT, H5P_DEFAULT, H5P_DEFAULT), H5Gclose);
     file.close();  // collective
+    // Its snapshot is taken before it gets its name: a kill inside the first flush (the cells'
+    // declaration) can tear the file, and a resume restores it only from a snapshot.
     int renamed = 1;
+    std::string why;
     if (impl_->rank == 0) {
-      std::error_code ec;
-      std::filesystem::rename(creating, path, ec);
-      renamed = ec ? 0 : 1;
+      try {
+        const auto start = std::chrono::steady_clock::now();
+        copy_through_rename(creating, snapshot_path(path));
+        impl_->snapshot_seconds +=
+            std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+        std::filesystem::rename(creating, path);
+      } catch (const std::exception& e) {
+        renamed = 0;
+        why = e.what();
+      }
     }
     HARNESS_CHECK_MPI(MPI_Bcast(&renamed, 1, MPI_INT, 0, comm));
-    if (!renamed) throw FileError("cannot rename '" + creating + "' to '" + path + "'");
+    if (!renamed)
+      throw FileError("cannot make '" + path + "' from '" + creating + "'" +
+                      (why.empty() ? std::string(" (see rank 0)") : ": " + why));
+    ++impl_->snapshots;
   }
   const hid_t f = H5Fopen(path.c_str(), H5F_ACC_RDWR, fapl);
   if (f < 0)
@@ -778,14 +804,7 @@ std::string snapshot_path(const std::string& path) {
 }
 
 void take_snapshot(const std::string& path) {
-  const std::string snapshot = snapshot_path(path), copying = snapshot + ".copying";
-  try {
-    std::filesystem::copy_file(path, copying, std::filesystem::copy_options::overwrite_existing);
-    std::filesystem::rename(copying, snapshot);
-  } catch (const std::filesystem::filesystem_error& e) {
-    throw FileError("cannot snapshot '" + path + "' to '" + snapshot + "' (" + e.code().message() +
-                    "); the file and its previous snapshot are intact");
-  }
+  copy_through_rename(path, snapshot_path(path));
 }
 
 namespace {
@@ -851,9 +870,17 @@ std::optional<SnapshotRestore> restore_snapshot_if_damaged(
     const std::string& path,
     const std::function<std::optional<std::string>(const std::string&)>& problem) {
   const std::string snapshot = snapshot_path(path);
-  if (!std::filesystem::exists(path) || !std::filesystem::exists(snapshot)) return std::nullopt;
+  if (!std::filesystem::exists(path)) return std::nullopt;
   auto why = problem(path);
-  if (!why || problem(snapshot)) return std::nullopt;
+  if (!why) return std::nullopt;
+  // Writing on into a damaged file would tear it further, out of sight until a later read.
+  const auto unusable = std::filesystem::exists(snapshot)
+                            ? problem(snapshot)
+                            : std::optional<std::string>("there is none");
+  if (unusable)
+    throw FileError("'" + path + "' is damaged or corrupt (" + *why + ") and its crash snapshot '" +
+                    snapshot + "' cannot replace it (" + *unusable +
+                    "); both were left untouched: move them aside or choose another --out");
   std::string stamp = utc_now();
   std::replace(stamp.begin(), stamp.end(), ':', '-');
   std::string damaged = path + ".damaged-" + stamp;

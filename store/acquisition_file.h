@@ -122,8 +122,8 @@ int append_fidelity_evaluation(const std::string& path, const std::string& json)
 
 // Crash recovery (docs/measurement.md#crash-consistency-and-resume). HDF5 does not journal its
 // metadata: a process killed inside a flush (or a close) can leave a file HDF5 cannot read, or
-// one that lost groups it had. Every collective write of AcquisitionFile therefore ends with a
-// snapshot: `<path>.snapshot`, a copy of the file as that flush left it, made through a
+// one that lost groups it had. Every collective write of AcquisitionFile (and its creation)
+// therefore ends with a snapshot: `<path>.snapshot`, a copy of the file as that flush left it, made through a
 // temporary and a rename, so a kill leaves the previous snapshot or the new one, never a torn one.
 [[nodiscard]] std::string snapshot_path(const std::string& path);
 // Serial (no rank writing the file): copies `path` to its snapshot.
@@ -134,8 +134,9 @@ void take_snapshot(const std::string& path);
 // Serial, before any rank opens `path`: when `problem(path)` names a problem and
 // `problem(snapshot)` names none, moves `path` aside to `<path>.damaged-<UTC>` (kept, never
 // overwritten) and copies the snapshot into its place. Returns what was done, or nullopt when
-// nothing was (no problem, no snapshot, or a snapshot with a problem of its own). A copy that
-// fails (a full disk) is a FileError, with nothing moved.
+// `path` does not exist or has no problem. A damaged `path` whose snapshot is missing or has a
+// problem of its own, or a copy that fails (a full disk), is a FileError, with nothing moved. (A
+// file has a snapshot from its creation on: AcquisitionFile takes one before naming it.)
 struct SnapshotRestore {
   std::string problem;       // what was wrong with the file
   std::string damaged_copy;  // where the damaged file now is

@@ -167,20 +167,49 @@ TEST_F(Snapshot, ARestoreThatCannotCopyMovesNothing) {
     EXPECT_EQ(e.path().string().find(".damaged-"), std::string::npos) << e.path();
 }
 
-TEST_F(Snapshot, NothingIsTouchedWithoutAProblemOrAUsableSnapshot) {
+TEST_F(Snapshot, NothingIsTouchedWithoutAProblem) {
+  EXPECT_EQ(restore_snapshot_if_damaged(path_, hdf5_damage), std::nullopt);  // no file
   write_file(path_, 7);
   const auto whole = read_file(path_);
   EXPECT_EQ(restore_snapshot_if_damaged(path_, hdf5_damage), std::nullopt);  // no snapshot
   take_snapshot(path_);
   EXPECT_EQ(restore_snapshot_if_damaged(path_, hdf5_damage), std::nullopt);  // file whole
-  tear(path_);
-  const auto torn = read_file(path_);
-  tear(snapshot_path(path_));
-  EXPECT_EQ(restore_snapshot_if_damaged(path_, hdf5_damage), std::nullopt);  // snapshot torn too
-  EXPECT_EQ(read_file(path_), torn);
+  EXPECT_EQ(read_file(path_), whole);
   for (const auto& e : fs::directory_iterator(dir_))
     EXPECT_EQ(e.path().string().find(".damaged-"), std::string::npos) << e.path();
-  EXPECT_NE(whole, torn);
+}
+
+// A damaged file that no snapshot can replace is one error naming both, and nothing moves: a
+// resume that wrote on into it would tear it further, out of sight until a later read failed.
+TEST_F(Snapshot, ADamagedFileWithoutAUsableSnapshotIsAnErrorAndMovesNothing) {
+  const auto refused = [&](const std::string& snapshot_problem) {
+    const auto torn = read_file(path_);
+    const bool had_snapshot = fs::exists(snapshot_path(path_));
+    const auto snapshot = had_snapshot ? read_file(snapshot_path(path_)) : std::string();
+    try {
+      (void)restore_snapshot_if_damaged(path_, hdf5_damage);
+      ADD_FAILURE() << "a damaged file was kept for writing";
+    } catch (const FileError& e) {
+      const std::string what = e.what();
+      EXPECT_NE(what.find("'" + path_ + "' is damaged or corrupt ("), std::string::npos) << what;
+      const auto cannot = what.find("cannot replace it (");
+      ASSERT_NE(cannot, std::string::npos) << what;
+      EXPECT_EQ(what.find(snapshot_problem, cannot), cannot + 19) << what;
+    }
+    EXPECT_EQ(read_file(path_), torn);
+    EXPECT_EQ(fs::exists(snapshot_path(path_)), had_snapshot);
+    if (had_snapshot) {
+      EXPECT_EQ(read_file(snapshot_path(path_)), snapshot);
+    }
+    for (const auto& e : fs::directory_iterator(dir_))
+      EXPECT_EQ(e.path().string().find(".damaged-"), std::string::npos) << e.path();
+  };
+  write_file(path_, 7);
+  tear(path_);
+  refused("there is none");
+  write_file(snapshot_path(path_), 7);
+  tear(snapshot_path(path_));
+  refused(std::string("'").append(snapshot_path(path_)).append("': "));  // the walk names it
 }
 
 }  // namespace

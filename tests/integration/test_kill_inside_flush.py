@@ -3,7 +3,8 @@ flush or of a close, where HDF5 has written part of the metadata it changes. HDF
 it, so such a kill can leave a file HDF5 cannot read; the resume must then move the damaged file
 aside and restore the last snapshot (store/acquisition_file.h), say so, record it in
 campaign.json, and finish: every planned round complete, published, and every round the snapshot
-held kept, not measured again. A reference run lists each rank's flushes and closes with the
+held kept, not measured again (a file has a snapshot from its creation on, so a kill inside its
+first flush is restored too). A reference run lists each rank's flushes and closes with the
 writes each made (KILL_REPORT); the cases are spread over that list, rounds, refinement stages
 and the serial append of the held-out evaluations alike."""
 import glob
@@ -33,6 +34,11 @@ with tempfile.TemporaryDirectory() as tmp:
         # Over the first 70 %: another run can make fewer writes (see the retry below).
         cases += [(rank, "H5Fflush", total * 7 * (2 * i + 1) // (20 * FLUSH_CASES_PER_RANK))
                   for i in range(FLUSH_CASES_PER_RANK)]
+    # Inside rank 0's first flush (the cells' declaration), a few writes before its end: a torn
+    # file whose only snapshot is the one taken when the file was created.
+    first = next(w for r, c, w in calls if r == 0 and c == "H5Fflush")
+    assert first > 8, f"rank 0's first flush wrote only {first} times"
+    cases.append((0, "H5Fflush", first - 4))
     # The serial append of a held-out evaluation writes in a close on rank 0 only: the first
     # close after the new file's that writes more than the superblock.
     closes = [w for r, c, w in calls if r == 0 and c == "H5Fclose" and w > 0]
