@@ -123,8 +123,9 @@ int append_fidelity_evaluation(const std::string& path, const std::string& json)
 // Crash recovery (docs/measurement.md#crash-consistency-and-resume). HDF5 does not journal its
 // metadata: a process killed inside a flush (or a close) can leave a file HDF5 cannot read, or
 // one that lost groups it had. Every collective write of AcquisitionFile (and its creation)
-// therefore ends with a snapshot: `<path>.snapshot`, a copy of the file as that flush left it, made through a
-// temporary and a rename, so a kill leaves the previous snapshot or the new one, never a torn one.
+// therefore ends with a snapshot: `<path>.snapshot`, a copy of the file as that flush left it, made
+// through a temporary and a rename, so a kill leaves the previous snapshot or the new one, never a
+// torn one.
 [[nodiscard]] std::string snapshot_path(const std::string& path);
 // Serial (no rank writing the file): copies `path` to its snapshot.
 void take_snapshot(const std::string& path);
