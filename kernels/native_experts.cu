@@ -2052,8 +2052,7 @@ NativeExperts::NativeExperts(const ModelGeometry& g, const ExpertOwnership& own,
     });
 #endif
   const int t = native_tile_tokens(tile_);
-  // Tiles of expert e: ceil(c_e / t) <= c_e / t + 1 for each expert with rows.
-  max_tiles_ = (lanes_ + t - 1) / t + std::min(own.local_experts, lanes_);
+  max_tiles_ = native_max_tile_count(lanes_, own.local_experts, t);
   grid_tiles_ = std::min(native_tile_count(expert_rows, t), max_tiles_);
   lane_slot_ = DeviceBuffer<int>(static_cast<std::size_t>(lanes_));
   lane_pos_ = DeviceBuffer<int>(static_cast<std::size_t>(lanes_));
@@ -2079,8 +2078,7 @@ NativeExperts::NativeExperts(const ModelGeometry& g, const ExpertOwnership& own,
   if (schedule_ == NativeSchedule::clustered)
     w2_tall_tokens_ = native_w2_tall_tokens(tile_, rows_per_expert);
   if (w2_tall_tokens_ > 0) {
-    w2_max_tiles_ =
-        (lanes_ + w2_tall_tokens_ - 1) / w2_tall_tokens_ + std::min(own.local_experts, lanes_);
+    w2_max_tiles_ = native_max_tile_count(lanes_, own.local_experts, w2_tall_tokens_);
     w2_grid_tiles_ = std::min(native_tile_count(expert_rows, w2_tall_tokens_), w2_max_tiles_);
     w2_tiles_ = DeviceBuffer<int4>(static_cast<std::size_t>(w2_max_tiles_));
     w2_num_tiles_ = DeviceBuffer<int>(1);

@@ -61,6 +61,10 @@ int native_tile_count(std::span<const int> expert_rows, int tokens) {
   return std::max(1, tiles);
 }
 
+int native_max_tile_count(int lanes, int local_experts, int tokens) {
+  return (lanes + tokens - 1) / tokens + std::min(local_experts, lanes);
+}
+
 double native_tile_cost(NativeTile t, double rows_per_expert) {
   return tiles_per_expert(t, rows_per_expert) * tile_cost(t);
 }

@@ -63,6 +63,9 @@ inline constexpr int kNativeW2TallTokens[] = {160, 192, 224, 256};
 // Tiles of `tokens` token rows that hold those experts' rows, each expert's padded to whole tiles:
 // the length of the tile table a forward on those routes builds (at least 1).
 [[nodiscard]] int native_tile_count(std::span<const int> expert_rows, int tokens);
+// The most tiles of `tokens` rows any routes of `lanes` rows over `local_experts` experts need
+// (what the tile tables are allocated for): ceil(c_e / t) <= c_e / t + 1 for each expert with rows.
+[[nodiscard]] int native_max_tile_count(int lanes, int local_experts, int tokens);
 
 // Rows per expert b, up to `max_rows`, where the `native` forward changes between b and more
 // rows per expert: the tile changes, or the tiles per expert of an expert with b + 1 rows. A

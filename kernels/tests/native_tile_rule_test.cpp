@@ -3,6 +3,8 @@
 #include <gtest/gtest.h>
 
 #include <algorithm>
+#include <array>
+#include <random>
 #include <vector>
 
 namespace moe {
@@ -91,6 +93,26 @@ TEST(NativeTileRule, TileCountPadsEachExpertsRowsToWholeTiles) {
   EXPECT_DOUBLE_EQ(native_rows_per_expert(ten_of_32), 32.0);
   EXPECT_DOUBLE_EQ(native_rows_per_expert(mixed), 387.0 / 5);
   EXPECT_EQ(native_rows_per_expert({}), 0.0);
+}
+
+// The tile tables' bound holds for any routes (random splits of the lanes over the experts); the
+// worst split, every expert one row past a whole tile, comes within one tile of it.
+TEST(NativeTileRule, NoRoutesNeedMoreTilesThanTheBound) {
+  std::mt19937 rng(20261205);
+  for (int trial = 0; trial < 2000; ++trial) {
+    const int experts = std::uniform_int_distribution<int>(1, 160)(rng);
+    const int lanes = std::uniform_int_distribution<int>(1, 9000)(rng);
+    const int tokens = std::array{16, 64, 128, 160, 256}[trial % 5];
+    std::vector<int> rows(static_cast<std::size_t>(experts), 0);
+    std::uniform_int_distribution<int> pick(0, experts - 1);
+    for (int l = 0; l < lanes; ++l) ++rows[static_cast<std::size_t>(pick(rng))];
+    ASSERT_LE(native_tile_count(rows, tokens), native_max_tile_count(lanes, experts, tokens))
+        << lanes << " lanes, " << experts << " experts, " << tokens << "-row tiles";
+  }
+  const std::vector<int> one_past(8, 65);  // 8 experts of 65 rows: 2 tiles each
+  EXPECT_EQ(native_tile_count(one_past, 64), 16);
+  EXPECT_EQ(native_max_tile_count(8 * 65, 8, 64), 9 + 8);
+  EXPECT_EQ(native_max_tile_count(3, 128, 64), 1 + 3);  // no more experts with rows than rows
 }
 
 TEST(NativeTileRule, OnlyNativeDeclaresSteps) {
