@@ -93,7 +93,8 @@ Contract Contract::of(const Plan& plan, const std::string& backend, const std::s
                     capped_settle_ms_for(job, backend),
                     kBankTolerance,
                     cache_bytes,
-                    job.seed};
+                    job.seed,
+                    kTimingProtocol};
   c.fidelity = job.fidelity;
   const auto digest = [](const std::vector<GridPoint>& points) {
     std::string pts;
@@ -142,13 +143,16 @@ std::map<Component, GridDigest> digests_from_json(const json& j, const std::stri
 }
 
 json conditioning_json(const Conditioning& c) {
-  return {{"rounds", c.rounds},
-          {"iterations", c.iterations},
-          {"settle_ms", c.settle_ms},
-          {"capped_settle_ms", c.capped_settle_ms},
-          {"bank_tolerance", c.bank_tolerance},
-          {"cache_bytes", c.cache_bytes},
-          {"seed", c.seed}};
+  json j = {{"rounds", c.rounds},
+            {"iterations", c.iterations},
+            {"settle_ms", c.settle_ms},
+            {"capped_settle_ms", c.capped_settle_ms},
+            {"bank_tolerance", c.bank_tolerance},
+            {"cache_bytes", c.cache_bytes},
+            {"seed", c.seed}};
+  // Written only above 1, as backend_version is: older files read as before.
+  if (c.timing_protocol != 1) j["timing_protocol"] = c.timing_protocol;
+  return j;
 }
 
 // Written only above 1, so that the contracts of code never changed, and the files they identify,
@@ -215,7 +219,8 @@ Contract Contract::from_json(const json& j) {
                     k.value("capped_settle_ms", 0),  // absent before it was extended when capped
                     field<double>(k, "bank_tolerance", "conditioning."),
                     field<std::int64_t>(k, "cache_bytes", "conditioning."),
-                    field<std::uint64_t>(k, "seed", "conditioning.")};
+                    field<std::uint64_t>(k, "seed", "conditioning."),
+                    k.value("timing_protocol", 1)};  // absent before it was recorded
   const auto& f = object(j, "fidelity", "");
   c.fidelity = {
       field<double>(f, "tolerance", "fidelity."), field<int>(f, "max_added_points", "fidelity."),
@@ -311,6 +316,11 @@ json Contract::collective_table(const TargetContract& t,
       {"tokens", tokens == t.grids.end()
                      ? json(nullptr)
                      : json{{"points", tokens->second.points}, {"sha256", tokens->second.sha256}}}};
+}
+
+int timing_protocol_of(const json& contract) {
+  const auto k = contract.find("conditioning");
+  return k != contract.end() && k->is_object() ? k->value("timing_protocol", 1) : 1;
 }
 
 int backend_version_of(const json& contract) {

@@ -60,7 +60,13 @@ struct Conditioning {
   double bank_tolerance = 0;
   std::int64_t cache_bytes = 0;
   std::uint64_t seed = 0;
+  int timing_protocol = 1;  // kTimingProtocol of the code that measured (1: absent, before it)
 };
+
+// The timing loop's version, raised when a change of it changes measured times: 2 since a point's
+// chunks run back to back with one flush of the timer (fortieth session); 1 flushed after every
+// chunk (docs/measurement.md#protocol).
+inline constexpr int kTimingProtocol = 2;
 
 struct Contract {
   ModelGeometry geometry;
@@ -101,6 +107,9 @@ struct Contract {
 // The backend_version of a stored contract or of a published table's contract: absent, as for
 // all code from before versions were recorded, it is 1.
 [[nodiscard]] int backend_version_of(const nlohmann::json& contract);
+
+// The conditioning's timing_protocol of a stored or published contract (1 where absent).
+[[nodiscard]] int timing_protocol_of(const nlohmann::json& contract);
 
 // Names the top-level keys whose values differ ("contract" when none does).
 [[nodiscard]] std::string json_difference(const nlohmann::json& a, const nlohmann::json& b);

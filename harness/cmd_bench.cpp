@@ -121,23 +121,23 @@ Row measure(Backend& backend, ForwardTimer& timer, const WorkloadSpec& spec,
     throw std::runtime_error(backend.name() + " " + row.component + " " + row.model +
                              " N=" + std::to_string(spec.point.tokens) + ": relative error " +
                              std::to_string(row.max_error) + " exceeds the tolerance");
-  // The protocol's loop: one rotation of warm-up, then whole rotations of timed forwards.
+  // The protocol's loop: one rotation of warm-up, then whole rotations of timed forwards, back
+  // to back.
   const std::string label = "bench_" + row.component;
   const auto settled =
       settle_forwards(*w, timer, spec.banks, settle, held_down_clock(backend), label);
-  const auto warm_up = run_forwards(*w, timer, spec.banks, spec.banks, false, label);
   const int forwards =
       (std::max(iterations, spec.banks) + spec.banks - 1) / spec.banks * spec.banks;
+  const ForwardSegment segments[] = {{spec.banks, spec.banks, false}, {forwards, spec.banks, true}};
   const auto before = backend.live_state();
-  const auto run =
-      run_forwards(*w, timer, forwards, spec.banks, true, label, clock_stamps(backend));
+  const auto run = run_forwards(*w, timer, segments, label, clock_stamps(backend));
   row.device_state = device_state_during(before, backend.live_state(), run.clock) +
                      ";settle_extended=" + (settled.extended ? "1" : "0") +
                      ";settle_ms=" + std::to_string(std::lround(settled.ms));
   const auto& records = run.records;
   std::vector<double> us;
   for (const auto& r : records) us.push_back(r.value_us);
-  if (settled.route_errors + warm_up.route_errors + run.route_errors > 0)
+  if (settled.route_errors + run.route_errors > 0)
     throw std::runtime_error("route flag raised on a valid stimulus");
   if (timer.dropped() != 0) throw std::runtime_error("CUPTI dropped activity records");
   row.median_us = median(us);  // the same median `acquire` publishes

@@ -259,17 +259,20 @@ int validate(const Args& args) {
     const auto here_id = here.contains("uuid") ? here.at("uuid") : here.at("device");
     const auto here_position = static_cast<int>(
         std::find(measured_on.begin(), measured_on.end(), here_id) - measured_on.begin());
-    json entry = {{"target", e->target.to_json()},
-                  {"device", here_id},
-                  {"table_devices", measured_on},
-                  {"same_device", measured_on.size() == 1 && measured_on[0] == here_id},
-                  // false for entries published before row_clocks.csv: no row's own clock
-                  {"row_clocks_recorded", e->fidelity().contains("row_clocks_table")},
-                  // the version of the code measured now and for the table: another version's
-                  // times differ by what its change did, not by device or day
-                  {"backend_version",
-                   {{"now", backend->version()}, {"table", backend_version_of(e->contract)}}},
-                  {"components", json::array()}};
+    json entry = {
+        {"target", e->target.to_json()},
+        {"device", here_id},
+        {"table_devices", measured_on},
+        {"same_device", measured_on.size() == 1 && measured_on[0] == here_id},
+        // false for entries published before row_clocks.csv: no row's own clock
+        {"row_clocks_recorded", e->fidelity().contains("row_clocks_table")},
+        // the version of the code measured now and for the table: another version's
+        // times differ by what its change did, not by device or day
+        {"backend_version",
+         {{"now", backend->version()}, {"table", backend_version_of(e->contract)}}},
+        // the timing loop now and the table's (core/contract.h, kTimingProtocol)
+        {"timing_protocol", {{"now", kTimingProtocol}, {"table", timing_protocol_of(e->contract)}}},
+        {"components", json::array()}};
     for (const auto c : deployment.components()) {
       std::set<GridPoint> grid;
       for (const auto& r : deployment.rows(c)) grid.insert(r.point);
@@ -384,6 +387,11 @@ int validate(const Args& args) {
         std::cout << "    another version of the measured code: this build runs version "
                   << v["now"] << ", the table was measured by version " << v["table"]
                   << " (their times differ by what changed: docs/bundle-format.md)\n";
+      if (const auto& v = entry["timing_protocol"]; v["now"] != v["table"])
+        std::cout << "    another timing protocol: this build times with protocol " << v["now"]
+                  << ", the table was measured with protocol " << v["table"]
+                  << " (docs/measurement.md#protocol: under the power cap its clocks, and so its "
+                     "times, differ)\n";
       for (const auto& c : entry["components"]) {
         std::cout << "    " << c["component"].get<std::string>() << ": " << c["count"] << " points";
         if (c.contains("skipped")) {

@@ -22,22 +22,32 @@ std::string where(const CellRoundSpec& s, const GridPoint& p) {
 
 }  // namespace
 
-ForwardRun run_forwards(Workload& w, ForwardTimer& timer, int count, int banks, bool timed,
+ForwardRun run_forwards(Workload& w, ForwardTimer& timer, std::span<const ForwardSegment> segments,
                         const std::string& label, const ClockStamps& stamps) {
   ForwardRun run;
   const auto from = stamps ? stamps() : std::nullopt;
-  for (int f = 0; f < count; ++f) {
-    if (timed) timer.begin(label);
-    w.forward(f % banks);
-    if (timed) timer.end();
-    // The sticky route flag is read once per forward, outside the timed bracket.
-    run.route_errors += w.take_route_error() ? 1 : 0;
+  bool any_timed = false;
+  for (const auto& s : segments) {
+    any_timed = any_timed || s.timed;
+    for (int f = 0; f < s.count; ++f) {
+      if (s.timed) timer.begin(label);
+      w.forward(f % s.banks);
+      if (s.timed) timer.end();
+      // The sticky route flag is read once per forward, outside the timed bracket.
+      run.route_errors += w.take_route_error() ? 1 : 0;
+    }
   }
   if (stamps) run.clock.add(from, stamps());  // on the forwards' stream: after the last one
   w.synchronize();
   run.records = timer.collect();
-  if (!timed) run.records.clear();
+  if (!any_timed) run.records.clear();
   return run;
+}
+
+ForwardRun run_forwards(Workload& w, ForwardTimer& timer, int count, int banks, bool timed,
+                        const std::string& label, const ClockStamps& stamps) {
+  const ForwardSegment segment{count, banks, timed};
+  return run_forwards(w, timer, std::span(&segment, 1), label, stamps);
 }
 
 HeldDownClock held_down_clock(const Backend& backend) {
@@ -155,22 +165,25 @@ CellRound measure_cell_round(Backend& backend, ForwardTimer& timer, const CellRo
         settle_forwards(*w, timer, experts ? 2 * banks : 1, spec.settle, held_down, label);
     route_errors += settled.route_errors;
     out.settles_extended += settled.extended ? 1 : 0;
-    // The clock over the timed forwards of every chunk, without the flushes between chunks.
-    ClockSpan clock;
+    // Every chunk and warm-up back to back, one flush at the end (run_forwards); the clock over
+    // all of them.
+    std::vector<ForwardSegment> segments;
+    std::size_t timed_forwards = 0;
     for (const auto& ch : chunks) {
-      if (ch.warm_up)
-        route_errors +=
-            run_forwards(*w, timer, experts ? 2 * banks : 2, ch.banks, false, label).route_errors;
-      auto run = run_forwards(*w, timer, ch.forwards, ch.banks, true, label, stamps);
-      route_errors += run.route_errors;
-      clock += run.clock;
-      const auto& records = run.records;
-      if (records.size() != static_cast<std::size_t>(ch.forwards))
-        throw MeasurementError("timer returned " + std::to_string(records.size()) +
-                               " records for " + std::to_string(ch.forwards) + " forwards of " +
-                               where(spec, p));
+      if (ch.warm_up) segments.push_back({experts ? 2 * banks : 2, ch.banks, false});
+      segments.push_back({ch.forwards, ch.banks, true});
+      timed_forwards += static_cast<std::size_t>(ch.forwards);
+    }
+    const auto run = run_forwards(*w, timer, segments, label, stamps);
+    route_errors += run.route_errors;
+    const auto& records = run.records;
+    if (records.size() != timed_forwards)
+      throw MeasurementError("timer returned " + std::to_string(records.size()) + " records for " +
+                             std::to_string(timed_forwards) + " forwards of " + where(spec, p));
+    std::size_t next = 0;
+    for (const auto& ch : chunks) {
       for (int f = 0; f < ch.forwards; ++f) {
-        const auto& r = records[static_cast<std::size_t>(f)];
+        const auto& r = records[next++];
         if (!first) first = r;
         if (r.activity_count != first->activity_count || r.name_hash != first->name_hash)
           throw MeasurementError(
@@ -191,9 +204,9 @@ CellRound measure_cell_round(Backend& backend, ForwardTimer& timer, const CellRo
       throw MeasurementError("route validation flag raised " + std::to_string(route_errors) +
                              " times on valid stimuli for " + where(spec, p));
     const double m = median(all);
-    out.medians.push_back({pi, spec.round, m, experts ? median(per_arm[1]) : m,
-                           experts ? median(per_arm[2]) : m,
-                           clock.mean_mhz().value_or(std::numeric_limits<double>::quiet_NaN())});
+    out.medians.push_back(
+        {pi, spec.round, m, experts ? median(per_arm[1]) : m, experts ? median(per_arm[2]) : m,
+         run.clock.mean_mhz().value_or(std::numeric_limits<double>::quiet_NaN())});
     if (on_point) on_point();
   }
   if (timer.dropped() != dropped_before)

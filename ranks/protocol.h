@@ -50,11 +50,25 @@ struct ForwardRun {
 // The device's clock stamp (Backend::clock_stamp), or none.
 using ClockStamps = std::function<std::optional<ClockStamp>()>;
 
-// The timing loop of every measurement (acquire, bench, the co-location gate): `count` forwards
-// cycling over `banks` weight banks, each bracketed by the timer when `timed`; the route flag is
-// read after every forward, outside the bracket. With `stamps`, the device's clock is stamped
-// before the first forward and after the last one's route flag, before the timer's flush, so
-// `clock` covers the forwards and not the flush (docs/measurement.md#protocol).
+// One stretch of a run: `count` forwards cycling over `banks` weight banks, each bracketed by the
+// timer when `timed`.
+struct ForwardSegment {
+  int count = 0;
+  int banks = 1;
+  bool timed = false;
+};
+
+// The timing loop of every measurement (acquire, bench, the co-location gate): the segments'
+// forwards back to back, the route flag read after every forward, outside the bracket; then one
+// synchronize and one flush of the timer, whose records (the timed forwards', in order) the run
+// returns. No flush between segments: a flush leaves the device idle, and under the power cap
+// idle gaps raise the clock the forwards run at (docs/measurement.md#protocol). With `stamps`, the
+// device's clock is stamped before the first forward and after the last one's route flag, before
+// the flush, so `clock` covers the forwards and not the flush.
+[[nodiscard]] ForwardRun run_forwards(Workload& w, ForwardTimer& timer,
+                                      std::span<const ForwardSegment> segments,
+                                      const std::string& label, const ClockStamps& stamps = {});
+// A run of one segment.
 [[nodiscard]] ForwardRun run_forwards(Workload& w, ForwardTimer& timer, int count, int banks,
                                       bool timed, const std::string& label,
                                       const ClockStamps& stamps = {});

@@ -112,6 +112,24 @@ TEST(Contract, TheBackendVersionIsRecordedFromTwoOn) {
   EXPECT_EQ(backend_version_of(v2.component_table(v2.targets[0])), 2);
 }
 
+// A change of the timing loop is a new contract: a campaign measured with the old loop is refused
+// on resume, and a table says which loop measured it (absent: 1, before it was recorded).
+TEST(Contract, TheTimingProtocolIsRecordedInTheConditioning) {
+  const auto c = Contract::of(tiny_plan(), "native", "cupti_activity", 1 << 20);
+  EXPECT_EQ(c.conditioning.timing_protocol, kTimingProtocol);
+  EXPECT_EQ(c.to_json().at("conditioning").at("timing_protocol"), kTimingProtocol);
+  const auto table = c.component_table(c.targets[0]);
+  EXPECT_EQ(timing_protocol_of(table), kTimingProtocol);
+  EXPECT_EQ(Contract::parse(c.dump()).conditioning.timing_protocol, kTimingProtocol);
+  auto older = c.to_json();
+  older["conditioning"].erase("timing_protocol");
+  EXPECT_EQ(Contract::from_json(older).conditioning.timing_protocol, 1);
+  EXPECT_EQ(timing_protocol_of(older), 1);
+  EXPECT_FALSE(Contract::from_json(older).to_json().at("conditioning").contains("timing_protocol"));
+  EXPECT_EQ(json_difference(older, c.to_json()), "conditioning");
+  EXPECT_EQ(timing_protocol_of(nlohmann::json::object()), 1);
+}
+
 TEST(Contract, MalformedContractsNameTheKey) {
   auto j = Contract::of(tiny_plan(), "cpu_reference", "host_clock", 1 << 20).to_json();
   const auto message = [](const nlohmann::json& doc) {

@@ -248,6 +248,57 @@ TEST(Protocol, TheClockIsStampedAroundTheForwardsNotTheFlush) {
   EXPECT_FALSE(unstamped.clock.mean_mhz().has_value());
 }
 
+// Segments run back to back: untimed forwards are not bracketed, and one synchronize and one
+// flush end the run, after the last stamp.
+TEST(Protocol, SegmentsRunBackToBackWithOneFlush) {
+  std::vector<std::string> log;
+  LoggingWorkload w(log);
+  LoggingTimer timer(log);
+  const ClockStamps stamps = [&]() -> std::optional<ClockStamp> {
+    log.push_back("stamp");
+    return ClockStamp{};
+  };
+  const ForwardSegment segments[] = {{1, 1, false}, {1, 1, true}, {1, 1, false}, {1, 1, true}};
+  (void)run_forwards(w, timer, segments, "x", stamps);
+  EXPECT_EQ(log, (std::vector<std::string>{"stamp", "forward", "route", "forward", "route",
+                                           "forward", "route", "forward", "route", "stamp",
+                                           "synchronize", "collect"}));
+}
+
+// The host clock timer, counting its flushes.
+class FlushCountingTimer : public ForwardTimer {
+ public:
+  std::string method() const override { return inner_->method(); }
+  void begin(std::string_view label) override { inner_->begin(label); }
+  void end() override { inner_->end(); }
+  std::vector<ForwardRecord> collect() override {
+    ++flushes;
+    return inner_->collect();
+  }
+  std::uint64_t dropped() const override { return inner_->dropped(); }
+  int flushes = 0;
+
+ private:
+  std::unique_ptr<ForwardTimer> inner_ = make_host_clock_timer();
+};
+
+// A point's warm-ups and its B and 2B chunks run as one run: one flush of the timer per point (a
+// flush after every chunk left the device idle between chunks), and every sample still in its arm.
+TEST(Protocol, APointsChunksRunWithOneFlush) {
+  auto backend = make_cpu_backend();
+  FlushCountingTimer timer;
+  auto spec =
+      tiny_round({1, 2, 2, 0, false}, Component::experts, {{1, 1, 1}, {8, 3, 9}, {8, 0, 0}}, 9);
+  spec.weight_banks = 2;
+  const auto r = measure_cell_round(*backend, timer, spec);
+  EXPECT_EQ(timer.flushes, 3);
+  const int per_arm = forwards_per_arm(9, 2);
+  ASSERT_GT(per_arm / 4, 1);  // more than one chunk per arm
+  EXPECT_EQ(r.samples.size(), 3u * 2 * per_arm);
+  for (const auto& s : r.samples)
+    EXPECT_LT(s.bank, s.arm == static_cast<std::int8_t>(Arm::banks) ? 2 : 4);
+}
+
 TEST(Protocol, SettleAddsNoSamples) {
   auto backend = make_cpu_backend();
   auto timer = make_host_clock_timer();

@@ -249,6 +249,25 @@ with tempfile.TemporaryDirectory() as tmp:
             "version 2") in p.stdout, p.stdout
     p = run([HARNESS, "validate", newer, "--points", "2", "--seed", "11", "--format", "json"], check=False)
     assert json.loads(p.stdout)["entries"][0]["backend_version"] == {"now": 1, "table": 2}
+    # A table measured with the timing loop before protocol 2 (no timing_protocol in its
+    # conditioning, re-signed): validated, and said; the current bundle says nothing of it.
+    assert report["entries"][0]["timing_protocol"] == {"now": 2, "table": 2}
+    assert "another timing protocol" not in text
+    older = os.path.join(tmp, "older-loop")
+    shutil.copytree(bundle, older)
+    meta_path = os.path.join(older, "meta.yaml")
+    doc = yaml.safe_load(open(meta_path))
+    entry = doc["per_tp"][1]["moe_components"]["entries"][0]
+    del entry["contract"]["conditioning"]["timing_protocol"]
+    entry["contract_sha256"] = hashlib.sha256(json.dumps(
+        entry["contract"], sort_keys=True, separators=(",", ":"), ensure_ascii=False).encode()).hexdigest()
+    yaml.safe_dump(doc, open(meta_path, "w"))
+    p = run([HARNESS, "validate", older, "--points", "2", "--seed", "11"], check=False)
+    assert p.returncode in (0, 3), p.stderr
+    assert ("another timing protocol: this build times with protocol 2, the table was measured with "
+            "protocol 1") in p.stdout, p.stdout
+    p = run([HARNESS, "validate", older, "--points", "2", "--seed", "11", "--format", "json"], check=False)
+    assert json.loads(p.stdout)["entries"][0]["timing_protocol"] == {"now": 2, "table": 1}
     for name, change, needle in (
         ("elsewhere", lambda hw: hw["devices"][0].update(device="NVIDIA H200"),
          "was measured on NVIDIA H200, but this machine's staircase_model backend runs on "
