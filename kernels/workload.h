@@ -42,8 +42,8 @@ struct ClockStamp {
   return from && to ? mean_sm_clock_mhz(*from, *to) : std::nullopt;
 }
 
-// The cycles and nanoseconds of several intervals added up: the mean SM clock over those
-// intervals alone (a point's timed forwards), not over the host's work between them.
+// The cycles and nanoseconds of intervals added up: the mean SM clock over those intervals alone
+// (a run's forwards), not over the host's work between them.
 struct ClockSpan {
   std::uint64_t sm_cycles = 0, ns = 0;
   // Adds one interval; one without both stamps, or spanning no time, is left out.
@@ -51,11 +51,6 @@ struct ClockSpan {
     if (!mean_sm_clock_mhz(from, to)) return;
     sm_cycles += to->sm_cycles - from->sm_cycles;
     ns += to->ns - from->ns;
-  }
-  ClockSpan& operator+=(const ClockSpan& other) {
-    sm_cycles += other.sm_cycles;
-    ns += other.ns;
-    return *this;
   }
   [[nodiscard]] std::optional<double> mean_mhz() const {
     return mean_sm_clock_mhz(ClockStamp{}, ClockStamp{sm_cycles, ns});
