@@ -230,44 +230,40 @@ with tempfile.TemporaryDirectory() as tmp:
     old_json = json.loads(run([HARNESS, "validate", clocks, "--points", "2", "--seed", "11", "--format", "json"],
                               check=False).stdout)
     assert old_json["entries"][0]["row_clocks_recorded"] is False
-    # A table measured by another version of the backend's code (its contract says so, re-signed):
-    # validated, and the output says the versions differ; the current bundle says nothing of it.
+
+    def contract_changed(name, change):
+        """A copy of the bundle whose first TP1 entry's contract `change` edits, re-signed."""
+        copy = os.path.join(tmp, name)
+        shutil.copytree(bundle, copy)
+        meta_path = os.path.join(copy, "meta.yaml")
+        doc = yaml.safe_load(open(meta_path))
+        entry = doc["per_tp"][1]["moe_components"]["entries"][0]
+        change(entry["contract"])
+        entry["contract_sha256"] = hashlib.sha256(json.dumps(
+            entry["contract"], sort_keys=True, separators=(",", ":"), ensure_ascii=False).encode()).hexdigest()
+        yaml.safe_dump(doc, open(meta_path, "w"))
+        return copy
+
+    # A table measured by another version of the backend's code, and one measured with the timing
+    # loop before protocol 2 (no timing_protocol in its conditioning): validated, and the output
+    # says what differs; the current bundle says nothing of either.
     assert report["entries"][0]["backend_version"] == {"now": 1, "table": 1}
-    assert "another version of the measured code" not in text
-    newer = os.path.join(tmp, "newer")
-    shutil.copytree(bundle, newer)
-    meta_path = os.path.join(newer, "meta.yaml")
-    doc = yaml.safe_load(open(meta_path))
-    entry = doc["per_tp"][1]["moe_components"]["entries"][0]
-    entry["contract"]["backend_version"] = 2
-    entry["contract_sha256"] = hashlib.sha256(json.dumps(
-        entry["contract"], sort_keys=True, separators=(",", ":"), ensure_ascii=False).encode()).hexdigest()
-    yaml.safe_dump(doc, open(meta_path, "w"))
-    p = run([HARNESS, "validate", newer, "--points", "2", "--seed", "11"], check=False)
-    assert p.returncode in (0, 3), p.stderr
-    assert ("another version of the measured code: this build runs version 1, the table was measured by "
-            "version 2") in p.stdout, p.stdout
-    p = run([HARNESS, "validate", newer, "--points", "2", "--seed", "11", "--format", "json"], check=False)
-    assert json.loads(p.stdout)["entries"][0]["backend_version"] == {"now": 1, "table": 2}
-    # A table measured with the timing loop before protocol 2 (no timing_protocol in its
-    # conditioning, re-signed): validated, and said; the current bundle says nothing of it.
     assert report["entries"][0]["timing_protocol"] == {"now": 2, "table": 2}
-    assert "another timing protocol" not in text
-    older = os.path.join(tmp, "older-loop")
-    shutil.copytree(bundle, older)
-    meta_path = os.path.join(older, "meta.yaml")
-    doc = yaml.safe_load(open(meta_path))
-    entry = doc["per_tp"][1]["moe_components"]["entries"][0]
-    del entry["contract"]["conditioning"]["timing_protocol"]
-    entry["contract_sha256"] = hashlib.sha256(json.dumps(
-        entry["contract"], sort_keys=True, separators=(",", ":"), ensure_ascii=False).encode()).hexdigest()
-    yaml.safe_dump(doc, open(meta_path, "w"))
-    p = run([HARNESS, "validate", older, "--points", "2", "--seed", "11"], check=False)
-    assert p.returncode in (0, 3), p.stderr
-    assert ("another timing protocol: this build times with protocol 2, the table was measured with "
-            "protocol 1") in p.stdout, p.stdout
-    p = run([HARNESS, "validate", older, "--points", "2", "--seed", "11", "--format", "json"], check=False)
-    assert json.loads(p.stdout)["entries"][0]["timing_protocol"] == {"now": 2, "table": 1}
+    assert "another version of the measured code" not in text and "another timing protocol" not in text
+    for name, change, said, key, versions in (
+        ("newer", lambda c: c.update(backend_version=2),
+         "another version of the measured code: this build runs version 1, the table was measured by version 2",
+         "backend_version", {"now": 1, "table": 2}),
+        ("older-loop", lambda c: c["conditioning"].pop("timing_protocol"),
+         "another timing protocol: this build times with protocol 2, the table was measured with protocol 1",
+         "timing_protocol", {"now": 2, "table": 1}),
+    ):
+        copy = contract_changed(name, change)
+        p = run([HARNESS, "validate", copy, "--points", "2", "--seed", "11"], check=False)
+        assert p.returncode in (0, 3), p.stderr
+        assert said in p.stdout, (name, p.stdout)
+        p = run([HARNESS, "validate", copy, "--points", "2", "--seed", "11", "--format", "json"], check=False)
+        assert json.loads(p.stdout)["entries"][0][key] == versions, (name, p.stdout)
     for name, change, needle in (
         ("elsewhere", lambda hw: hw["devices"][0].update(device="NVIDIA H200"),
          "was measured on NVIDIA H200, but this machine's staircase_model backend runs on "
