@@ -58,7 +58,7 @@ struct ForwardSegment {
   bool timed = false;
 };
 
-// The timing loop of every measurement (acquire, bench, the co-location gate): the segments'
+// The timing loop of the table measurements (acquire, validate, bench): the segments'
 // forwards back to back, the route flag read after every forward, outside the bracket; then one
 // synchronize and one flush of the timer, whose records (the timed forwards', in order) the run
 // returns. No flush between segments: a flush leaves the device idle, and under the power cap
