@@ -62,9 +62,9 @@ struct ForwardSegment {
 // forwards back to back, the route flag read after every forward, outside the bracket; then one
 // synchronize and one flush of the timer, whose records (the timed forwards', in order) the run
 // returns. No flush between segments: a flush leaves the device idle, and under the power cap
-// idle gaps raise the clock the forwards run at (docs/measurement.md#protocol). With `stamps`, the
-// device's clock is stamped before the first forward and after the last one's route flag, before
-// the flush, so `clock` covers the forwards and not the flush.
+// idle gaps can change the clock the forwards run at (docs/measurement.md#protocol). With `stamps`,
+// the device's clock is stamped before the first forward and after the last one's route flag,
+// before the flush, so `clock` covers the forwards and not the flush.
 [[nodiscard]] ForwardRun run_forwards(Workload& w, ForwardTimer& timer,
                                       std::span<const ForwardSegment> segments,
                                       const std::string& label, const ClockStamps& stamps = {});
