@@ -231,6 +231,13 @@ struct AcquisitionFile::Impl {
   std::vector<CellInfo> cells;
   int snapshots = 0;
   double snapshot_seconds = 0;
+  // Rank 0: copies `from` (the file, or the file being created) to the file's snapshot, timed.
+  void snapshot(const std::string& from) {
+    const auto start = std::chrono::steady_clock::now();
+    copy_through_rename(from, snapshot_path(path));
+    snapshot_seconds +=
+        std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+  }
   // The n of /provenance run_<n> that rounds are committed under: the latest run (a run writes
   // its provenance, write_provenance, before it commits); -1 before any.
   int run = -1;
@@ -270,10 +277,7 @@ AcquisitionFile::AcquisitionFile(MPI_Comm comm, const std::string& path,
     std::string why;
     if (impl_->rank == 0) {
       try {
-        const auto start = std::chrono::steady_clock::now();
-        copy_through_rename(creating, snapshot_path(path));
-        impl_->snapshot_seconds +=
-            std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+        impl_->snapshot(creating);
         std::filesystem::rename(creating, path);
       } catch (const std::exception& e) {
         renamed = 0;
@@ -577,12 +581,7 @@ void AcquisitionFile::flush_and_snapshot() {
   // Every rank's writes are in the file before rank 0 copies it, and none starts the next
   // write before the copy is done.
   HARNESS_CHECK_MPI(MPI_Barrier(impl_->comm));
-  if (impl_->rank == 0) {
-    const auto start = std::chrono::steady_clock::now();
-    take_snapshot(impl_->path);
-    impl_->snapshot_seconds +=
-        std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
-  }
+  if (impl_->rank == 0) impl_->snapshot(impl_->path);
   ++impl_->snapshots;
   HARNESS_CHECK_MPI(MPI_Barrier(impl_->comm));
 }
