@@ -86,14 +86,14 @@ std::string short_kernel_name(const std::string& mangled) {
 // the device's clock over them.
 std::string device_state_during(const std::map<std::string, std::string>& before,
                                 const std::map<std::string, std::string>& after,
-                                const ClockSpan& clock) {
+                                const std::optional<double>& sm_clock_mhz) {
   std::ostringstream s;
   const auto put = [&](const std::string& key, const std::string& value) {
     s << (s.tellp() > 0 ? ";" : "") << key << "=" << value;
   };
   if (after.contains("sm_clock_mhz")) put("sm_clock_mhz", after.at("sm_clock_mhz"));
-  if (const auto mhz = clock.mean_mhz())
-    put("sm_clock_mean_mhz", std::to_string(static_cast<long>(std::lround(*mhz))));
+  if (sm_clock_mhz)
+    put("sm_clock_mean_mhz", std::to_string(static_cast<long>(std::lround(*sm_clock_mhz))));
   for (const char* key : {"power_w", "temperature_c"})
     if (after.contains(key)) put(key, after.at(key));
   for (const char* policy : {"power", "thermal"}) {
@@ -131,7 +131,7 @@ Row measure(Backend& backend, ForwardTimer& timer, const WorkloadSpec& spec,
   const ForwardSegment segments[] = {{spec.banks, spec.banks, false}, {forwards, spec.banks, true}};
   const auto before = backend.live_state();
   const auto run = run_forwards(*w, timer, segments, label, clock_stamps(backend));
-  row.device_state = device_state_during(before, backend.live_state(), run.clock) +
+  row.device_state = device_state_during(before, backend.live_state(), run.sm_clock_mhz) +
                      ";settle_extended=" + (settled.extended ? "1" : "0") +
                      ";settle_ms=" + std::to_string(std::lround(settled.ms));
   const auto& records = run.records;

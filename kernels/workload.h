@@ -42,21 +42,6 @@ struct ClockStamp {
   return from && to ? mean_sm_clock_mhz(*from, *to) : std::nullopt;
 }
 
-// The cycles and nanoseconds of intervals added up: the mean SM clock over those intervals alone
-// (a run's forwards), not over the host's work between them.
-struct ClockSpan {
-  std::uint64_t sm_cycles = 0, ns = 0;
-  // Adds one interval; one without both stamps, or spanning no time, is left out.
-  void add(const std::optional<ClockStamp>& from, const std::optional<ClockStamp>& to) {
-    if (!mean_sm_clock_mhz(from, to)) return;
-    sm_cycles += to->sm_cycles - from->sm_cycles;
-    ns += to->ns - from->ns;
-  }
-  [[nodiscard]] std::optional<double> mean_mhz() const {
-    return mean_sm_clock_mhz(ClockStamp{}, ClockStamp{sm_cycles, ns});
-  }
-};
-
 // Weights shared by every point of one cell round: the routed-expert banks (`experts`) or the
 // shared experts (`wrapper`); empty for the other components. Each backend subclasses it.
 class WeightSet {

@@ -37,7 +37,7 @@ ForwardRun run_forwards(Workload& w, ForwardTimer& timer, std::span<const Forwar
       run.route_errors += w.take_route_error() ? 1 : 0;
     }
   }
-  if (stamps) run.clock.add(from, stamps());  // on the forwards' stream: after the last one
+  if (stamps) run.sm_clock_mhz = mean_sm_clock_mhz(from, stamps());  // after the last forward
   w.synchronize();
   run.records = timer.collect();
   if (!any_timed) run.records.clear();
@@ -204,9 +204,9 @@ CellRound measure_cell_round(Backend& backend, ForwardTimer& timer, const CellRo
       throw MeasurementError("route validation flag raised " + std::to_string(route_errors) +
                              " times on valid stimuli for " + where(spec, p));
     const double m = median(all);
-    out.medians.push_back(
-        {pi, spec.round, m, experts ? median(per_arm[1]) : m, experts ? median(per_arm[2]) : m,
-         run.clock.mean_mhz().value_or(std::numeric_limits<double>::quiet_NaN())});
+    out.medians.push_back({pi, spec.round, m, experts ? median(per_arm[1]) : m,
+                           experts ? median(per_arm[2]) : m,
+                           run.sm_clock_mhz.value_or(std::numeric_limits<double>::quiet_NaN())});
     if (on_point) on_point();
   }
   if (timer.dropped() != dropped_before)

@@ -44,7 +44,7 @@ struct CellRoundSpec {
 struct ForwardRun {
   std::vector<ForwardRecord> records;  // one per forward when timed, else empty
   std::uint64_t route_errors = 0;      // forwards after which the sticky route flag was raised
-  ClockSpan clock;                     // the device's clock over the forwards, when stamped
+  std::optional<double> sm_clock_mhz;  // the device's mean SM clock over the forwards, if stamped
 };
 
 // The device's clock stamp (Backend::clock_stamp), or none.
@@ -64,7 +64,7 @@ struct ForwardSegment {
 // returns. No flush between segments: a flush leaves the device idle, and under the power cap
 // idle gaps can change the clock the forwards run at (docs/measurement.md#protocol). With `stamps`,
 // the device's clock is stamped before the first forward and after the last one's route flag,
-// before the flush, so `clock` covers the forwards and not the flush.
+// before the flush, so `sm_clock_mhz` covers the forwards and not the flush.
 [[nodiscard]] ForwardRun run_forwards(Workload& w, ForwardTimer& timer,
                                       std::span<const ForwardSegment> segments,
                                       const std::string& label, const ClockStamps& stamps = {});

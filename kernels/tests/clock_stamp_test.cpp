@@ -34,20 +34,6 @@ TEST(MeanSmClock, HasNoneWhereAStampIsMissing) {
   EXPECT_FALSE(mean_sm_clock_mhz(from, std::nullopt).has_value());
 }
 
-// Intervals added up: the mean over them weights each by its time; an interval without both
-// stamps, or spanning none, is left out; none added, no clock.
-TEST(MeanSmClock, ASpanAddsItsIntervalsCyclesAndTime) {
-  ClockSpan span;
-  EXPECT_FALSE(span.mean_mhz().has_value());
-  span.add(ClockStamp{0, 0}, ClockStamp{2'000'000, 1'000'000});  // 1 ms at 2000 MHz
-  span.add(ClockStamp{5'000'000, 9'000'000}, ClockStamp{8'000'000, 11'000'000});  // 2 ms at 1500
-  span.add(std::nullopt, ClockStamp{1, 1});
-  span.add(ClockStamp{7, 7}, ClockStamp{7, 7});
-  EXPECT_EQ(span.sm_cycles, 5'000'000u);
-  EXPECT_EQ(span.ns, 3'000'000u);
-  EXPECT_NEAR(*span.mean_mhz(), 5000.0 / 3.0, 1e-9);
-}
-
 // The CPU backend has no device clock; the staircase_model test backend models one, slower at
 // larger N, so stamps around one point's forwards give that point's clock.
 TEST(MeanSmClock, TheCpuHasNoDeviceClockTheStaircaseModelsOne) {
