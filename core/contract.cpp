@@ -1,6 +1,9 @@
 #include "core/contract.h"
 
+#include <algorithm>
 #include <set>
+#include <string>
+#include <vector>
 
 #include "core/files.h"
 #include "core/job_spec.h"
@@ -327,16 +330,41 @@ int backend_version_of(const json& contract) {
   return contract.value("backend_version", 1);
 }
 
+namespace {
+
+void collect_differences(const json* a, const json* b, const std::string& path,
+                         std::vector<std::string>& out) {
+  if (a && b && *a == *b) return;
+  if (a && b && a->is_object() && b->is_object()) {
+    std::set<std::string> keys;
+    for (auto& [k, v] : a->items()) keys.insert(k);
+    for (auto& [k, v] : b->items()) keys.insert(k);
+    for (const auto& k : keys) {
+      const auto ia = a->find(k), ib = b->find(k);
+      collect_differences(ia != a->end() ? &*ia : nullptr, ib != b->end() ? &*ib : nullptr,
+                          path.empty() ? k : path + "." + k, out);
+    }
+    return;
+  }
+  const auto shown = [](const json* v) { return v ? v->dump() : std::string("absent"); };
+  const bool scalars = (!a || a->is_primitive()) && (!b || b->is_primitive());
+  const auto name = path.empty() ? std::string("contract") : path;
+  out.push_back(scalars ? name + ": " + shown(a) + " -> " + shown(b) : name);
+}
+
+}  // namespace
+
 std::string json_difference(const json& a, const json& b) {
+  constexpr std::size_t kShown = 8;
+  std::vector<std::string> differences;
+  collect_differences(&a, &b, "", differences);
+  if (differences.empty()) return "contract";
   std::string out;
-  std::set<std::string> keys;
-  if (a.is_object())
-    for (auto& [k, v] : a.items()) keys.insert(k);
-  if (b.is_object())
-    for (auto& [k, v] : b.items()) keys.insert(k);
-  for (const auto& k : keys)
-    if (!a.contains(k) || !b.contains(k) || a[k] != b[k]) out += (out.empty() ? "" : ", ") + k;
-  return out.empty() ? "contract" : out;
+  for (std::size_t i = 0; i < std::min(differences.size(), kShown); ++i)
+    out += (i ? ", " : "") + differences[i];
+  if (differences.size() > kShown)
+    out += " and " + std::to_string(differences.size() - kShown) + " more";
+  return out;
 }
 
 }  // namespace moe

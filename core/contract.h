@@ -111,7 +111,10 @@ struct Contract {
 // The conditioning's timing_protocol of a stored or published contract (1 where absent).
 [[nodiscard]] int timing_protocol_of(const nlohmann::json& contract);
 
-// Names the top-level keys whose values differ ("contract" when none does).
+// Names what differs from `a` to `b` by its dotted path, down through objects, with both values
+// where they are scalars ("conditioning.cache_bytes: 62914560 -> 52428800", "absent" for a missing
+// key); arrays and other values by their path alone. At most the first eight; "contract" when
+// nothing differs.
 [[nodiscard]] std::string json_difference(const nlohmann::json& a, const nlohmann::json& b);
 
 }  // namespace moe

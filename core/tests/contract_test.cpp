@@ -32,7 +32,7 @@ TEST(Contract, StoredFormRoundTripsExactly) {
   const auto c4 =
       Contract::of(make_plan(other, std::int64_t{1} << 20), "cpu_reference", "host_clock", 1 << 20);
   EXPECT_NE(c4.targets[0].grids.at(Component::experts), c.targets[0].grids.at(Component::experts));
-  EXPECT_EQ(json_difference(c.to_json(), c4.to_json()), "grid, targets");
+  EXPECT_EQ(json_difference(c.to_json(), c4.to_json()), "grid.factor: 2.0 -> 4.0, targets");
 }
 
 TEST(Contract, PublishedTablesCarryTheTargetAndConditioning) {
@@ -106,7 +106,7 @@ TEST(Contract, TheBackendVersionIsRecordedFromTwoOn) {
   EXPECT_EQ(Contract::parse(v2.dump()).backend_version, 2);
   EXPECT_EQ(Contract::parse(v1.dump()).backend_version, 1);
   EXPECT_NE(v1.dump(), v2.dump());
-  EXPECT_EQ(json_difference(v1.to_json(), v2.to_json()), "backend_version");
+  EXPECT_EQ(json_difference(v1.to_json(), v2.to_json()), "backend_version: absent -> 2");
   EXPECT_EQ(backend_version_of(v1.component_table(v1.targets[0])),
             1);  // what readers of tables use
   EXPECT_EQ(backend_version_of(v2.component_table(v2.targets[0])), 2);
@@ -126,8 +126,25 @@ TEST(Contract, TheTimingProtocolIsRecordedInTheConditioning) {
   EXPECT_EQ(Contract::from_json(older).conditioning.timing_protocol, 1);
   EXPECT_EQ(timing_protocol_of(older), 1);
   EXPECT_FALSE(Contract::from_json(older).to_json().at("conditioning").contains("timing_protocol"));
-  EXPECT_EQ(json_difference(older, c.to_json()), "conditioning");
+  EXPECT_EQ(json_difference(older, c.to_json()), "conditioning.timing_protocol: absent -> 2");
   EXPECT_EQ(timing_protocol_of(nlohmann::json::object()), 1);
+}
+
+// A refused resume or publish names what changed, down to the field and both values: a campaign
+// resumed on a GPU of another kind differs in the cache its weight banks were sized for.
+TEST(Contract, TheDifferenceNamesTheFieldAndBothValues) {
+  const auto c = Contract::of(tiny_plan(), "native", "cupti_activity", 60 << 20);
+  const auto other_gpu = Contract::of(tiny_plan(), "native", "cupti_activity", 50 << 20);
+  EXPECT_EQ(json_difference(c.to_json(), other_gpu.to_json()),
+            "conditioning.cache_bytes: 62914560 -> 52428800");
+  EXPECT_EQ(json_difference(c.to_json(), c.to_json()), "contract");
+  nlohmann::json a = nlohmann::json::object(), b = nlohmann::json::object();
+  for (int i = 0; i < 10; ++i) a[std::string(1, 'k') += std::to_string(i)] = i;
+  b["k0"] = "zero";
+  b["k1"] = nlohmann::json::array({1});
+  EXPECT_EQ(json_difference(a, b),
+            "k0: 0 -> \"zero\", k1, k2: 2 -> absent, k3: 3 -> absent, k4: 4 -> absent, "
+            "k5: 5 -> absent, k6: 6 -> absent, k7: 7 -> absent and 2 more");
 }
 
 TEST(Contract, MalformedContractsNameTheKey) {

@@ -104,7 +104,7 @@ with tempfile.TemporaryDirectory() as tmp:
     sha = file_sha(h5)
     # A changed semantic condition is a new contract: refused, file untouched.
     expect_error(mpirun_cmd(2, "acquire", "--unverified", job, "--out", out, "--iterations", "4", "--no-publish"),
-                 "different contract")
+                 "different contract (differs in: conditioning.iterations: 16 -> 4)")
     assert file_sha(h5) == sha, "existing file modified by a refused run"
     # A corrupt file is an error, never overwritten.
     corrupt = os.path.join(tmp, "corrupt")

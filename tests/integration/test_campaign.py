@@ -238,6 +238,6 @@ with tempfile.TemporaryDirectory() as tmp:
     open(edited, "w").write(text)
     sha = file_sha(os.path.join(out, "acquisition.h5"))
     p = run(mpirun_cmd(2, "acquire", "--unverified", edited, "--out", out, "--out-root", root, "--rounds", "20"), check=False)
-    assert p.returncode != 0 and "different contract (differs in: geometry" in p.stderr, p.stderr
+    assert p.returncode != 0 and "different contract (differs in: geometry.top_k: 2 -> 3" in p.stderr, p.stderr
     assert file_sha(os.path.join(out, "acquisition.h5")) == sha
 print("ok")

@@ -390,7 +390,7 @@ with tempfile.TemporaryDirectory() as tmp:
     acq2 = os.path.join(tmp, "acq2")
     run(mpirun_cmd(2, "acquire", "--unverified", job, "--out", acq2, "--iterations", "4", "--no-publish", "--quiet"))
     expect_error([HARNESS, "publish", os.path.join(acq2, "acquisition.h5"), "--out-root", root, "--accept-failures"],
-                 "different contract")
+                 "different contract (differs in: conditioning.iterations: 5 -> 4")
     assert tree_digest(root) == before
 
     def edit_entry(v, change):
