@@ -5,7 +5,10 @@
 #include <fstream>
 #include <iostream>
 #include <nlohmann/json.hpp>
+#include <numeric>
 #include <sstream>
+#include <tuple>
+#include <vector>
 
 #include "bundle/bundle_meta.h"
 #include "bundle/fidelity.h"
@@ -40,8 +43,22 @@ json colocation_of(const fs::path& variant_dir) {
 json inspect_file(const std::string& path) {
   const auto acq = read_acquisition(path);
   const auto summaries = summarize(acq);
+  // Cells in the order they are measured, per table: the planned grid's parts, its held-out set,
+  // then each refinement stage's (the file holds them by name, where part10 precedes part2).
+  std::vector<std::size_t> order(summaries.size());
+  std::vector<std::tuple<std::string, int, bool, int>> keys;
+  for (std::size_t i = 0; i < acq.cells.size(); ++i) {
+    const auto j = json::parse(acq.cells[i].info.json);
+    const auto role = cell_role(j);
+    keys.emplace_back(Target::from_json(j.at("target")).cell_id() + "." + summaries[i].component,
+                      role.stage, role.held_out, role.part);
+  }
+  std::iota(order.begin(), order.end(), std::size_t{0});
+  std::stable_sort(order.begin(), order.end(),
+                   [&](std::size_t a, std::size_t b) { return keys[a] < keys[b]; });
   json cells = json::array();
-  for (const auto& c : summaries)
+  for (const auto i : order) {
+    const auto& c = summaries[i];
     cells.push_back({{"cell", c.id},
                      {"component", c.component},
                      {"rounds_complete", c.rounds_complete},
@@ -50,6 +67,7 @@ json inspect_file(const std::string& path) {
                      {"bank_checked_points", c.checked_points},
                      {"bank_failed_points", c.failed_points},
                      {"max_relative_change", c.max_relative_change}});
+  }
   json fidelity = json::array();
   const double tolerance = Contract::parse(acq.contract_json).fidelity.tolerance;
   for (const auto& f : evaluate_fidelity(acq, summaries)) {
@@ -265,6 +283,17 @@ void print_text(const json& r, std::ostream& os) {
   if (r["kind"] == "acquisition") {
     os << "acquisition " << r["file"].get<std::string>() << " (" << r["backend"].get<std::string>()
        << " version " << r["backend_version"] << ", " << r["timing"].get<std::string>() << ")\n";
+    std::int64_t complete = 0, point_rounds = 0, point_rounds_done = 0;
+    for (const auto& c : r["cells"]) {
+      const auto done = c["rounds_complete"].get<std::int64_t>();
+      const auto planned = c["rounds_planned"].get<std::int64_t>();
+      const auto points = c["points"].get<std::int64_t>();
+      complete += done == planned ? 1 : 0;
+      point_rounds += points * planned;
+      point_rounds_done += points * done;
+    }
+    os << "  " << complete << " of " << r["cells"].size() << " cells complete, "
+       << point_rounds_done << " of " << point_rounds << " point-rounds\n";
     for (const auto& c : r["cells"])
       os << "  " << c["cell"].get<std::string>() << ": " << c["rounds_complete"] << "/"
          << c["rounds_planned"] << " rounds, " << c["points"] << " points, B/2B failed "

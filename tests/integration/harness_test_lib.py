@@ -3,6 +3,7 @@
 import hashlib
 import json
 import os
+import re
 import stat
 import subprocess
 import sys
@@ -177,3 +178,25 @@ def gpu_check(build, out, *steps, **env):
     """tools/gpu-check.sh BUILD OUT STEPS... with `env` added to the environment."""
     return subprocess.run(["bash", os.path.join(SOURCE_DIR, "tools/gpu-check.sh"), build, out, *steps],
                           capture_output=True, text=True, env=dict(os.environ, **env))
+
+
+def check_inspect_cells(h5):
+    """inspect on an acquisition file (complete or not) says where it stands, in the acquire log's
+    units, and lists the cells per table in the order they are measured: the planned grid, then its
+    held-out set, then each refinement stage's grid and held-out set, parts by number."""
+    with h5py.File(h5, "r") as f:
+        cells = {name: (len(c["points"]), len(c["rounds_done"]), int(c["rounds_done"][()].sum()))
+                 for name, c in f["cells"].items()}
+    text = run([HARNESS, "inspect", h5]).stdout
+    complete = sum(1 for _, planned, rounds in cells.values() if rounds == planned)
+    point_rounds = sum(n * planned for n, planned, _ in cells.values())
+    measured = sum(n * rounds for n, _, rounds in cells.values())
+    assert f"  {complete} of {len(cells)} cells complete, {measured} of {point_rounds} point-rounds\n" in text, text
+    names = [c["cell"] for c in json.loads(run([HARNESS, "inspect", h5, "--format", "json"]).stdout)["cells"]]
+    assert sorted(names) == sorted(cells), names
+
+    def measuring_order(name):
+        table = re.match(r"[^.]+\.[a-z_]+", name).group(0)
+        stage, part = re.search(r"\.stage(\d+)", name), re.search(r"\.part(\d+)", name)
+        return (table, int(stage.group(1)) if stage else 0, ".held_out" in name, int(part.group(1)) if part else 0)
+    assert names == sorted(names, key=measuring_order), names

@@ -14,7 +14,8 @@ import h5py
 import numpy
 import yaml
 
-from harness_test_lib import HARNESS, MPI_ENV, SOURCE_DIR, check_complete, file_sha, mpirun_cmd, run
+from harness_test_lib import (HARNESS, MPI_ENV, SOURCE_DIR, check_complete, check_inspect_cells, file_sha, mpirun_cmd,
+                              run)
 
 job = os.path.join(SOURCE_DIR, "tests/data/micro.yaml")
 with tempfile.TemporaryDirectory() as tmp:
@@ -82,6 +83,7 @@ with tempfile.TemporaryDirectory() as tmp:
     with h5py.File(os.path.join(out, "acquisition.h5"), "r") as f:
         done = sum(int(c["rounds_done"][()].sum()) for c in f["cells"].values())
     assert 22 <= done < 11 * 20, done
+    check_inspect_cells(os.path.join(out, "acquisition.h5"))
 
     # 3. The same command resumes and completes; device time accumulates across runs.
     p = run(mpirun_cmd(1, "acquire", job, "--out", os.path.join(tmp, "nothing"), "--resume"), check=False)

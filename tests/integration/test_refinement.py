@@ -26,7 +26,7 @@ import sys
 import h5py
 import yaml
 
-from harness_test_lib import (HARNESS, MPI_ENV, SOURCE_DIR, check_complete, lookup_many, mpirun_cmd, quantile,
+from harness_test_lib import (HARNESS, MPI_ENV, SOURCE_DIR, check_complete, check_inspect_cells, lookup_many, mpirun_cmd, quantile,
                               run, staircase_sm_clock_mhz, staircase_time_us)
 
 sys.path.insert(0, os.path.join(SOURCE_DIR, "python"))
@@ -80,6 +80,7 @@ with tempfile.TemporaryDirectory() as tmp:
             if ".experts" in name:
                 points_of["held_out" if ".held_out" in name else "grid"].update(
                     tuple(int(v) for v in p) for p in cell["points"][()])
+    check_inspect_cells(os.path.join(ref_root, "acquisitions/staircase/acquisition.h5"))
     repeatability = experts["repeatability"]
     assert repeatability["count"] == len(points_of["grid"] & points_of["held_out"]) > 0, repeatability["count"]
     assert repeatability["max_abs_relative_difference"] <= 1e-9, repeatability
