@@ -44,8 +44,6 @@ using nlohmann::json;
 
 // Points of one cell per target and component that the calibration measures (not stored).
 constexpr std::size_t kCalibrationPoints = 8;
-// A wave reserves this much more than its predicted cost: costs drift between waves.
-constexpr double kReservationMargin = 1.25;
 
 namespace {
 
@@ -82,6 +80,12 @@ constexpr int kMaxRefinementStages = 32;
 double wave_load(std::int64_t points, double predicted_seconds) {
   return std::max(static_cast<double>(points) / static_cast<double>(kWavePoints),
                   predicted_seconds / kWaveSeconds);
+}
+
+double time_limit_margin(const std::vector<double>& wave_overruns) {
+  if (wave_overruns.empty()) return kReservationMargin;
+  return std::max(kTimeLimitMinMargin,
+                  *std::max_element(wave_overruns.begin(), wave_overruns.end()));
 }
 
 std::vector<std::size_t> wave_bounds(const std::vector<double>& cell_load, int ranks) {
@@ -156,6 +160,8 @@ class Acquisition {
               "the wave of round " + std::to_string(r) + " (measure and commit)",
               wave_wall_estimate_);
           commit(r, measure(wave), wave_start, measure_start);
+          if (wave_predicted_wall_ > 0)
+            wave_overruns_.push_back(seconds_since(wave_start) / wave_predicted_wall_);
         }
       if (stopped()) return finish(t0, false);
     } while (refine());
@@ -805,31 +811,36 @@ class Acquisition {
     return load;
   }
 
-  // Conservative estimate of one wave: the slowest rank's measured cell costs times every device
-  // held while it runs. Collective.
-  [[nodiscard]] double wave_estimate(const Wave& w) const {
+  // The device-seconds one wave is predicted to hold: the slowest rank's predicted cell costs
+  // times every device held while it runs. Collective.
+  [[nodiscard]] double wave_prediction(const Wave& w) const {
     double my_cost = 0, slowest = 0;
     for (std::size_t c = w.first; c < w.end; ++c)
       if (mine(c) && !cells_[c].done(w.round)) my_cost += cell_cost_[c];
     HARNESS_CHECK_MPI(MPI_Allreduce(&my_cost, &slowest, 1, MPI_DOUBLE, MPI_MAX, comm_));
-    return slowest * size_ * slots_ * kReservationMargin;
+    return slowest * size_ * slots_;
   }
 
   // Reserves wave `w` against the budget on rank 0. nullopt: the time limit or the budget stops
   // the campaign; 0: nothing left to measure in this wave; 1: go.
   std::optional<int> reserve(const Wave& w) {
     if (!left(w)) return 0;
-    const double estimate = wave_estimate(w);
+    const double predicted = wave_prediction(w), estimate = predicted * kReservationMargin;
     wave_wall_estimate_ = estimate / size_;
+    wave_predicted_wall_ = predicted / size_;
     int go = 1;
-    const double ends_at = seconds_since(started_) + wave_wall_estimate_;
+    const double margin = time_limit_margin(wave_overruns_);
+    const double ends_at = seconds_since(started_) + wave_predicted_wall_ * margin;
     if (rank_ == 0 && options_.time_limit_s > 0 && ends_at > options_.time_limit_s) {
-      char text[256];
+      char text[384];
       std::snprintf(text, sizeof(text),
-                    "time limit: the next wave of round %d would end about %.0f s into this run, "
-                    "after --time-limit %.0f s; stopping before it (everything measured stays; the "
-                    "same command resumes)",
-                    w.round, ends_at, options_.time_limit_s);
+                    "time limit: the next wave of round %d would end about %.0f s into this run "
+                    "(%.0f s predicted x %.2f, %s), after --time-limit %.0f s; stopping before it "
+                    "(everything measured stays; the same command resumes)",
+                    w.round, ends_at, wave_predicted_wall_, margin,
+                    wave_overruns_.empty() ? "no wave of this run measured yet"
+                                           : "the largest overrun of this run's waves",
+                    options_.time_limit_s);
       summary_.stopped_by = "time_limit", summary_.stop_reason = text;
       campaign_->set_phase("stopped: time limit");
       go = 0;
@@ -1061,7 +1072,9 @@ class Acquisition {
   int regime_ = 1, slots_ = 1;
   nlohmann::json placement_;  // how this node's regime was decided (provenance)
   Watchdog watchdog_;
-  double wave_wall_estimate_ = 0;           // seconds the reserved wave is expected to take
+  double wave_wall_estimate_ = 0;           // seconds the reserved wave may take (with margin)
+  double wave_predicted_wall_ = 0;          // seconds it is predicted to take
+  std::vector<double> wave_overruns_;       // this run's waves: measured / predicted wall time
   std::uint64_t dropped_seen_ = 0;          // the timer's dropped records already accounted
   std::vector<double> cell_cost_;           // seconds of one round of each of this rank's cells
   std::vector<double> cell_nominal_;        // their nominal seconds (the model's shape)

@@ -85,6 +85,16 @@ inline constexpr double kWaveSeconds = 60;
 // same loads; a resumed run may cut others, as a cell round, not a wave, is what is kept.
 [[nodiscard]] std::vector<std::size_t> wave_bounds(const std::vector<double>& cell_load, int ranks);
 
+// A wave reserves its predicted cost times kReservationMargin against the budget: costs drift
+// between waves.
+inline constexpr double kReservationMargin = 1.25;
+// The factor `--time-limit` applies to a wave's predicted wall time: kReservationMargin until this
+// run has measured a wave, then the largest overrun (measured over predicted wall time) of its
+// waves, but at least kTimeLimitMinMargin. The predictions follow the measured costs closely
+// after a wave, and the reservation margin then held back about one large wave per call.
+inline constexpr double kTimeLimitMinMargin = 1.05;
+[[nodiscard]] double time_limit_margin(const std::vector<double>& wave_overruns);
+
 // Collective over `comm`. Throws on bad input before any measurement; measurement errors are
 // thrown on the rank that saw them (the caller aborts the job).
 AcquireSummary acquire(MPI_Comm comm, const JobSpec& job, const AcquireOptions& options);

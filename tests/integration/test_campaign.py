@@ -40,6 +40,8 @@ with tempfile.TemporaryDirectory() as tmp:
     timed_base = ["acquire", "--unverified", job, "--out", timed, "--out-root", os.path.join(tmp, "timed-bundles")]
     p = run(mpirun_cmd(2, *timed_base, "--time-limit", "0.000001"), check=False)
     assert p.returncode == 4 and "time limit: the next wave of round 0 would end" in p.stderr, (p.returncode, p.stderr)
+    assert re.search(r"would end about \d+ s into this run \(\d+ s predicted x 1\.25, no wave of this run measured yet\)",
+                     p.stderr), p.stderr
     state = json.load(open(os.path.join(timed, "campaign.json")))
     assert state["phase"] == "stopped: time limit" and state["cell_rounds_done"] == 0, state
     assert state["runs"][-1]["outcome"] == "time_limit" and "--time-limit" in state["runs"][-1]["reason"], state["runs"]
