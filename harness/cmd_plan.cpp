@@ -1,4 +1,5 @@
 // harness plan: prints the grid per target and component without touching a GPU.
+#include <algorithm>
 #include <filesystem>
 #include <iomanip>
 #include <iostream>
@@ -12,6 +13,7 @@
 #include "kernels/gate_rows.h"
 #include "kernels/native_tile_rule.h"
 #include "ranks/rank_context.h"
+#include "store/acquisition_file.h"
 #include "store/campaign.h"
 
 namespace po = boost::program_options;
@@ -41,8 +43,59 @@ std::pair<std::int64_t, std::int64_t> planned_point_rounds(const Plan& plan) {
   return n;
 }
 
+// What a campaign has left: the cell rounds its acquisition file has not committed, each point
+// predicted as acquire predicts a cell it has not measured yet (the nominal cost of its backend
+// times the campaign's measured/nominal ratio of its kind; nominal where none was measured).
+// Refinement stages not yet declared come on top.
+struct CampaignLeft {
+  std::int64_t point_rounds = 0;
+  int cells = 0;
+  double held_s = 0;
+  // What the power cap could add on top: every settle left run on to the capped settle. A ratio
+  // measured where the cap did not bite does not contain it (nominal_point_round_seconds).
+  double capped_settle_upper_s = 0;
+  int capped_settle_ms = 0;
+  std::set<std::string> kinds_without_ratio;
+};
+
+std::optional<CampaignLeft> campaign_left(const std::filesystem::path& dir, const JobSpec& job,
+                                          const std::map<std::string, double>& ratios) {
+  const auto file = dir / kAcquisitionFile;
+  if (!std::filesystem::exists(file)) return std::nullopt;
+  const auto acq = read_acquisition(file.string());
+  // The backend the campaign measures with, whatever this machine would resolve "auto" to.
+  const auto backend = json::parse(acq.contract_json).value("backend", job.backend);
+  const auto device = nominal_device(backend);
+  const double capped_extra_s =
+      std::max(0.0, (capped_settle_ms_for(job, backend) - settle_ms_for(job, backend)) / 1000.0);
+  CampaignLeft left;
+  left.capped_settle_ms = capped_settle_ms_for(job, backend);
+  for (const auto& cell : acq.cells) {
+    const auto j = json::parse(cell.info.json);
+    const auto component = parse_component(j.at("component").get<std::string>());
+    if (!component) throw FileError("cell " + cell.info.id + " names no known component");
+    const auto kind = Target::from_json(j.at("target")).label(*component);
+    const auto ratio = ratios.find(kind);
+    const auto rounds_left = std::count(cell.rounds_done.begin(), cell.rounds_done.end(), 0);
+    if (rounds_left == 0) continue;
+    ++left.cells;
+    if (ratio == ratios.end()) left.kinds_without_ratio.insert(kind);
+    double seconds = 0;
+    for (const auto& p : cell.info.points)
+      seconds += nominal_point_round_seconds(job, backend, device, j.value("weight_banks", 2),
+                                             *component, p);
+    const auto point_rounds = rounds_left * static_cast<std::int64_t>(cell.info.points.size());
+    left.point_rounds += point_rounds;
+    left.capped_settle_upper_s += static_cast<double>(point_rounds) * capped_extra_s;
+    left.held_s +=
+        static_cast<double>(rounds_left) * seconds * (ratio == ratios.end() ? 1.0 : ratio->second);
+  }
+  return left;
+}
+
 json plan_json(const Plan& plan, const std::string& backend,
-               const std::optional<CampaignProgress>& progress) {
+               const std::optional<CampaignProgress>& progress,
+               const std::optional<CampaignLeft>& left) {
   json targets = json::array();
   for (const auto& t : plan.targets) {
     json comps = json::array();
@@ -82,7 +135,14 @@ json plan_json(const Plan& plan, const std::string& backend,
                 {"local_point_rounds", m->local_point_rounds},
                 {"local_point_rounds_planned", planned.second},
                 {"device_seconds_consumed", m->device_seconds_consumed},
-                {"phase", m->phase}};
+                {"phase", m->phase},
+                {"left", nullptr}};
+    if (left)
+      campaign["left"] = {{"point_rounds", left->point_rounds},
+                          {"cells", left->cells},
+                          {"estimated_held_s", left->held_s},
+                          {"capped_settle_upper_s", left->capped_settle_upper_s},
+                          {"kinds_without_ratio", left->kinds_without_ratio}};
   }
   return {{"job", plan.job.source},
           {"variant", plan.job.variant},
@@ -169,7 +229,8 @@ void print_summary(const Plan& plan, const TargetPlan& t, const ComponentGrid& g
 }
 
 void print_text(const Plan& plan, const std::string& backend, bool verbose,
-                const std::optional<CampaignProgress>& progress, std::ostream& os) {
+                const std::optional<CampaignProgress>& progress,
+                const std::optional<CampaignLeft>& left, std::ostream& os) {
   const auto& g = plan.job.geometry;
   os << "job " << plan.job.source << ": " << g.name << " (H=" << g.hidden << " I=" << g.intermediate
      << " E=" << g.experts << " k=" << g.top_k << ", shared " << g.shared.count << "x"
@@ -240,6 +301,20 @@ void print_text(const Plan& plan, const std::string& backend, bool verbose,
        << " other point-rounds measured (refinement's included), "
        << human_duration(m->device_seconds_consumed)
        << " of device time consumed; phase: " << m->phase << "\n";
+    if (left) {
+      os << "  left: " << left->point_rounds << " point-rounds in " << left->cells
+         << " cells, about " << human_duration(left->held_s)
+         << " of device time held (each cell's nominal cost times its component's measured "
+            "ratio, as acquire predicts it; refinement comes on top)";
+      if (left->capped_settle_upper_s > 0)
+        os << ", up to " << human_duration(left->held_s + left->capped_settle_upper_s)
+           << " if the power cap runs every settle left on to " << left->capped_settle_ms << " ms";
+      if (!left->kinds_without_ratio.empty()) {
+        os << "; predicted nominally, no ratio measured:";
+        for (const auto& k : left->kinds_without_ratio) os << " " << k;
+      }
+      os << "\n";
+    }
   }
   if (!verbose) os << "(--verbose lists every grid point)\n";
 }
@@ -270,16 +345,23 @@ int plan(const Args& args) {
       gate_time_steps(backend, nominal_device(backend).sm_count, job.max_num_batched_tokens));
   if (campaign.empty()) campaign = default_acquisition_dir(p.job);
   std::optional<CampaignProgress> progress;
+  std::optional<CampaignLeft> left;
   try {
     progress = read_campaign_progress(campaign);
     if (progress) p.measured = progress->measured;
   } catch (const std::runtime_error& e) {
     std::cerr << "harness plan: " << e.what() << "; using the nominal model\n";
   }
+  if (progress) try {
+      left = campaign_left(campaign, p.job, progress->cost_ratios);
+    } catch (const std::runtime_error& e) {
+      std::cerr << "harness plan: " << e.what()
+                << "; what the campaign has left is not estimated\n";
+    }
   if (format == "json")
-    std::cout << plan_json(p, backend, progress).dump(1) << "\n";
+    std::cout << plan_json(p, backend, progress, left).dump(1) << "\n";
   else
-    print_text(p, backend, verbose, progress, std::cout);
+    print_text(p, backend, verbose, progress, left, std::cout);
   return 0;
 }
 

@@ -245,7 +245,7 @@ class Acquisition {
     if (state == 2)
       throw std::runtime_error("cannot use " + options_.out_dir + " as the acquisition directory" +
                                (why.empty() ? std::string(" (see rank 0)") : ": " + why));
-    path_ = (std::filesystem::path(options_.out_dir) / "acquisition.h5").string();
+    path_ = (std::filesystem::path(options_.out_dir) / kAcquisitionFile).string();
     const auto& backend = *ctx_->backend;
     FileIdentity identity{contract_text,
                           {{"harness_revision", git_revision()},

@@ -216,13 +216,21 @@ void CampaignState::record_cost_ratios(const std::map<std::string, double>& rati
   save();
 }
 
-std::map<std::string, double> CampaignState::cost_ratios() const {
+namespace {
+
+// The positive ratios under `cost_ratios` (the harness writes only those; another is ignored, so
+// its kind is calibrated again).
+std::map<std::string, double> cost_ratios_in(const nlohmann::json& doc) {
   std::map<std::string, double> out;
-  if (const auto it = doc_.find("cost_ratios"); it != doc_.end() && it->is_object())
+  if (const auto it = doc.find("cost_ratios"); it != doc.end() && it->is_object())
     for (const auto& [kind, ratio] : it->items())
       if (ratio.is_number() && ratio.get<double>() > 0) out[kind] = ratio.get<double>();
   return out;
 }
+
+}  // namespace
+
+std::map<std::string, double> CampaignState::cost_ratios() const { return cost_ratios_in(doc_); }
 
 std::optional<CampaignProgress> read_campaign_progress(const std::filesystem::path& dir) {
   const auto path = dir / kCampaignFile;
@@ -235,6 +243,7 @@ std::optional<CampaignProgress> read_campaign_progress(const std::filesystem::pa
     p.local_point_rounds = c.value("local_point_rounds", std::int64_t{0});
     p.device_seconds_consumed = doc.value("device_seconds_consumed", 0.0);
     p.phase = doc.value("phase", std::string());
+    p.cost_ratios = cost_ratios_in(doc);
     if (p.expert_point_rounds > 0 || p.local_point_rounds > 0) {
       MeasuredCost m;
       if (p.expert_point_rounds > 0)

@@ -23,6 +23,8 @@ class BudgetError : public std::runtime_error {
 };
 
 inline constexpr const char* kCampaignFile = "campaign.json";
+// The acquisition file beside it in an acquisition directory (acquire --out).
+inline constexpr const char* kAcquisitionFile = "acquisition.h5";
 // Rewritten every second by rank 0 while a run is alive (ranks/watchdog.h): its modification time
 // is when an interrupted run was last alive.
 inline constexpr const char* kHeartbeatFile = "campaign.heartbeat";
@@ -125,6 +127,9 @@ struct CampaignProgress {
   double device_seconds_consumed = 0;
   std::string phase;
   std::optional<MeasuredCost> measured;
+  // Measured / nominal cost per kind of cell ("<target label> <component>"), as acquire predicts
+  // the cells it has not measured from (CampaignState::cost_ratios).
+  std::map<std::string, double> cost_ratios;
 };
 // What `dir`/campaign.json records, if it exists; throws std::runtime_error when the file is not
 // valid JSON (or fails its digest).

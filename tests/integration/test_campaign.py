@@ -86,6 +86,18 @@ with tempfile.TemporaryDirectory() as tmp:
         done = sum(int(c["rounds_done"][()].sum()) for c in f["cells"].values())
     assert 22 <= done < 11 * 20, done
     check_inspect_cells(os.path.join(out, "acquisition.h5"))
+    # plan says what the interrupted campaign has left: the cell rounds the file has not committed,
+    # predicted from the campaign's measured cost ratios (no capped settle on the host backend).
+    with h5py.File(os.path.join(out, "acquisition.h5"), "r") as f:
+        rounds_left = {name: len(c["rounds_done"]) - int(c["rounds_done"][()].sum()) for name, c in f["cells"].items()}
+        points_left = sum(len(f["cells"][name]["points"]) * n for name, n in rounds_left.items())
+    cells_left = sum(1 for n in rounds_left.values() if n > 0)
+    p = run([HARNESS, "plan", job, "--rounds", "20", "--campaign", out])
+    line = next((l for l in p.stdout.splitlines() if l.startswith("  left: ")), "")
+    assert line.startswith(f"  left: {points_left} point-rounds in {cells_left} cells, about ") and "up to" not in line, p.stdout
+    left = json.loads(run([HARNESS, "plan", job, "--rounds", "20", "--campaign", out, "--format", "json"]).stdout)["campaign"]["left"]
+    assert left["point_rounds"] == points_left > 0 and left["cells"] == cells_left, left
+    assert left["estimated_held_s"] > 0 and left["capped_settle_upper_s"] == 0 and left["kinds_without_ratio"] == [], left
 
     # 3. The same command resumes and completes; device time accumulates across runs.
     p = run(mpirun_cmd(1, "acquire", job, "--out", os.path.join(tmp, "nothing"), "--resume"), check=False)
@@ -184,6 +196,7 @@ with tempfile.TemporaryDirectory() as tmp:
     assert cost["expert_seconds"] > 0 and cost["local_seconds"] > 0, cost
     p = run([HARNESS, "plan", job, "--rounds", "20", "--campaign", out])
     assert "cost model: measured" in p.stdout and out in p.stdout, p.stdout
+    assert "  left: 0 point-rounds in 0 cells, about 0 s of device time held" in p.stdout, p.stdout
     # ... and where the campaign stands: what its waves measured against what the plan measures.
     m = re.search(r"campaign: (\d+) of (\d+) planned experts and (\d+) of (\d+) other point-rounds measured "
                   r"\(refinement's included\), .* of device time consumed; phase: complete", p.stdout)
