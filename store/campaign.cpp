@@ -230,7 +230,9 @@ std::map<std::string, double> cost_ratios_in(const nlohmann::json& doc) {
 
 }  // namespace
 
-std::map<std::string, double> CampaignState::cost_ratios() const { return cost_ratios_in(doc_); }
+std::map<std::string, double> CampaignState::cost_ratios() const {
+  return cost_ratios_in(doc_);
+}
 
 std::optional<CampaignProgress> read_campaign_progress(const std::filesystem::path& dir) {
   const auto path = dir / kCampaignFile;
