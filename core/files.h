@@ -6,6 +6,7 @@
 #include <filesystem>
 #include <stdexcept>
 #include <string>
+#include <string_view>
 #include <vector>
 
 namespace moe {
@@ -46,6 +47,12 @@ void write_file_atomic(const std::filesystem::path& path, const std::string& byt
 // Throws std::invalid_argument naming `field` unless `name` is one path component that stays in
 // its directory: not empty, not "." or "..", no '/' or NUL, at most 255 bytes.
 void require_path_component(const std::string& name, const std::string& field);
+
+// `bytes` as text that is safe to print or to store in JSON: valid UTF-8 sequences, tab and
+// newline kept, every other control character and every byte that is not valid UTF-8 written as
+// \xNN. For messages that quote what a damaged file held (a JSON parser's "last read: ..."):
+// raw bytes there made a log undecodable and would make nlohmann::json::dump throw.
+[[nodiscard]] std::string printable_text(std::string_view bytes);
 
 // SHA-256 (lowercase hex) of a byte string.
 [[nodiscard]] std::string sha256_hex(const std::string& bytes);

@@ -6,6 +6,7 @@
 #include <iostream>
 #include <map>
 
+#include "core/files.h"
 #include "harness/commands.h"
 #include "ranks/git_revision.h"
 
@@ -75,7 +76,7 @@ int main(int argc, char** argv) {
     std::cerr << "harness " << name << ": " << e.what() << "\n";
     return 2;
   } catch (const std::exception& e) {
-    std::cerr << "harness " << name << ": error: " << e.what() << "\n";
+    std::cerr << "harness " << name << ": error: " << moe::printable_text(e.what()) << "\n";
     return 1;
   }
 }

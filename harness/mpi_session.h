@@ -11,6 +11,7 @@
 #include <thread>
 
 #include "core/checked_call.h"
+#include "core/files.h"
 
 namespace moe::cli {
 
@@ -43,8 +44,8 @@ class MpiSession {
       body(rank);
     } catch (const std::exception& e) {
       if (rank != 0) std::this_thread::sleep_for(std::chrono::seconds(2));
-      std::cerr << "harness " << command << " (rank " << rank << "): error: " << e.what()
-                << std::endl;
+      std::cerr << "harness " << command << " (rank " << rank
+                << "): error: " << printable_text(e.what()) << std::endl;
       MPI_Abort(MPI_COMM_WORLD, 1);
     }
     return 0;

@@ -370,17 +370,23 @@ class Acquisition {
   // measured again. Always said, and recorded in campaign.json.
   void restore_torn_file() {
     if (rank_ == 0) {
+      // What a torn file held can reach the message (a JSON parser quotes the bytes it read):
+      // printable, for the log and for campaign.json.
       const auto problem = [&](const std::string& file) -> std::optional<std::string> {
-        if (auto damage = hdf5_damage(file)) return damage;
+        if (auto damage = hdf5_damage(file)) return printable_text(*damage);
         try {
-          return unexplained_rows(options_.out_dir, read_acquisition(file).complete_rows());
+          const auto acq = read_acquisition(file);
+          // A torn cell description reads as a string; the resume parses it (stage_cells_in_file).
+          for (const auto& cell : acq.cells) (void)cell_role(json::parse(cell.info.json));
+          const auto rows = unexplained_rows(options_.out_dir, acq.complete_rows());
+          return rows ? std::optional(printable_text(*rows)) : std::nullopt;
         } catch (const SchemaVersionError& e) {
           // Another harness's file is not damage: the collective open below refuses it by name
           // and nothing is moved. A snapshot of another version cannot stand in for the file.
           if (file == path_) return std::nullopt;
-          return std::string(e.what());
+          return printable_text(e.what());
         } catch (const std::exception& e) {
-          return std::string(e.what());
+          return printable_text(e.what());
         }
       };
       restored_ = restore_snapshot_if_damaged(path_, problem);

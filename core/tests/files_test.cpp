@@ -4,6 +4,9 @@
 #include <unistd.h>
 
 #include <filesystem>
+#include <nlohmann/json.hpp>
+#include <random>
+#include <string>
 
 #include "core/timestamp.h"
 
@@ -55,6 +58,32 @@ TEST(Files, AtomicWriteRemovesTemporariesOfKilledWritersOnly) {
   for (const auto& entry : std::filesystem::directory_iterator(dir))
     EXPECT_EQ(entry.path().filename().string().find("busy.tmp."), std::string::npos);
   std::filesystem::remove_all(dir);
+}
+
+// What a damaged file held, quoted in a message: valid UTF-8 stays, anything else is escaped, so
+// the text prints as UTF-8 and nlohmann::json stores it (its dump throws on invalid UTF-8).
+TEST(Files, PrintableTextKeepsValidUtf8AndEscapesEverythingElse) {
+  EXPECT_EQ(printable_text("N = 4096, 1.5 \xc2\xb5s \xe2\x80\x94 ok\n\tnext"),
+            "N = 4096, 1.5 \xc2\xb5s \xe2\x80\x94 ok\n\tnext");  // µ and — kept
+  EXPECT_EQ(printable_text("last read: 'tr\xfa\x01'"), "last read: 'tr\\xfa\\x01'");
+  EXPECT_EQ(printable_text(std::string("a\0b", 3)), "a\\x00b");
+  // Overlong, surrogate, above U+10FFFF and truncated sequences are not UTF-8.
+  EXPECT_EQ(printable_text("\xc0\xaf"), "\\xc0\\xaf");
+  EXPECT_EQ(printable_text("\xed\xa0\x80"), "\\xed\\xa0\\x80");
+  EXPECT_EQ(printable_text("\xf4\x90\x80\x80"), "\\xf4\\x90\\x80\\x80");
+  EXPECT_EQ(printable_text("\xe2\x80"), "\\xe2\\x80");
+  EXPECT_EQ(printable_text("\xf0\x9f\x98\x80"), "\xf0\x9f\x98\x80");  // U+1F600 kept
+  // Every byte string becomes something JSON stores and gives back unchanged.
+  std::mt19937 rng(20261205);
+  for (int i = 0; i < 2000; ++i) {
+    std::string bytes(rng() % 24, '\0');
+    for (auto& b : bytes) b = static_cast<char>(rng() & 0xFF);
+    const auto text = printable_text(bytes);
+    std::string dumped;
+    ASSERT_NO_THROW(dumped = nlohmann::json(text).dump()) << i;
+    EXPECT_EQ(nlohmann::json::parse(dumped).get<std::string>(), text);
+    EXPECT_EQ(printable_text(text), text);  // already printable: unchanged
+  }
 }
 
 TEST(Files, PathComponentsStayInsideTheirRoot) {

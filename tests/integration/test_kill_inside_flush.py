@@ -11,9 +11,13 @@ import glob
 import json
 import os
 import shutil
+import subprocess
 import tempfile
 
-from harness_test_lib import committed_rounds, reads_whole, require_clean_resume, run, shim_kill_acquire
+import h5py
+import numpy
+
+from harness_test_lib import MPI_ENV, committed_rounds, reads_whole, require_clean_resume, run, shim_kill_acquire
 
 SHIM = os.environ["HDF5_KILL_SHIM"]
 ROUNDS = 4
@@ -86,3 +90,22 @@ with tempfile.TemporaryDirectory() as tmp:
     # Without torn files the restore path would be untested.
     assert damaged >= 2, f"only {damaged} of {len(cases)} kills left a damaged file"
     print(f"kills inside HDF5 writes: {len(cases)}, damaged files restored: {damaged}, all resumed cleanly")
+
+    # A torn file can hold any bytes where text was, and the message that says what is wrong with
+    # it quotes them (a JSON parser's "last read: ..."): the resume's log and campaign.json must
+    # stay UTF-8 (a torn cell description once put a raw 0xfa byte into the log).
+    d = os.path.join(tmp, "garbled")
+    run(shim_kill_acquire(d, ROUNDS))
+    h5 = os.path.join(d, "acq", "acquisition.h5")
+    with h5py.File(h5, "r+") as f:
+        cell = next(iter(f["cells"].values()))
+        text = cell.attrs["cell"]
+        garbled = b'{"target": tr\xfa\x01' + b" " * max(0, len(text) - 15)
+        cell.attrs["cell"] = numpy.bytes_(garbled[:len(text)])  # fixed-length, as harness writes
+    resumed = subprocess.run(shim_kill_acquire(d, ROUNDS), capture_output=True, env=MPI_ENV)
+    assert resumed.returncode == 0, resumed.stderr[-2000:]
+    log = resumed.stderr.decode("utf-8")  # raises on a raw byte
+    assert "was damaged" in log and "\\xfa" in log, log
+    restores = json.load(open(os.path.join(d, "acq", "campaign.json")))["restored_from_snapshot"]
+    assert len(restores) == 1 and "\\xfa" in restores[0]["problem"], restores
+    print("ok: a garbled cell description: restored from the snapshot, said in printable text")
