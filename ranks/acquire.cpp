@@ -376,7 +376,8 @@ class Acquisition {
         if (auto damage = hdf5_damage(file)) return printable_text(*damage);
         try {
           const auto acq = read_acquisition(file);
-          // A torn cell description reads as a string; the resume parses it (stage_cells_in_file).
+          if (auto text = unparsable_json(acq)) return printable_text(*text);
+          // What the resume then reads of each cell's description (stage_cells_in_file).
           for (const auto& cell : acq.cells) (void)cell_role(json::parse(cell.info.json));
           const auto rows = unexplained_rows(options_.out_dir, acq.complete_rows());
           return rows ? std::optional(printable_text(*rows)) : std::nullopt;

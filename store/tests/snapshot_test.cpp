@@ -66,6 +66,31 @@ class Snapshot : public ScratchDirTest {
   std::string path_;
 };
 
+// A torn attribute reads whole to HDF5 as whatever bytes it holds: the texts a resume parses are
+// checked too, each named when it is not JSON.
+TEST(StoredJson, ATextThatIsNotJsonIsNamed) {
+  StoredAcquisition acq;
+  acq.cells.push_back(
+      {{"tp1_dp1_ep1_rank0_sp0.experts", R"({"component": "experts"})", {}, 1}, {}, {}});
+  acq.runs.push_back({R"([{"rank": 0}])", ""});  // a run that never ended has no end
+  acq.fidelity_evaluations.push_back("{}");
+  EXPECT_EQ(unparsable_json(acq), std::nullopt);
+  const auto named = [](StoredAcquisition a) { return unparsable_json(a).value_or("(none)"); };
+  auto bad = acq;
+  bad.cells[0].info.json = "{\"target\": tr\xfa";
+  EXPECT_EQ(
+      named(bad).rfind("the description of cell tp1_dp1_ep1_rank0_sp0.experts is not JSON (", 0),
+      0u)
+      << named(bad);
+  bad = acq;
+  bad.runs[0].end = "[{\"rank\": 0";
+  EXPECT_EQ(named(bad).rfind("the provenance of run 0 (its end) is not JSON (", 0), 0u)
+      << named(bad);
+  bad = acq;
+  bad.fidelity_evaluations.push_back("");
+  EXPECT_EQ(named(bad).rfind("held-out evaluation 1 is not JSON (", 0), 0u) << named(bad);
+}
+
 TEST_F(Snapshot, TheWalkFindsTornAndTruncatedFilesAndPassesWholeOnes) {
   write_file(path_, 7);
   EXPECT_EQ(hdf5_damage(path_), std::nullopt);

@@ -91,21 +91,31 @@ with tempfile.TemporaryDirectory() as tmp:
     assert damaged >= 2, f"only {damaged} of {len(cases)} kills left a damaged file"
     print(f"kills inside HDF5 writes: {len(cases)}, damaged files restored: {damaged}, all resumed cleanly")
 
-    # A torn file can hold any bytes where text was, and the message that says what is wrong with
-    # it quotes them (a JSON parser's "last read: ..."): the resume's log and campaign.json must
-    # stay UTF-8 (a torn cell description once put a raw 0xfa byte into the log).
-    d = os.path.join(tmp, "garbled")
-    run(shim_kill_acquire(d, ROUNDS))
-    h5 = os.path.join(d, "acq", "acquisition.h5")
-    with h5py.File(h5, "r+") as f:
-        cell = next(iter(f["cells"].values()))
-        text = cell.attrs["cell"]
-        garbled = b'{"target": tr\xfa\x01' + b" " * max(0, len(text) - 15)
-        cell.attrs["cell"] = numpy.bytes_(garbled[:len(text)])  # fixed-length, as harness writes
-    resumed = subprocess.run(shim_kill_acquire(d, ROUNDS), capture_output=True, env=MPI_ENV)
-    assert resumed.returncode == 0, resumed.stderr[-2000:]
-    log = resumed.stderr.decode("utf-8")  # raises on a raw byte
-    assert "was damaged" in log and "\\xfa" in log, log
-    restores = json.load(open(os.path.join(d, "acq", "campaign.json")))["restored_from_snapshot"]
-    assert len(restores) == 1 and "\\xfa" in restores[0]["problem"], restores
-    print("ok: a garbled cell description: restored from the snapshot, said in printable text")
+    # A torn file can hold any bytes where text was, and HDF5 reads them: the resume's check parses
+    # what the resume reads as JSON (cell descriptions, the runs' provenance) and restores the
+    # snapshot, and the message that quotes the bytes (a JSON parser's "last read: ...") keeps the
+    # log and campaign.json UTF-8 (a torn cell description once failed a resume and put a raw 0xfa
+    # byte into its log).
+    def garble_cell(f):
+        return next(iter(f["cells"].values())).attrs, "cell"
+
+    def garble_provenance(f):
+        return f["provenance"].attrs, "run_0"
+
+    for what, where in (("cell description", garble_cell), ("run's provenance", garble_provenance)):
+        d = os.path.join(tmp, "garbled")
+        run(shim_kill_acquire(d, ROUNDS))
+        h5 = os.path.join(d, "acq", "acquisition.h5")
+        with h5py.File(h5, "r+") as f:
+            attrs, name = where(f)
+            size = len(attrs[name])
+            garbled = b'{"target": tr\xfa\x01' + b" " * size
+            attrs[name] = numpy.bytes_(garbled[:size])  # fixed-length, as harness writes
+        resumed = subprocess.run(shim_kill_acquire(d, ROUNDS), capture_output=True, env=MPI_ENV)
+        assert resumed.returncode == 0, (what, resumed.stderr[-2000:])
+        log = resumed.stderr.decode("utf-8")  # raises on a raw byte
+        assert "was damaged" in log and "\\xfa" in log, (what, log)
+        restores = json.load(open(os.path.join(d, "acq", "campaign.json")))["restored_from_snapshot"]
+        assert len(restores) == 1 and "\\xfa" in restores[0]["problem"], (what, restores)
+        print(f"ok: a garbled {what}: restored from the snapshot, said in printable text")
+        shutil.rmtree(d)
