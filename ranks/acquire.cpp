@@ -377,8 +377,6 @@ class Acquisition {
         try {
           const auto acq = read_acquisition(file);
           if (auto text = unparsable_json(acq)) return printable_text(*text);
-          // What the resume then reads of each cell's description (stage_cells_in_file).
-          for (const auto& cell : acq.cells) (void)cell_role(json::parse(cell.info.json));
           const auto rows = unexplained_rows(options_.out_dir, acq.complete_rows());
           return rows ? std::optional(printable_text(*rows)) : std::nullopt;
         } catch (const SchemaVersionError& e) {

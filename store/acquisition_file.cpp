@@ -853,25 +853,30 @@ herr_t visit_link(hid_t group, const char* name, const H5L_info_t*, void* damage
 }  // namespace
 
 std::optional<std::string> unparsable_json(const StoredAcquisition& acq) {
-  const auto check = [](const std::string& text,
+  using Type = nlohmann::json::value_t;
+  // Each text is what harness wrote: a cell's description is an object, a run's provenance a
+  // list (one entry per rank), a held-out evaluation an object.
+  const auto check = [](const std::string& text, Type type,
                         const std::string& what) -> std::optional<std::string> {
     try {
-      [[maybe_unused]] const auto parsed = nlohmann::json::parse(text);
-      return std::nullopt;
+      if (nlohmann::json::parse(text).type() == type) return std::nullopt;
+      return what + " is JSON but not " + (type == Type::object ? "an object" : "a list");
     } catch (const nlohmann::json::exception& e) {
       return what + " is not JSON (" + e.what() + ")";
     }
   };
   for (const auto& cell : acq.cells)
-    if (auto bad = check(cell.info.json, "the description of cell " + cell.info.id)) return bad;
+    if (auto bad = check(cell.info.json, Type::object, "the description of cell " + cell.info.id))
+      return bad;
   for (std::size_t r = 0; r < acq.runs.size(); ++r) {
     const auto run = "the provenance of run " + std::to_string(r);
-    if (auto bad = check(acq.runs[r].start, run)) return bad;
+    if (auto bad = check(acq.runs[r].start, Type::array, run)) return bad;
     if (!acq.runs[r].end.empty())
-      if (auto bad = check(acq.runs[r].end, run + " (its end)")) return bad;
+      if (auto bad = check(acq.runs[r].end, Type::array, run + " (its end)")) return bad;
   }
   for (std::size_t i = 0; i < acq.fidelity_evaluations.size(); ++i)
-    if (auto bad = check(acq.fidelity_evaluations[i], "held-out evaluation " + std::to_string(i)))
+    if (auto bad = check(acq.fidelity_evaluations[i], Type::object,
+                         "held-out evaluation " + std::to_string(i)))
       return bad;
   return std::nullopt;
 }

@@ -171,10 +171,11 @@ struct StoredAcquisition {
   [[nodiscard]] RecordCounts complete_rows() const;
 };
 [[nodiscard]] StoredAcquisition read_acquisition(const std::string& path);
-// The first text the file keeps as JSON that does not parse -- a cell's description, a run's
-// provenance (start or end), a held-out evaluation -- named, with the parser's reason; nullopt
-// when every one parses. HDF5 reads a torn attribute as whatever bytes it holds, so this is damage
-// that hdf5_damage cannot see and a resume would fail on.
+// The first text the file keeps as JSON that does not parse as what harness wrote there -- a
+// cell's description (an object), a run's provenance, start or end (a list), a held-out evaluation
+// (an object) -- named, with the parser's reason; nullopt when every one does. HDF5 reads a torn
+// attribute as whatever bytes it holds, so this is damage that hdf5_damage cannot see and a resume
+// would fail on.
 [[nodiscard]] std::optional<std::string> unparsable_json(const StoredAcquisition& acq);
 // Only the cells' descriptions (id, cell JSON, points, planned rounds), in the file's order:
 // no round data is read.

@@ -86,6 +86,13 @@ TEST(StoredJson, ATextThatIsNotJsonIsNamed) {
   bad.runs[0].end = "[{\"rank\": 0";
   EXPECT_EQ(named(bad).rfind("the provenance of run 0 (its end) is not JSON (", 0), 0u)
       << named(bad);
+  bad = acq;  // parses, but is not what the resume reads there
+  bad.cells[0].info.json = "[1]";
+  EXPECT_EQ(named(bad),
+            "the description of cell tp1_dp1_ep1_rank0_sp0.experts is JSON but not an object");
+  bad = acq;
+  bad.runs[0].start = "{}";
+  EXPECT_EQ(named(bad), "the provenance of run 0 is JSON but not a list");
   bad = acq;
   bad.fidelity_evaluations.push_back("");
   EXPECT_EQ(named(bad).rfind("held-out evaluation 1 is not JSON (", 0), 0u) << named(bad);
