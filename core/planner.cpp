@@ -407,6 +407,15 @@ double nominal_point_round_seconds(const JobSpec& job, std::string_view backend,
          overhead + settle_ms_for(job, backend) / 1000.0;
 }
 
+double nominal_round_seconds(const JobSpec& job, std::string_view backend, int weight_banks,
+                             Component c, const std::vector<GridPoint>& points) {
+  const auto device = nominal_device(backend);
+  double seconds = 0;
+  for (const auto& p : points)
+    seconds += nominal_point_round_seconds(job, backend, device, weight_banks, c, p);
+  return seconds;
+}
+
 PlanEstimate Plan::estimate(const TargetPlan& t, Component c) const {
   PlanEstimate e;
   for (const auto& grid : t.components) {

@@ -191,5 +191,10 @@ struct MemoryEstimate {
 [[nodiscard]] double nominal_point_round_seconds(const JobSpec& job, std::string_view backend,
                                                  const DeviceModel& d, int weight_banks,
                                                  Component c, const GridPoint& p);
+// The same summed over `points`: one round of a cell, the shape of its cost that acquire scales
+// by the measured/nominal ratio of its component (and `plan --campaign` predicts with).
+[[nodiscard]] double nominal_round_seconds(const JobSpec& job, std::string_view backend,
+                                           int weight_banks, Component c,
+                                           const std::vector<GridPoint>& points);
 
 }  // namespace moe

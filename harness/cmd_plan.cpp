@@ -65,7 +65,6 @@ std::optional<CampaignLeft> campaign_left(const std::filesystem::path& dir, cons
   const auto acq = read_acquisition(file.string());
   // The backend the campaign measures with, whatever this machine would resolve "auto" to.
   const auto backend = json::parse(acq.contract_json).value("backend", job.backend);
-  const auto device = nominal_device(backend);
   const double capped_extra_s =
       std::max(0.0, (capped_settle_ms_for(job, backend) - settle_ms_for(job, backend)) / 1000.0);
   CampaignLeft left;
@@ -80,10 +79,8 @@ std::optional<CampaignLeft> campaign_left(const std::filesystem::path& dir, cons
     if (rounds_left == 0) continue;
     ++left.cells;
     if (ratio == ratios.end()) left.kinds_without_ratio.insert(kind);
-    double seconds = 0;
-    for (const auto& p : cell.info.points)
-      seconds += nominal_point_round_seconds(job, backend, device, j.value("weight_banks", 2),
-                                             *component, p);
+    const double seconds = nominal_round_seconds(job, backend, j.value("weight_banks", 2),
+                                                 *component, cell.info.points);
     const auto point_rounds = rounds_left * static_cast<std::int64_t>(cell.info.points.size());
     left.point_rounds += point_rounds;
     left.capped_settle_upper_s += static_cast<double>(point_rounds) * capped_extra_s;

@@ -731,12 +731,8 @@ class Acquisition {
   // Nominal seconds of one round of `points` of a cell of kind `k` (core/planner.h's device
   // model of this backend): the shape of the cost over the grid, which the measured ratios scale.
   [[nodiscard]] double nominal_seconds(const Kind& k, const std::vector<GridPoint>& points) const {
-    const auto device = nominal_device(ctx_->backend->name());
-    double seconds = 0;
-    for (const auto& p : points)
-      seconds += nominal_point_round_seconds(job_, ctx_->backend->name(), device,
-                                             k.first->weight_banks, k.second, p);
-    return seconds;
+    return nominal_round_seconds(job_, ctx_->backend->name(), k.first->weight_banks, k.second,
+                                 points);
   }
 
   // Predicts every cell of this rank not measured by this run: its nominal cost times its kind's
