@@ -98,6 +98,17 @@ with tempfile.TemporaryDirectory() as tmp:
     left = json.loads(run([HARNESS, "plan", job, "--rounds", "20", "--campaign", out, "--format", "json"]).stdout)["campaign"]["left"]
     assert left["point_rounds"] == points_left > 0 and left["cells"] == cells_left, left
     assert left["estimated_held_s"] > 0 and left["capped_settle_upper_s"] == 0 and left["kinds_without_ratio"] == [], left
+    # An acquisition file plan cannot read: the rest of the plan stands, what is left is said to be
+    # unknown (and null in JSON), not guessed.
+    unreadable = os.path.join(tmp, "unreadable")
+    os.makedirs(unreadable)
+    shutil.copy(os.path.join(out, "campaign.json"), unreadable)
+    open(os.path.join(unreadable, "acquisition.h5"), "w").write("not HDF5")
+    p = run([HARNESS, "plan", job, "--rounds", "20", "--campaign", unreadable])
+    assert "; what the campaign has left is not estimated" in p.stderr and "  left: " not in p.stdout, (p.stdout, p.stderr)
+    assert "campaign: " in p.stdout, p.stdout
+    left = json.loads(run([HARNESS, "plan", job, "--rounds", "20", "--campaign", unreadable, "--format", "json"]).stdout)
+    assert left["campaign"]["left"] is None, left["campaign"]
 
     # 3. The same command resumes and completes; device time accumulates across runs.
     p = run(mpirun_cmd(1, "acquire", job, "--out", os.path.join(tmp, "nothing"), "--resume"), check=False)
