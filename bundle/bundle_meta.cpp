@@ -3,6 +3,7 @@
 #include <yaml-cpp/yaml.h>
 
 #include <algorithm>
+#include <limits>
 #include <set>
 #include <sstream>
 
@@ -332,18 +333,18 @@ std::map<std::pair<Component, GridPoint>, RowRecord> read_row_records(
     if (!component) throw bad();
     RowRecord r;
     try {
-      if (!f[4].empty()) r.sm_clock_mean_mhz = std::stod(f[4]);
+      if (!f[4].empty()) r.sm_clock_mean_mhz = csv_real(f[4]);
       if (f.size() == 6 && !f[5].empty()) {
         std::istringstream devices(f[5]);
         for (std::string d; std::getline(devices, d, ';');) {
-          std::size_t used = 0;
-          r.devices.push_back(std::stoi(d, &used));
-          if (used != d.size() || r.devices.back() < 0) throw bad();
+          const auto device = csv_integer(d);
+          if (device < 0 || device > std::numeric_limits<int>::max()) throw bad();
+          r.devices.push_back(static_cast<int>(device));
         }
       }
-      records[{*component, GridPoint{std::stoll(f[1]), std::stoll(f[2]), std::stoll(f[3])}}] =
+      records[{*component, GridPoint{csv_integer(f[1]), csv_integer(f[2]), csv_integer(f[3])}}] =
           std::move(r);
-    } catch (const std::logic_error&) {
+    } catch (const std::invalid_argument&) {
       throw bad();
     }
   }

@@ -227,7 +227,7 @@ std::string held_out_plot(const fs::path& tp_dir, const BundleEntry& e, const st
       ++unpredicted;
       continue;
     }
-    series[f.at(0)].push_back({std::stod(f.at(4)), std::stod(f.at(5))});
+    series[f.at(0)].push_back({csv_real(f.at(4)), csv_real(f.at(5))});
   }
   std::ostringstream out;
   out << "<p>held-out points of " << esc(title) << ": " << esc(fidelity.value("status", ""))
@@ -270,13 +270,14 @@ Report render_report(const fs::path& dir) {
       std::map<std::string, std::map<double, Followed>> lines;  // label -> N -> row
       std::vector<double> times;
       for (const auto& f : rows) {
-        const double tok = std::stod(f.at(2)), m = std::stod(f.at(4)), t = std::stod(f.at(5));
+        const double tok = csv_real(f.at(2)), m = csv_real(f.at(4)), t = csv_real(f.at(5));
         const std::string label = f[0] == "experts" ? "experts A=" + f[3] : f[0];
         const auto component = parse_component(f[0]);
         const auto c =
-            component ? row_records.find({*component, GridPoint{std::stoll(f[2]), std::stoll(f[3]),
-                                                                std::stoll(f[4])}})
-                      : row_records.end();
+            component
+                ? row_records.find({*component, GridPoint{csv_integer(f[2]), csv_integer(f[3]),
+                                                          csv_integer(f[4])}})
+                : row_records.end();
         const double clock = c == row_records.end()
                                  ? std::nan("")
                                  : c->second.sm_clock_mean_mhz.value_or(std::nan(""));
@@ -321,8 +322,8 @@ Report render_report(const fs::path& dir) {
     for (const auto& e : entries) {
       Series series;
       for (const auto& f : read_csv(dir / tp_dir_name(tp) / e.path)) {
-        series[f.at(0)].push_back({std::stod(f.at(4)), std::max(1e-6, std::stod(f.at(7)))});
-        sanity.add("collective_busbw_gbps", std::stod(f.at(7)));
+        series[f.at(0)].push_back({csv_real(f.at(4)), std::max(1e-6, csv_real(f.at(7)))});
+        sanity.add("collective_busbw_gbps", csv_real(f.at(7)));
       }
       const std::string title = "collectives tp" + std::to_string(tp) + "/" +
                                 fs::path(e.path).parent_path().filename().string();

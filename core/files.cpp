@@ -7,6 +7,8 @@
 #include <unistd.h>
 
 #include <cerrno>
+#include <charconv>
+#include <cmath>
 #include <cstdio>
 #include <cstring>
 #include <fstream>
@@ -117,6 +119,34 @@ std::vector<std::string> split_csv_line(const std::string& line) {
   while (std::getline(ss, f, ',')) out.push_back(f);
   if (!line.empty() && line.back() == ',') out.emplace_back();
   return out;
+}
+
+namespace {
+
+// The whole of `field` parsed by from_chars into `value`, or an error quoting it.
+template <class T>
+T whole_field(const std::string& field, const char* what) {
+  T value{};
+  const char* end = field.data() + field.size();
+  const auto [stop, error] = std::from_chars(field.data(), end, value);
+  if (error == std::errc::result_out_of_range && stop == end)
+    throw std::invalid_argument("'" + printable_text(field) + "' is out of range");
+  if (field.empty() || error != std::errc() || stop != end)
+    throw std::invalid_argument("'" + printable_text(field) + "' is not " + what);
+  return value;
+}
+
+}  // namespace
+
+std::int64_t csv_integer(const std::string& field) {
+  return whole_field<std::int64_t>(field, "a whole number");
+}
+
+double csv_real(const std::string& field) {
+  const double v = whole_field<double>(field, "a number");
+  if (!std::isfinite(v))
+    throw std::invalid_argument("'" + printable_text(field) + "' is not a finite number");
+  return v;
 }
 
 std::vector<std::vector<std::string>> csv_data_rows(const std::string& text) {

@@ -3,6 +3,7 @@
 // files.
 #pragma once
 
+#include <cstdint>
 #include <filesystem>
 #include <stdexcept>
 #include <string>
@@ -43,6 +44,11 @@ void write_file_atomic(const std::filesystem::path& path, const std::string& byt
 [[nodiscard]] std::vector<std::string> split_csv_line(const std::string& line);
 // The fields of every line after the header of a CSV text.
 [[nodiscard]] std::vector<std::vector<std::string>> csv_data_rows(const std::string& text);
+// One field of those tables as a number: the whole field is the number (no blank, sign '+' or
+// trailing text: "12abc" is not 12), and a real number is finite. Throws std::invalid_argument
+// quoting the field. A table a simulator reads must not answer from a number it half read.
+[[nodiscard]] std::int64_t csv_integer(const std::string& field);
+[[nodiscard]] double csv_real(const std::string& field);
 
 // Throws std::invalid_argument naming `field` unless `name` is one path component that stays in
 // its directory: not empty, not "." or "..", no '/' or NUL, at most 255 bytes.

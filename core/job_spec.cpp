@@ -349,7 +349,11 @@ JobSpec parse_job(const std::string& yaml_text, const std::string& source) {
     job.capture_sizes = derive_capture_sizes(job.max_num_seqs, job.max_num_batched_tokens);
     job.capture_sizes_derived = true;
   }
-  validate(job);
+  try {
+    validate(job);
+  } catch (const JobError& e) {  // a value checked against others: named in the job file
+    throw JobError(std::string(e.what()) + " [" + source + "]");
+  }
   return job;
 }
 

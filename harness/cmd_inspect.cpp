@@ -137,11 +137,11 @@ json inspect_bundle(const fs::path& dir) {
         while (std::getline(in, line)) {
           ++rows;
           const auto f = split_csv_line(line);
-          const double t = std::stod(f.at(5));  // time_us in both table kinds
+          const double t = csv_real(f.at(5));  // time_us in both table kinds
           times.push_back(t);
           sanity.add(section == Section::moe_components ? "time_us" : "collective_time_us", t);
           if (section == Section::collectives)
-            sanity.add("collective_busbw_gbps", std::stod(f.at(7)));
+            sanity.add("collective_busbw_gbps", csv_real(f.at(7)));
         }
         sanity.add_table(csv_path.string(), times);
         if (e.coverage.contains("completion"))

@@ -199,25 +199,44 @@ Deployment Deployment::load(const std::filesystem::path& variant_dir, const Depl
   impl->answers.set_capacity(cache_capacity);
   ExpertPolytope polytope;
   try {
-    polytope = {entry->contract.at("geometry").at("num_experts").get<int>(),
-                entry->contract.at("geometry").at("top_k").get<int>(),
-                entry->contract.at("expert_ownership").at("local_experts").get<int>()};
+    const auto count = [&](const char* section, const char* name) {
+      const auto& v = entry->contract.at(section).at(name);
+      if (!v.is_number_integer() || v.get<std::int64_t>() < 1 || v.get<std::int64_t>() > 1 << 20)
+        throw LookupError(std::string(section) + "." + name + " is " +
+                          v.dump(-1, ' ', false, nlohmann::json::error_handler_t::replace) +
+                          ", not a count from 1 to 1048576");
+      return v.get<int>();
+    };
+    polytope = {count("geometry", "num_experts"), count("geometry", "top_k"),
+                count("expert_ownership", "local_experts")};
+    if (polytope.top_k > polytope.experts || polytope.local_experts > polytope.experts)
+      throw LookupError(
+          "geometry.top_k or expert_ownership.local_experts exceeds "
+          "geometry.num_experts");
   } catch (const nlohmann::json::exception&) {
     throw LookupError(variant_dir.string() +
                       ": the entry's contract lacks geometry.num_experts, geometry.top_k or "
                       "expert_ownership.local_experts");
+  } catch (const LookupError& e) {
+    throw LookupError(variant_dir.string() + ": the entry's contract: " + e.what());
   }
-  for (const auto& c : entry->contract.at("components")) {
-    auto comp = parse_component(c.get<std::string>());
+  const auto listed = entry->contract.find("components");
+  if (listed == entry->contract.end() || !listed->is_array())
+    throw LookupError(variant_dir.string() +
+                      ": the entry's contract has no list of components (contract.components)");
+  for (const auto& c : *listed) {
+    const auto comp = c.is_string() ? parse_component(c.get<std::string>()) : std::nullopt;
     if (!comp)
-      throw LookupError("contract names an unknown component '" + c.get<std::string>() + "'");
+      throw LookupError(variant_dir.string() +
+                        ": the entry's contract names an unknown component " +
+                        c.dump(-1, ' ', false, nlohmann::json::error_handler_t::replace));
     impl->components.push_back(*comp);
   }
   std::stringstream in(csv);
   std::string line;
   std::getline(in, line);
   if (line != bundle_format::kComponentsHeader)
-    throw LookupError(csv_path.string() + ": unexpected header '" + line + "'");
+    throw LookupError(csv_path.string() + ": unexpected header '" + printable_text(line) + "'");
   std::map<Component, std::vector<TableRow>> rows;
   int lineno = 1;
   while (std::getline(in, line)) {
@@ -228,13 +247,16 @@ Deployment Deployment::load(const std::filesystem::path& variant_dir, const Depl
     };
     if (f.size() != 6) throw bad("expected 6 fields");
     const auto comp = parse_component(f[0]);
-    if (!comp) throw bad("unknown component '" + f[0] + "'");
+    if (!comp) throw bad("unknown component '" + printable_text(f[0]) + "'");
+    if (std::find(impl->components.begin(), impl->components.end(), *comp) ==
+        impl->components.end())
+      throw bad("a row of " + f[0] + ", which the entry's contract.components does not list");
     TableRow r{};
     try {
-      r.point = {std::stoll(f[2]), std::stoll(f[3]), std::stoll(f[4])};
-      r.time_us = std::stod(f[5]);
-    } catch (const std::exception&) {
-      throw bad("malformed number");
+      r.point = {csv_integer(f[2]), csv_integer(f[3]), csv_integer(f[4])};
+      r.time_us = csv_real(f[5]);
+    } catch (const std::invalid_argument& e) {
+      throw bad(std::string("malformed number: ") + e.what());
     }
     if (!(r.time_us > 0) || r.point.tokens < 1) throw bad("non-positive tokens or time");
     rows[*comp].push_back(r);
@@ -326,7 +348,7 @@ CollectiveTable CollectiveTable::load(const std::filesystem::path& variant_dir,
   std::string line;
   std::getline(in, line);
   if (line != bundle_format::kCollectivesHeader)
-    throw LookupError(table.path.string() + ": unexpected header '" + line +
+    throw LookupError(table.path.string() + ": unexpected header '" + printable_text(line) +
                       "' (a bundle published before steady_time_us; publish it again)");
   for (int lineno = 2; std::getline(in, line); ++lineno) {
     const auto f = split_csv_line(line);
@@ -336,12 +358,12 @@ CollectiveTable CollectiveTable::load(const std::filesystem::path& variant_dir,
     if (f.size() != 10) throw bad("expected 10 fields");
     CollectivePoint r{};
     try {
-      r.tokens = std::stoll(f[3]);
-      r.bytes = std::stoll(f[4]);
-      r.time_us = std::stod(f[5]);
-      r.steady_time_us = std::stod(f[9]);
-    } catch (const std::exception&) {
-      throw bad("malformed number");
+      r.tokens = csv_integer(f[3]);
+      r.bytes = csv_integer(f[4]);
+      r.time_us = csv_real(f[5]);
+      r.steady_time_us = csv_real(f[9]);
+    } catch (const std::invalid_argument& e) {
+      throw bad(std::string("malformed number: ") + e.what());
     }
     if (r.tokens < 1 || r.bytes < 1 || !(r.time_us > 0) || !(r.steady_time_us > 0))
       throw bad("non-positive tokens, bytes or time");

@@ -62,6 +62,22 @@ SimplexInterpolator::Point rows_per_expert_coordinates(const SimplexInterpolator
   return {std::log(p[0]), std::log(p[2] / p[1]), std::log(p[1] / p[0])};
 }
 
+// A row the deployment could not have measured makes a corrupt table, not a point to interpolate
+// from: local components have N >= 1 and A = M = 0, experts rows lie in the feasibility polytope.
+void require_possible(Component c, const GridPoint& p, const ExpertPolytope& poly) {
+  const auto where = coordinates(p.tokens, p.activated, p.assignments);
+  if (c != Component::experts) {
+    if (p.tokens < 1 || p.activated != 0 || p.assignments != 0)
+      throw LookupError(std::string(to_string(c)) + ": the row at " + where +
+                        " is impossible: a local component's rows have N >= 1 and A = M = 0");
+    return;
+  }
+  if (const auto violated = feasibility_violation(p.tokens, p.activated, p.assignments,
+                                                  poly.local_experts, poly.experts, poly.top_k))
+    throw LookupError("experts: the row at " + where +
+                      " is impossible for this deployment: it violates " + *violated);
+}
+
 }  // namespace
 
 struct ComponentTables::Impl {
@@ -94,6 +110,7 @@ ComponentTables::ComponentTables(const std::map<Component, std::vector<TableRow>
         throw LookupError(what + ": two rows at tokens=" + std::to_string(t.rows[i].point.tokens));
   };
   for (const auto& [c, list] : rows) {
+    for (const auto& r : list) require_possible(c, r.point, polytope);
     if (c != Component::experts) {
       auto& t = d.local[c];
       t.rows = list;

@@ -57,9 +57,10 @@ class ComponentTables {
   // over tokens, the others (in their order) over a triangulation of (N, A, M): `experts_mesh`
   // when given (a bundle's stored one), else the Delaunay triangulation of the rows in
   // rows-per-expert coordinates where it triangulates them, else their own Delaunay
-  // triangulation (experts_mesh_source says which). Rows must have
-  // positive tokens and times (the caller validates). Throws LookupError on duplicate rows or a
-  // stored triangulation that does not fit them.
+  // triangulation (experts_mesh_source says which). Rows must have positive times (the caller
+  // validates). Throws LookupError on a row the polytope makes impossible (naming the violated
+  // constraint; local components' rows have A = M = 0), duplicate rows, or a stored
+  // triangulation that does not fit them.
   ComponentTables(const std::map<Component, std::vector<TableRow>>& rows, ExpertPolytope polytope,
                   const std::optional<Triangulation>& experts_mesh = std::nullopt);
   ~ComponentTables();

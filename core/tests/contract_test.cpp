@@ -166,6 +166,11 @@ TEST(Contract, MalformedContractsNameTheKey) {
   bad = j;
   bad["targets"][0]["grids"]["attention"] = bad["targets"][0]["grids"]["experts"];
   EXPECT_NE(message(bad).find("attention"), std::string::npos) << message(bad);
+  for (const auto& targets : {nlohmann::json(), nlohmann::json("tp1")}) {
+    bad = j;
+    bad["targets"] = targets;
+    EXPECT_EQ(message(bad), "contract: 'targets' is missing or not a list");
+  }
   EXPECT_THROW((void)Contract::parse("{not json"), ContractError);
 }
 

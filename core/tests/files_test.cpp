@@ -3,7 +3,10 @@
 #include <gtest/gtest.h>
 #include <unistd.h>
 
+#include <cstdint>
 #include <filesystem>
+#include <functional>
+#include <limits>
 #include <nlohmann/json.hpp>
 #include <random>
 #include <string>
@@ -97,6 +100,40 @@ TEST(Files, PathComponentsStayInsideTheirRoot) {
       EXPECT_NE(std::string(e.what()).find("--variant"), std::string::npos) << e.what();
     }
   }
+}
+
+TEST(Files, CsvNumbersAreReadWholeAndFinite) {
+  EXPECT_EQ(csv_integer("8192"), 8192);
+  EXPECT_EQ(csv_integer("-3"), -3);
+  EXPECT_EQ(csv_integer("9223372036854775807"), std::numeric_limits<std::int64_t>::max());
+  EXPECT_DOUBLE_EQ(csv_real("190.4031"), 190.4031);
+  EXPECT_DOUBLE_EQ(csv_real("1.5e-3"), 1.5e-3);
+  EXPECT_DOUBLE_EQ(csv_real("12"), 12.0);
+  const auto refusal = [](const std::function<void()>& parse) {
+    try {
+      parse();
+    } catch (const std::invalid_argument& e) {
+      return std::string(e.what());
+    }
+    return std::string("accepted");
+  };
+  // (Built with += : GCC 12 warns falsely, -Wrestrict, on "'" + field + "...".)
+  const auto says = [](const std::string& field, const char* what) {
+    std::string text = "'";
+    text += printable_text(field);
+    text += "' is ";
+    text += what;
+    return text;
+  };
+  for (const std::string bad : {"", "12abc", " 12", "12 ", "+12", "1e3", "1.0", "0x10", "12\r"})
+    EXPECT_EQ(refusal([&] { (void)csv_integer(bad); }), says(bad, "not a whole number"));
+  EXPECT_EQ(refusal([] { (void)csv_integer("9223372036854775808"); }),
+            says("9223372036854775808", "out of range"));
+  EXPECT_EQ(refusal([] { (void)csv_real("1e999"); }), says("1e999", "out of range"));
+  for (const std::string bad : {"", "7.0us", "1,5", "+1.5", ".", "1e999x"})
+    EXPECT_EQ(refusal([&] { (void)csv_real(bad); }), says(bad, "not a number")) << bad;
+  for (const std::string bad : {"inf", "-inf", "nan"})
+    EXPECT_EQ(refusal([&] { (void)csv_real(bad); }), says(bad, "not a finite number")) << bad;
 }
 
 TEST(Timestamps, ParseUtcReadsWhatUtcNowWritesAndNothingElse) {

@@ -73,6 +73,24 @@ TEST(HfConfig, AJobNamesTheConfigRelativeToItsFile) {
   } catch (const JobError& e) {
     EXPECT_NE(std::string(e.what()).find("model.preset and model.config"), std::string::npos);
   }
+  // A config that is not there, or not a model harness knows, is named with the job's line.
+  const auto error = [](const std::string& config) {
+    try {
+      (void)parse_job("model:\n  config: " + config +
+                          "\ndeployment:\n  tp: [1]\n  dp: [1]\ntokens:\n"
+                          "  max_num_batched_tokens: 64\n",
+                      std::string(HARNESS_SOURCE_DIR) + "/tests/data/job.yaml");
+    } catch (const JobError& e) {
+      return std::string(e.what());
+    }
+    return std::string();
+  };
+  const std::string data = std::string(HARNESS_SOURCE_DIR) + "/tests/data/";
+  EXPECT_EQ(error("hf/missing.json"), "job: model.config: cannot read '" + data +
+                                          "hf/missing.json' (line 2) [" + data + "job.yaml]");
+  // (A job file is not a config.json: its text is not JSON.)
+  EXPECT_NE(error("qwen3-30b-a3b-smoke.yaml").find("qwen3-30b-a3b-smoke.yaml: not valid JSON"),
+            std::string::npos);
 }
 
 }  // namespace

@@ -130,6 +130,12 @@ TEST(JobSpec, EachBadValueGetsItsOwnMessage) {
                "top_k: 2\ndeployment:\n  tp: 1\n  dp: 1\ntokens:\n  max_num_batched_tokens: 8\n")
           .find("model.hidden_size must be positive"),
       std::string::npos);
+  EXPECT_EQ(error_of(kBase + "graph:\n  mode: FULL_GRAPH\n"),
+            "job: unknown graph.mode 'FULL_GRAPH' (line 9) (NONE, PIECEWISE, FULL, "
+            "FULL_AND_PIECEWISE, FULL_DECODE_ONLY) [test.yaml]");
+  EXPECT_EQ(error_of("model:\n  preset: tiny\ndeployment:\n  tp: []\n  dp: [1]\ntokens:\n  "
+                     "max_num_batched_tokens: 8\n"),
+            "job: deployment.tp and deployment.dp must not be empty [test.yaml]");
 }
 
 TEST(JobSpec, FidelitySettingsParseAndBadOnesAreNamed) {

@@ -266,6 +266,20 @@ TEST(FamilyTable, PriorityOrderFirstMatchWinsUnmatchedIsOther) {
                std::invalid_argument);
   EXPECT_THROW(FamilyTable("version: 1\nfamilies:\n  - {name: other, pattern: \"a\"}\n"),
                std::invalid_argument);
+  const auto refusal = [](const std::string& yaml) {
+    try {
+      (void)FamilyTable(yaml);
+    } catch (const std::invalid_argument& e) {
+      return std::string(e.what());
+    }
+    return std::string("accepted");
+  };
+  EXPECT_EQ(refusal("version: 1\nfamilies: [\n"),
+            "operator family table: malformed YAML at line 3");
+  EXPECT_EQ(refusal("version: 1\nfamilies: {a: b}\n"),
+            "operator family table needs `version` and a `families` list");
+  EXPECT_EQ(refusal("version: 1\nfamilies:\n  - {name: a}\n"),
+            "operator family entries need `name` and `pattern`");
   const auto shares = family_shares(t, {{"gemm_silu", 3.0}, {"x_gemm", 1.0}, {"memcpy", 4.0}});
   EXPECT_DOUBLE_EQ(shares.shares.at("a"), 0.375);
   EXPECT_DOUBLE_EQ(shares.other(), 0.5);

@@ -4,6 +4,8 @@
 
 #include <chrono>
 #include <cmath>
+#include <map>
+#include <memory>
 #include <string>
 #include <string_view>
 #include <utility>
@@ -308,6 +310,126 @@ TEST(Protocol, SettleAddsNoSamples) {
   EXPECT_EQ(settled.samples.size(), plain.samples.size());
   EXPECT_GE(settled.phases.timing, 0.020);  // the settle is charged to the timing phase
   EXPECT_EQ(settled.settles_extended, 0);   // the host reports no held-down clocks
+}
+
+// The host clock timer with one fault a broken tracer could have; the protocol must refuse the
+// point, never time it from what is left (docs/measurement.md#protocol).
+enum class TracerFault { missing_record, other_kernels, zero_time, dropped_records };
+class FaultyTimer : public ForwardTimer {
+ public:
+  explicit FaultyTimer(TracerFault fault) : fault_(fault) {}
+  std::string method() const override { return inner_->method(); }
+  void begin(std::string_view label) override { inner_->begin(label); }
+  void end() override { inner_->end(); }
+  std::vector<ForwardRecord> collect() override {
+    auto records = inner_->collect();
+    if (records.size() < 2) return records;  // an untimed settle's flush
+    switch (fault_) {
+      case TracerFault::missing_record:
+        records.pop_back();
+        break;
+      case TracerFault::other_kernels:
+        records.back().activity_count += 1;
+        break;
+      case TracerFault::zero_time:
+        records.back().value_us = 0;
+        break;
+      case TracerFault::dropped_records:
+        dropped_ = 3;
+        break;
+    }
+    return records;
+  }
+  std::uint64_t dropped() const override { return inner_->dropped() + dropped_; }
+
+ private:
+  TracerFault fault_;
+  std::uint64_t dropped_ = 0;
+  std::unique_ptr<ForwardTimer> inner_ = make_host_clock_timer();
+};
+
+std::string measurement_error(Backend& backend, ForwardTimer& timer, const CellRoundSpec& spec) {
+  try {
+    (void)measure_cell_round(backend, timer, spec);
+  } catch (const MeasurementError& e) {
+    return e.what();
+  }
+  return "";
+}
+
+TEST(Protocol, APointTheTracerDidNotRecordWholeIsRefused) {
+  auto backend = make_cpu_backend();
+  const auto spec = tiny_round({1, 1, 1, 0, false}, Component::gate_routing, {{4, 0, 0}}, 4);
+  const std::string point = "gate_routing tp1/dp1_ep1_rank0_sp0 at (N=4, A=0, M=0) round 0";
+  const std::vector<std::pair<TracerFault, std::string>> cases = {
+      {TracerFault::missing_record, "timer returned 3 records for 4 forwards of " + point},
+      {TracerFault::other_kernels,
+       "forward 3 of " + point + " ran 2 activities, the first ran 1 (activity lists differ)"},
+      {TracerFault::zero_time, "non-positive forward time for " + point},
+      {TracerFault::dropped_records,
+       "the tracer dropped 3 activity records; zero dropped is required"},
+  };
+  for (const auto& [fault, message] : cases) {
+    FaultyTimer timer(fault);
+    EXPECT_EQ(measurement_error(*backend, timer, spec), message);
+  }
+  auto host = make_host_clock_timer();
+  EXPECT_EQ(measurement_error(*backend, *host, spec), "");
+}
+
+// The CPU reference backend whose workloads raise the route flag on one forward: a kernel that
+// found an invalid lane in a valid stimulus.
+class RouteFlagBackend : public Backend {
+ public:
+  explicit RouteFlagBackend(int raise_on) : raise_on_(raise_on) {}
+  std::string name() const override { return inner_->name(); }
+  std::string timing() const override { return inner_->timing(); }
+  std::int64_t cache_bytes() const override { return inner_->cache_bytes(); }
+  int sm_count() const override { return inner_->sm_count(); }
+  double tolerance() const override { return inner_->tolerance(); }
+  std::shared_ptr<const WeightSet> make_weights(const WorkloadSpec& round) override {
+    return inner_->make_weights(round);
+  }
+  std::unique_ptr<Workload> make(const WorkloadSpec& point,
+                                 std::shared_ptr<const WeightSet> weights) override {
+    return std::make_unique<Flagging>(inner_->make(point, std::move(weights)), raise_on_);
+  }
+  std::map<std::string, std::string> device_properties() const override {
+    return inner_->device_properties();
+  }
+  std::map<std::string, std::string> live_state() const override { return inner_->live_state(); }
+
+ private:
+  class Flagging : public Workload {
+   public:
+    Flagging(std::unique_ptr<Workload> inner, int raise_on)
+        : inner_(std::move(inner)), raise_on_(raise_on) {}
+    std::vector<double> verify() override { return inner_->verify(); }
+    void forward(int bank) override { inner_->forward(bank); }
+    void synchronize() override { inner_->synchronize(); }
+    bool take_route_error() override { return taken_++ == raise_on_; }
+
+   private:
+    std::unique_ptr<Workload> inner_;
+    int raise_on_, taken_ = 0;
+  };
+  int raise_on_;
+  std::unique_ptr<Backend> inner_ = make_cpu_backend();
+};
+
+TEST(Protocol, ARouteFlagRaisedOnAValidStimulusRefusesThePoint) {
+  auto timer = make_host_clock_timer();
+  auto spec = tiny_round({1, 1, 1, 0, false}, Component::gate_routing, {{4, 0, 0}}, 4);
+  RouteFlagBackend timed(2);  // a timed forward
+  EXPECT_EQ(measurement_error(timed, *timer, spec),
+            "route validation flag raised 1 times on valid stimuli for gate_routing "
+            "tp1/dp1_ep1_rank0_sp0 at (N=4, A=0, M=0) round 0");
+  spec.settle = {5.0, 0.0};
+  RouteFlagBackend settling(0);  // the settle's first forward
+  EXPECT_NE(measurement_error(settling, *timer, spec).find("route validation flag raised 1 times"),
+            std::string::npos);
+  RouteFlagBackend never(-1);
+  EXPECT_EQ(measurement_error(never, *timer, spec), "");
 }
 
 }  // namespace

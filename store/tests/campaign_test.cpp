@@ -112,6 +112,23 @@ TEST_F(Campaign, TheBudgetIsFixedAtTheStartAndRaisedOnlyExplicitly) {
   EXPECT_EQ(doc["budget_changes"][1]["to_seconds"], 1800.0);
 }
 
+// The families name the kernels a campaign's rows were checked against: another table is another
+// campaign, while an edited job file is only recorded (its contract decides the rest).
+TEST_F(Campaign, AnotherFamilyTableIsRefusedAnEditedJobIsRecorded) {
+  (void)state();
+  try {
+    (void)CampaignState(dir_, "harness acquire", "job", "g", 3600);
+    FAIL() << "resumed with another operator-family table";
+  } catch (const std::runtime_error& e) {
+    EXPECT_EQ(std::string(e.what()),
+              "refusing to resume " + (dir_ / kCampaignFile).string() +
+                  ": the operator-family table changed (family_table_sha256); use another --out");
+  }
+  EXPECT_FALSE(document(dir_).contains("job_changes"));
+  (void)CampaignState(dir_, "harness acquire", "job, edited", "f", 3600);
+  EXPECT_EQ(document(dir_)["job_changes"].size(), 1u);
+}
+
 // What `plan --campaign` says of a campaign: the point-rounds and device time its waves recorded.
 TEST_F(Campaign, ProgressIsWhatTheWavesRecorded) {
   EXPECT_EQ(read_campaign_progress(dir_), std::nullopt);  // no campaign.json
