@@ -259,6 +259,7 @@ Deployment Deployment::load(const std::filesystem::path& variant_dir, const Depl
       throw bad(std::string("malformed number: ") + e.what());
     }
     if (!(r.time_us > 0) || r.point.tokens < 1) throw bad("non-positive tokens or time");
+    if (const auto why = impossible_row(*comp, r.point, polytope)) throw bad(*why);
     rows[*comp].push_back(r);
   }
   // The experts rows with A > 0 interpolate over the triangulation the publisher stored, so that

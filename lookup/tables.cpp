@@ -62,23 +62,22 @@ SimplexInterpolator::Point rows_per_expert_coordinates(const SimplexInterpolator
   return {std::log(p[0]), std::log(p[2] / p[1]), std::log(p[1] / p[0])};
 }
 
-// A row the deployment could not have measured makes a corrupt table, not a point to interpolate
-// from: local components have N >= 1 and A = M = 0, experts rows lie in the feasibility polytope.
-void require_possible(Component c, const GridPoint& p, const ExpertPolytope& poly) {
+}  // namespace
+
+std::optional<std::string> impossible_row(Component c, const GridPoint& p,
+                                          const ExpertPolytope& poly) {
   const auto where = coordinates(p.tokens, p.activated, p.assignments);
   if (c != Component::experts) {
-    if (p.tokens < 1 || p.activated != 0 || p.assignments != 0)
-      throw LookupError(std::string(to_string(c)) + ": the row at " + where +
-                        " is impossible: a local component's rows have N >= 1 and A = M = 0");
-    return;
+    if (p.tokens >= 1 && p.activated == 0 && p.assignments == 0) return std::nullopt;
+    return std::string(to_string(c)) + ": the row at " + where +
+           " is impossible: a local component's rows have N >= 1 and A = M = 0";
   }
   if (const auto violated = feasibility_violation(p.tokens, p.activated, p.assignments,
                                                   poly.local_experts, poly.experts, poly.top_k))
-    throw LookupError("experts: the row at " + where +
-                      " is impossible for this deployment: it violates " + *violated);
+    return "experts: the row at " + where + " is impossible for this deployment: it violates " +
+           *violated;
+  return std::nullopt;
 }
-
-}  // namespace
 
 struct ComponentTables::Impl {
   ExpertPolytope polytope;
@@ -110,7 +109,8 @@ ComponentTables::ComponentTables(const std::map<Component, std::vector<TableRow>
         throw LookupError(what + ": two rows at tokens=" + std::to_string(t.rows[i].point.tokens));
   };
   for (const auto& [c, list] : rows) {
-    for (const auto& r : list) require_possible(c, r.point, polytope);
+    for (const auto& r : list)
+      if (const auto why = impossible_row(c, r.point, polytope)) throw LookupError(*why);
     if (c != Component::experts) {
       auto& t = d.local[c];
       t.rows = list;

@@ -43,6 +43,12 @@ struct ExpertPolytope {
   int experts = 0, top_k = 0, local_experts = 0;
 };
 
+// Why a table row at `p` is one the deployment could not have measured, or nullopt: local
+// components' rows have N >= 1 and A = M = 0, experts rows lie in the polytope (the violated
+// constraint is named). A reader refuses such a table; it is corrupt, not a point to interpolate.
+[[nodiscard]] std::optional<std::string> impossible_row(Component c, const GridPoint& p,
+                                                        const ExpertPolytope& polytope);
+
 // Where a table's experts triangulation came from (docs/bundle-format.md#interpolation).
 enum class MeshSource {
   stored,           // given (a bundle's triangulation.json)

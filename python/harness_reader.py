@@ -13,6 +13,7 @@ import io
 import json
 import math
 import os
+import re
 
 import yaml
 
@@ -27,6 +28,24 @@ class LookupError(Exception):
 
 def _sha256(data):
     return hashlib.sha256(data).hexdigest()
+
+
+_WHOLE = re.compile(r"-?[0-9]+")
+_REAL = re.compile(r"-?([0-9]+\.?[0-9]*|\.[0-9]+)([eE][-+]?[0-9]+)?")
+
+
+def _whole(field, where):
+    """A table's count, read whole ("16abc", " 16" and "1e3" are not 16 or 1000)."""
+    if not _WHOLE.fullmatch(field):
+        raise LookupError(f"{where}: malformed number: '{field}' is not a whole number")
+    return int(field)
+
+
+def _real(field, where):
+    """A table's time: the whole field, finite."""
+    if not _REAL.fullmatch(field) or not math.isfinite(float(field)):
+        raise LookupError(f"{where}: malformed number: '{field}' is not a finite number")
+    return float(field)
 
 
 def _round(x):
@@ -139,9 +158,16 @@ class ComponentTable:
         geometry, ownership = entry["contract"]["geometry"], entry["contract"]["expert_ownership"]
         self.e, self.k, self.l = geometry["num_experts"], geometry["top_k"], ownership["local_experts"]
         self.local, self.all_remote, experts = {}, [], []
-        for r in csv.DictReader(io.StringIO(data.decode())):
-            n, a, m = int(r["tokens"]), int(r["activated_experts"]), int(r["local_assignments"])
-            t = float(r["time_us"])
+        for line, r in enumerate(csv.DictReader(io.StringIO(data.decode())), start=2):
+            where = f"{path}:{line}"
+            n, a, m = (_whole(r[c], where) for c in ("tokens", "activated_experts", "local_assignments"))
+            t = _real(r["time_us"], where)
+            if n < 1 or not t > 0:
+                raise LookupError(f"{where}: non-positive tokens or time")
+            # A row the deployment could not have measured is a corrupt table.
+            if (r["component"] != "experts" and (a, m) != (0, 0)) or (
+                    r["component"] == "experts" and not self._feasible(n, a, m)):
+                raise LookupError(f"{where}: {r['component']}: the row at (N={n}, A={a}, M={m}) is impossible")
             if r["component"] != "experts":
                 self.local.setdefault(r["component"], []).append((n, t))
             elif a == 0:

@@ -167,23 +167,27 @@ TEST_F(BundleReader, ANonPositiveTimeOrTokenCountIsRefused) {
   }
 }
 
-// The polytope that refuses impossible queries also refuses impossible rows.
+// The polytope that refuses impossible queries also refuses impossible rows (and ComponentTables
+// itself, so that a publisher cannot write one: ComponentTables.ImpossibleRowsAreRefused).
 TEST_F(BundleReader, ARowTheDeploymentCouldNotHaveMeasuredNamesTheConstraint) {
   rows[2] = "experts,eager,4,2,9,20.0";
   auto error = load_error();
-  EXPECT_NE(error.find("components.csv: experts: the row at (N=4, A=2, M=9) is impossible for "
+  EXPECT_NE(error.find("components.csv:4: experts: the row at (N=4, A=2, M=9) is impossible for "
                        "this deployment: it violates M <= N*min(k, A) = 8"),
             std::string::npos)
       << error;
   SetUp();
   rows[2] = "experts,eager,4,9,8,20.0";
   error = load_error();
-  EXPECT_NE(error.find("it violates A <= L (local experts) = 8"), std::string::npos) << error;
+  EXPECT_NE(error.find("components.csv:4: experts: the row at (N=4, A=9, M=8) is impossible for "
+                       "this deployment: it violates A <= L (local experts) = 8"),
+            std::string::npos)
+      << error;
   SetUp();
   rows[0] = "gate_routing,eager,1,1,2,6.0";
   error = load_error();
-  EXPECT_NE(error.find("gate_routing: the row at (N=1, A=1, M=2) is impossible: a local "
-                       "component's rows have N >= 1 and A = M = 0"),
+  EXPECT_NE(error.find("components.csv:2: gate_routing: the row at (N=1, A=1, M=2) is "
+                       "impossible: a local component's rows have N >= 1 and A = M = 0"),
             std::string::npos)
       << error;
 }

@@ -94,6 +94,23 @@ double padded_tiles_time(const GridPoint& p) {
          0.001 * static_cast<double>(p.tokens);
 }
 
+TEST(ComponentTables, ImpossibleRowsAreRefused) {
+  EXPECT_EQ(
+      error_of([] {
+        (void)ComponentTables({{Component::experts, {{{4, 1, 4}, 1.0}, {{4, 2, 9}, 2.0}}}}, kTiny);
+      }),
+      "experts: the row at (N=4, A=2, M=9) is impossible for this deployment: it violates "
+      "M <= N*min(k, A) = 8");
+  EXPECT_EQ(error_of([] {
+              (void)ComponentTables(
+                  {{Component::finalize_copy, {{{4, 0, 0}, 1.0}, {{8, 1, 0}, 2.0}}}}, kTiny);
+            }),
+            "finalize_copy: the row at (N=8, A=1, M=0) is impossible: a local component's rows "
+            "have N >= 1 and A = M = 0");
+  EXPECT_EQ(impossible_row(Component::experts, {4, 0, 0}, kTiny), std::nullopt);  // E - L >= k
+  EXPECT_NE(impossible_row(Component::experts, {4, 0, 0}, {8, 2, 8}), std::nullopt);
+}
+
 TEST(ComponentTables, TheRowsPerExpertMeshKeepsStepsOnItsEdges) {
   const auto job = parse_job(
       "model:\n  preset: qwen3-30b-a3b\ndeployment:\n  tp: 1\n  dp: 1\ntokens:\n"

@@ -119,6 +119,35 @@ with tempfile.TemporaryDirectory() as tmp:
     assert library_held_out(variant, 1, entry["target"]["dp"], [query]) == [None]
     open(meta_path, "w").write(meta_text)
 
+    # A table row either reader would half read, or one the deployment could not have measured,
+    # is refused by both, naming the line (the checksum signed again, as a publisher would).
+    entry = meta["per_tp"][1]["moe_components"]["entries"][0]
+    csv_path = os.path.join(variant, "tp1", entry["path"])
+    table_text = open(csv_path).read()
+    lines = table_text.splitlines()
+    first = lines[1].split(",")  # component,mode,tokens,activated_experts,local_assignments,time_us
+    damaged_rows = {"tokens 16abc": 2, "time inf": 5, "activated -1": 3, "time 0": 5}
+    for what, field in damaged_rows.items():
+        row = list(first)
+        row[field] = what.split()[1]
+        damaged = "\n".join([lines[0], ",".join(row)] + lines[2:]) + "\n"
+        open(csv_path, "w").write(damaged)
+        signed = yaml.safe_load(meta_text)
+        signed["per_tp"][1]["moe_components"]["entries"][0]["coverage"]["table_sha256"] = \
+            harness_reader._sha256(damaged.encode())
+        with open(meta_path, "w") as f:
+            yaml.safe_dump(signed, f, sort_keys=False)
+        p = run([HARNESS, "lookup", variant, "--tp", "1", "--dp", str(entry["target"]["dp"]), "--component",
+                 "gate_routing", "--tokens", "3"], check=False)
+        assert p.returncode != 0 and "components.csv:2: " in p.stderr, (what, p.stderr)
+        try:
+            harness_reader.ComponentTable(variant, tp=1, dp=entry["target"]["dp"])
+            raise AssertionError(f"the Python reader accepted a row with {what}")
+        except harness_reader.LookupError as e:
+            assert "components.csv:2: " in str(e), (what, str(e))
+    open(csv_path, "w").write(table_text)
+    open(meta_path, "w").write(meta_text)
+
     # An edited triangulation is refused by both readers.
     entry = meta["per_tp"][1]["moe_components"]["entries"][0]
     tri = os.path.join(variant, "tp1", os.path.dirname(entry["path"]), "triangulation.json")
