@@ -20,7 +20,7 @@ namespace {
 
 namespace fs = std::filesystem;
 
-std::string error_of(const std::function<void()>& f) {
+std::string refusal_of(const std::function<void()>& f) {
   try {
     f();
   } catch (const LookupError& e) {
@@ -86,7 +86,7 @@ class BundleReader : public ::testing::Test {
   // The load's error after publishing ("" if it loaded).
   std::string load_error(const DeploymentKey& key = {}) {
     publish();
-    return error_of([&] { (void)Deployment::load(variant, key); });
+    return refusal_of([&] { (void)Deployment::load(variant, key); });
   }
 
   fs::path variant;
@@ -234,19 +234,19 @@ TEST_F(BundleReader, AContractWithoutItsComponentsOrGeometryIsRefused) {
 
 TEST_F(BundleReader, TheTriangulationMustBeRecordedPresentSignedAndWellFormed) {
   publish([](BundleEntry& e) { e.coverage.erase("triangulation"); });
-  EXPECT_NE(error_of([&] { (void)Deployment::load(variant, {}); })
+  EXPECT_NE(refusal_of([&] { (void)Deployment::load(variant, {}); })
                 .find("components.csv: the entry records no triangulation "
                       "(coverage.triangulation; published by an older harness)"),
             std::string::npos);
   publish();
   fs::remove(table_dir() / bundle_format::kTriangulationFile);
-  EXPECT_NE(error_of([&] {
+  EXPECT_NE(refusal_of([&] {
               (void)Deployment::load(variant, {});
             }).find("triangulation.json: triangulation missing"),
             std::string::npos);
   publish();
   write_file_atomic(table_dir() / bundle_format::kTriangulationFile, "{}");
-  EXPECT_NE(error_of([&] { (void)Deployment::load(variant, {}); })
+  EXPECT_NE(refusal_of([&] { (void)Deployment::load(variant, {}); })
                 .find("triangulation.json: checksum mismatch (SHA-256 differs from "
                       "coverage.triangulation)"),
             std::string::npos);
@@ -270,14 +270,15 @@ TEST_F(BundleReader, TheTriangulationMustBeRecordedPresentSignedAndWellFormed) {
 TEST_F(BundleReader, AMissingOrAlteredTableIsRefused) {
   publish();
   write_file_atomic(table_dir() / bundle_format::kComponentsFile, csv() + "\n");
-  EXPECT_NE(error_of([&] { (void)Deployment::load(variant, {}); })
+  EXPECT_NE(refusal_of([&] { (void)Deployment::load(variant, {}); })
                 .find("components.csv: checksum mismatch (SHA-256 differs from meta.yaml "
                       "coverage.table_sha256)"),
             std::string::npos);
   fs::remove(table_dir() / bundle_format::kComponentsFile);
-  EXPECT_NE(
-      error_of([&] { (void)Deployment::load(variant, {}); }).find("components.csv: table missing"),
-      std::string::npos);
+  EXPECT_NE(refusal_of([&] {
+              (void)Deployment::load(variant, {});
+            }).find("components.csv: table missing"),
+            std::string::npos);
 }
 
 TEST_F(BundleReader, TheKeyMustNameExactlyOneEntry) {
@@ -333,7 +334,7 @@ class CollectiveReader : public ::testing::Test {
               {}},
              Section::collectives);
     save_bundle_meta(variant, meta);
-    return error_of([&] { (void)CollectiveTable::load(variant, {2, 1, 0, std::nullopt, ""}); });
+    return refusal_of([&] { (void)CollectiveTable::load(variant, {2, 1, 0, std::nullopt, ""}); });
   }
 
   fs::path variant;
