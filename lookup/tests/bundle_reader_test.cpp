@@ -9,25 +9,19 @@
 #include <filesystem>
 #include <functional>
 #include <string>
+#include <tuple>
+#include <vector>
 
 #include "bundle/bundle_meta.h"
 #include "bundle/format.h"
 #include "core/files.h"
 #include "lookup/lookup.h"
+#include "lookup/tests/lookup_error_of.h"
 
 namespace moe {
 namespace {
 
 namespace fs = std::filesystem;
-
-std::string refusal_of(const std::function<void()>& f) {
-  try {
-    f();
-  } catch (const LookupError& e) {
-    return e.what();
-  }
-  return "";
-}
 
 // A one-entry bundle of Qwen3-like routing at toy size (EP1: E = L = 8, k = 2, so M = N k).
 class BundleReader : public ::testing::Test {
@@ -86,7 +80,7 @@ class BundleReader : public ::testing::Test {
   // The load's error after publishing ("" if it loaded).
   std::string load_error(const DeploymentKey& key = {}) {
     publish();
-    return refusal_of([&] { (void)Deployment::load(variant, key); });
+    return lookup_error_of([&] { (void)Deployment::load(variant, key); });
   }
 
   fs::path variant;
@@ -170,26 +164,23 @@ TEST_F(BundleReader, ANonPositiveTimeOrTokenCountIsRefused) {
 // The polytope that refuses impossible queries also refuses impossible rows (and ComponentTables
 // itself, so that a publisher cannot write one: ComponentTables.ImpossibleRowsAreRefused).
 TEST_F(BundleReader, ARowTheDeploymentCouldNotHaveMeasuredNamesTheConstraint) {
-  rows[2] = "experts,eager,4,2,9,20.0";
-  auto error = load_error();
-  EXPECT_NE(error.find("components.csv:4: experts: the row at (N=4, A=2, M=9) is impossible for "
-                       "this deployment: it violates M <= N*min(k, A) = 8"),
-            std::string::npos)
-      << error;
-  SetUp();
-  rows[2] = "experts,eager,4,9,8,20.0";
-  error = load_error();
-  EXPECT_NE(error.find("components.csv:4: experts: the row at (N=4, A=9, M=8) is impossible for "
-                       "this deployment: it violates A <= L (local experts) = 8"),
-            std::string::npos)
-      << error;
-  SetUp();
-  rows[0] = "gate_routing,eager,1,1,2,6.0";
-  error = load_error();
-  EXPECT_NE(error.find("components.csv:2: gate_routing: the row at (N=1, A=1, M=2) is "
-                       "impossible: a local component's rows have N >= 1 and A = M = 0"),
-            std::string::npos)
-      << error;
+  const std::vector<std::tuple<std::size_t, std::string, std::string>> cases = {
+      {2, "experts,eager,4,2,9,20.0",
+       "components.csv:4: experts: the row at (N=4, A=2, M=9) is impossible for this deployment: "
+       "it violates M <= N*min(k, A) = 8"},
+      {2, "experts,eager,4,9,8,20.0",
+       "components.csv:4: experts: the row at (N=4, A=9, M=8) is impossible for this deployment: "
+       "it violates A <= L (local experts) = 8"},
+      {0, "gate_routing,eager,1,1,2,6.0",
+       "components.csv:2: gate_routing: the row at (N=1, A=1, M=2) is impossible: a local "
+       "component's rows have N >= 1 and A = M = 0"},
+  };
+  for (const auto& [index, row, why] : cases) {
+    SetUp();
+    rows[index] = row;
+    const auto error = load_error();
+    EXPECT_NE(error.find(why), std::string::npos) << row << ": " << error;
+  }
 }
 
 TEST_F(BundleReader, DuplicateRowsNameTheTable) {
@@ -234,19 +225,19 @@ TEST_F(BundleReader, AContractWithoutItsComponentsOrGeometryIsRefused) {
 
 TEST_F(BundleReader, TheTriangulationMustBeRecordedPresentSignedAndWellFormed) {
   publish([](BundleEntry& e) { e.coverage.erase("triangulation"); });
-  EXPECT_NE(refusal_of([&] { (void)Deployment::load(variant, {}); })
+  EXPECT_NE(lookup_error_of([&] { (void)Deployment::load(variant, {}); })
                 .find("components.csv: the entry records no triangulation "
                       "(coverage.triangulation; published by an older harness)"),
             std::string::npos);
   publish();
   fs::remove(table_dir() / bundle_format::kTriangulationFile);
-  EXPECT_NE(refusal_of([&] {
+  EXPECT_NE(lookup_error_of([&] {
               (void)Deployment::load(variant, {});
             }).find("triangulation.json: triangulation missing"),
             std::string::npos);
   publish();
   write_file_atomic(table_dir() / bundle_format::kTriangulationFile, "{}");
-  EXPECT_NE(refusal_of([&] { (void)Deployment::load(variant, {}); })
+  EXPECT_NE(lookup_error_of([&] { (void)Deployment::load(variant, {}); })
                 .find("triangulation.json: checksum mismatch (SHA-256 differs from "
                       "coverage.triangulation)"),
             std::string::npos);
@@ -270,12 +261,12 @@ TEST_F(BundleReader, TheTriangulationMustBeRecordedPresentSignedAndWellFormed) {
 TEST_F(BundleReader, AMissingOrAlteredTableIsRefused) {
   publish();
   write_file_atomic(table_dir() / bundle_format::kComponentsFile, csv() + "\n");
-  EXPECT_NE(refusal_of([&] { (void)Deployment::load(variant, {}); })
+  EXPECT_NE(lookup_error_of([&] { (void)Deployment::load(variant, {}); })
                 .find("components.csv: checksum mismatch (SHA-256 differs from meta.yaml "
                       "coverage.table_sha256)"),
             std::string::npos);
   fs::remove(table_dir() / bundle_format::kComponentsFile);
-  EXPECT_NE(refusal_of([&] {
+  EXPECT_NE(lookup_error_of([&] {
               (void)Deployment::load(variant, {});
             }).find("components.csv: table missing"),
             std::string::npos);
@@ -334,7 +325,9 @@ class CollectiveReader : public ::testing::Test {
               {}},
              Section::collectives);
     save_bundle_meta(variant, meta);
-    return refusal_of([&] { (void)CollectiveTable::load(variant, {2, 1, 0, std::nullopt, ""}); });
+    return lookup_error_of([&] {
+      (void)CollectiveTable::load(variant, {2, 1, 0, std::nullopt, ""});
+    });
   }
 
   fs::path variant;

@@ -4,28 +4,19 @@
 
 #include <algorithm>
 #include <cmath>
-#include <functional>
 #include <random>
 #include <set>
 #include <string>
 
 #include "core/job_spec.h"
 #include "core/planner.h"
+#include "lookup/tests/lookup_error_of.h"
 
 namespace moe {
 namespace {
 
 // tiny at EP2: E = 8, k = 2, L = 4.
 constexpr ExpertPolytope kTiny{8, 2, 4};
-
-std::string error_of(const std::function<void()>& f) {
-  try {
-    f();
-  } catch (const LookupError& e) {
-    return e.what();
-  }
-  return "";
-}
 
 TEST(ComponentTables, ExactRowsInterpolationAndRefusals) {
   const ComponentTables t({{Component::gate_routing, {{{1, 0, 0}, 10.0}, {{9, 0, 0}, 30.0}}},
@@ -55,28 +46,29 @@ TEST(ComponentTables, ExactRowsInterpolationAndRefusals) {
   }
   EXPECT_NEAR(sum, 1.0, 1e-12);
   EXPECT_NEAR(edge.time_us, 25.0, 1e-9);
-  EXPECT_NE(error_of([&] {
+  EXPECT_NE(lookup_error_of([&] {
               (void)t.query(Component::experts, 4, 2, 9);
             }).find("impossible for this deployment: it violates M <= N*min(k, A) = 8"),
             std::string::npos);
-  EXPECT_NE(error_of([&] { (void)t.query(Component::experts, 4, 5, 8); }).find("A <= L"),
+  EXPECT_NE(lookup_error_of([&] { (void)t.query(Component::experts, 4, 5, 8); }).find("A <= L"),
             std::string::npos);
-  EXPECT_NE(error_of([&] {
+  EXPECT_NE(lookup_error_of([&] {
               (void)t.query(Component::experts, 16, 1, 16);
             }).find("outside the measured support"),
             std::string::npos);
-  EXPECT_NE(
-      error_of([&] { (void)t.query(Component::wrapper, 4); }).find("wrapper: no measured rows"),
-      std::string::npos);
+  EXPECT_NE(lookup_error_of([&] {
+              (void)t.query(Component::wrapper, 4);
+            }).find("wrapper: no measured rows"),
+            std::string::npos);
 }
 
 TEST(ComponentTables, DuplicateRowsAreRefused) {
   EXPECT_NE(
-      error_of([] {
+      lookup_error_of([] {
         ComponentTables({{Component::gate_routing, {{{2, 0, 0}, 1.0}, {{2, 0, 0}, 2.0}}}}, kTiny);
       }).find("gate_routing: two rows at tokens=2"),
       std::string::npos);
-  EXPECT_NE(error_of([] {
+  EXPECT_NE(lookup_error_of([] {
               ComponentTables({{Component::experts, {{{4, 1, 4}, 1.0}, {{4, 1, 4}, 2.0}}}}, kTiny);
             }).find("experts: two rows at (N=4, A=1, M=4)"),
             std::string::npos);
@@ -96,12 +88,12 @@ double padded_tiles_time(const GridPoint& p) {
 
 TEST(ComponentTables, ImpossibleRowsAreRefused) {
   EXPECT_EQ(
-      error_of([] {
+      lookup_error_of([] {
         (void)ComponentTables({{Component::experts, {{{4, 1, 4}, 1.0}, {{4, 2, 9}, 2.0}}}}, kTiny);
       }),
       "experts: the row at (N=4, A=2, M=9) is impossible for this deployment: it violates "
       "M <= N*min(k, A) = 8");
-  EXPECT_EQ(error_of([] {
+  EXPECT_EQ(lookup_error_of([] {
               (void)ComponentTables(
                   {{Component::finalize_copy, {{{4, 0, 0}, 1.0}, {{8, 1, 0}, 2.0}}}}, kTiny);
             }),
