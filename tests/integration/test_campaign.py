@@ -52,6 +52,15 @@ with tempfile.TemporaryDirectory() as tmp:
     assert m and int(m.group(1)) > 0 and ratios and all(r > 0 for r in ratios.values()), (p.stderr, state)
     assert all(re.fullmatch(r"tp\d+/dp\d+_ep\d+_rank\d+_sp\d [a-z_]+", k)
                for k in ratios), ratios
+    # Publishing a campaign that has not finished is refused, naming each incomplete table, and
+    # writes nothing.
+    timed_bundles = os.path.join(tmp, "timed-bundles")
+    p = run([HARNESS, "publish", os.path.join(timed, "acquisition.h5"), "--out-root", timed_bundles],
+            check=False)
+    assert p.returncode != 0 and "nothing published from" in p.stderr, p.stderr
+    assert ("tp1/dp1_ep1_rank0_sp0: experts is incomplete (a round of the grid, its held-out set or a "
+            "refinement stage is missing); run acquire again to resume") in p.stderr, p.stderr
+    assert not os.path.exists(timed_bundles), os.listdir(timed_bundles)
     p = run(mpirun_cmd(2, *timed_base, "--time-limit", "3600"))
     assert "published" in p.stdout, p.stdout
     assert (f"predicting {len(ratios)} components' cells from the cost ratios earlier runs of this campaign"
