@@ -99,6 +99,29 @@ TEST(BundleMeta, TargetAndPathAreUnderTheContract) {
         << bad;
 }
 
+// The co-location verdict of a variant: none when absent, what was published, and a file that is
+// not YAML is an error naming it (never "no verdict").
+TEST(BundleMeta, TheColocationVerdictIsReadBackOrRefusedWhenCorrupt) {
+  const auto dir =
+      std::filesystem::temp_directory_path() / ("colocation_" + std::to_string(::getpid()));
+  std::filesystem::remove_all(dir);
+  EXPECT_EQ(load_colocation(dir), std::nullopt);
+  const nlohmann::json verdict = {{"status", "passed"}, {"regime", 2}};
+  publish_colocation(dir, verdict);
+  EXPECT_EQ(load_colocation(dir), verdict);
+  write_file_atomic(dir / bundle_format::kColocationFile, "status: [passed\n");
+  try {
+    (void)load_colocation(dir);
+    ADD_FAILURE() << "a corrupt verdict was read";
+  } catch (const BundleError& e) {
+    EXPECT_NE(std::string(e.what()).find((dir / bundle_format::kColocationFile).string() +
+                                         ": corrupt co-location verdict"),
+              std::string::npos)
+        << e.what();
+  }
+  std::filesystem::remove_all(dir);
+}
+
 TEST(BundleMeta, RowRecordsAreReadUnderTheirChecksum) {
   const auto tp_dir =
       std::filesystem::temp_directory_path() / ("row_clocks_" + std::to_string(::getpid()));
