@@ -370,22 +370,19 @@ class Acquisition {
   // measured again. Always said, and recorded in campaign.json.
   void restore_torn_file() {
     if (rank_ == 0) {
-      // What a torn file held can reach the message (a JSON parser quotes the bytes it read):
-      // printable, for the log and for campaign.json.
       const auto problem = [&](const std::string& file) -> std::optional<std::string> {
-        if (auto damage = hdf5_damage(file)) return printable_text(*damage);
+        if (auto damage = hdf5_damage(file)) return damage;
         try {
           const auto acq = read_acquisition(file);
-          if (auto text = unparsable_json(acq)) return printable_text(*text);
-          const auto rows = unexplained_rows(options_.out_dir, acq.complete_rows());
-          return rows ? std::optional(printable_text(*rows)) : std::nullopt;
+          if (auto text = unparsable_json(acq)) return text;
+          return unexplained_rows(options_.out_dir, acq.complete_rows());
         } catch (const SchemaVersionError& e) {
           // Another harness's file is not damage: the collective open below refuses it by name
           // and nothing is moved. A snapshot of another version cannot stand in for the file.
           if (file == path_) return std::nullopt;
-          return printable_text(e.what());
+          return std::string(e.what());
         } catch (const std::exception& e) {
-          return printable_text(e.what());
+          return std::string(e.what());
         }
       };
       restored_ = restore_snapshot_if_damaged(path_, problem);

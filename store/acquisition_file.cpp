@@ -899,11 +899,18 @@ std::optional<SnapshotRestore> restore_snapshot_if_damaged(
     const std::function<std::optional<std::string>(const std::string&)>& problem) {
   const std::string snapshot = snapshot_path(path);
   if (!std::filesystem::exists(path)) return std::nullopt;
-  auto why = problem(path);
+  // What a torn file held can reach a problem's text (a JSON parser quotes the bytes it read):
+  // printable, for the messages and for campaign.json.
+  const auto printable_problem = [&](const std::string& file) {
+    auto why = problem(file);
+    if (why) *why = printable_text(*why);
+    return why;
+  };
+  auto why = printable_problem(path);
   if (!why) return std::nullopt;
   // Writing on into a damaged file would tear it further, out of sight until a later read.
   const auto unusable = std::filesystem::exists(snapshot)
-                            ? problem(snapshot)
+                            ? printable_problem(snapshot)
                             : std::optional<std::string>("there is none");
   if (unusable)
     throw FileError("'" + path + "' is damaged or corrupt (" + *why + ") and its crash snapshot '" +

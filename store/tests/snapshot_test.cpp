@@ -5,6 +5,8 @@
 
 #include <filesystem>
 #include <fstream>
+#include <optional>
+#include <string>
 #include <vector>
 
 #include "core/files.h"
@@ -159,6 +161,34 @@ TEST_F(Snapshot, ADamagedFileIsMovedAsideAndTheSnapshotRestored) {
   ASSERT_TRUE(again.has_value());
   EXPECT_NE(again->damaged_copy, restored->damaged_copy);
   EXPECT_EQ(read_file(restored->damaged_copy), damaged);
+}
+
+// A problem's text quotes what a torn file held (a JSON parser's "last read: ..."): the restore
+// reports it printable, in what it returns and in its errors, whatever the caller's check said.
+TEST_F(Snapshot, AProblemIsReportedAsPrintableText) {
+  write_file(path_, 7);
+  take_snapshot(path_);
+  const auto raw = [](const std::string& problem) {
+    return [problem](const std::string&) { return std::optional<std::string>(problem); };
+  };
+  const auto file_only = [&](const std::string& file) -> std::optional<std::string> {
+    if (file == path_) return "last read: 'tr\xfa'";
+    return std::nullopt;
+  };
+  const auto restored = restore_snapshot_if_damaged(path_, file_only);
+  ASSERT_TRUE(restored.has_value());
+  EXPECT_EQ(restored->problem, "last read: 'tr\\xfa'");
+  try {
+    (void)restore_snapshot_if_damaged(path_, raw("\x01torn"));
+    ADD_FAILURE() << "a damaged file without a usable snapshot was kept for writing";
+  } catch (const FileError& e) {
+    const std::string what = e.what();
+    EXPECT_NE(what.find("is damaged or corrupt (\\x01torn) and its crash snapshot"),
+              std::string::npos)
+        << printable_text(what);
+    EXPECT_NE(what.find("cannot replace it (\\x01torn)"), std::string::npos)
+        << printable_text(what);
+  }
 }
 
 // publish, inspect and report read the file without restoring it: their error says what does.
