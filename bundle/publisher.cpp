@@ -237,13 +237,9 @@ PublishReport publish(const StoredAcquisition& acq, const std::string& h5_path,
       const ComponentTables published_tables(
           published, {contract.geometry.experts, contract.geometry.top_k,
                       ExpertOwnership::of(contract.geometry, t.target).local_experts});
-      if (const auto mesh = published_tables.experts_mesh()) {
-        w.triangulation = triangulation_json(*mesh);
-        triangulation_coverage = {{"file", bundle_format::kTriangulationFile},
-                                  {"sha256", sha256_hex(w.triangulation)},
-                                  {"dimension", mesh->dimension},
-                                  {"simplices", mesh->simplices.size()},
-                                  {"built_in", to_string(published_tables.experts_mesh_source())}};
+      if (auto stored = stored_triangulation(published_tables)) {
+        w.triangulation = std::move(stored->text);
+        triangulation_coverage = std::move(stored->coverage);
       }
     } catch (const LookupError& e) {
       problems.push_back(w.label + ": " + e.what());

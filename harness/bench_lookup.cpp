@@ -30,6 +30,7 @@ int main(int argc, char** argv) {
   const auto plan = make_plan(job);
   const auto& t = plan.targets.front();
   std::string csv = std::string(bundle_format::kComponentsHeader) + "\n";
+  std::map<Component, std::vector<TableRow>> published;
   std::vector<GridPoint> expert_points;
   for (const auto& g : t.components)
     for (const auto& p : g.points) {
@@ -39,6 +40,7 @@ int main(int argc, char** argv) {
                     std::string(to_string(g.component)).c_str(), static_cast<long long>(p.tokens),
                     static_cast<long long>(p.activated), static_cast<long long>(p.assignments), us);
       csv += line;
+      published[g.component].push_back({p, us});
       if (g.component == Component::experts && p.activated > 0) expert_points.push_back(p);
     }
   const auto variant = root / "bench";
@@ -51,22 +53,18 @@ int main(int argc, char** argv) {
   const auto& target = contract.targets.front();
   // The experts rows' triangulation, stored beside the table as the publisher stores it (the
   // reader interpolates over it and refuses a table without one).
-  std::map<Component, std::vector<TableRow>> experts_rows;
-  for (const auto& p : expert_points) experts_rows[Component::experts].push_back({p, 1.0});
-  const auto mesh =
-      triangulation_json(*ComponentTables(experts_rows, {job.geometry.experts, job.geometry.top_k,
-                                                         target.ownership.local_experts})
-                              .experts_mesh());
-  write_file_atomic(table_dir / bundle_format::kTriangulationFile, mesh);
+  const auto triangulation =
+      stored_triangulation(ComponentTables(published, {job.geometry.experts, job.geometry.top_k,
+                                                       target.ownership.local_experts}))
+          .value();
+  write_file_atomic(table_dir / bundle_format::kTriangulationFile, triangulation.text);
   BundleMeta meta;
   meta.variant = "bench";
   meta.add({t.target,
             rel,
             contract.component_table(target),
             "",
-            {{"table_sha256", sha256_hex(csv)},
-             {"triangulation",
-              {{"file", bundle_format::kTriangulationFile}, {"sha256", sha256_hex(mesh)}}}},
+            {{"table_sha256", sha256_hex(csv)}, {"triangulation", triangulation.coverage}},
             {}});
   save_bundle_meta(variant, meta);
 

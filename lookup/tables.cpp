@@ -6,6 +6,8 @@
 #include <string>
 #include <unordered_map>
 
+#include "bundle/format.h"
+#include "core/files.h"
 #include "core/planner.h"
 #include "lookup/simplex_interpolator.h"
 
@@ -273,6 +275,18 @@ LookupResult ComponentTables::query(Component c, std::int64_t tokens, std::int64
     r.vertices.push_back({row.point, row.time_us, weight});
   }
   return r;
+}
+
+std::optional<StoredTriangulation> stored_triangulation(const ComponentTables& tables) {
+  const auto mesh = tables.experts_mesh();
+  if (!mesh) return std::nullopt;
+  StoredTriangulation out{triangulation_json(*mesh), {}};
+  out.coverage = {{"file", bundle_format::kTriangulationFile},
+                  {"sha256", sha256_hex(out.text)},
+                  {"dimension", mesh->dimension},
+                  {"simplices", mesh->simplices.size()},
+                  {"built_in", to_string(tables.experts_mesh_source())}};
+  return out;
 }
 
 }  // namespace moe

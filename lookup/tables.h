@@ -6,6 +6,7 @@
 #include <cstdint>
 #include <map>
 #include <memory>
+#include <nlohmann/json.hpp>
 #include <optional>
 #include <stdexcept>
 #include <string>
@@ -96,5 +97,15 @@ namespace moe {
 // and back; from_json throws LookupError naming what is missing or malformed.
 [[nodiscard]] std::string triangulation_json(const Triangulation& t);
 [[nodiscard]] Triangulation triangulation_from_json(const std::string& text);
+
+// What a publisher stores of `tables`' experts triangulation: the text of triangulation.json and
+// the entry's coverage.triangulation (file, sha256, dimension, simplices, built_in); nullopt when
+// the tables have no experts rows with A > 0.
+struct StoredTriangulation {
+  std::string text;
+  nlohmann::json coverage;
+};
+[[nodiscard]] std::optional<StoredTriangulation> stored_triangulation(
+    const ComponentTables& tables);
 
 }  // namespace moe

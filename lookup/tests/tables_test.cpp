@@ -8,6 +8,7 @@
 #include <set>
 #include <string>
 
+#include "core/files.h"
 #include "core/job_spec.h"
 #include "core/planner.h"
 #include "lookup/tests/lookup_error_of.h"
@@ -101,6 +102,33 @@ TEST(ComponentTables, ImpossibleRowsAreRefused) {
             "have N >= 1 and A = M = 0");
   EXPECT_EQ(impossible_row(Component::experts, {4, 0, 0}, kTiny), std::nullopt);  // E - L >= k
   EXPECT_NE(impossible_row(Component::experts, {4, 0, 0}, {8, 2, 8}), std::nullopt);
+}
+
+// What a publisher stores of the experts mesh: its text reads back as the tables' own mesh, and
+// the coverage entry signs it; tables without experts rows at A > 0 store none.
+TEST(ComponentTables, TheStoredTriangulationIsTheMeshItsCoverageSigns) {
+  const ComponentTables t({{Component::gate_routing, {{{1, 0, 0}, 10.0}, {{9, 0, 0}, 30.0}}},
+                           {Component::experts,
+                            {{{4, 1, 4}, 20.0},
+                             {{4, 4, 8}, 40.0},
+                             {{8, 1, 8}, 30.0},
+                             {{8, 4, 16}, 60.0},
+                             {{4, 2, 8}, 32.0}}}},
+                          kTiny);
+  const auto stored = stored_triangulation(t);
+  ASSERT_TRUE(stored.has_value());
+  const auto mesh = t.experts_mesh().value();
+  EXPECT_EQ(stored->text, triangulation_json(mesh));
+  EXPECT_EQ(triangulation_from_json(stored->text).simplices, mesh.simplices);
+  EXPECT_EQ(stored->coverage, (nlohmann::json{{"file", "triangulation.json"},
+                                              {"sha256", sha256_hex(stored->text)},
+                                              {"dimension", mesh.dimension},
+                                              {"simplices", mesh.simplices.size()},
+                                              {"built_in", to_string(t.experts_mesh_source())}}));
+  EXPECT_EQ(stored_triangulation(ComponentTables({{Component::gate_routing, {{{1, 0, 0}, 10.0}}},
+                                                  {Component::experts, {{{4, 0, 0}, 5.0}}}},
+                                                 kTiny)),
+            std::nullopt);
 }
 
 TEST(ComponentTables, TheRowsPerExpertMeshKeepsStepsOnItsEdges) {
