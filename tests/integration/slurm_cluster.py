@@ -15,6 +15,9 @@ import tempfile
 import time
 
 SKIP = 77
+# The states of a job that has ended (Slurm keeps it MinJobAge, 300 s, after that).
+ENDED = {"COMPLETED", "FAILED", "CANCELLED", "TIMEOUT", "NODE_FAIL", "OUT_OF_MEMORY", "BOOT_FAIL", "DEADLINE",
+         "PREEMPTED"}
 
 
 def require_slurm():
@@ -166,19 +169,43 @@ PartitionName=debug Nodes={partition} Default=YES MaxTime=INFINITE State=UP Over
         raise RuntimeError(f"the nodes never became idle ({out!r}):\n{self.logs()}")
 
     def submit(self, script, sbatch_args, job_env, timeout=300):
-        """Submits `script`, waits for the job to leave the queue, returns (job id, its output)."""
+        """Submits `script`, waits until Slurm says the job has ended, returns (job id, its output).
+        A job that ended in any state but COMPLETED with exit code 0 raises, with its output and
+        the daemons' logs. The state comes from `scontrol show job`: a query that fails (the
+        controller busy) is asked again, never taken for a job that left the queue."""
         sub = subprocess.run(["sbatch", "--parsable", *sbatch_args, f"--output={self.tmp}/job-%j.out", script],
                              capture_output=True, text=True, env=dict(self.env, **job_env),
                              cwd=os.path.dirname(os.path.dirname(script)))
         assert sub.returncode == 0, sub.stderr
         job_id = sub.stdout.strip().split(";")[0]
         end = time.time() + timeout
+        state = "unknown"
         while time.time() < end:
-            q = subprocess.run(["squeue", "-h", "-j", job_id], capture_output=True, text=True, env=self.env).stdout
-            if not q.strip():
-                return job_id, open(f"{self.tmp}/job-{job_id}.out").read()
+            state, exit_code = self.job_state(job_id)
+            if state in ENDED:
+                break
             time.sleep(1)
-        raise RuntimeError(f"job {job_id} did not finish in {timeout} s")
+        else:
+            raise RuntimeError(f"job {job_id} did not end in {timeout} s (state {state}):\n"
+                               f"{self.job_output(job_id)}\n{self.logs()}")
+        log = self.job_output(job_id)
+        if state != "COMPLETED" or exit_code != "0:0":
+            raise RuntimeError(f"job {job_id} ended {state} with exit code {exit_code}; its output:\n"
+                               f"{log}\n{self.logs()}")
+        return job_id, log
+
+    def job_state(self, job_id):
+        """(JobState, ExitCode) of a job the controller knows; ("unknown", "") when the query fails."""
+        q = subprocess.run(["scontrol", "-o", "show", "job", job_id], capture_output=True, text=True,
+                           env=self.env)
+        fields = dict(f.split("=", 1) for f in q.stdout.split() if "=" in f)
+        if q.returncode != 0 or "JobState" not in fields:
+            return "unknown", ""
+        return fields["JobState"], fields.get("ExitCode", "")
+
+    def job_output(self, job_id):
+        path = f"{self.tmp}/job-{job_id}.out"
+        return open(path).read() if os.path.exists(path) else f"(no output file {path})"
 
     def logs(self):
         """The tail of every daemon log, for a failure message."""

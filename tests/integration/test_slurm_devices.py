@@ -24,11 +24,12 @@ def parse(out):
     return ranks
 
 
-def check_distinct(mode, ranks, nodes, per_node):
-    assert len(ranks) == nodes * per_node, (mode, ranks)
+def check_distinct(mode, ranks, nodes, per_node, output):
+    """`output`: what the ranks printed, for the failure message."""
+    assert len(ranks) == nodes * per_node, (mode, ranks, output)
     by_host = {}
     for r in ranks:
-        assert r["result"].startswith("device ") and "SHARED" not in r["result"], (mode, r)
+        assert r["result"].startswith("device ") and "SHARED" not in r["result"], (mode, r, output)
         by_host.setdefault(r["host"], []).append(r["result"].split(" gpu ")[1])
     assert len(by_host) == nodes, (mode, by_host)
     for host, gpus in by_host.items():
@@ -49,7 +50,7 @@ launch {PROBE}
                                               "--cpus-per-task=1", *sbatch_args], env)
         ranks = parse(log)
         if expect_distinct:
-            check_distinct(mode, ranks, nodes, per_node)
+            check_distinct(mode, ranks, nodes, per_node, log)
         return ranks, log
 
     # srun --gpus-per-task=1 --gpu-bind=closest (the templates' default, GPUS_PER_TASK=1).
@@ -69,7 +70,7 @@ launch {PROBE}
     assert out.returncode == 0, out.stdout + out.stderr
     ranks = parse(out.stdout)
     assert all("," not in r["visible"] and r["result"].startswith("device 0 ") for r in ranks), ranks
-    check_distinct("srun --gpus-per-task=1 (one visible GPU per task)", ranks, 2, 2)
+    check_distinct("srun --gpus-per-task=1 (one visible GPU per task)", ranks, 2, 2, out.stdout + out.stderr)
 
     # One GPU per node for two tasks: both would take it; refused (exit 2), never shared silently.
     out = subprocess.run(["srun", "--mpi=pmix", "--nodes=1", "--ntasks-per-node=2", "--cpus-per-task=1",
@@ -77,3 +78,13 @@ launch {PROBE}
                          timeout=120)
     assert out.returncode != 0 and "SHARED" in out.stdout, out.stdout + out.stderr
     print("ok: two tasks on one allocated GPU refused")
+
+    # A job that fails is an error with its output, never an empty log read as a result.
+    failing = os.path.join(cluster.tmp, "failing.sbatch")
+    open(failing, "w").write("#!/bin/bash\necho before the failure\nexit 3\n")
+    try:
+        cluster.submit(failing, ["--nodes=1"], {})
+        raise AssertionError("a failed job was returned as a result")
+    except RuntimeError as e:
+        assert "ended FAILED with exit code 3:0" in str(e) and "before the failure" in str(e), e
+    print("ok: a failed job raises with its output")
