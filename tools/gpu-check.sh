@@ -26,7 +26,14 @@
 #              -> OUT_DIR/profile-MODEL-N.csv, summarised by tools/ncu-stream.py (skipped if ncu
 #              is not installed; ncu holds the SM clock at base and flushes the caches per launch)
 #   acquire    harness acquire jobs/qwen3-30b-a3b.yaml --tp 1 --dp 1 --backend native
-#              (+ $ACQUIRE_ARGS, e.g. "--rounds 1 --accept-failures")
+#              (+ $ACQUIRE_ARGS, e.g. "--rounds 1 --accept-failures") into OUT_DIR/acquire, under
+#              mpirun, or as one rank without a launcher where mpirun is not installed (see
+#              slurm/bundle-runtime-libs.sh --self-contained); with $CAMPAIGN_ARCHIVE (a .tgz)
+#              the campaign is kept in an archive: unpacked into OUT_DIR first when it exists
+#              (refused if OUT_DIR/acquire exists too: one of them would be lost), and after the
+#              run, finished or not, OUT_DIR/acquire (the campaign and, once published, its
+#              bundle; crash snapshots left out) is packed into OUT_DIR/campaign.tgz, for a
+#              machine whose disk does not outlive the call
 #   fidelity   the acquire step's bundle against points it was not built from: $FIDELITY_DRAWS
 #              (default 23) balanced N drawn log-uniformly from 2 to $FIDELITY_MAX_TOKENS (default
 #              8000) with $FIDELITY_SEED (default 20261201) through the bench, for the components
@@ -169,9 +176,32 @@ run_profile() {
 }
 
 run_acquire() {
+  local launch=(mpirun --allow-run-as-root -np 1 -x LD_LIBRARY_PATH) rc=0
+  if ! command -v mpirun >/dev/null; then
+    # (isolated: a singleton would otherwise start Open MPI's daemon, which is not there either)
+    echo "mpirun not installed: one rank without a launcher"
+    launch=(env OMPI_MCA_ess_singleton_isolated=1)
+  fi
+  if [ -n "${CAMPAIGN_ARCHIVE:-}" ]; then
+    if [ -e "$out/acquire" ] && [ -f "$CAMPAIGN_ARCHIVE" ]; then
+      echo "both $out/acquire and the archive $CAMPAIGN_ARCHIVE exist: resume one of them (move the other away)"
+      return 1
+    fi
+    if [ -f "$CAMPAIGN_ARCHIVE" ]; then
+      tar xzf "$CAMPAIGN_ARCHIVE" -C "$out"
+      echo "resuming the campaign archived in $CAMPAIGN_ARCHIVE"
+    else
+      echo "no archive at $CAMPAIGN_ARCHIVE: a new campaign"
+    fi
+  fi
   # shellcheck disable=SC2086  # ACQUIRE_ARGS: extra options
-  mpirun --allow-run-as-root -np 1 -x LD_LIBRARY_PATH "$build/harness/harness" acquire \
-    jobs/qwen3-30b-a3b.yaml --tp 1 --dp 1 --backend native --out-root "$out/acquire" ${ACQUIRE_ARGS:-}
+  "${launch[@]}" "$build/harness/harness" acquire jobs/qwen3-30b-a3b.yaml --tp 1 --dp 1 \
+    --backend native --out-root "$out/acquire" ${ACQUIRE_ARGS:-} || rc=$?
+  if [ -n "${CAMPAIGN_ARCHIVE:-}" ] && [ -d "$out/acquire" ]; then
+    tar czf "$out/campaign.tgz" -C "$out" --exclude='*.snapshot' acquire
+    echo "campaign packed into $out/campaign.tgz (acquire exit $rc)"
+  fi
+  return "$rc"
 }
 
 run_fidelity() {
