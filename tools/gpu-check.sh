@@ -56,6 +56,10 @@ steps=("$@")
 [ ${#steps[@]} -gt 0 ] || steps=(tests sanitizer bench)
 mkdir -p "$out"
 export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 NCCL_NVLS_ENABLE=0
+# Where Open MPI's launcher is not installed (a node given slurm/bundle-runtime-libs.sh
+# --self-contained), a process that initialises MPI (acquire, the ranks' and collectives' GPU
+# tests) runs as an isolated singleton: otherwise it would start Open MPI's daemon, not there either.
+if ! command -v mpirun >/dev/null; then export OMPI_MCA_ess_singleton_isolated=1; fi
 
 step() {
   local name=$1
@@ -178,9 +182,8 @@ run_profile() {
 run_acquire() {
   local launch=(mpirun --allow-run-as-root -np 1 -x LD_LIBRARY_PATH) rc=0
   if ! command -v mpirun >/dev/null; then
-    # (isolated: a singleton would otherwise start Open MPI's daemon, which is not there either)
     echo "mpirun not installed: one rank without a launcher"
-    launch=(env OMPI_MCA_ess_singleton_isolated=1)
+    launch=()
   fi
   if [ -n "${CAMPAIGN_ARCHIVE:-}" ]; then
     if [ -e "$out/acquire" ] && [ -f "$CAMPAIGN_ARCHIVE" ]; then
