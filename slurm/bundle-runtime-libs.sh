@@ -69,7 +69,7 @@ if [ "$self_contained" = 1 ]; then
     [ -n "$path" ] || { echo "bundle-runtime-libs: $so not found" >&2; exit 1; }
     copy_lib "$so" "$path"
   done
-  echo "bundled ${#copied[@]} libraries and $(ls "$dest/openmpi" | wc -l) Open MPI components into $dest"
+  echo "bundled ${#copied[@]} libraries and $(find "$dest/openmpi" -name "*.so" | wc -l) Open MPI components into $dest"
   abs=$(cd "$dest" && pwd)
   echo "on the node (one rank, no launcher; CUDA's libraries from the node's own install):"
   echo "  export LD_LIBRARY_PATH=$abs:\$LD_LIBRARY_PATH OMPI_MCA_mca_base_component_path=$abs/openmpi OMPI_MCA_ess_singleton_isolated=1"
