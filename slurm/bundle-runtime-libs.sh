@@ -7,8 +7,9 @@
 # --self-contained: for a node without Open MPI (or HDF5, or anything else the build links):
 # every library the harness loads except the C and C++ runtimes (glibc, libstdc++, libgcc_s) and
 # CUDA's (the driver, cudart, cuBLAS, CUPTI, NCCL: the node's own), and Open MPI's components in
-# DEST_DIR/openmpi with the libraries they load. One rank then runs without a launcher, as an
-# isolated singleton, with the three variables the script prints.
+# DEST_DIR/openmpi with the libraries they load (not the network transports or OpenSHMEM). One
+# rank then runs without a launcher, as an isolated singleton, with the three variables the
+# script prints.
 set -euo pipefail
 build=${1:?build directory}
 dest=${2:?destination directory}
@@ -55,6 +56,9 @@ if [ "$self_contained" = 1 ]; then
   mkdir -p "$dest/openmpi"
   files=("$harness")
   for c in "$components"/mca_*.so; do
+    # One rank without a launcher uses no network transport (InfiniBand verbs, libfabric, UCX,
+    # PSM) and no OpenSHMEM: those components and the libraries they pull in stay behind.
+    [[ $(basename "$c") =~ ^mca_((spml|atomic|sshmem|scoll|memheap)_|.*(ucx|ofi|openib|psm|verbs)) ]] && continue
     cp -L "$c" "$dest/openmpi/"
     files+=("$c")
   done
