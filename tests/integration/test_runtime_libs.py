@@ -53,7 +53,11 @@ with tempfile.TemporaryDirectory() as tmp:
         assert so in names, (so, sorted(names))
     # Never the node's C runtime or CUDA: a second copy of those breaks the process.
     assert not any(re.match(r"(libc|libstdc\+\+|libcudart|libcublas|libnccl|libcupti)\.so", n) for n in names), names
-    assert "mca_ess_singleton.so" in os.listdir(os.path.join(dest, "openmpi"))
+    bundled_components = os.listdir(os.path.join(dest, "openmpi"))
+    assert "mca_ess_singleton.so" in bundled_components, bundled_components
+    # No network transport or OpenSHMEM component, nor what only they load.
+    assert not [c for c in bundled_components if re.search(r"ucx|ofi|openib|psm|spml|sshmem", c)], bundled_components
+    assert not [n for n in names if re.match(r"lib(ucp|uct|fabric|ibverbs|psm2|oshmem)\.so", n)], names
     sources = [line.split() for line in open(os.path.join(dest, "bundled.txt"))]
     assert sorted(so for so, _ in sources) == sorted(names - {"bundled.txt", "openmpi"}), sources
     components = subprocess.run(["ompi_info", "--parsable", "--path", "pkglibdir"], capture_output=True,
