@@ -171,6 +171,12 @@ TEST(Contract, MalformedContractsNameTheKey) {
     bad["targets"] = targets;
     EXPECT_EQ(message(bad), "contract: 'targets' is missing or not a list");
   }
+  bad = j;
+  bad["fidelity"] = 3;
+  EXPECT_EQ(message(bad), "contract: 'fidelity' is missing or not a mapping");
+  bad = j;
+  bad["targets"][0]["target"] = "tp1";
+  EXPECT_EQ(message(bad).rfind("contract: targets[].target: ", 0), 0u) << message(bad);
   EXPECT_THROW((void)Contract::parse("{not json"), ContractError);
 }
 

@@ -92,7 +92,11 @@ TEST(JobSpec, EverySizeHasAnUpperLimitNamedInTheError) {
            {kBase + "measurement:\n  settle_ms: 90000\n",
             "measurement.settle_ms must be between 0 and 60000 (got 90000)"},
            {kBase + "measurement:\n  capped_settle_ms: -1\n",
-            "measurement.capped_settle_ms must be between 0 and 60000 (got -1)"}}) {
+            "measurement.capped_settle_ms must be between 0 and 60000 (got -1)"},
+           {model("shared_experts", "{count: 65, intermediate_size: 8}"),
+            "model.shared_experts.count 65 exceeds the limit 64"},
+           {model("shared_experts", "{count: -1, intermediate_size: 8}"),
+            "model.shared_experts.count must not be negative"}}) {
     const auto error = error_of(yaml);
     EXPECT_NE(error.find(needle), std::string::npos) << "got: " << error << "\nfor:\n" << yaml;
   }

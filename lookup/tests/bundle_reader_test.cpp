@@ -223,6 +223,33 @@ TEST_F(BundleReader, AContractWithoutItsComponentsOrGeometryIsRefused) {
   }
 }
 
+// Held-out errors by routing need the point's balanced routing, from the contract's full
+// geometry and target: this toy contract has only the counts, so asking is refused by name.
+TEST_F(BundleReader, HeldOutErrorsByRoutingWithoutTheContractsGeometryAreRefused) {
+  const nlohmann::json stats = {{"count", 3},
+                                {"median_abs_relative_error", 0.01},
+                                {"p95_abs_relative_error", 0.02},
+                                {"max_abs_relative_error", 0.03}};
+  nlohmann::json held_out = stats;
+  held_out["by_routing"] = {{"balanced", stats}, {"off_balance", stats}};
+  publish([&](BundleEntry& e) {
+    e.coverage["fidelity"] = {{"components", {{"experts", {{"held_out", held_out}}}}}};
+  });
+  const auto d = Deployment::load(variant, {});
+  EXPECT_EQ(lookup_error_of([&] { (void)d.held_out_errors(Component::experts, 16, 8, 32); })
+                .rfind("the entry's contract names no geometry and target: ", 0),
+            0u);
+  // Without routing statistics nothing needs the geometry: the table's own figures come back.
+  held_out.erase("by_routing");
+  publish([&](BundleEntry& e) {
+    e.coverage["fidelity"] = {{"components", {{"experts", {{"held_out", held_out}}}}}};
+  });
+  const auto plain = Deployment::load(variant, {}).held_out_errors(Component::experts, 16, 8, 32);
+  ASSERT_TRUE(plain.has_value());
+  EXPECT_EQ(plain->count, 3);
+  EXPECT_DOUBLE_EQ(plain->max, 0.03);
+}
+
 TEST_F(BundleReader, TheTriangulationMustBeRecordedPresentSignedAndWellFormed) {
   publish([](BundleEntry& e) { e.coverage.erase("triangulation"); });
   EXPECT_NE(lookup_error_of([&] { (void)Deployment::load(variant, {}); })

@@ -2,6 +2,8 @@
 import os
 import tempfile
 
+import h5py
+
 from harness_test_lib import HARNESS, SOURCE_DIR, file_sha, mpirun_cmd, run
 
 job = os.path.join(SOURCE_DIR, "tests/data/micro.yaml")
@@ -128,6 +130,24 @@ with tempfile.TemporaryDirectory() as tmp:
                   "--format", "xml"], "--format must be text or json")
     expect_error([HARNESS, "lookup", tmp, "--tp", "1", "--dp", "1", "--component", "gate_routing", "--tokens", "1"],
                  "no bundle here")
+
+# An HDF5 file the harness did not write: inspect names what it lacks; acquire refuses to resume it
+# and leaves it as it was (h5py writes it, not the harness).
+with tempfile.TemporaryDirectory() as tmp:
+    foreign = os.path.join(tmp, "acq", "acquisition.h5")
+    os.makedirs(os.path.dirname(foreign))
+    with h5py.File(foreign, "w") as f:
+        f["data"] = [1, 2, 3]
+    expect_error([HARNESS, "inspect", foreign], f"'{foreign}': missing attribute 'schema_version'")
+    with h5py.File(foreign, "a") as f:
+        f.attrs["schema_version"] = 2
+    expect_error([HARNESS, "inspect", foreign], f"'{foreign}': missing attribute 'contract'")
+    before = file_sha(foreign)
+    expect_error(mpirun_cmd(1, "acquire", "--unverified", job, "--tp", "1", "--dp", "1", "--out",
+                            os.path.dirname(foreign), "--out-root", os.path.join(tmp, "b")),
+                 f"'{foreign}' is damaged or corrupt ('{foreign}': missing attribute 'contract')")
+    assert file_sha(foreign) == before, "the foreign file was changed"
+    assert not os.path.exists(os.path.join(tmp, "b")), "something was published"
 
 # Help: the command list is aligned in columns (no tabs), and each subcommand lists its own options.
 top = run([HARNESS, "--help"]).stdout
