@@ -69,6 +69,26 @@ with tempfile.TemporaryDirectory() as tmp:
         assert not os.path.exists(os.path.join(root, "v", "meta.yaml")), f"{label}: something was published"
         p = run([HARNESS, "inspect", path], check=False)
         assert p.returncode != 0 and needle in p.stderr, (label, p.returncode, p.stderr)
+    # A round without its digest (an older harness's) and a file whose contract no longer matches its
+    # digest: refused by the publisher and inspect alike, naming the damage.
+    def damage_round(f):
+        del f["cells"][sorted(f["cells"])[0]]["round_0"].attrs["sha256"]
+
+    def damage_contract(f):
+        f.attrs.modify("contract", np.bytes_(attr_text(f.attrs["contract"]).replace('"rounds":', '"rounds": ')))
+
+    for label, damage, needle in (("unsigned", damage_round, "has no sha256 (written by an older harness)"),
+                                  ("contract", damage_contract, "stored contract does not match its SHA-256")):
+        d = os.path.join(tmp, label)
+        shutil.copytree(acq, d)
+        with h5py.File(os.path.join(d, "acquisition.h5"), "r+") as f:
+            damage(f)
+        root = os.path.join(tmp, f"bundles-{label}")
+        for cmd in ([HARNESS, "publish", os.path.join(d, "acquisition.h5"), "--out-root", root, "--variant", "v"],
+                    [HARNESS, "inspect", os.path.join(d, "acquisition.h5")]):
+            p = run(cmd, check=False)
+            assert p.returncode != 0 and needle in p.stderr, (label, cmd[1], p.returncode, p.stderr)
+        assert not os.path.exists(os.path.join(root, "v", "meta.yaml")), f"{label}: something was published"
     # A file of another schema version (an older harness's) is refused by name, by the readers and
     # by a resume, and left as it was.
     old = os.path.join(tmp, "old-schema")
