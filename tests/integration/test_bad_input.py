@@ -148,6 +148,11 @@ with tempfile.TemporaryDirectory() as tmp:
                  f"'{foreign}' is damaged or corrupt ('{foreign}': missing attribute 'contract')")
     assert file_sha(foreign) == before, "the foreign file was changed"
     assert not os.path.exists(os.path.join(tmp, "b")), "something was published"
+    # --out naming a file, not a directory: refused, the file as it was.
+    expect_error(mpirun_cmd(1, "acquire", "--unverified", job, "--tp", "1", "--dp", "1", "--out", foreign,
+                            "--out-root", os.path.join(tmp, "b")),
+                 f"cannot use {foreign} as the acquisition directory: Not a directory")
+    assert file_sha(foreign) == before, "the file named by --out was changed"
 
 # Help: the command list is aligned in columns (no tabs), and each subcommand lists its own options.
 top = run([HARNESS, "--help"]).stdout
