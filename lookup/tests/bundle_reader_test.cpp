@@ -236,9 +236,9 @@ TEST_F(BundleReader, HeldOutErrorsByRoutingWithoutTheContractsGeometryAreRefused
     e.coverage["fidelity"] = {{"components", {{"experts", {{"held_out", held_out}}}}}};
   });
   const auto d = Deployment::load(variant, {});
-  EXPECT_EQ(lookup_error_of([&] { (void)d.held_out_errors(Component::experts, 16, 8, 32); })
-                .rfind("the entry's contract names no geometry and target: ", 0),
-            0u);
+  const auto error =
+      lookup_error_of([&] { (void)d.held_out_errors(Component::experts, 16, 8, 32); });
+  EXPECT_EQ(error.rfind("the entry's contract names no geometry and target: ", 0), 0u) << error;
   // Without routing statistics nothing needs the geometry: the table's own figures come back.
   held_out.erase("by_routing");
   publish([&](BundleEntry& e) {
