@@ -17,16 +17,18 @@
 // prints every point with its kernel configuration and ratio to the floor, then the checks of
 // docs/native-backend.md#the-sweep: time close to monotone in N, and no cliff between neighbours.
 #include <cxxabi.h>
+#include <unistd.h>
 
 #include <algorithm>
 #include <cmath>
-#include <fstream>
+#include <filesystem>
 #include <iomanip>
 #include <iostream>
 #include <map>
 #include <optional>
 #include <sstream>
 
+#include "core/files.h"
 #include "core/job_spec.h"
 #include "core/planner.h"
 #include "core/roofline.h"
@@ -155,10 +157,21 @@ Row measure(Backend& backend, ForwardTimer& timer, const WorkloadSpec& spec,
   return row;
 }
 
+// The CSV's folder, checked before anything is measured: a bench of minutes is not thrown away
+// at the end for a mistyped path.
+void require_csv_folder(const std::string& path) {
+  const auto folder = std::filesystem::path(path).parent_path();
+  const auto shown = folder.empty() ? std::string(".") : folder.string();
+  if (!std::filesystem::is_directory(folder.empty() ? "." : folder))
+    throw std::invalid_argument("--csv " + path + ": the folder '" + shown + "' does not exist");
+  if (::access(shown.c_str(), W_OK) != 0)
+    throw std::invalid_argument("--csv " + path + ": the folder '" + shown + "' is not writable");
+}
+
+// Written whole (a temporary file renamed), so a failed write leaves an earlier CSV as it was.
 void write_csv(const std::string& path, const std::vector<Row>& rows, const DevicePeaks& peaks,
                const std::string& device) {
-  std::ofstream os(path);
-  if (!os) throw std::runtime_error("cannot write " + path);
+  std::ostringstream os;
   os << "component,model,backend,tokens,activated,assignments,banks,median_us,min_us,max_us,"
         "floor_us,floor_bound,floor_bytes,floor_flops,ratio_to_floor,native_over_cublas,"
         "max_rel_error,copy_gbps,gemm_tflops,device,kernels,configuration,device_state,"
@@ -176,7 +189,7 @@ void write_csv(const std::string& path, const std::vector<Row>& rows, const Devi
     if (peaks.gemm_sm_clock_mhz > 0) os << std::lround(peaks.gemm_sm_clock_mhz);  // else unknown
     os << '\n';
   }
-  if (!os.flush()) throw std::runtime_error("cannot write " + path);
+  write_file_atomic(path, os.str());
 }
 
 void print_table(const std::vector<Row>& rows, std::ostream& os) {
@@ -299,6 +312,7 @@ int bench_experts(const Args& args) {
     throw std::invalid_argument("--components takes experts, gate_routing, finalize_copy");
   const auto backend_names = split_list(backends);
   if (backend_names.empty()) throw std::invalid_argument("--backends is empty");
+  if (!under_profiler) require_csv_folder(csv);
   if (cuda_device_count() <= device)
     throw std::runtime_error("no CUDA device " + std::to_string(device) +
                              ": harness bench measures GPU backends");

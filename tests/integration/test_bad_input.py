@@ -60,6 +60,9 @@ expect_error([HARNESS, "bench", "nope"], "unknown benchmark 'nope'")
 expect_error([HARNESS, "bench", "experts", "--models", "gpt-9"], "unknown model preset 'gpt-9'")
 expect_error([HARNESS, "bench", "experts", "--tokens", "1,x"], "option --tokens: 'x' is not an integer")
 expect_error([HARNESS, "bench", "experts", "--tokens", "16,0"], "--tokens: token counts must be positive")
+# A CSV that could not be written is refused before anything is measured (here: before the device).
+expect_error([HARNESS, "bench", "experts", "--sweep", "--csv", "/nonexistent-folder/sweep.csv"],
+             "--csv /nonexistent-folder/sweep.csv: the folder '/nonexistent-folder' does not exist")
 expect_error([HARNESS, "bench", "experts", "--components", "experts,gate"], "unknown component 'gate'")
 expect_error([HARNESS, "bench", "experts", "--components", "wrapper"], "--components takes")
 expect_error([HARNESS, "bench", "experts", "--iterations", "0"], "--iterations must be at least 1")
