@@ -168,14 +168,14 @@ PartitionName=debug Nodes={partition} Default=YES MaxTime=INFINITE State=UP Over
             time.sleep(0.5)
         raise RuntimeError(f"the nodes never became idle ({out!r}):\n{self.logs()}")
 
-    def submit(self, script, sbatch_args, job_env, timeout=300):
+    def submit(self, script, sbatch_args, job_env, timeout=150):
         """Submits `script`, waits until Slurm says the job has ended, returns (job id, its output).
         A job that ended in any state but COMPLETED with exit code 0 raises, with its output and
         the daemons' logs. The state comes from `scontrol show job`: a query that fails (the
         controller busy) is asked again, never taken for a job that left the queue."""
         sub = subprocess.run(["sbatch", "--parsable", *sbatch_args, f"--output={self.tmp}/job-%j.out", script],
                              capture_output=True, text=True, env=dict(self.env, **job_env),
-                             cwd=os.path.dirname(os.path.dirname(script)))
+                             cwd=os.path.dirname(os.path.dirname(script)), timeout=60)
         assert sub.returncode == 0, sub.stderr
         job_id = sub.stdout.strip().split(";")[0]
         end = time.time() + timeout
@@ -186,8 +186,11 @@ PartitionName=debug Nodes={partition} Default=YES MaxTime=INFINITE State=UP Over
                 break
             time.sleep(1)
         else:
-            raise RuntimeError(f"job {job_id} did not end in {timeout} s (state {state}):\n"
-                               f"{self.job_output(job_id)}\n{self.logs()}")
+            # (well inside the tests' 300 s, so that a hang reports itself instead of being killed)
+            record = subprocess.run(["scontrol", "show", "job", job_id], capture_output=True, text=True,
+                                    env=self.env, timeout=30).stdout
+            raise RuntimeError(f"job {job_id} did not end in {timeout} s (state {state}):\n{record}\n"
+                               f"its output:\n{self.job_output(job_id)}\n{self.logs()}")
         log = self.job_output(job_id)
         if state != "COMPLETED" or exit_code != "0:0":
             raise RuntimeError(f"job {job_id} ended {state} with exit code {exit_code}; its output:\n"
@@ -196,8 +199,11 @@ PartitionName=debug Nodes={partition} Default=YES MaxTime=INFINITE State=UP Over
 
     def job_state(self, job_id):
         """(JobState, ExitCode) of a job the controller knows; ("unknown", "") when the query fails."""
-        q = subprocess.run(["scontrol", "-o", "show", "job", job_id], capture_output=True, text=True,
-                           env=self.env)
+        try:
+            q = subprocess.run(["scontrol", "-o", "show", "job", job_id], capture_output=True, text=True,
+                               env=self.env, timeout=30)
+        except subprocess.TimeoutExpired:
+            return "unknown", ""
         fields = dict(f.split("=", 1) for f in q.stdout.split() if "=" in f)
         if q.returncode != 0 or "JobState" not in fields:
             return "unknown", ""

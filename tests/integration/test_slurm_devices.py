@@ -7,6 +7,7 @@ Exits 77 (skipped) when Slurm or munge is not installed or we are not root."""
 import os
 import re
 import subprocess
+import time
 
 from harness_test_lib import SOURCE_DIR
 from slurm_cluster import SlurmCluster
@@ -63,9 +64,11 @@ launch {PROBE}
           dict(GPUS_PER_TASK="0", LAUNCHER="mpirun", OMPI_ALLOW_RUN_AS_ROOT="1",
                OMPI_ALLOW_RUN_AS_ROOT_CONFIRM="1"), nodes=1)
 
+    # Direct sruns as the templates launch (harness-env.sh: PMIx's hash datastore).
+    direct_env = dict(cluster.env, PMIX_MCA_gds="hash")
     # srun --gpus-per-task=1 without a binding: each task sees one GPU (its own) as device 0.
     out = subprocess.run(["srun", "--mpi=pmix", "--nodes=2", "--ntasks-per-node=2", "--cpus-per-task=1",
-                          "--gpus-per-task=1", PROBE], capture_output=True, text=True, env=cluster.env,
+                          "--gpus-per-task=1", PROBE], capture_output=True, text=True, env=direct_env,
                          timeout=120)
     assert out.returncode == 0, out.stdout + out.stderr
     ranks = parse(out.stdout)
@@ -74,7 +77,7 @@ launch {PROBE}
 
     # One GPU per node for two tasks: both would take it; refused (exit 2), never shared silently.
     out = subprocess.run(["srun", "--mpi=pmix", "--nodes=1", "--ntasks-per-node=2", "--cpus-per-task=1",
-                          "--gpus-per-node=1", PROBE], capture_output=True, text=True, env=cluster.env,
+                          "--gpus-per-node=1", PROBE], capture_output=True, text=True, env=direct_env,
                          timeout=120)
     assert out.returncode != 0 and "SHARED" in out.stdout, out.stdout + out.stderr
     print("ok: two tasks on one allocated GPU refused")
@@ -88,3 +91,20 @@ launch {PROBE}
     except RuntimeError as e:
         assert "ended FAILED with exit code 3:0" in str(e) and "before the failure" in str(e), e
     print("ok: a failed job raises with its output")
+
+    # A rank that dies ends the job at once (the templates' srun --kill-on-bad-exit), instead of
+    # leaving the others waiting in MPI until the allocation's time limit.
+    crash = os.path.join(cluster.tmp, "crash.sbatch")
+    open(crash, "w").write(f"""#!/bin/bash
+source {SOURCE_DIR}/slurm/harness-env.sh
+launch bash -c 'if [ "$SLURM_PROCID" = 0 ]; then kill -SEGV $$; fi; sleep 240'
+""")
+    t0 = time.time()
+    try:
+        cluster.submit(crash, ["--nodes=2", "--ntasks-per-node=1", "--cpus-per-task=1"], dict(GPUS_PER_TASK="0"),
+                       timeout=120)
+        raise AssertionError("a job whose rank died was returned as a result")
+    except RuntimeError as e:
+        assert "ended FAILED" in str(e) and "Segmentation fault" in str(e), e
+    assert time.time() - t0 < 120, time.time() - t0
+    print(f"ok: a rank that dies ends the job ({time.time() - t0:.0f} s)")
