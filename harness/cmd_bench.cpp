@@ -160,12 +160,12 @@ Row measure(Backend& backend, ForwardTimer& timer, const WorkloadSpec& spec,
 // The CSV's folder, checked before anything is measured: a bench of minutes is not thrown away
 // at the end for a mistyped path.
 void require_csv_folder(const std::string& path) {
-  const auto folder = std::filesystem::path(path).parent_path();
-  const auto shown = folder.empty() ? std::string(".") : folder.string();
-  if (!std::filesystem::is_directory(folder.empty() ? "." : folder))
-    throw std::invalid_argument("--csv " + path + ": the folder '" + shown + "' does not exist");
-  if (::access(shown.c_str(), W_OK) != 0)
-    throw std::invalid_argument("--csv " + path + ": the folder '" + shown + "' is not writable");
+  const auto parent = std::filesystem::path(path).parent_path();
+  const std::string folder = parent.empty() ? "." : parent.string();
+  if (!std::filesystem::is_directory(folder))
+    throw std::invalid_argument("--csv " + path + ": the folder '" + folder + "' does not exist");
+  if (::access(folder.c_str(), W_OK) != 0)
+    throw std::invalid_argument("--csv " + path + ": the folder '" + folder + "' is not writable");
 }
 
 // Written whole (a temporary file renamed), so a failed write leaves an earlier CSV as it was.

@@ -38,6 +38,17 @@ resolved_libs() {
   awk '$2 == "=>" && $3 ~ /^\// {print $1, $3}' <<<"$out"
 }
 
+# Where this machine has SONAME: the loader's cache, else where the harness finds it; fails naming
+# it. (awk reads to the end, no early exit: an early exit would kill the writer with SIGPIPE,
+# which pipefail turns into a silent failure of the whole script.)
+find_lib() {
+  local so=$1 path
+  path=$(ldconfig -p | awk -v n="$so" '$1 == n && /x86-64/ && !found {print $NF; found = 1}')
+  [ -n "$path" ] || path=$(ldd "$harness" | awk -v n="$so" '$1 == n && !found {print $3; found = 1}')
+  [ -n "$path" ] || { echo "bundle-runtime-libs: $so not found" >&2; return 1; }
+  echo "$path"
+}
+
 # Each library once, and DEST_DIR/bundled.txt says where each came from ("soname path").
 declare -A copied=()
 : >"$dest/bundled.txt"
@@ -69,8 +80,7 @@ if [ "$self_contained" = 1 ]; then
     done <<<"$libs"
   done
   for so in "$@"; do
-    path=$(ldconfig -p | awk -v n="$so" '$1 == n && /x86-64/ && !found {print $NF; found = 1}')
-    [ -n "$path" ] || { echo "bundle-runtime-libs: $so not found" >&2; exit 1; }
+    path=$(find_lib "$so")
     copy_lib "$so" "$path"
   done
   echo "bundled ${#copied[@]} libraries and $(find "$dest/openmpi" -name "*.so" | wc -l) Open MPI components into $dest"
@@ -83,13 +93,7 @@ fi
 wanted=(libhdf5_openmpi.so.103 libsz.so.2 libaec.so.0 libyaml-cpp.so.0.7
         libboost_program_options.so.1.74.0 libqhull_r.so.8.0 "$@")
 for so in "${wanted[@]}"; do
-  # awk reads to the end (no early exit): an early exit would kill the writer with SIGPIPE, which
-  # pipefail turns into a silent failure of the whole script.
-  path=$(ldconfig -p | awk -v n="$so" '$1 == n && /x86-64/ && !found {print $NF; found = 1}')
-  if [ -z "$path" ]; then
-    path=$(ldd "$harness" | awk -v n="$so" '$1 == n && !found {print $3; found = 1}')
-  fi
-  [ -n "$path" ] || { echo "bundle-runtime-libs: $so not found" >&2; exit 1; }
+  path=$(find_lib "$so")
   copy_lib "$so" "$path"
 done
 echo "bundled ${#wanted[@]} libraries into $dest"

@@ -136,9 +136,9 @@ void take_snapshot(const std::string& path);
 // `problem(snapshot)` names none, moves `path` aside to `<path>.damaged-<UTC>` (kept, never
 // overwritten) and copies the snapshot into its place. Returns what was done, or nullopt when
 // `path` does not exist or has no problem. Problems are reported as printable_text (core/files.h).
-// A damaged `path` whose snapshot is missing or has a
-// problem of its own, or a copy that fails (a full disk), is a FileError, with nothing moved. (A
-// file has a snapshot from its creation on: AcquisitionFile takes one before naming it.)
+// A damaged `path` whose snapshot is missing or has a problem of its own, or a copy that fails (a
+// full disk), is a FileError, with nothing moved. (A file has a snapshot from its creation on:
+// AcquisitionFile takes one before naming it.)
 struct SnapshotRestore {
   std::string problem;       // what was wrong with the file
   std::string damaged_copy;  // where the damaged file now is

@@ -59,7 +59,12 @@ export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 NCCL_NVLS_ENABL
 # Where Open MPI's launcher is not installed (a node given slurm/bundle-runtime-libs.sh
 # --self-contained), a process that initialises MPI (acquire, the ranks' and collectives' GPU
 # tests) runs as an isolated singleton: otherwise it would start Open MPI's daemon, not there either.
-if ! command -v mpirun >/dev/null; then export OMPI_MCA_ess_singleton_isolated=1; fi
+# The acquire step's launcher: mpirun, else none.
+mpi_launch=(mpirun --allow-run-as-root -np 1 -x LD_LIBRARY_PATH)
+if ! command -v mpirun >/dev/null; then
+  export OMPI_MCA_ess_singleton_isolated=1
+  mpi_launch=()
+fi
 
 step() {
   local name=$1
@@ -180,11 +185,8 @@ run_profile() {
 }
 
 run_acquire() {
-  local launch=(mpirun --allow-run-as-root -np 1 -x LD_LIBRARY_PATH) rc=0
-  if ! command -v mpirun >/dev/null; then
-    echo "mpirun not installed: one rank without a launcher"
-    launch=()
-  fi
+  local rc=0
+  [ ${#mpi_launch[@]} -gt 0 ] || echo "mpirun not installed: one rank without a launcher"
   if [ -n "${CAMPAIGN_ARCHIVE:-}" ]; then
     if [ -e "$out/acquire" ] && [ -f "$CAMPAIGN_ARCHIVE" ]; then
       echo "both $out/acquire and the archive $CAMPAIGN_ARCHIVE exist: resume one of them (move the other away)"
@@ -198,7 +200,7 @@ run_acquire() {
     fi
   fi
   # shellcheck disable=SC2086  # ACQUIRE_ARGS: extra options
-  "${launch[@]}" "$build/harness/harness" acquire jobs/qwen3-30b-a3b.yaml --tp 1 --dp 1 \
+  "${mpi_launch[@]}" "$build/harness/harness" acquire jobs/qwen3-30b-a3b.yaml --tp 1 --dp 1 \
     --backend native --out-root "$out/acquire" ${ACQUIRE_ARGS:-} || rc=$?
   if [ -n "${CAMPAIGN_ARCHIVE:-}" ] && [ -d "$out/acquire" ]; then
     tar czf "$out/campaign.tgz" -C "$out" --exclude='*.snapshot' acquire
