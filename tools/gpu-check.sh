@@ -27,8 +27,7 @@
 #              is not installed; ncu holds the SM clock at base and flushes the caches per launch)
 #   acquire    harness acquire jobs/qwen3-30b-a3b.yaml --tp 1 --dp 1 --backend native
 #              (+ $ACQUIRE_ARGS, e.g. "--rounds 1 --accept-failures") into OUT_DIR/acquire, under
-#              mpirun, or as one rank without a launcher where mpirun is not installed (see
-#              slurm/bundle-runtime-libs.sh --self-contained); with $CAMPAIGN_ARCHIVE (a .tgz)
+#              mpirun, or as one rank without a launcher (below); with $CAMPAIGN_ARCHIVE (a .tgz)
 #              the campaign is kept in an archive: unpacked into OUT_DIR first when it exists
 #              (refused if OUT_DIR/acquire exists too: one of them would be lost), and after the
 #              run, finished or not, OUT_DIR/acquire (the campaign and, once published, its
@@ -41,6 +40,11 @@
 #              gate-only acquire), compared with lookup (tools/bench-lookup-compare.py), then
 #              validate --points 48 with both routings; fails where the bounds (median 1%, p95 2%,
 #              max 4%) or the tolerance miss
+# Before any step, a library the build's harness cannot load is looked for under CUDA_HOME,
+# CUDA_PATH, /usr/local/cuda* and Python's nvidia packages (PyTorch's nvidia-* wheels) and its folder
+# added to LD_LIBRARY_PATH; one found nowhere is named and the script exits 2. The acquire step runs
+# without a launcher where mpirun is missing or OMPI_MCA_ess_singleton_isolated=1 is set (the
+# exports of slurm/bundle-runtime-libs.sh --self-contained).
 # Each step's output is appended to OUT_DIR/<step>.log; every step runs, and the exit status is
 # non-zero when any failed. A step cut short (a time limit, a kill) can be rerun with the same
 # command: `acquire` resumes its campaign where it stopped (every committed wave is kept, the one in
@@ -56,12 +60,56 @@ steps=("$@")
 [ ${#steps[@]} -gt 0 ] || steps=(tests sanitizer bench)
 mkdir -p "$out"
 export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 NCCL_NVLS_ENABLE=0
-# Where Open MPI's launcher is not installed (a node given slurm/bundle-runtime-libs.sh
-# --self-contained), a process that initialises MPI (acquire, the ranks' and collectives' GPU
-# tests) runs as an isolated singleton: otherwise it would start Open MPI's daemon, not there either.
-# The acquire step's launcher: mpirun, else none.
+# CUDA's libraries where the loader does not look (a toolkit outside its cache, or the nvidia-*
+# Python wheels a PyTorch install brings): each library the harness cannot load is looked for there
+# and its folder added to LD_LIBRARY_PATH, before any step, so a node's layout is solved (or its
+# gap named) once, not by every step failing alike.
+cuda_library_folders() {
+  local root
+  for root in ${CUDA_HOME:-} ${CUDA_PATH:-} /usr/local/cuda /usr/local/cuda-*; do
+    [ -d "$root" ] && echo "$root"
+  done
+  python3 -c 'import nvidia; print(*nvidia.__path__, sep="\n")' 2>/dev/null || true
+}
+find_unloaded_libraries() {
+  local line
+  [ -x "$build/harness/harness" ] && command -v ldd >/dev/null || return 0
+  while read -r line; do
+    if [[ $line == *"=> not found"* ]]; then echo "${line%% *}"; fi
+  done < <(ldd "$build/harness/harness" 2>/dev/null || true)
+}
+missing=$(find_unloaded_libraries)
+if [ -n "$missing" ]; then
+  mapfile -t roots < <(cuda_library_folders)
+  for lib in $missing; do
+    found=$(find "${roots[@]}" -maxdepth 5 -name "$lib" \( -type f -o -type l \) 2>/dev/null | head -1)
+    if [ -n "$found" ]; then
+      found=$(dirname "$found")
+      echo "$lib: from $found (added to LD_LIBRARY_PATH)"
+      export LD_LIBRARY_PATH=$found${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}
+    fi
+  done
+  missing=$(find_unloaded_libraries)
+  if [ -n "$missing" ]; then
+    echo "gpu-check: $build/harness/harness cannot load ${missing//$'\n'/ }:" \
+      "not on the loader's path (LD_LIBRARY_PATH), nor under CUDA_HOME, /usr/local/cuda* or Python's" \
+      "nvidia packages; add their folder to LD_LIBRARY_PATH" >&2
+    exit 2
+  fi
+fi
+# One rank without a launcher where Open MPI's is not installed (a node given
+# slurm/bundle-runtime-libs.sh --self-contained), or where that bundle's exports say so
+# (OMPI_MCA_ess_singleton_isolated=1): its Open MPI is the bundle's, and another installation's
+# mpirun must not launch it. A process that initialises MPI (acquire, the ranks' and collectives'
+# GPU tests) then runs as an isolated singleton: otherwise it would start Open MPI's daemon.
 mpi_launch=(mpirun --allow-run-as-root -np 1 -x LD_LIBRARY_PATH)
+launcherless_reason=
 if ! command -v mpirun >/dev/null; then
+  launcherless_reason="mpirun not installed"
+elif [ "${OMPI_MCA_ess_singleton_isolated:-}" = 1 ]; then
+  launcherless_reason="OMPI_MCA_ess_singleton_isolated=1, the runtime bundle's Open MPI"
+fi
+if [ -n "$launcherless_reason" ]; then
   export OMPI_MCA_ess_singleton_isolated=1
   mpi_launch=()
 fi
@@ -186,7 +234,7 @@ run_profile() {
 
 run_acquire() {
   local rc=0
-  [ ${#mpi_launch[@]} -gt 0 ] || echo "mpirun not installed: one rank without a launcher"
+  [ ${#mpi_launch[@]} -gt 0 ] || echo "$launcherless_reason: one rank without a launcher"
   if [ -n "${CAMPAIGN_ARCHIVE:-}" ]; then
     if [ -e "$out/acquire" ] && [ -f "$CAMPAIGN_ARCHIVE" ]; then
       echo "both $out/acquire and the archive $CAMPAIGN_ARCHIVE exist: resume one of them (move the other away)"

@@ -1,6 +1,7 @@
 """tools/gpu-check.sh's acquire step without a GPU: a stand-in `harness` appends one line per call
 to the campaign's acquisition file (beside a crash snapshot) and exits with $FAKE_EXIT. The step
-runs it under mpirun where mpirun is installed and as one rank without a launcher where it is not;
+runs it under mpirun where mpirun is installed and as one rank without a launcher where it is not
+or where OMPI_MCA_ess_singleton_isolated=1 (the runtime bundle's exports) says so;
 with $CAMPAIGN_ARCHIVE it starts a new campaign when the archive does not exist, resumes the
 archived one when it does, packs the campaign (without snapshots) into OUT/campaign.tgz after
 every run, finished or stopped, and refuses when both the archive and OUT/acquire exist."""
@@ -87,3 +88,14 @@ with tempfile.TemporaryDirectory() as tmp:
             open(os.path.join(out3, CAMPAIGN)).read()
         assert not os.path.exists(os.path.join(out3, "campaign.tgz"))
         print("ok: under mpirun where it is installed")
+
+        # mpirun installed, but the runtime bundle's exports ask for isolated singletons: another
+        # installation's launcher must not start the bundle's Open MPI.
+        out4 = os.path.join(tmp, "out4")
+        p = gpu_check(build, out4, "acquire", OMPI_MCA_ess_singleton_isolated="1")
+        log = open(os.path.join(out4, "acquire.log")).read()
+        assert p.returncode == 0, (p.stdout, p.stderr, log)
+        assert "OMPI_MCA_ess_singleton_isolated=1, the runtime bundle's Open MPI: one rank without a launcher" in log, log
+        assert open(os.path.join(out4, CAMPAIGN)).read().startswith("call launched=False isolated=1"), \
+            open(os.path.join(out4, CAMPAIGN)).read()
+        print("ok: no launcher where the runtime bundle asks for isolated singletons")
