@@ -196,6 +196,30 @@ TEST_F(Campaign, AnEditedOrDigestlessStateIsRefused) {
   }
 }
 
+// A document whose digest holds but whose fields have the wrong types (a harness bug, not an
+// edit): read_campaign_progress names the file as malformed instead of escaping with a bare
+// JSON type error.
+TEST_F(Campaign, AWellSignedDocumentWithWrongTypesIsMalformed) {
+  {
+    auto s = state();
+    s.record_costs(6.0, 30, 1.5, 12);
+  }
+  auto doc = document(dir_);
+  doc["cost"]["expert_point_rounds"] = "thirty";
+  doc.erase("digest");
+  doc["digest"] = sha256_hex(doc.dump());  // as the harness signs it
+  std::ofstream(dir_ / kCampaignFile) << doc.dump(1);
+  try {
+    (void)read_campaign_progress(dir_);
+    FAIL() << "a campaign.json with a string point count was read";
+  } catch (const std::runtime_error& e) {
+    const std::string what = e.what();
+    EXPECT_NE(what.find((dir_ / kCampaignFile).string() + " is malformed ("), std::string::npos)
+        << what;
+    EXPECT_EQ(what.find("edited outside the harness"), std::string::npos) << what;
+  }
+}
+
 TEST_F(Campaign, AnInterruptedWaveIsChargedFromItsStartToTheLastHeartbeat) {
   {
     auto s = state();
