@@ -3,7 +3,13 @@
 node is its own slurmd in its own UTS and network namespace (its own hostname and address), joined
 to the controller by a veth pair on a bridge: ranks on different nodes are on different hosts as
 far as Slurm, PMIx and MPI can tell, and share only the filesystem. Exits 77 (skipped) when Slurm or
-munge is not installed or we are not root."""
+munge is not installed or we are not root.
+
+The daemons detach, and the bridge and namespaces outlive a killed test (a ctest timeout kills with
+SIGKILL, so no __exit__ runs): a reaper in its own session, started first, watches the test process
+and, once it is gone without having cleaned up, stops what `owned.json` in the cluster's folder
+lists. Run as `slurm_cluster.py --reap PID DIR`."""
+import json
 import os
 import random
 import shutil
@@ -44,6 +50,52 @@ def read_pid(path, timeout=20):
     raise RuntimeError(f"no pid file {path}")
 
 
+def process_alive(pid):
+    """True while `pid` runs (a zombie, killed and not yet reaped by its parent, does not)."""
+    try:
+        with open(f"/proc/{pid}/stat") as f:
+            return f.read().rsplit(")", 1)[1].split()[0] != "Z"
+    except (OSError, IndexError):
+        return False
+
+
+def release(owned, tmp):
+    """Stops the daemons (SIGTERM, then waits up to 5 s each), kills the namespaces' holders,
+    deletes the links and the cluster's folder: what __exit__ and the reaper both do."""
+    for pid in reversed(owned["daemons"]):
+        try:
+            os.kill(pid, signal.SIGTERM)
+        except ProcessLookupError:
+            pass
+    for pid in owned["daemons"]:
+        for _ in range(50):
+            if not process_alive(pid):
+                break
+            time.sleep(0.1)
+    for pid in owned["holders"]:  # the namespaces (and the veth ends inside) go with them
+        try:
+            os.kill(pid, signal.SIGKILL)
+        except ProcessLookupError:
+            pass
+    for link in owned["links"]:
+        subprocess.run(["ip", "link", "del", link], capture_output=True)
+    shutil.rmtree(tmp, ignore_errors=True)
+
+
+def reap(test_pid, tmp):
+    """The reaper's loop: done when the folder is gone (the test cleaned up); releases what the
+    folder's owned.json lists once the test process has ended without doing so."""
+    while os.path.isdir(tmp):
+        if not process_alive(test_pid):
+            try:
+                owned = json.load(open(os.path.join(tmp, "owned.json")))
+            except (OSError, ValueError):
+                owned = {"daemons": [], "holders": [], "links": []}
+            release(owned, tmp)
+            return
+        time.sleep(0.5)
+
+
 class SlurmCluster:
     def __init__(self, nodes=None, gpus=0):
         require_slurm()
@@ -55,6 +107,16 @@ class SlurmCluster:
         self.holders = []     # processes that hold the nodes' namespaces
         self.links = []       # links we created in this namespace
         self.env = dict(os.environ, SLURM_CONF=os.path.join(self.tmp, "slurm.conf"))
+        self.reaper = None
+
+    def own(self, kind, item):
+        """Records a daemon's pid, a holder or a link, here and in owned.json for the reaper."""
+        getattr(self, kind).append(item)
+        owned = {"daemons": self.pids, "holders": [h.pid for h in self.holders], "links": self.links}
+        path = os.path.join(self.tmp, "owned.json")
+        with open(path + ".tmp", "w") as f:
+            json.dump(owned, f)
+        os.replace(path + ".tmp", path)
 
     def run(self, *cmd, ns=None, **kw):
         prefix = ["nsenter", "-t", str(ns), "--net", "--uts"] if ns else []
@@ -70,6 +132,9 @@ class SlurmCluster:
 
     def _start(self):
         tmp = self.tmp
+        self.reaper = subprocess.Popen([sys.executable, os.path.abspath(__file__), "--reap", str(os.getpid()), tmp],
+                                       start_new_session=True, stdin=subprocess.DEVNULL,
+                                       stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
         os.makedirs(os.path.join(tmp, "state"))
         key = os.path.join(tmp, "munge.key")
         with open(key, "wb") as f:
@@ -78,14 +143,14 @@ class SlurmCluster:
         sock = os.path.join(tmp, "munge.socket")
         self.run(sbin("munged"), "--force", f"--socket={sock}", f"--key-file={key}", f"--pid-file={tmp}/munged.pid",
                  f"--log-file={tmp}/munged.log", f"--seed-file={tmp}/munge.seed")
-        self.pids.append(read_pid(f"{tmp}/munged.pid"))
+        self.own("pids", read_pid(f"{tmp}/munged.pid"))
         port = random.randint(20000, 40000)
         cpus = os.cpu_count()
         if self.nodes:
             subnet = f"10.{random.randint(64, 127)}.{random.randint(0, 255)}"
             bridge = f"hb{random.randint(0, 0xffff):04x}"
             self.run("ip", "link", "add", bridge, "type", "bridge")
-            self.links.append(bridge)
+            self.own("links", bridge)
             self.run("ip", "addr", "add", f"{subnet}.1/24", "dev", bridge)
             self.run("ip", "link", "set", bridge, "up")
             controller = f"{self.host}({subnet}.1)"
@@ -135,14 +200,14 @@ SlurmdLogFile={tmp}/slurmd-%n.log
 PartitionName=debug Nodes={partition} Default=YES MaxTime=INFINITE State=UP OverSubscribe=YES
 """)
         self.run(sbin("slurmctld"), "-f", self.env["SLURM_CONF"])
-        self.pids.append(read_pid(f"{tmp}/slurmctld.pid"))
+        self.own("pids", read_pid(f"{tmp}/slurmctld.pid"))
         for i, name in enumerate(self.nodes or [self.host]):
             os.makedirs(os.path.join(tmp, f"spool-{name}"))
             os.makedirs(os.path.join(tmp, f"tmp-{name}"))  # PMIx's per-node directories
             ns = None
             if self.nodes:
                 holder = subprocess.Popen(["unshare", "--uts", "--net", "sleep", "infinity"])
-                self.holders.append(holder)
+                self.own("holders", holder)
                 for _ in range(50):  # until the holder runs in its own namespace
                     if os.readlink(f"/proc/{holder.pid}/ns/net") != os.readlink("/proc/self/ns/net"):
                         break
@@ -158,7 +223,7 @@ PartitionName=debug Nodes={partition} Default=YES MaxTime=INFINITE State=UP Over
                 self.run("ip", "link", "set", inner, "up", ns=ns)
                 self.run("ip", "link", "set", "lo", "up", ns=ns)
             self.run(sbin("slurmd"), "-f", self.env["SLURM_CONF"], ns=ns)
-            self.pids.append(read_pid(f"{tmp}/slurmd-{name}.pid"))
+            self.own("pids", read_pid(f"{tmp}/slurmd-{name}.pid"))
         end = time.time() + 90
         while time.time() < end:
             out = subprocess.run(["sinfo", "-h", "-N", "-o", "%N %T"], capture_output=True, text=True,
@@ -219,22 +284,13 @@ PartitionName=debug Nodes={partition} Default=YES MaxTime=INFINITE State=UP Over
                        for f in sorted(os.listdir(self.tmp)) if f.endswith(".log"))
 
     def __exit__(self, *exc):
-        for pid in reversed(self.pids):
-            try:
-                os.kill(pid, signal.SIGTERM)
-            except ProcessLookupError:
-                pass
-        for pid in self.pids:
-            for _ in range(50):
-                try:
-                    os.kill(pid, 0)
-                    time.sleep(0.1)
-                except ProcessLookupError:
-                    break
-        for holder in self.holders:  # the namespaces (and the veth ends inside) go with them
-            holder.kill()
+        release({"daemons": self.pids, "holders": [h.pid for h in self.holders], "links": self.links}, self.tmp)
+        for holder in self.holders:
             holder.wait()
-        for link in self.links:
-            subprocess.run(["ip", "link", "del", link], capture_output=True)
-        shutil.rmtree(self.tmp, ignore_errors=True)
+        if self.reaper:  # it ends by itself once the folder is gone
+            self.reaper.wait(timeout=10)
         return False
+
+
+if __name__ == "__main__" and sys.argv[1:2] == ["--reap"]:
+    reap(int(sys.argv[2]), sys.argv[3])
