@@ -82,6 +82,7 @@ missing=$(find_unloaded_libraries)
 if [ -n "$missing" ]; then
   mapfile -t roots < <(cuda_library_folders)
   for lib in $missing; do
+    [ ${#roots[@]} -gt 0 ] || break # (find without a folder would search this one)
     found=$(find "${roots[@]}" -maxdepth 5 -name "$lib" \( -type f -o -type l \) 2>/dev/null | head -1)
     if [ -n "$found" ]; then
       found=$(dirname "$found")
