@@ -145,28 +145,48 @@ class Acquisition {
     resume();
     adopt_cost_ratios();
     calibrate();
+    bool complete = false;
+    {
+      // Every step of the waves is watched, the collectives between them too (the wave plan, a
+      // reservation, the stop checks, a refinement evaluation: expected 0, so the watchdog's
+      // floor): a rank that stalls there would otherwise leave its peers waiting with no deadline.
+      const WatchdogScope watch(&watchdog_, "wave", "the wave plan", 0);
+      complete = measure_waves();
+    }
+    if (!complete) return finish(t0, false);
+    collectives();
+    return finish(t0, true);
+  }
+
+  // The waves of every round, then refinement stages until none adds cells (collective, inside
+  // the "wave" watch, which each step re-arms). False when the budget or the time limit stopped it.
+  bool measure_waves() {
     const auto measure_start = SteadyClock::now();
+    const auto watch = [&](const std::string& operation, double expected_s) {
+      watchdog_.expect("wave", operation, expected_s);
+    };
     do {
+      watch("the wave plan", 0);
       const auto bounds = wave_bounds(wave_loads(), size_);
       for (int r = 0; r < job_.rounds && !stopped(); ++r)
         for (std::size_t w = 0; w + 1 < bounds.size(); ++w) {
           const Wave wave{r, bounds[w], bounds[w + 1]};
+          const std::string name = "the wave of round " + std::to_string(r);
+          watch(name + " (its reservation)", 0);
           const auto go = reserve(wave);
           if (!go) break;
           if (*go == 0) continue;  // every cell of this wave is complete
           const auto wave_start = SteadyClock::now();
-          const WatchdogScope watch(
-              &watchdog_, "wave",
-              "the wave of round " + std::to_string(r) + " (measure and commit)",
-              wave_wall_estimate_);
+          watch(name + " (measure and commit)", wave_wall_estimate_);
           commit(r, measure(wave), wave_start, measure_start);
           if (wave_predicted_wall_ > 0)
             wave_overruns_.push_back(seconds_since(wave_start) / wave_predicted_wall_);
+          watch(name + " (the checks after it)", 0);
         }
-      if (stopped()) return finish(t0, false);
+      if (stopped()) return false;
+      watch("the refinement evaluation", 0);
     } while (refine());
-    collectives();
-    return finish(t0, true);
+    return true;
   }
 
   // Agree: every rank computes the contract from the one plan; all must match rank 0's. Rank 0
