@@ -81,8 +81,8 @@ find_unloaded_libraries() {
 missing=$(find_unloaded_libraries)
 if [ -n "$missing" ]; then
   mapfile -t roots < <(cuda_library_folders)
-  for lib in $missing; do
-    [ ${#roots[@]} -gt 0 ] || break # (find without a folder would search this one)
+  # (no folder, no search: find without one would search the current folder)
+  [ ${#roots[@]} -eq 0 ] || for lib in $missing; do
     found=$(find "${roots[@]}" -maxdepth 5 -name "$lib" \( -type f -o -type l \) 2>/dev/null | head -1)
     if [ -n "$found" ]; then
       found=$(dirname "$found")

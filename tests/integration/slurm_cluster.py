@@ -59,24 +59,25 @@ def process_alive(pid):
         return False
 
 
+def send(pids, sig):
+    """`sig` to each of `pids` that still exists."""
+    for pid in pids:
+        try:
+            os.kill(pid, sig)
+        except ProcessLookupError:
+            pass
+
+
 def release(owned, tmp):
     """Stops the daemons (SIGTERM, then waits up to 5 s each), kills the namespaces' holders,
     deletes the links and the cluster's folder: what __exit__ and the reaper both do."""
-    for pid in reversed(owned["daemons"]):
-        try:
-            os.kill(pid, signal.SIGTERM)
-        except ProcessLookupError:
-            pass
+    send(reversed(owned["daemons"]), signal.SIGTERM)
     for pid in owned["daemons"]:
         for _ in range(50):
             if not process_alive(pid):
                 break
             time.sleep(0.1)
-    for pid in owned["holders"]:  # the namespaces (and the veth ends inside) go with them
-        try:
-            os.kill(pid, signal.SIGKILL)
-        except ProcessLookupError:
-            pass
+    send(owned["holders"], signal.SIGKILL)  # the namespaces (and the veth ends inside) go with them
     for link in owned["links"]:
         subprocess.run(["ip", "link", "del", link], capture_output=True)
     shutil.rmtree(tmp, ignore_errors=True)

@@ -38,10 +38,6 @@ def compile_standins(tmp):
     return build, os.path.join(lib_dir, LIB)
 
 
-def run_bench(build, out, **env):
-    return gpu_check(build, out, "bench", **env)
-
-
 with tempfile.TemporaryDirectory() as tmp:
     build, built_lib = compile_standins(tmp)
     kept = shutil.copy(built_lib, os.path.join(tmp, LIB))
@@ -51,7 +47,7 @@ with tempfile.TemporaryDirectory() as tmp:
 
     # Nowhere to be found: named, exit 2, no step run.
     out = os.path.join(tmp, "out-missing")
-    p = run_bench(build, out, **base)
+    p = gpu_check(build, out, "bench", **base)
     assert p.returncode == 2, (p.returncode, p.stdout, p.stderr)
     assert f"cannot load {LIB}: not on the loader's path" in p.stderr, p.stderr
     assert "== bench" not in p.stdout and not os.path.exists(os.path.join(out, "bench.log")), p.stdout
@@ -62,7 +58,7 @@ with tempfile.TemporaryDirectory() as tmp:
     os.makedirs(toolkit_lib)
     shutil.copy(kept, toolkit_lib)
     out = os.path.join(tmp, "out-toolkit")
-    p = run_bench(build, out, **dict(base, CUDA_HOME=os.path.join(tmp, "cuda")))
+    p = gpu_check(build, out, "bench", **dict(base, CUDA_HOME=os.path.join(tmp, "cuda")))
     assert p.returncode == 0 and "== bench ok" in p.stdout, (p.stdout, p.stderr)
     assert f"{LIB}: from {toolkit_lib} (added to LD_LIBRARY_PATH)" in p.stdout, p.stdout
     assert "stand-in harness bench: library value 7" in open(os.path.join(out, "bench.log")).read()
@@ -74,7 +70,7 @@ with tempfile.TemporaryDirectory() as tmp:
     os.makedirs(wheel_lib)
     shutil.copy(kept, wheel_lib)
     out = os.path.join(tmp, "out-wheel")
-    p = run_bench(build, out, **dict(base, PYTHONPATH=os.path.join(tmp, "site")))
+    p = gpu_check(build, out, "bench", **dict(base, PYTHONPATH=os.path.join(tmp, "site")))
     assert p.returncode == 0 and f"{LIB}: from {wheel_lib} (added to LD_LIBRARY_PATH)" in p.stdout, \
         (p.stdout, p.stderr)
     assert "stand-in harness bench: library value 7" in open(os.path.join(out, "bench.log")).read()
@@ -82,6 +78,6 @@ with tempfile.TemporaryDirectory() as tmp:
 
     # Already loadable (LD_LIBRARY_PATH): nothing added, nothing said.
     out = os.path.join(tmp, "out-path")
-    p = run_bench(build, out, **dict(base, LD_LIBRARY_PATH=wheel_lib))
+    p = gpu_check(build, out, "bench", **dict(base, LD_LIBRARY_PATH=wheel_lib))
     assert p.returncode == 0 and "added to LD_LIBRARY_PATH" not in p.stdout, (p.stdout, p.stderr)
     print("ok: a loadable build is left as it is")

@@ -10,7 +10,7 @@ import subprocess
 import sys
 import time
 
-from slurm_cluster import process_alive, require_slurm
+from slurm_cluster import process_alive, release, require_slurm
 
 require_slurm()
 here = os.path.dirname(os.path.abspath(__file__))
@@ -47,7 +47,6 @@ while leftovers() and time.time() < end:
     time.sleep(0.5)
 left = leftovers()
 if left:  # clean up by hand for the next test, then fail
-    from slurm_cluster import release
     release({k: owned[k] for k in ("daemons", "holders", "links")}, owned["tmp"])
 assert not left, f"left behind after the test was killed: {left}"
 assert not process_alive(owned["reaper"]), "the reaper did not end"
