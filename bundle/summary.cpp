@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <map>
 #include <nlohmann/json.hpp>
 #include <set>
 
@@ -9,6 +10,32 @@
 #include "core/statistics.h"
 
 namespace moe {
+
+namespace {
+
+// One round's `experts` forwards per point, each arm's in the order they ran (the `forward`
+// index), with the chunk the arms alternated in: one cycle of the 2B arm's banks
+// (ranks/protocol.cpp).
+std::map<std::size_t, ArmChunks> round_arms(const CellRound& r) {
+  std::map<std::size_t, std::vector<const Sample*>> by_point;
+  for (const auto& smp : r.samples) by_point[static_cast<std::size_t>(smp.point)].push_back(&smp);
+  std::map<std::size_t, ArmChunks> out;
+  for (auto& [p, samples] : by_point) {
+    std::sort(samples.begin(), samples.end(),
+              [](const Sample* a, const Sample* b) { return a->forward < b->forward; });
+    ArmChunks& a = out[p];
+    std::int32_t banks_2b = 0;
+    for (const Sample* smp : samples) {
+      const bool b_arm = smp->arm == static_cast<std::int8_t>(Arm::banks);
+      (b_arm ? a.b : a.b2).push_back(smp->value_us);
+      if (!b_arm) banks_2b = std::max(banks_2b, smp->bank + 1);
+    }
+    a.chunk = static_cast<std::size_t>(banks_2b);
+  }
+  return out;
+}
+
+}  // namespace
 
 std::vector<CellSummary> summarize(const StoredAcquisition& acq) {
   std::vector<CellSummary> out;
@@ -21,7 +48,8 @@ std::vector<CellSummary> summarize(const StoredAcquisition& acq) {
     s.rounds_complete = static_cast<int>(cell.rounds.size());
     const bool experts = s.component == "experts";
     const auto n = cell.info.points.size();
-    std::vector<std::vector<double>> round_medians(n), b_arm(n), b2_arm(n), clocks(n);
+    std::vector<std::vector<double>> round_medians(n), clocks(n);
+    std::vector<std::vector<ArmChunks>> arms(n);  // experts: per point, per round
     std::vector<std::optional<std::uint64_t>> activities(n);
     std::set<int> devices;  // a round measures all of its cell's points on one device
     for (const auto& r : cell.rounds) {
@@ -36,10 +64,7 @@ std::vector<CellSummary> summarize(const StoredAcquisition& acq) {
         if (!std::isnan(m.sm_clock_mean_mhz)) clocks.at(p).push_back(m.sm_clock_mean_mhz);
       }
       if (!experts) continue;
-      for (const auto& smp : r.samples) {
-        auto& arm = smp.arm == static_cast<std::int8_t>(Arm::banks) ? b_arm : b2_arm;
-        arm.at(static_cast<std::size_t>(smp.point)).push_back(smp.value_us);
-      }
+      for (auto& [p, chunks] : round_arms(r)) arms.at(p).push_back(std::move(chunks));
     }
     for (std::size_t p = 0; p < n; ++p) {
       PointResult pr;
@@ -48,8 +73,10 @@ std::vector<CellSummary> summarize(const StoredAcquisition& acq) {
       pr.activities = activities[p];
       pr.sm_clock_mean_mhz = median_of_medians(clocks[p]);
       pr.devices.assign(devices.begin(), devices.end());
-      if (experts && !b_arm[p].empty() && !b2_arm[p].empty()) {
-        const auto c = bank_control(b_arm[p], b2_arm[p]);
+      if (experts && std::any_of(arms[p].begin(), arms[p].end(), [](const ArmChunks& a) {
+            return !a.b.empty() && !a.b2.empty();
+          })) {
+        const auto c = bank_control(arms[p]);
         pr.relative_change = c.relative_change;
         pr.bank_check_passed = c.pass;
         ++s.checked_points;

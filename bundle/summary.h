@@ -15,7 +15,7 @@ struct PointResult {
   GridPoint point;
   std::optional<double> time_us;          // median of per-round medians (experts: of the 2B arm);
                                           // nullopt if no complete round
-  std::optional<double> relative_change;  // experts only: pooled |2B - B| / B
+  std::optional<double> relative_change;  // experts only: the B/2B control (core/statistics.h)
   bool bank_check_passed = true;
   // Hash of the ordered activity (kernel) names of the point's forwards in its latest complete
   // round: which kernels ran (the protocol requires every forward of a point to run the same).

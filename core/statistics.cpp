@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <stdexcept>
 
 namespace moe {
 
@@ -35,11 +36,37 @@ std::optional<double> median_of_medians(std::span<const double> round_medians) {
   return median({round_medians.begin(), round_medians.end()});
 }
 
-BankControl bank_control(std::span<const double> b_arm, std::span<const double> b2_arm) {
+namespace {
+
+// Medians of consecutive chunks of `chunk` values (the last may be shorter).
+std::vector<double> chunk_medians(const std::vector<double>& v, std::size_t chunk) {
+  std::vector<double> out;
+  for (std::size_t i = 0; i < v.size(); i += chunk)
+    out.push_back(median({v.begin() + static_cast<std::ptrdiff_t>(i),
+                          v.begin() + static_cast<std::ptrdiff_t>(std::min(v.size(), i + chunk))}));
+  return out;
+}
+
+}  // namespace
+
+BankControl bank_control(std::span<const ArmChunks> rounds) {
+  std::vector<double> b_all, b2_all, changes;
+  for (const auto& r : rounds) {
+    b_all.insert(b_all.end(), r.b.begin(), r.b.end());
+    b2_all.insert(b2_all.end(), r.b2.begin(), r.b2.end());
+    const std::size_t chunk = std::max<std::size_t>(r.chunk, 1);
+    const auto b = chunk_medians(r.b, chunk), b2 = chunk_medians(r.b2, chunk);
+    // 2B chunk c ran between B chunks c and c + 1.
+    for (std::size_t c = 0; c < b2.size() && c < b.size(); ++c) {
+      const double beside = c + 1 < b.size() ? 0.5 * (b[c] + b[c + 1]) : b[c];
+      changes.push_back((b2[c] - beside) / beside);
+    }
+  }
+  if (changes.empty()) throw std::invalid_argument("bank control: no round has both arms' forwards");
   BankControl c{};
-  c.median_b_us = median({b_arm.begin(), b_arm.end()});
-  c.median_2b_us = median({b2_arm.begin(), b2_arm.end()});
-  c.relative_change = std::fabs(c.median_2b_us - c.median_b_us) / c.median_b_us;
+  c.median_b_us = median(b_all);
+  c.median_2b_us = median(b2_all);
+  c.relative_change = std::fabs(median(changes));
   c.pass = c.relative_change <= kBankTolerance;
   return c;
 }

@@ -1,13 +1,14 @@
 // Statistics of stored samples: medians, median of per-round medians, the B/2B bank control.
 #pragma once
 
+#include <cstddef>
 #include <optional>
 #include <span>
 #include <vector>
 
 namespace moe {
 
-inline constexpr double kBankTolerance = 0.03;  // B vs 2B pooled medians (docs/measurement.md)
+inline constexpr double kBankTolerance = 0.03;  // B vs 2B, chunk by chunk (docs/measurement.md)
 
 [[nodiscard]] double median(std::vector<double> v);
 // The q-quantile (0 <= q <= 1) with linear interpolation between order statistics (the common
@@ -21,13 +22,26 @@ struct Spread {
 // Median of per-round medians; nullopt when there are none yet.
 [[nodiscard]] std::optional<double> median_of_medians(std::span<const double> round_medians);
 
+// One round of an `experts` point's timed forwards, each arm's in the order they ran: the arms
+// alternated in chunks of `chunk` forwards each, a B chunk first (ranks/protocol.cpp).
+struct ArmChunks {
+  std::vector<double> b, b2;
+  std::size_t chunk = 0;
+};
+
+// The B/2B weight-bank control. A 2B arm slower because B's weights stay partly in L2 is slower
+// in every chunk, so each 2B chunk's median is compared with the mean of the B chunks beside it
+// (before and after) and the median of those changes over all rounds is the verdict. Comparing
+// the arms' pooled medians instead fails points whose clock stepped once mid-run (the power cap:
+// the later chunks of both arms run slower, and which arm's median lands on which level depends
+// only on where the step fell; docs/measurement.md, "Protocol").
 struct BankControl {
-  double median_b_us;
-  double median_2b_us;
-  double relative_change;  // |2B - B| / B
+  double median_b_us;      // pooled over all rounds (for display)
+  double median_2b_us;     // pooled over all rounds (for display)
+  double relative_change;  // |median over 2B chunks of (2B chunk / its B neighbours - 1)|
   bool pass;               // relative_change <= kBankTolerance
 };
-[[nodiscard]] BankControl bank_control(std::span<const double> b_arm,
-                                       std::span<const double> b2_arm);
+// Throws std::invalid_argument when no round has forwards of both arms.
+[[nodiscard]] BankControl bank_control(std::span<const ArmChunks> rounds);
 
 }  // namespace moe

@@ -46,6 +46,32 @@ TEST(Summary, BankControlFailsBeyondThreePercent) {
   EXPECT_NEAR(s[0].max_relative_change, 0.105, 1e-9);
 }
 
+// The control compares the arms chunk by chunk in the order they ran (the samples' `forward`
+// index, chunks of one cycle of the 2B arm's banks), whatever order the samples are stored in: a
+// clock step mid-run passes; a 2B arm slower in every chunk fails.
+TEST(Summary, BankControlComparesTheArmsChunkByChunk) {
+  auto acq = experts_cell({{100, 100}});
+  const auto run = [&](const std::vector<double>& b, const std::vector<double>& b2) {
+    auto& samples = acq.cells[0].rounds[0].samples;
+    samples.clear();
+    for (int f = 11; f >= 0; --f) {  // stored last forward first
+      samples.push_back({0, 0, static_cast<std::int8_t>(Arm::double_banks), f % 4, f,
+                         b2[static_cast<std::size_t>(f / 4)], 3, 7});
+      samples.push_back(
+          {0, 0, static_cast<std::int8_t>(Arm::banks), f % 2, f, b[static_cast<std::size_t>(f / 4)],
+           3, 7});
+    }
+    return summarize(acq)[0];
+  };
+  const auto step = run({100, 100, 110}, {100, 110, 110});  // pooled medians 100 and 110
+  EXPECT_TRUE(step.points[0].bank_check_passed);
+  EXPECT_EQ(step.failed_points, 0);
+  EXPECT_LT(step.max_relative_change, 1e-12);
+  const auto slower = run({100, 104, 108}, {106.08, 110.24, 112.32});  // 4 % in every chunk
+  EXPECT_FALSE(slower.points[0].bank_check_passed);
+  EXPECT_NEAR(slower.max_relative_change, 0.04, 1e-12);
+}
+
 TEST(Summary, PointsCarryTheKernelsOfTheirLatestRound) {
   auto acq = experts_cell({{100, 100}, {100, 100}});
   EXPECT_EQ(summarize(acq)[0].points[0].activities, std::optional<std::uint64_t>(7));
