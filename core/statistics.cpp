@@ -62,7 +62,8 @@ BankControl bank_control(std::span<const ArmChunks> rounds) {
       changes.push_back((b2[c] - beside) / beside);
     }
   }
-  if (changes.empty()) throw std::invalid_argument("bank control: no round has both arms' forwards");
+  if (changes.empty())
+    throw std::invalid_argument("bank control: no round has both arms' forwards");
   BankControl c{};
   c.median_b_us = median(b_all);
   c.median_2b_us = median(b2_all);

@@ -2,7 +2,11 @@
 
 #include <algorithm>
 #include <atomic>
+#include <charconv>
 #include <cmath>
+#include <cstdlib>
+#include <cstring>
+#include <stdexcept>
 #include <string>
 #include <utility>
 
@@ -21,16 +25,20 @@ std::int64_t tiles(std::int64_t rows) {
 class StaircaseWorkload final : public Workload {
  public:
   StaircaseWorkload(std::unique_ptr<Workload> inner, double forward_us, double sm_clock_mhz,
-                    std::string configuration)
+                    std::string configuration, bool bank_effect)
       : inner_(std::move(inner)),
         forward_us_(forward_us),
         sm_clock_mhz_(sm_clock_mhz),
-        configuration_(std::move(configuration)) {}
+        configuration_(std::move(configuration)),
+        bank_effect_(bank_effect) {}
   std::vector<double> verify() override { return inner_->verify(); }
   void forward(int bank) override {
     inner_->forward(bank);
-    g_modeled_clock_us.fetch_add(forward_us_);
-    g_modeled_sm_cycles.fetch_add(forward_us_ * sm_clock_mhz_);
+    const double us =
+        forward_us_ *
+        (bank_effect_ && bank >= kStaircaseBankEffectFirstBank ? 1.0 + kStaircaseBankEffect : 1.0);
+    g_modeled_clock_us.fetch_add(us);
+    g_modeled_sm_cycles.fetch_add(us * sm_clock_mhz_);
   }
   void synchronize() override { inner_->synchronize(); }
   bool take_route_error() override { return inner_->take_route_error(); }
@@ -41,7 +49,22 @@ class StaircaseWorkload final : public Workload {
   double forward_us_;
   double sm_clock_mhz_;
   std::string configuration_;
+  bool bank_effect_;
 };
+
+// HARNESS_STAIRCASE_BANK_EFFECT_TOKENS (staircase_backend.h), or 0 for none.
+std::int64_t bank_effect_tokens() {
+  const char* text = std::getenv("HARNESS_STAIRCASE_BANK_EFFECT_TOKENS");
+  if (text == nullptr) return 0;
+  std::int64_t n = 0;
+  const auto end = text + std::strlen(text);
+  const auto [rest, error] = std::from_chars(text, end, n);
+  if (error != std::errc() || rest != end || n <= 0)
+    throw std::invalid_argument(std::string("HARNESS_STAIRCASE_BANK_EFFECT_TOKENS must be a "
+                                            "positive token count, not \"") +
+                                text + "\"");
+  return n;
+}
 
 class StaircaseBackend final : public Backend {
  public:
@@ -60,7 +83,8 @@ class StaircaseBackend final : public Backend {
       configuration = s.point.tokens > kStaircaseGateSwitchRows ? "gate_wide" : "gate_narrow";
     return std::make_unique<StaircaseWorkload>(
         cpu_->make(s, std::move(w)), staircase_time_us(s.component, s.point),
-        staircase_sm_clock_mhz(s.point), std::move(configuration));
+        staircase_sm_clock_mhz(s.point), std::move(configuration),
+        s.component == Component::experts && s.point.tokens == bank_effect_tokens_);
   }
   std::map<std::string, std::string> device_properties() const override {
     return {{"device", "staircase model (no hardware)"}};
@@ -73,6 +97,7 @@ class StaircaseBackend final : public Backend {
 
  private:
   std::unique_ptr<Backend> cpu_ = make_cpu_backend();
+  std::int64_t bank_effect_tokens_ = bank_effect_tokens();
 };
 
 }  // namespace

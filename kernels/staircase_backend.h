@@ -26,6 +26,13 @@ inline constexpr std::int64_t kStaircaseGateSwitchRows = 44;
 // the stimulus spreads them (counts differing by at most one).
 [[nodiscard]] double staircase_time_us(Component c, const GridPoint& p);
 
+// A weight-bank effect on demand, for the B/2B control's tests (docs/measurement.md, Protocol 6):
+// with HARNESS_STAIRCASE_BANK_EFFECT_TOKENS=N, every `experts` forward at N tokens on a bank of
+// kStaircaseBankEffectFirstBank or more (banks only the 2B arm uses while B = 2) takes
+// kStaircaseBankEffect longer. Unset: none. A value that is not a positive integer is refused.
+inline constexpr std::int32_t kStaircaseBankEffectFirstBank = 2;
+inline constexpr double kStaircaseBankEffect = 0.10;
+
 // The modeled SM clock (MHz) while a forward at `p` runs: 1980 less 5 per token, at least 1000
 // (a heavier load runs at a lower clock, as under a GPU's power cap).
 [[nodiscard]] double staircase_sm_clock_mhz(const GridPoint& p);

@@ -57,9 +57,8 @@ TEST(Summary, BankControlComparesTheArmsChunkByChunk) {
     for (int f = 11; f >= 0; --f) {  // stored last forward first
       samples.push_back({0, 0, static_cast<std::int8_t>(Arm::double_banks), f % 4, f,
                          b2[static_cast<std::size_t>(f / 4)], 3, 7});
-      samples.push_back(
-          {0, 0, static_cast<std::int8_t>(Arm::banks), f % 2, f, b[static_cast<std::size_t>(f / 4)],
-           3, 7});
+      samples.push_back({0, 0, static_cast<std::int8_t>(Arm::banks), f % 2, f,
+                         b[static_cast<std::size_t>(f / 4)], 3, 7});
     }
     return summarize(acq)[0];
   };

@@ -33,7 +33,7 @@ TEST(BankControl, AConsistentSlowerDoubleBankArmFailsBeyondThreePercent) {
 // The clock steps down once mid-run: every later chunk of both arms is slower. The pooled medians
 // then differ by the step (B's middle value is before it, 2B's after), chunk by chunk they do not.
 TEST(BankControl, AStepOfTheClockMidRunPasses) {
-  for (const auto& r : {three_chunks({100, 100, 110}, {100, 110, 110}),    // between B1 and 2B1
+  for (const auto& r : {three_chunks({100, 100, 110}, {100, 110, 110}),     // between B1 and 2B1
                         three_chunks({100, 110, 110}, {100, 110, 110})}) {  // between 2B0 and B1
     const std::vector<ArmChunks> rounds{r};
     const auto c = bank_control(rounds);
@@ -47,14 +47,14 @@ TEST(BankControl, AStepOfTheClockMidRunPasses) {
 
 // A point of Qwen3-30B-A3B's `experts` on an H100 at its power cap, (N, A, M) = (8192, 35, 65536):
 // its forwards as they ran (µs), the clock stepping down in the second 2B chunk. The pooled
-// medians differ by 4.3 % (it failed the control that compared them); chunk by chunk 0.2 %.
+// medians differ by 4.3 % (it failed the control that compared them); chunk by chunk 0.4 %.
 TEST(BankControl, AMeasuredStepInsideAChunkPasses) {
   ArmChunks r;
   r.chunk = 4;
-  r.b = {1205.4, 1208.0, 1209.1, 1208.1, 1208.1, 1204.1, 1205.9, 1202.6,
-         1331.8, 1319.5, 1330.4, 1330.7};
-  r.b2 = {1209.4, 1203.8, 1203.6, 1206.9, 1207.8, 1205.8, 1311.6, 1323.1,
-          1332.4, 1323.4, 1323.1, 1329.0};
+  r.b = {1205.4, 1208.0, 1209.1, 1208.1, 1208.1, 1204.1,
+         1205.9, 1202.6, 1331.8, 1319.5, 1330.4, 1330.7};
+  r.b2 = {1209.4, 1203.8, 1203.6, 1206.9, 1207.8, 1205.8,
+          1311.6, 1323.1, 1332.4, 1323.4, 1323.1, 1329.0};
   const std::vector<ArmChunks> rounds{r};
   const auto c = bank_control(rounds);
   EXPECT_GT(c.median_2b_us / c.median_b_us - 1, 0.03);

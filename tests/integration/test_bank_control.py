@@ -1,0 +1,84 @@
+"""The B/2B weight-bank control end to end (docs/measurement.md, Protocol 6), on the staircase_model
+test double with a bank effect at one token count (HARNESS_STAIRCASE_BANK_EFFECT_TOKENS,
+kernels/staircase_backend.h): every experts forward at N = 16 on banks 2 and 3, which only the 2B
+arm uses, takes 10 % longer, so each 2B chunk is 5 % slower than the B chunks beside it.
+
+1. Exactly the grid points at N = 16 fail the control; each is measured again in fresh rounds of
+   later stages until it has been measured 1 + fidelity.remeasure_limit times, and no more.
+2. acquire publishes nothing without the acceptance flag and names the table and the reason;
+   inspect lists the failed points by coordinates; publish --accept-failures records
+   accepted-with-failures, lists exactly those points, and leaves them out of the table.
+3. A value of the variable that is not a token count is refused with one clear error."""
+import collections
+import json
+import os
+import subprocess
+import tempfile
+
+import h5py
+import yaml
+
+from harness_test_lib import HARNESS, MPI_ENV, SOURCE_DIR, mpirun_cmd, run
+
+JOB = os.path.join(SOURCE_DIR, "tests/data/staircase.yaml")
+EFFECT_TOKENS = 16
+REMEASURE_LIMIT = 2  # the job's default fidelity.remeasure_limit
+
+
+def acquire(root, effect):
+    env = dict(MPI_ENV, HARNESS_STAIRCASE_BANK_EFFECT_TOKENS=effect)
+    return subprocess.run(mpirun_cmd(1, "acquire", "--unverified", JOB, "--out-root", root),
+                          capture_output=True, text=True, env=env, timeout=600)
+
+
+def grid_measurements(h5):
+    """{(N, A, M): complete measurements in experts grid cells}."""
+    times = collections.Counter()
+    with h5py.File(h5, "r") as f:
+        for cell in f["cells"].values():
+            info = json.loads(cell.attrs["cell"])
+            if info["component"] == "experts" and info["role"] == "grid" and cell["rounds_done"][()].all():
+                times.update(tuple(p) for p in cell["points"][()].tolist())
+    return times
+
+
+with tempfile.TemporaryDirectory() as tmp:
+    root = os.path.join(tmp, "out")
+    p = acquire(root, str(EFFECT_TOKENS))
+    assert p.returncode != 0, "published a table whose points failed B/2B"
+    assert "nothing published" in p.stderr and \
+        "experts: 7 grid points failed the weight-bank control after every re-measure" in p.stderr, p.stderr
+    h5 = os.path.join(root, "acquisitions/staircase/acquisition.h5")
+    assert not os.path.exists(os.path.join(root, "staircase", "meta.yaml"))
+
+    # 1. Measured again, up to the limit, only where the effect is.
+    times = grid_measurements(h5)
+    effect = {pt for pt in times if pt[0] == EFFECT_TOKENS}
+    assert len(effect) == 7, sorted(times)  # A = 2 ... 8 at M = 2N (tiny: E = 8, k = 2)
+    assert all(times[pt] == 1 + REMEASURE_LIMIT for pt in effect), {pt: times[pt] for pt in effect}
+    assert all(t == 1 for pt, t in times.items() if pt not in effect and pt[0] < EFFECT_TOKENS), times
+
+    # 2. Listed by inspect; published only when accepted, without those rows.
+    text = run([HARNESS, "inspect", h5]).stdout
+    listed = {tuple(json.loads(line.split("=", 1)[1].split("(")[0]))
+              for line in text.splitlines() if "FAILED B/2B at (N, A, M)" in line}
+    assert listed == effect, (listed, effect)
+    run([HARNESS, "publish", h5, "--out-root", root, "--accept-failures"])
+    meta = yaml.safe_load(open(os.path.join(root, "staircase", "meta.yaml")))
+    (entry,) = meta["per_tp"][1]["moe_components"]["entries"]
+    fid = entry["coverage"]["fidelity"]
+    assert fid["status"] == "accepted-with-failures", fid["status"]
+    assert {tuple(p) for p in fid["components"]["experts"]["failed_points"]} == effect, fid
+    assert entry["coverage"]["conditioning_summary"]["failed_points"] == 7, entry["coverage"]
+    rows = open(os.path.join(root, "staircase", "tp1", entry["path"])).read().splitlines()[1:]
+    published = {tuple(int(x) for x in r.split(",")[2:5]) for r in rows if r.startswith("experts,")}
+    assert not published & effect and published, sorted(published)
+
+    # 3. Bad input: one clear error, nothing measured.
+    bad_root = os.path.join(tmp, "bad")
+    p = acquire(bad_root, "16x")
+    assert p.returncode != 0 and \
+        'HARNESS_STAIRCASE_BANK_EFFECT_TOKENS must be a positive token count, not "16x"' in p.stderr, p.stderr
+    assert not os.path.exists(os.path.join(bad_root, "acquisitions/staircase/acquisition.h5"))
+
+print("ok")
