@@ -32,7 +32,9 @@
 #              (refused if OUT_DIR/acquire exists too: one of them would be lost), and after the
 #              run, finished or not, OUT_DIR/acquire (the campaign and, once published, its
 #              bundle; crash snapshots left out) is packed into OUT_DIR/campaign.tgz, for a
-#              machine whose disk does not outlive the call
+#              machine whose disk does not outlive the call; a call cut off by SIGTERM or SIGINT
+#              (a machine's or a batch system's time limit) stops the run and packs it with its
+#              crash snapshots (the file may be torn mid-write; the resume restores the snapshot)
 #   fidelity   the acquire step's bundle against points it was not built from: $FIDELITY_DRAWS
 #              (default 23) balanced N drawn log-uniformly from 2 to $FIDELITY_MAX_TOKENS (default
 #              8000) with $FIDELITY_SEED (default 20261201) through the bench, for the components
@@ -233,6 +235,36 @@ run_profile() {
   return "$rc"
 }
 
+# OUT_DIR/acquire into OUT_DIR/campaign.tgz; $1 = with-snapshots keeps the crash snapshots.
+pack_campaign() {
+  local exclude=(--exclude='*.snapshot')
+  [ "${1:-}" = with-snapshots ] && exclude=()
+  tar czf "$out/campaign.tgz.packing" -C "$out" "${exclude[@]}" acquire &&
+    mv "$out/campaign.tgz.packing" "$out/campaign.tgz"
+}
+
+# A signal that cuts the acquire step off: pack what the run committed at once (its file may be
+# torn mid-write, so the crash snapshots go too: the resume restores one), then stop the run where
+# the signal did not reach it (sent to this script alone). Not at once: a second SIGTERM right
+# after the first makes mpirun exit without stopping its ranks.
+acquire_cut_off() {
+  local signal=$1 status=$2 said tries=0
+  trap - TERM INT
+  if [ -d "$out/acquire" ] && pack_campaign with-snapshots; then
+    said="cut off by SIG$signal: the campaign packed with its crash snapshots into $out/campaign.tgz"
+  else
+    said="cut off by SIG$signal: no campaign packed"
+  fi
+  echo "$said"
+  echo "== acquire $said" >&3
+  if [ -n "${acquire_pid:-}" ]; then
+    while kill -0 "$acquire_pid" 2>/dev/null && [ $((tries += 1)) -le 50 ]; do sleep 0.1; done
+    kill -TERM "$acquire_pid" 2>/dev/null || true # ended already where the signal reached it
+    wait "$acquire_pid" 2>/dev/null || true       # its status is the signal's
+  fi
+  exit "$status"
+}
+
 run_acquire() {
   local rc=0
   [ ${#mpi_launch[@]} -gt 0 ] || echo "$launcherless_reason: one rank without a launcher"
@@ -248,11 +280,19 @@ run_acquire() {
       echo "no archive at $CAMPAIGN_ARCHIVE: a new campaign"
     fi
   fi
+  if [ -n "${CAMPAIGN_ARCHIVE:-}" ]; then
+    trap 'acquire_cut_off TERM 143' TERM
+    trap 'acquire_cut_off INT 130' INT
+  fi
+  # In the background, so that a signal reaches the trap while the run goes on.
   # shellcheck disable=SC2086  # ACQUIRE_ARGS: extra options
   "${mpi_launch[@]}" "$build/harness/harness" acquire jobs/qwen3-30b-a3b.yaml --tp 1 --dp 1 \
-    --backend native --out-root "$out/acquire" ${ACQUIRE_ARGS:-} || rc=$?
+    --backend native --out-root "$out/acquire" ${ACQUIRE_ARGS:-} &
+  acquire_pid=$!
+  wait "$acquire_pid" || rc=$?
+  trap - TERM INT
   if [ -n "${CAMPAIGN_ARCHIVE:-}" ] && [ -d "$out/acquire" ]; then
-    tar czf "$out/campaign.tgz" -C "$out" --exclude='*.snapshot' acquire
+    pack_campaign
     echo "campaign packed into $out/campaign.tgz (acquire exit $rc)"
   fi
   return "$rc"
@@ -274,6 +314,7 @@ run_fidelity() {
   return $rc
 }
 
+exec 3>&1  # the script's own output, for what a step must say beside its log
 failed=0
 for s in "${steps[@]}"; do
   case "$s" in

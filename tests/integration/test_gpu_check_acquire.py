@@ -4,17 +4,22 @@ runs it under mpirun where mpirun is installed and as one rank without a launche
 or where OMPI_MCA_ess_singleton_isolated=1 (the runtime bundle's exports) says so;
 with $CAMPAIGN_ARCHIVE it starts a new campaign when the archive does not exist, resumes the
 archived one when it does, packs the campaign (without snapshots) into OUT/campaign.tgz after
-every run, finished or stopped, and refuses when both the archive and OUT/acquire exist."""
+every run, finished or stopped, and refuses when both the archive and OUT/acquire exist. A call
+cut off by SIGTERM (to its process group, as a machine's time limit sends it, or to the script
+alone) stops the run and packs what it wrote with its crash snapshots."""
 import os
 import shutil
+import signal
+import subprocess
 import sys
 import tarfile
 import tempfile
+import time
 
-from harness_test_lib import gpu_check, write_executable
+from harness_test_lib import SOURCE_DIR, gpu_check, write_executable
 
 FAKE = """#!/usr/bin/env python3
-import os, sys
+import os, sys, time
 args = sys.argv[1:]
 assert args[0] == "acquire", args
 root = args[args.index("--out-root") + 1]
@@ -24,6 +29,9 @@ with open(os.path.join(campaign, "acquisition.h5"), "a") as f:
     f.write(f"call launched={'OMPI_COMM_WORLD_SIZE' in os.environ} "
             f"isolated={os.environ.get('OMPI_MCA_ess_singleton_isolated')} args={' '.join(args[1:])}\\n")
 open(os.path.join(campaign, "acquisition.h5.snapshot"), "w").write("copy\\n")
+if "FAKE_PID_FILE" in os.environ:  # a long run, until a signal ends it
+    open(os.environ["FAKE_PID_FILE"], "w").write(str(os.getpid()))
+    time.sleep(120)
 sys.exit(int(os.environ.get("FAKE_EXIT", "0")))
 """
 CAMPAIGN = "acquire/acquisitions/qwen3-30b-a3b/acquisition.h5"
@@ -42,7 +50,7 @@ with tempfile.TemporaryDirectory() as tmp:
     # A PATH without Open MPI's launcher: only the tools the step and the stand-in use.
     bare = os.path.join(tmp, "bare-bin")
     os.makedirs(bare)
-    for tool in ("bash", "env", "date", "mkdir", "tail", "dirname", "tar", "gzip", "cat"):
+    for tool in ("bash", "env", "date", "mkdir", "tail", "dirname", "tar", "gzip", "cat", "mv", "sleep"):
         os.symlink(shutil.which(tool), os.path.join(bare, tool))
     os.symlink(sys.executable, os.path.join(bare, "python3"))
     archive = os.path.join(tmp, "kept", "campaign.tgz")
@@ -78,6 +86,53 @@ with tempfile.TemporaryDirectory() as tmp:
     assert p.returncode != 0 and f"both {out2}/acquire and the archive {archive} exist" in log, log
     assert open(os.path.join(out2, CAMPAIGN)).read() == before
     print("ok: an archive and a campaign in OUT refused")
+
+    # Cut off mid-run by SIGTERM, to the whole process group (a machine's time limit) or to the
+    # script alone: the run is stopped, and what it wrote is packed with its crash snapshots.
+    # Under mpirun too where it is installed: a second SIGTERM right after the first makes mpirun
+    # exit without stopping its rank, which must not outlive the call.
+    launchers = [("without a launcher", bare)] + ([("under mpirun", os.environ["PATH"])] if shutil.which("mpirun") else [])
+    for (launcher, path), target in [(l, t) for l in launchers for t in ("process group", "script")]:
+        cut = os.path.join(tmp, "cut-" + target.replace(" ", "-") + "-" + launcher.replace(" ", "-"))
+        pid_file = os.path.join(tmp, "fake.pid")
+        if os.path.exists(pid_file):
+            os.remove(pid_file)
+        p = subprocess.Popen(["bash", os.path.join(SOURCE_DIR, "tools/gpu-check.sh"), build, cut, "acquire"],
+                             stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, start_new_session=True,
+                             env=dict(os.environ, PATH=path, CAMPAIGN_ARCHIVE=os.path.join(tmp, "none.tgz"),
+                                      FAKE_PID_FILE=pid_file, OMPI_ALLOW_RUN_AS_ROOT="1",
+                                      OMPI_ALLOW_RUN_AS_ROOT_CONFIRM="1"))
+        deadline = time.monotonic() + 60
+        while not os.path.exists(pid_file) and time.monotonic() < deadline:
+            time.sleep(0.05)
+        assert os.path.exists(pid_file), "the stand-in never started"
+        time.sleep(0.2)
+        fake_pid = int(open(pid_file).read())
+        if target == "process group":
+            os.killpg(p.pid, signal.SIGTERM)
+        else:
+            os.kill(p.pid, signal.SIGTERM)
+        stdout, _ = p.communicate(timeout=60)
+        log = open(os.path.join(cut, "acquire.log")).read()
+        said = f"cut off by SIGTERM: the campaign packed with its crash snapshots into {cut}/campaign.tgz"
+        assert p.returncode == 143 and f"== acquire {said}" in stdout and said in log, (p.returncode, stdout, log)
+        with tarfile.open(os.path.join(cut, "campaign.tgz")) as t:
+            assert CAMPAIGN + ".snapshot" in t.getnames(), t.getnames()
+            assert t.extractfile(CAMPAIGN).read().decode().startswith(
+                f"call launched={launcher == 'under mpirun'}"), t.getnames()
+        assert not os.path.exists(os.path.join(cut, "campaign.tgz.packing"))
+        # mpirun may exit a moment before its rank does.
+        deadline = time.monotonic() + 10
+        while time.monotonic() < deadline:
+            try:
+                os.kill(fake_pid, 0)
+            except ProcessLookupError:
+                break
+            time.sleep(0.1)
+        else:
+            os.kill(fake_pid, signal.SIGKILL)
+            raise AssertionError(f"the run ({fake_pid}) outlived its cut-off call")
+        print(f"ok: cut off by SIGTERM to the {target} {launcher}, packed with snapshots")
 
     # With mpirun installed: one rank under it; no archive asked for, none written.
     if shutil.which("mpirun"):
