@@ -4,16 +4,21 @@
 
 #include <cmath>
 #include <stdexcept>
+#include <utility>
 #include <vector>
 
 namespace moe {
 namespace {
 
+// One round of forwards as they ran, in chunks of four per arm.
+ArmChunks forwards(std::vector<double> b, std::vector<double> b2) {
+  return {std::move(b), std::move(b2), 4};
+}
+
 // One round of three chunks of four forwards per arm, every forward of a chunk at its chunk's
 // value: b[c] and b2[c] in the order they ran (B0, 2B0, B1, 2B1, B2, 2B2).
 ArmChunks three_chunks(const std::vector<double>& b, const std::vector<double>& b2) {
-  ArmChunks r;
-  r.chunk = 4;
+  ArmChunks r = forwards({}, {});
   for (const double v : b) r.b.insert(r.b.end(), 4, v);
   for (const double v : b2) r.b2.insert(r.b2.end(), 4, v);
   return r;
@@ -49,13 +54,10 @@ TEST(BankControl, AStepOfTheClockMidRunPasses) {
 // its forwards as they ran (µs), the clock stepping down in the second 2B chunk. The pooled
 // medians differ by 4.3 % (it failed the control that compared them); chunk by chunk 0.4 %.
 TEST(BankControl, AMeasuredStepInsideAChunkPasses) {
-  ArmChunks r;
-  r.chunk = 4;
-  r.b = {1205.4, 1208.0, 1209.1, 1208.1, 1208.1, 1204.1,
-         1205.9, 1202.6, 1331.8, 1319.5, 1330.4, 1330.7};
-  r.b2 = {1209.4, 1203.8, 1203.6, 1206.9, 1207.8, 1205.8,
-          1311.6, 1323.1, 1332.4, 1323.4, 1323.1, 1329.0};
-  const std::vector<ArmChunks> rounds{r};
+  const std::vector<ArmChunks> rounds{forwards({1205.4, 1208.0, 1209.1, 1208.1, 1208.1, 1204.1,
+                                                1205.9, 1202.6, 1331.8, 1319.5, 1330.4, 1330.7},
+                                               {1209.4, 1203.8, 1203.6, 1206.9, 1207.8, 1205.8,
+                                                1311.6, 1323.1, 1332.4, 1323.4, 1323.1, 1329.0})};
   const auto c = bank_control(rounds);
   EXPECT_GT(c.median_2b_us / c.median_b_us - 1, 0.03);
   EXPECT_TRUE(c.pass);
@@ -85,21 +87,14 @@ TEST(BankControl, RoundsArePooledChunkByChunk) {
 
 // One chunk per arm (iterations within one 2B cycle): 2B against the one B chunk before it.
 TEST(BankControl, OneChunkComparesTheTwoArms) {
-  ArmChunks r;
-  r.chunk = 4;
-  r.b = {100, 100, 100, 100};
-  r.b2 = {104, 104, 104, 104};
-  const std::vector<ArmChunks> rounds{r};
+  const std::vector<ArmChunks> rounds{forwards({100, 100, 100, 100}, {104, 104, 104, 104})};
   const auto c = bank_control(rounds);
   EXPECT_FALSE(c.pass);
   EXPECT_NEAR(c.relative_change, 0.04, 1e-12);
 }
 
 TEST(BankControl, NoForwardsOfBothArmsIsAnError) {
-  ArmChunks r;
-  r.chunk = 4;
-  r.b = {100, 100};
-  const std::vector<ArmChunks> rounds{r};
+  const std::vector<ArmChunks> rounds{forwards({100, 100}, {})};
   EXPECT_THROW((void)bank_control(rounds), std::invalid_argument);
   EXPECT_THROW((void)bank_control(std::vector<ArmChunks>{}), std::invalid_argument);
 }
