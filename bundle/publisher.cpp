@@ -19,6 +19,7 @@
 #include "bundle/summary.h"
 #include "core/contract.h"
 #include "core/files.h"
+#include "core/statistics.h"
 #include "core/timestamp.h"
 #include "lookup/tables.h"
 #include "store/acquisition_file.h"
@@ -118,8 +119,8 @@ PublishReport publish(const StoredAcquisition& acq, const std::string& h5_path,
     csv << bundle_format::kComponentsHeader << "\n";
     held_out << bundle_format::kHeldOutHeader << "\n";
     row_clocks << bundle_format::kRowClocksHeader << "\n";
-    int rows = 0, checked = 0, failed = 0;
-    double max_change = 0;
+    int rows = 0, checked = 0, failed = 0, unsteady = 0;
+    double max_change = 0, max_spread = 0;
     bool ok = true, accepted = false;
     json per_component = json::object();
     for (const auto component : t.components()) {
@@ -175,6 +176,10 @@ PublishReport publish(const StoredAcquisition& acq, const std::string& h5_path,
           ++checked;
           failed += p.bank_check_passed ? 0 : 1;
           max_change = std::max(max_change, *p.relative_change);
+        }
+        if (p.run_spread) {
+          unsteady += *p.run_spread > kSteadyRunSpread ? 1 : 0;
+          max_spread = std::max(max_spread, *p.run_spread);
         }
         if (!p.bank_check_passed) continue;  // listed in coverage.fidelity.failed_points
         csv << name << ",eager," << p.point.tokens << "," << p.point.activated << ","
@@ -264,7 +269,9 @@ PublishReport publish(const StoredAcquisition& acq, const std::string& h5_path,
         {"conditioning_summary",
          {{"checked_points", checked},
           {"failed_points", failed},
-          {"max_relative_change", max_change}}},
+          {"max_relative_change", max_change},
+          {"unsteady_points", unsteady},
+          {"max_run_spread", max_spread}}},
         {"fidelity",
          {{"status", accepted ? "accepted-with-failures" : "validated"},
           {"components", per_component},

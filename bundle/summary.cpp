@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <cstdio>
 #include <map>
 #include <nlohmann/json.hpp>
 #include <set>
@@ -82,12 +83,23 @@ std::vector<CellSummary> summarize(const StoredAcquisition& acq) {
         ++s.checked_points;
         s.failed_points += c.pass ? 0 : 1;
         s.max_relative_change = std::max(s.max_relative_change, c.relative_change);
+        pr.run_spread = c.run_spread;
+        s.unsteady_points += c.run_spread > kSteadyRunSpread ? 1 : 0;
+        s.max_run_spread = std::max(s.max_run_spread, c.run_spread);
       }
       s.points.push_back(pr);
     }
     out.push_back(std::move(s));
   }
   return out;
+}
+
+std::string unsteady_runs(int unsteady_points, double max_run_spread) {
+  if (unsteady_points == 0) return {};
+  char text[128];
+  std::snprintf(text, sizeof(text), ", %d runs moved more than %.0f %% (at most %.1f %%)",
+                unsteady_points, kSteadyRunSpread * 100, max_run_spread * 100);
+  return text;
 }
 
 SanityBlock sanity_of(const StoredAcquisition& acq, const std::vector<CellSummary>& cells) {

@@ -17,6 +17,7 @@ struct PointResult {
                                           // nullopt if no complete round
   std::optional<double> relative_change;  // experts only: the B/2B control (core/statistics.h)
   bool bank_check_passed = true;
+  std::optional<double> run_spread;  // experts only: how far a run moved (core/statistics.h)
   // Hash of the ordered activity (kernel) names of the point's forwards in its latest complete
   // round: which kernels ran (the protocol requires every forward of a point to run the same).
   std::optional<std::uint64_t> activities;
@@ -37,10 +38,16 @@ struct CellSummary {
   int checked_points = 0;
   int failed_points = 0;
   double max_relative_change = 0;
+  int unsteady_points = 0;  // experts points whose run moved more than kSteadyRunSpread
+  double max_run_spread = 0;
   [[nodiscard]] bool complete() const { return rounds_complete == rounds_planned; }
 };
 
 [[nodiscard]] std::vector<CellSummary> summarize(const StoredAcquisition& acq);
+
+// What `inspect` and `acquire` add after the B/2B figures where runs moved (empty where none):
+// ", N runs moved more than 3 % (at most X %)".
+[[nodiscard]] std::string unsteady_runs(int unsteady_points, double max_run_spread);
 
 // The sanity block of an acquisition: completion ratios, per-point times, raw samples, activity
 // counters, collective bandwidths, and identical tables across cells.

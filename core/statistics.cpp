@@ -51,11 +51,17 @@ std::vector<double> chunk_medians(const std::vector<double>& v, std::size_t chun
 
 BankControl bank_control(std::span<const ArmChunks> rounds) {
   std::vector<double> b_all, b2_all, changes;
+  double run_spread = 0;
   for (const auto& r : rounds) {
     b_all.insert(b_all.end(), r.b.begin(), r.b.end());
     b2_all.insert(b2_all.end(), r.b2.begin(), r.b2.end());
     const std::size_t chunk = std::max<std::size_t>(r.chunk, 1);
     const auto b = chunk_medians(r.b, chunk), b2 = chunk_medians(r.b2, chunk);
+    for (const auto* arm : {&b, &b2})
+      if (!arm->empty()) {
+        const auto [lo, hi] = std::minmax_element(arm->begin(), arm->end());
+        run_spread = std::max(run_spread, *hi / *lo - 1);
+      }
     // 2B chunk c ran between B chunks c and c + 1.
     for (std::size_t c = 0; c < b2.size() && c < b.size(); ++c) {
       const double beside = c + 1 < b.size() ? 0.5 * (b[c] + b[c + 1]) : b[c];
@@ -69,6 +75,7 @@ BankControl bank_control(std::span<const ArmChunks> rounds) {
   c.median_2b_us = median(b2_all);
   c.relative_change = std::fabs(median(changes));
   c.pass = c.relative_change <= kBankTolerance;
+  c.run_spread = run_spread;
   return c;
 }
 

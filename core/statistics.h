@@ -9,6 +9,8 @@
 namespace moe {
 
 inline constexpr double kBankTolerance = 0.03;  // B vs 2B, chunk by chunk (docs/measurement.md)
+// A point whose chunks of one arm moved more than this within a run is reported as unsteady.
+inline constexpr double kSteadyRunSpread = 0.03;
 
 [[nodiscard]] double median(std::vector<double> v);
 // The q-quantile (0 <= q <= 1) with linear interpolation between order statistics (the common
@@ -40,6 +42,9 @@ struct BankControl {
   double median_2b_us;     // pooled over all rounds (for display)
   double relative_change;  // |median over 2B chunks of (2B chunk / its B neighbours - 1)|
   bool pass;               // relative_change <= kBankTolerance
+  // How far one arm's chunks moved within a run, which the control passes (both arms move
+  // alike): the largest chunk median over the smallest, less 1, of either arm in any round.
+  double run_spread;
 };
 // Throws std::invalid_argument when no round has forwards of both arms.
 [[nodiscard]] BankControl bank_control(std::span<const ArmChunks> rounds);

@@ -52,8 +52,8 @@ void print_time_shares(const AcquireSummary& s, double publish_s, int ranks, std
 
 void print_summary(const AcquireSummary& s, const StoredAcquisition& acq, std::ostream& os) {
   const auto cells = summarize(acq);
-  int complete = 0, checked = 0, failed = 0;
-  double max_change = 0;
+  int complete = 0, checked = 0, failed = 0, unsteady = 0;
+  double max_change = 0, max_spread = 0;
   std::vector<double> clocks;
   std::size_t points = 0;
   for (const auto& c : cells) {
@@ -61,6 +61,8 @@ void print_summary(const AcquireSummary& s, const StoredAcquisition& acq, std::o
     checked += c.checked_points;
     failed += c.failed_points;
     max_change = std::max(max_change, c.max_relative_change);
+    unsteady += c.unsteady_points;
+    max_spread = std::max(max_spread, c.max_run_spread);
     for (const auto& p : c.points) {
       points += p.time_us ? 1 : 0;
       if (p.sm_clock_mean_mhz) clocks.push_back(*p.sm_clock_mean_mhz);
@@ -80,7 +82,8 @@ void print_summary(const AcquireSummary& s, const StoredAcquisition& acq, std::o
      << "  cell rounds measured now " << s.rounds_measured << ", resumed " << s.rounds_resumed
      << ", wall " << std::fixed << std::setprecision(1) << s.wall_s << " s\n"
      << "  B/2B weight-bank control: " << checked << " expert points checked, " << failed
-     << " failed, max relative change " << std::setprecision(4) << max_change << "\n"
+     << " failed, max relative change " << std::setprecision(4) << max_change
+     << unsteady_runs(unsteady, max_spread) << "\n"
      << "  settle: extended at " << s.settles_extended << " of " << s.point_rounds_measured
      << " point-rounds measured now (the power or thermal policy held the clocks down)\n"
      << "  clock: " << clock.str() << "\n"

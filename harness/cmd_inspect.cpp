@@ -66,7 +66,9 @@ json inspect_file(const std::string& path) {
                      {"points", c.points.size()},
                      {"bank_checked_points", c.checked_points},
                      {"bank_failed_points", c.failed_points},
-                     {"max_relative_change", c.max_relative_change}});
+                     {"max_relative_change", c.max_relative_change},
+                     {"unsteady_points", c.unsteady_points},
+                     {"max_run_spread", c.max_run_spread}});
   }
   json fidelity = json::array();
   const double tolerance = Contract::parse(acq.contract_json).fidelity.tolerance;
@@ -297,7 +299,9 @@ void print_text(const json& r, std::ostream& os) {
     for (const auto& c : r["cells"])
       os << "  " << c["cell"].get<std::string>() << ": " << c["rounds_complete"] << "/"
          << c["rounds_planned"] << " rounds, " << c["points"] << " points, B/2B failed "
-         << c["bank_failed_points"] << "/" << c["bank_checked_points"] << "\n";
+         << c["bank_failed_points"] << "/" << c["bank_checked_points"]
+         << unsteady_runs(c["unsteady_points"].get<int>(), c["max_run_spread"].get<double>())
+         << "\n";
     os << "  collective tables: " << r["collective_tables"] << "; dropped records: "
        << (r["dropped_records"].is_null() ? std::string("unknown (no campaign.json)")
                                           : r["dropped_records"].dump())

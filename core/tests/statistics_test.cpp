@@ -48,6 +48,7 @@ TEST(BankControl, AStepOfTheClockMidRunPasses) {
   const std::vector<ArmChunks> between_b1_and_2b1{three_chunks({100, 100, 110}, {100, 110, 110})};
   const auto c = bank_control(between_b1_and_2b1);
   EXPECT_NEAR(c.median_2b_us / c.median_b_us - 1, 0.10, 1e-12) << "the pooled medians differ";
+  EXPECT_NEAR(c.run_spread, 0.10, 1e-12) << "but the run moved, which is said";
 }
 
 // A point of Qwen3-30B-A3B's `experts` on an H100 at its power cap, (N, A, M) = (8192, 35, 65536):
@@ -70,6 +71,7 @@ TEST(BankControl, LinearDriftPasses) {
   const auto c = bank_control(rounds);
   EXPECT_TRUE(c.pass);
   EXPECT_NEAR(c.relative_change, 0.0, 1e-12);
+  EXPECT_NEAR(c.run_spread, 0.08, 1e-12);
 }
 
 // The verdict is the median of every round's chunk changes: one round's step does not sway it,
@@ -83,6 +85,8 @@ TEST(BankControl, RoundsArePooledChunkByChunk) {
   const auto c = bank_control(every_round);
   EXPECT_FALSE(c.pass);
   EXPECT_NEAR(c.relative_change, 0.05, 1e-12);
+  EXPECT_EQ(c.run_spread, 0.0) << "each arm steady within each round, whatever the rounds' levels";
+  EXPECT_NEAR(bank_control(one_step).run_spread, 0.2, 1e-12) << "the largest of any round";
 }
 
 // One chunk per arm (iterations within one 2B cycle): 2B against the one B chunk before it.

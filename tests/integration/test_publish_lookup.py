@@ -110,7 +110,10 @@ with tempfile.TemporaryDirectory() as tmp:
             if r["predicted_us"]:
                 assert float(r["measured_us"]) > 0 and float(r["predicted_us"]) > 0, r
         cs = e["coverage"]["conditioning_summary"]
-        assert set(cs) == {"checked_points", "failed_points", "max_relative_change"}
+        assert set(cs) == {"checked_points", "failed_points", "max_relative_change", "unsteady_points",
+                           "max_run_spread"}, cs
+        assert 0 <= cs["unsteady_points"] <= cs["checked_points"] and cs["max_run_spread"] >= 0, cs
+        assert (cs["unsteady_points"] > 0) == (cs["max_run_spread"] > 0.03), cs
         assert e["coverage"]["completion"] == 1 and e["coverage"]["completed_rounds"] == 3
         for key in ("geometry", "target", "expert_ownership", "dtypes", "backend", "timing", "modes",
                     "conditioning", "expert_sampling"):
