@@ -97,7 +97,7 @@ std::vector<CellSummary> summarize(const StoredAcquisition& acq) {
 std::string unsteady_runs(int unsteady_points, double max_run_spread) {
   if (unsteady_points == 0) return {};
   char text[128];
-  std::snprintf(text, sizeof(text), ", %d runs moved more than %.0f %% (at most %.1f %%)",
+  std::snprintf(text, sizeof(text), ", unsteady runs %d (moved more than %.0f %%, at most %.1f %%)",
                 unsteady_points, kSteadyRunSpread * 100, max_run_spread * 100);
   return text;
 }

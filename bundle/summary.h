@@ -46,7 +46,7 @@ struct CellSummary {
 [[nodiscard]] std::vector<CellSummary> summarize(const StoredAcquisition& acq);
 
 // What `inspect` and `acquire` add after the B/2B figures where runs moved (empty where none):
-// ", N runs moved more than 3 % (at most X %)".
+// ", unsteady runs N (moved more than 3 %, at most X %)".
 [[nodiscard]] std::string unsteady_runs(int unsteady_points, double max_run_spread);
 
 // The sanity block of an acquisition: completion ratios, per-point times, raw samples, activity

@@ -69,7 +69,7 @@ TEST(Summary, BankControlComparesTheArmsChunkByChunk) {
   EXPECT_EQ(step.unsteady_points, 1) << "the run moved by 10 %";
   EXPECT_NEAR(step.max_run_spread, 0.10, 1e-12);
   EXPECT_EQ(unsteady_runs(step.unsteady_points, step.max_run_spread),
-            ", 1 runs moved more than 3 % (at most 10.0 %)");
+            ", unsteady runs 1 (moved more than 3 %, at most 10.0 %)");
   const auto slower = run({100, 104, 108}, {106.08, 110.24, 112.32});  // 4 % in every chunk
   EXPECT_FALSE(slower.points[0].bank_check_passed);
   EXPECT_NEAR(slower.max_relative_change, 0.04, 1e-12);

@@ -73,7 +73,7 @@ with tempfile.TemporaryDirectory() as tmp:
     assert summary["failed_points"] == 7, summary
     # The bank effect is the 2B arm's in every chunk, so no arm's chunks moved within a run.
     assert summary["unsteady_points"] == 0 and summary["max_run_spread"] == 0, summary
-    assert "runs moved" not in text, text
+    assert "unsteady runs" not in text, text
     rows = open(os.path.join(root, "staircase", "tp1", entry["path"])).read().splitlines()[1:]
     published = {tuple(int(x) for x in r.split(",")[2:5]) for r in rows if r.startswith("experts,")}
     assert not published & effect and published, sorted(published)
