@@ -88,6 +88,11 @@ json ComponentFidelity::to_json(double tolerance) const {
   held["unpredicted"] = statistics.unpredicted;
   held["bank_failures"] = statistics.bank_failures;
   held["worst"] = worst_points;
+  // Misses within the movement of their own runs or their rows' (refinement leaves them).
+  held["misses_within_run_movement"] =
+      std::count_if(held_out.begin(), held_out.end(), [&](const HeldOutPoint& h) {
+        return h.predicted_us && h.relative_error() > tolerance && !h.refinable_miss(tolerance);
+      });
   if (balanced && off_balance)
     held["by_routing"] = {{"balanced", balanced->errors_json()},
                           {"off_balance", off_balance->errors_json()}};
@@ -233,7 +238,12 @@ std::vector<ComponentFidelity> evaluate_fidelity(const StoredAcquisition& acq,
         h.predicted_us = answer.time_us;
         errors.push_back(h.relative_error());
         std::vector<const std::vector<int>*> vertex_devices;
-        for (const auto& v : answer.vertices) vertex_devices.push_back(&grid.at(v.point).devices);
+        h.run_spread = result.run_spread.value_or(0.0);
+        for (const auto& v : answer.vertices) {
+          const auto& row = grid.at(v.point);
+          vertex_devices.push_back(&row.devices);
+          h.run_spread = std::max(h.run_spread, row.run_spread.value_or(0.0));
+        }
         if (const auto same = same_device(result.devices, vertex_devices))
           (*same ? same_device_errors : across_devices_errors).push_back(h.relative_error());
         if (experts)

@@ -44,8 +44,16 @@ struct HeldOutPoint {
   double measured_us = 0;
   std::optional<double> predicted_us;  // nullopt: outside the table's support
   std::string unpredicted_reason;
+  // The most that its own run or a run of the rows its prediction weighs moved
+  // (PointResult::run_spread; 0 where none is known): a miss no larger than this is within the
+  // measurement's own movement, which more rows cannot predict.
+  double run_spread = 0;
   [[nodiscard]] double relative_error() const {
     return predicted_us ? std::abs(*predicted_us - measured_us) / measured_us : 0.0;
+  }
+  // A miss of `tolerance` that more rows could resolve (refinement bisects only these).
+  [[nodiscard]] bool refinable_miss(double tolerance) const {
+    return predicted_us && relative_error() > tolerance && relative_error() > run_spread;
   }
 };
 

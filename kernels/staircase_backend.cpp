@@ -25,18 +25,20 @@ std::int64_t tiles(std::int64_t rows) {
 class StaircaseWorkload final : public Workload {
  public:
   StaircaseWorkload(std::unique_ptr<Workload> inner, double forward_us, double sm_clock_mhz,
-                    std::string configuration, bool bank_effect)
+                    std::string configuration, bool bank_effect, bool clock_step)
       : inner_(std::move(inner)),
         forward_us_(forward_us),
         sm_clock_mhz_(sm_clock_mhz),
         configuration_(std::move(configuration)),
-        bank_effect_(bank_effect) {}
+        bank_effect_(bank_effect),
+        clock_step_(clock_step) {}
   std::vector<double> verify() override { return inner_->verify(); }
   void forward(int bank) override {
     inner_->forward(bank);
-    const double us =
-        forward_us_ *
-        (bank_effect_ && bank >= kStaircaseBankEffectFirstBank ? 1.0 + kStaircaseBankEffect : 1.0);
+    const bool slower_bank = bank_effect_ && bank >= kStaircaseBankEffectFirstBank;
+    const bool stepped = clock_step_ && ++forwards_ > kStaircaseClockStepAfter;
+    const double us = forward_us_ * (slower_bank ? 1.0 + kStaircaseBankEffect : 1.0) *
+                      (stepped ? 1.0 + kStaircaseClockStep : 1.0);
     g_modeled_clock_us.fetch_add(us);
     g_modeled_sm_cycles.fetch_add(us * sm_clock_mhz_);
   }
@@ -50,18 +52,19 @@ class StaircaseWorkload final : public Workload {
   double sm_clock_mhz_;
   std::string configuration_;
   bool bank_effect_;
+  bool clock_step_;
+  int forwards_ = 0;
 };
 
-// HARNESS_STAIRCASE_BANK_EFFECT_TOKENS (staircase_backend.h), or 0 for none.
-std::int64_t bank_effect_tokens() {
-  const char* text = std::getenv("HARNESS_STAIRCASE_BANK_EFFECT_TOKENS");
+// The token count a HARNESS_STAIRCASE_* variable names (staircase_backend.h), or 0 when unset.
+std::int64_t tokens_from_environment(const char* variable) {
+  const char* text = std::getenv(variable);
   if (text == nullptr) return 0;
   std::int64_t n = 0;
   const auto end = text + std::strlen(text);
   const auto [rest, error] = std::from_chars(text, end, n);
   if (error != std::errc() || rest != end || n <= 0)
-    throw std::invalid_argument(std::string("HARNESS_STAIRCASE_BANK_EFFECT_TOKENS must be a "
-                                            "positive token count, not \"") +
+    throw std::invalid_argument(std::string(variable) + " must be a positive token count, not \"" +
                                 text + "\"");
   return n;
 }
@@ -84,7 +87,8 @@ class StaircaseBackend final : public Backend {
     return std::make_unique<StaircaseWorkload>(
         cpu_->make(s, std::move(w)), staircase_time_us(s.component, s.point),
         staircase_sm_clock_mhz(s.point), std::move(configuration),
-        s.component == Component::experts && s.point.tokens == bank_effect_tokens_);
+        s.component == Component::experts && s.point.tokens == bank_effect_tokens_,
+        s.component == Component::experts && s.point.tokens == clock_step_tokens_);
   }
   std::map<std::string, std::string> device_properties() const override {
     return {{"device", "staircase model (no hardware)"}};
@@ -97,7 +101,9 @@ class StaircaseBackend final : public Backend {
 
  private:
   std::unique_ptr<Backend> cpu_ = make_cpu_backend();
-  std::int64_t bank_effect_tokens_ = bank_effect_tokens();
+  std::int64_t bank_effect_tokens_ =
+      tokens_from_environment("HARNESS_STAIRCASE_BANK_EFFECT_TOKENS");
+  std::int64_t clock_step_tokens_ = tokens_from_environment("HARNESS_STAIRCASE_CLOCK_STEP_TOKENS");
 };
 
 }  // namespace

@@ -32,6 +32,11 @@ inline constexpr std::int64_t kStaircaseGateSwitchRows = 44;
 // kStaircaseBankEffect longer. Unset: none. A value that is not a positive integer is refused.
 inline constexpr std::int32_t kStaircaseBankEffectFirstBank = 2;
 inline constexpr double kStaircaseBankEffect = 0.10;
+// A clock that steps down mid-run on demand, for the tests of unsteady runs (the same Protocol 6):
+// with HARNESS_STAIRCASE_CLOCK_STEP_TOKENS=N, every `experts` forward at N tokens after the
+// workload's first kStaircaseClockStepAfter takes kStaircaseClockStep longer, in both arms.
+inline constexpr int kStaircaseClockStepAfter = 16;
+inline constexpr double kStaircaseClockStep = 0.10;
 
 // The modeled SM clock (MHz) while a forward at `p` runs: 1980 less 5 per token, at least 1000
 // (a heavier load runs at a lower clock, as under a GPU's power cap).

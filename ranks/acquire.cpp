@@ -494,10 +494,13 @@ class Acquisition {
       std::set<GridPoint> grid, measured_held_out;
       for (const auto& p : f.table) grid.insert(p.point);
       std::vector<HeldOutMiss> misses;
+      int within_movement = 0;  // misses no larger than their runs moved: not refined
       for (const auto& h : f.held_out) {
         measured_held_out.insert(h.point);
-        if (h.predicted_us && h.relative_error() > fid.tolerance)
+        if (h.refinable_miss(fid.tolerance))
           misses.push_back({h.point, h.relative_error()});
+        else if (h.predicted_us && h.relative_error() > fid.tolerance)
+          ++within_movement;
       }
       const bool last_stage = f.stages >= kMaxRefinementStages;
       RefinementStep step;
@@ -524,6 +527,9 @@ class Acquisition {
                   << "%, max " << f.statistics.max * 100 << "% over " << f.statistics.count
                   << " points; +" << step.grid.size() << " grid points, " << again.size()
                   << " re-measured, " << step.held_out.size() << " new held-out"
+                  << (within_movement ? "; " + std::to_string(within_movement) +
+                                            " misses within their runs' movement, not refined"
+                                      : "")
                   << (f.kernel_changes.empty()
                           ? ""
                           : "; kernels change between " + std::to_string(f.kernel_changes.size()) +
@@ -532,13 +538,18 @@ class Acquisition {
       // A table that stays outside the tolerance says why refinement stopped (the publisher
       // then refuses it, or records it as accepted-with-failures).
       if (!options_.quiet && stage_grid.empty() && step.held_out.empty() &&
-          (!misses.empty() || !f.failed.empty()) &&
+          (!misses.empty() || within_movement || !f.failed.empty()) &&
           refinement_ended_.insert(f.target.label(f.component)).second)
         std::cerr << "acquire: refinement of " << t->target.label() << " " << to_string(f.component)
-                  << " ends with " << misses.size() << " held-out points above "
-                  << fid.tolerance * 100 << "% and " << f.failed.size() << " points failing B/2B: "
-                  << (!fid.refine  ? "fidelity.refine is false"
-                      : last_stage ? "the stage limit is reached"
+                  << " ends with " << misses.size() + within_movement << " held-out points above "
+                  << fid.tolerance * 100 << "%"
+                  << (within_movement ? " (" + std::to_string(within_movement) +
+                                            " within their runs' movement, not refined)"
+                                      : "")
+                  << " and " << f.failed.size() << " points failing B/2B: "
+                  << (misses.empty() && f.failed.empty() ? "the rest is within the runs' movement"
+                      : !fid.refine                      ? "fidelity.refine is false"
+                      : last_stage                       ? "the stage limit is reached"
                       : f.added_points >= fid.max_added_points
                           ? "fidelity.max_added_points is spent"
                           : "no interval can be split within the remaining points")

@@ -8,10 +8,17 @@ arm uses, takes 10 % longer, so each 2B chunk is 5 % slower than the B chunks be
 2. acquire publishes nothing without the acceptance flag and names the table and the reason;
    inspect lists the failed points by coordinates; publish --accept-failures records
    accepted-with-failures, lists exactly those points, and leaves them out of the table.
-3. A value of the variable that is not a token count is refused with one clear error."""
+3. A value of the variable that is not a token count is refused with one clear error.
+4. Unsteady runs (HARNESS_STAIRCASE_CLOCK_STEP_TOKENS: every experts forward at one token count
+   after the workload's first 16 takes 10 % longer, both arms alike), with 12 forwards per arm
+   (three chunks): the control passes them, inspect and the bundle count them, their misses are
+   reported as within their runs' movement and not refined: the stage whose evaluation first
+   finds such a miss adds exactly the grid points that stage adds without the step. (Later stages
+   may differ: the step also moves grid rows that refinement adds at that token count.)"""
 import collections
 import json
 import os
+import re
 import subprocess
 import tempfile
 
@@ -25,10 +32,20 @@ EFFECT_TOKENS = 16
 REMEASURE_LIMIT = 2  # the job's default fidelity.remeasure_limit
 
 
-def acquire(root, effect):
-    env = dict(MPI_ENV, HARNESS_STAIRCASE_BANK_EFFECT_TOKENS=effect)
-    return subprocess.run(mpirun_cmd(1, "acquire", "--unverified", JOB, "--out-root", root),
+def acquire(root, effect, job=JOB, variable="HARNESS_STAIRCASE_BANK_EFFECT_TOKENS", *options):
+    env = dict(MPI_ENV, **({variable: effect} if effect else {}))
+    return subprocess.run(mpirun_cmd(1, "acquire", "--unverified", job, "--out-root", root, *options),
                           capture_output=True, text=True, env=env, timeout=600)
+
+
+def experts_points(h5, role, stage=None):
+    """{(N, A, M)} of the experts cells of `role` (grid or held_out), of one stage or all."""
+    with h5py.File(h5, "r") as f:
+        return {tuple(p) for c in f["cells"].values()
+                for info in [json.loads(c.attrs["cell"])]
+                if info["component"] == "experts" and info["role"] == role
+                and stage in (None, info["stage"])
+                for p in c["points"][()].tolist()}
 
 
 def grid_measurements(h5):
@@ -84,5 +101,51 @@ with tempfile.TemporaryDirectory() as tmp:
     assert p.returncode != 0 and \
         'HARNESS_STAIRCASE_BANK_EFFECT_TOKENS must be a positive token count, not "16x"' in p.stderr, p.stderr
     assert not os.path.exists(os.path.join(bad_root, "acquisitions/staircase/acquisition.h5"))
+
+    # 4. A clock step mid-run at one held-out token count.
+    job = yaml.safe_load(open(JOB))
+    job["measurement"]["iterations"] = 12
+    chunked = os.path.join(tmp, "chunked.yaml")
+    yaml.safe_dump(job, open(chunked, "w"))
+    steady_root, stepped_root = os.path.join(tmp, "steady"), os.path.join(tmp, "stepped")
+    p = acquire(steady_root, None, chunked, "", "--accept-failures")
+    assert p.returncode == 0, p.stderr
+    steady_h5 = os.path.join(steady_root, "acquisitions/staircase/acquisition.h5")
+    # The step goes where a planned held-out point lies between two planned rows whose interval
+    # the first stage does not bisect without it: refining the stepped miss would change that
+    # stage's grid (checked: with every miss refined, it does).
+    planned_rows = sorted({pt[0] for pt in experts_points(steady_h5, "grid", 0)})
+    first_stage_rows = {pt[0] for pt in experts_points(steady_h5, "grid", 1)}
+
+    def bracket(n):
+        return max(r for r in planned_rows if r < n), min(r for r in planned_rows if r > n)
+
+    step_tokens = min(n for n in {pt[0] for pt in experts_points(steady_h5, "held_out", 0)}
+                      if planned_rows[0] < n < planned_rows[-1] and n not in planned_rows
+                      and not any(bracket(n)[0] < r < bracket(n)[1] for r in first_stage_rows))
+    p = acquire(stepped_root, str(step_tokens), chunked, "HARNESS_STAIRCASE_CLOCK_STEP_TOKENS", "--accept-failures")
+    assert p.returncode == 0, p.stderr
+    first = re.search(r"refinement stage (\d+) of \S+ experts: [^\n]*misses within their runs' movement, "
+                      r"not refined", p.stderr)
+    assert first, p.stderr
+    stage = int(first.group(1))
+    stepped_h5 = os.path.join(stepped_root, "acquisitions/staircase/acquisition.h5")
+    assert experts_points(stepped_h5, "grid", stage) == experts_points(steady_h5, "grid", stage), \
+        f"stage {stage} refined a miss within its run's movement"
+    text = run([HARNESS, "inspect", stepped_h5]).stdout
+    assert "unsteady runs" in text and "unsteady runs" not in run([HARNESS, "inspect", steady_h5]).stdout, text
+    meta = yaml.safe_load(open(os.path.join(stepped_root, "staircase", "meta.yaml")))
+    (entry,) = meta["per_tp"][1]["moe_components"]["entries"]
+    summary = entry["coverage"]["conditioning_summary"]
+    assert summary["unsteady_points"] >= 1 and summary["failed_points"] == 0, summary
+    assert abs(summary["max_run_spread"] - 0.10) < 1e-6, summary
+    # The evaluation that declared that stage (the file keeps each) counts the miss as such.
+    with h5py.File(stepped_h5, "r") as f:
+        evaluation = json.loads(f["fidelity"][f"evaluation_{stage - 1}"][()].tobytes())
+    (experts,) = [t["fidelity"] for t in evaluation["tables"] if t["component"] == "experts"]
+    assert experts["held_out"]["misses_within_run_movement"] >= 1, experts["held_out"]
+    print(f"ok: a clock step at N = {step_tokens}: {summary['unsteady_points']} unsteady points, stage "
+          f"{stage} left {experts['held_out']['misses_within_run_movement']} misses within their runs' "
+          "movement and added the grid it adds without the step")
 
 print("ok")
