@@ -82,10 +82,18 @@ double wave_load(std::int64_t points, double predicted_seconds) {
                   predicted_seconds / kWaveSeconds);
 }
 
-double time_limit_margin(const std::vector<double>& wave_overruns) {
-  if (wave_overruns.empty()) return kReservationMargin;
-  return std::max(kTimeLimitMinMargin,
-                  *std::max_element(wave_overruns.begin(), wave_overruns.end()));
+double time_limit_margin(const std::vector<WaveWall>& waves, double next_predicted_s) {
+  if (waves.empty() || !(next_predicted_s > 0)) return kReservationMargin;
+  double margin = kTimeLimitMinMargin;
+  const auto recent =
+      waves.size() > kTimeLimitWaves ? waves.end() - kTimeLimitWaves : waves.begin();
+  for (auto w = recent; w != waves.end(); ++w) {
+    if (!(w->predicted_s > 0)) continue;
+    margin = std::max(margin, w->predicted_s >= next_predicted_s
+                                  ? w->measured_s / w->predicted_s
+                                  : 1 + (w->measured_s - w->predicted_s) / next_predicted_s);
+  }
+  return margin;
 }
 
 std::vector<std::size_t> wave_bounds(const std::vector<double>& cell_load, int ranks) {
@@ -180,7 +188,7 @@ class Acquisition {
           watch(name + " (measure and commit)", wave_wall_estimate_);
           commit(r, measure(wave), wave_start, measure_start);
           if (wave_predicted_wall_ > 0)
-            wave_overruns_.push_back(seconds_since(wave_start) / wave_predicted_wall_);
+            wave_walls_.push_back({wave_predicted_wall_, seconds_since(wave_start)});
           watch(name + " (the checks after it)", 0);
         }
       if (stopped()) return false;
@@ -858,7 +866,7 @@ class Acquisition {
     wave_wall_estimate_ = estimate / size_;
     wave_predicted_wall_ = predicted / size_;
     int go = 1;
-    const double margin = time_limit_margin(wave_overruns_);
+    const double margin = time_limit_margin(wave_walls_, wave_predicted_wall_);
     const double ends_at = seconds_since(started_) + wave_predicted_wall_ * margin;
     if (rank_ == 0 && options_.time_limit_s > 0 && ends_at > options_.time_limit_s) {
       char text[384];
@@ -867,8 +875,8 @@ class Acquisition {
                     "(%.0f s predicted x %.2f, %s), after --time-limit %.0f s; stopping before it "
                     "(everything measured stays; the same command resumes)",
                     w.round, ends_at, wave_predicted_wall_, margin,
-                    wave_overruns_.empty() ? "no wave of this run measured yet"
-                                           : "the largest overrun of this run's waves",
+                    wave_walls_.empty() ? "no wave of this run measured yet"
+                                        : "the largest overrun of this run's recent waves",
                     options_.time_limit_s);
       summary_.stopped_by = "time_limit", summary_.stop_reason = text;
       campaign_->set_phase("stopped: time limit");
@@ -1103,7 +1111,7 @@ class Acquisition {
   Watchdog watchdog_;
   double wave_wall_estimate_ = 0;           // seconds the reserved wave may take (with margin)
   double wave_predicted_wall_ = 0;          // seconds it is predicted to take
-  std::vector<double> wave_overruns_;       // this run's waves: measured / predicted wall time
+  std::vector<WaveWall> wave_walls_;        // this run's waves: predicted and measured wall time
   std::uint64_t dropped_seen_ = 0;          // the timer's dropped records already accounted
   std::vector<double> cell_cost_;           // seconds of one round of each of this rank's cells
   std::vector<double> cell_nominal_;        // their nominal seconds (the model's shape)

@@ -64,16 +64,40 @@ TEST(Waves, AWaveIsBoundedByPointsAndByPredictedSeconds) {
 }
 
 // --time-limit holds back the reservation margin only until this run's waves show how far their
-// predictions are off: then the largest overrun, never less than kTimeLimitMinMargin.
+// predictions are off: then the largest overrun of the recent waves, never less than
+// kTimeLimitMinMargin; a wave shorter than the next counts its seconds over, not its ratio.
 TEST(Waves, TheTimeLimitTrustsThePredictionsAsFarAsThisRunsWavesBoreThemOut) {
-  EXPECT_DOUBLE_EQ(time_limit_margin({}), kReservationMargin);
-  EXPECT_DOUBLE_EQ(time_limit_margin({0.97, 1.01, 0.99}), kTimeLimitMinMargin);
-  EXPECT_DOUBLE_EQ(time_limit_margin({1.02, 1.4, 1.1}), 1.4);
-  EXPECT_DOUBLE_EQ(time_limit_margin({1.6}), 1.6);  // above the reservation margin too
+  EXPECT_DOUBLE_EQ(time_limit_margin({}, 100), kReservationMargin);
+  EXPECT_DOUBLE_EQ(time_limit_margin({{100, 97}, {100, 101}, {100, 99}}, 100), kTimeLimitMinMargin);
+  EXPECT_DOUBLE_EQ(time_limit_margin({{100, 102}, {100, 140}, {100, 110}}, 100), 1.4);
+  EXPECT_DOUBLE_EQ(time_limit_margin({{100, 160}}, 80), 1.6);  // above the reservation margin too
   // The forty-first session's H200 call: waves of 104-106 s predicted within 1 %; with 421 s gone
   // and --time-limit 540, the next wave ends at 421 + 106 x 1.05 = 532 s and is measured.
-  EXPECT_LT(421 + 106 * time_limit_margin({1.0, 0.99, 1.01}), 540);
-  EXPECT_GT(421 + 106 * time_limit_margin({}), 540);
+  EXPECT_LT(421 + 106 * time_limit_margin({{106, 106}, {106, 104.9}, {105, 106}}, 106), 540);
+  EXPECT_GT(421 + 106 * time_limit_margin({}, 106), 540);
+}
+
+// The forty-fifth session's fourth call: three short waves, the last 2.3 times its prediction
+// (6.5 s predicted, 15 s measured), then a 105 s wave at 84 s of --time-limit 290. As a ratio the
+// overrun stopped the call (84 + 105 x 2.3 = 326 s); as 8.5 s over, the wave fits (and took 35 s).
+TEST(Waves, AShortWavesOverrunCountsInSecondsAgainstALongerOne) {
+  const std::vector<WaveWall> waves{{18, 20}, {45, 47}, {6.5, 15}};
+  EXPECT_NEAR(time_limit_margin(waves, 105), 1 + 8.5 / 105, 1e-12);
+  EXPECT_LT(84 + 105 * time_limit_margin(waves, 105), 290);
+  EXPECT_NEAR(time_limit_margin(waves, 6.5), 15 / 6.5, 1e-12) << "a wave as short: its ratio";
+  EXPECT_NEAR(time_limit_margin(waves, 5), 15 / 6.5, 1e-12) << "a shorter one: its ratio";
+}
+
+// Only the last kTimeLimitWaves waves count: the forty-fourth session's wave where the capped
+// settle began overran 2.56 times before the costs caught up; the later waves' own overruns take
+// over once it is older than that.
+TEST(Waves, OnlyTheRecentWavesSayHowFarThePredictionsAreOff) {
+  std::vector<WaveWall> waves{{50, 128}};
+  EXPECT_NEAR(time_limit_margin(waves, 50), 2.56, 1e-12);
+  for (std::size_t i = 0; i < kTimeLimitWaves - 1; ++i) waves.push_back({139, 135});
+  EXPECT_NEAR(time_limit_margin(waves, 50), 2.56, 1e-12) << "still among the recent ones";
+  waves.push_back({139, 150});
+  EXPECT_NEAR(time_limit_margin(waves, 139), 150.0 / 139, 1e-12);
 }
 
 TEST(Waves, CellPartsHaveTheirOwnIdsAndRoles) {
