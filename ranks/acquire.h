@@ -93,7 +93,7 @@ inline constexpr double kReservationMargin = 1.25;
 // but at least kTimeLimitMinMargin. A wave predicted at least as long as the next counts as its
 // ratio (measured / predicted); a shorter one as its seconds over, added to the next wave's
 // prediction: a short wave's ratio is mostly fixed costs and the points it happened to hold, and
-// scaled up to a long wave it stopped calls hundreds of seconds early (2.30 from a 17 s wave
+// scaled up to a long wave it stopped calls hundreds of seconds early (2.30 from a short wave
 // against a 105 s prediction; 2.56 from the wave where the capped settle began, after the costs
 // had caught up: docs/cli.md). The predictions follow the measured costs after each wave, so only
 // the recent waves say how far off they still are.
