@@ -69,11 +69,13 @@ class BundleMeta {
 struct RowRecord {
   std::optional<double> sm_clock_mean_mhz;  // the mean SM clock it ran at; nullopt: not recorded
   std::vector<int> devices;  // positions in provenance.hardware.devices; empty: not recorded
+  // experts: how far its run moved (summary.h PointResult::run_spread); nullopt: not recorded
+  std::optional<double> run_spread;
 };
 
 // Each row of a component table's record (row_clocks.csv, through read_fidelity_file), by
-// component and point; empty for an entry published before the file existed (and no devices
-// where it predates their column). Throws BundleError naming a malformed line.
+// component and point; empty for an entry published before the file existed (and no devices or
+// run spread where it predates their column). Throws BundleError naming a malformed line.
 [[nodiscard]] std::map<std::pair<Component, GridPoint>, RowRecord> read_row_records(
     const std::filesystem::path& tp_dir, const BundleEntry& e);
 

@@ -41,12 +41,13 @@ inline constexpr const char* kHeldOutHeader =
 
 // The mean SM clock each row of components.csv was measured at, row for row (empty: not
 // recorded), and the devices whose rounds measured it (positions in the entry's
-// provenance.hardware.devices, ';'-separated; empty: not recorded); files published before the
-// devices column have the header without it. coverage.fidelity.row_clocks_table names it and
-// its SHA-256.
+// provenance.hardware.devices, ';'-separated; empty: not recorded), and for `experts` how far
+// its run moved (run_spread, a fraction; empty for the others); files published before the
+// devices or run_spread column have the header without them. coverage.fidelity.row_clocks_table
+// names it and its SHA-256.
 inline constexpr const char* kRowClocksFile = "row_clocks.csv";
 inline constexpr const char* kRowClocksHeader =
-    "component,tokens,activated_experts,local_assignments,sm_clock_mean_mhz,devices";
+    "component,tokens,activated_experts,local_assignments,sm_clock_mean_mhz,devices,run_spread";
 
 inline constexpr const char* kCollectivesDir = "collectives";
 inline constexpr const char* kCollectivesFile = "collectives.csv";

@@ -189,7 +189,7 @@ PublishReport publish(const StoredAcquisition& acq, const std::string& h5_path,
                    << (p.sm_clock_mean_mhz ? csv_number(*p.sm_clock_mean_mhz, 1) : "") << ",";
         for (std::size_t d = 0; d < p.devices.size(); ++d)
           row_clocks << (d ? ";" : "") << p.devices[d];
-        row_clocks << "\n";
+        row_clocks << "," << (p.run_spread ? csv_number(*p.run_spread, 4) : "") << "\n";
         published[component].push_back({p.point, *p.time_us});
         ++published_points;
       }

@@ -13,6 +13,7 @@
 
 #include "bundle/bundle_meta.h"
 #include "core/job_spec.h"
+#include "core/statistics.h"
 #include "harness/commands.h"
 #include "lookup/lookup.h"
 
@@ -93,6 +94,7 @@ nlohmann::json component_json(Deployment& d, Component c, std::int64_t tokens,
       if (const auto* row = record_of(*rows, c, x.point)) {
         if (row->sm_clock_mean_mhz) vertex["sm_clock_mean_mhz"] = *row->sm_clock_mean_mhz;
         if (!row->devices.empty()) vertex["devices"] = row->devices;
+        if (row->run_spread) vertex["run_spread"] = *row->run_spread;
       }
       v.push_back(vertex);
     }
@@ -304,6 +306,10 @@ int lookup(const Args& args) {
           std::cout << "  on";
           for (const int dev : row->devices) std::cout << " #" << dev;
         }
+        // An unsteady row: its run moved more than the steady bound (measurement.md, Protocol 6).
+        if (row->run_spread && *row->run_spread > kSteadyRunSpread)
+          std::cout << "  its run moved " << std::setprecision(2) << std::fixed
+                    << 100 * *row->run_spread << " %" << std::defaultfloat << std::setprecision(10);
       }
       std::cout << "\n";
     }

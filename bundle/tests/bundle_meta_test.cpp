@@ -137,8 +137,9 @@ TEST(BundleMeta, RowRecordsAreReadUnderTheirChecksum) {
                                                   {"sha256", sha256_hex(text)}};
   };
   const std::string header = std::string(bundle_format::kRowClocksHeader) + "\n";
-  sign(header +
-       "gate_routing,16,0,0,1974.5,0\nexperts,16,8,128,,\nexperts,16,128,128,1884.0,0;3\n");
+  sign(
+      header +
+      "gate_routing,16,0,0,1974.5,0,\nexperts,16,8,128,,,\nexperts,16,128,128,1884.0,0;3,0.0412\n");
   const auto records = read_row_records(tp_dir, e);
   ASSERT_EQ(records.size(), 3u);
   const auto& gate = records.at({Component::gate_routing, GridPoint{16, 0, 0}});
@@ -150,6 +151,15 @@ TEST(BundleMeta, RowRecordsAreReadUnderTheirChecksum) {
   const auto& two = records.at({Component::experts, GridPoint{16, 128, 128}});
   EXPECT_DOUBLE_EQ(two.sm_clock_mean_mhz.value(), 1884.0);
   EXPECT_EQ(two.devices, (std::vector<int>{0, 3}));
+  EXPECT_DOUBLE_EQ(two.run_spread.value(), 0.0412);
+  EXPECT_FALSE(gate.run_spread);
+  // Published before the run_spread column: clocks and devices, no spread.
+  sign(
+      "component,tokens,activated_experts,local_assignments,sm_clock_mean_mhz,devices\n"
+      "experts,16,128,128,1884.0,2\n");
+  const auto before_spread = read_row_records(tp_dir, e).at({Component::experts, {16, 128, 128}});
+  EXPECT_EQ(before_spread.devices, std::vector<int>{2});
+  EXPECT_FALSE(before_spread.run_spread);
   // Published before the devices column: clocks, no devices.
   sign(
       "component,tokens,activated_experts,local_assignments,sm_clock_mean_mhz\n"
@@ -166,13 +176,14 @@ TEST(BundleMeta, RowRecordsAreReadUnderTheirChecksum) {
     }
     return std::string("no error");
   };
-  write_file_atomic(dir / bundle_format::kRowClocksFile, header + "experts,16,8,128,1900.0,0\n");
+  write_file_atomic(dir / bundle_format::kRowClocksFile, header + "experts,16,8,128,1900.0,0,\n");
   EXPECT_NE(error_of().find("checksum mismatch (row_clocks_table.sha256 in meta.yaml)"),
             std::string::npos);
   for (const char* line :
        {"shared,1,0,0,1900.0,0", "experts,16,8,1900.0", "experts,16,x,128,1,0",
-        "experts,16,8,128,1900.0,0;x", "experts,16,8,128,1900.0,-1", "experts,16,8,128,1,0,1"}) {
-    sign(header + "experts,1,1,1,1960.0,0\n" + line + "\n");
+        "experts,16,8,128,1900.0,0;x", "experts,16,8,128,1900.0,-1", "experts,16,8,128,1,0,x",
+        "experts,16,8,128,1,0,-0.1", "experts,16,8,128,1,0,0.1,2"}) {
+    sign(header + "experts,1,1,1,1960.0,0,0.01\n" + line + "\n");
     EXPECT_NE(error_of().find(std::string(bundle_format::kRowClocksFile) + ":3: expected " +
                               bundle_format::kRowClocksHeader),
               std::string::npos)

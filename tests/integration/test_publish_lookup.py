@@ -227,6 +227,11 @@ with tempfile.TemporaryDirectory() as tmp:
         text = lookup(variant, *query, "--explain").stdout
         label = "at balanced routing" if routing == "balanced" else "off balanced routing"
         assert f"the table's held-out error {label}: median " in text and f"over {want['count']} points" in text, text
+        # Each experts vertex says how far its run moved (row_clocks.csv's run_spread); the text
+        # names the rows that moved more than 3 %.
+        vertices = json.loads(lookup(variant, *query, "--explain", "--format", "json").stdout)["vertices"]
+        assert vertices and all(v["run_spread"] >= 0 for v in vertices), vertices
+        assert text.count("its run moved") == sum(v["run_spread"] > 0.03 for v in vertices), (text, vertices)
     assert seen == {"balanced", "off_balance"}, seen
     got = json.loads(lookup(variant, "--tp", "1", "--dp", "1", "--component", "gate_routing", "--tokens", "3",
                             "--format", "json").stdout)["held_out"]

@@ -110,13 +110,15 @@ with tempfile.TemporaryDirectory() as tmp:
     assert published["coverage"]["fidelity"]["row_clocks_table"] == \
         {"file": "row_clocks.csv", "sha256": hashlib.sha256(clocks_text.encode()).hexdigest()}
     clock_lines = clocks_text.splitlines()
-    assert clock_lines[0] == "component,tokens,activated_experts,local_assignments,sm_clock_mean_mhz,devices"
+    assert clock_lines[0] == "component,tokens,activated_experts,local_assignments,sm_clock_mean_mhz,devices,run_spread"
     table_lines = open(table).read().splitlines()[1:]
-    assert [r.rsplit(",", 2)[0] for r in clock_lines[1:]] == \
+    assert [r.rsplit(",", 3)[0] for r in clock_lines[1:]] == \
         [",".join(r.split(",")[:1] + r.split(",")[2:5]) for r in table_lines], "row_clocks.csv rows differ"
     for r in clock_lines[1:]:
         f = r.split(",")
         assert abs(float(f[4]) - staircase_sm_clock_mhz(int(f[1]))) <= 0.5 and f[5] == "0", r
+        # The model's runs do not move; only experts rows carry a spread.
+        assert (float(f[6]) == 0) if f[0] == "experts" else f[6] == "", r
     text = run([HARNESS, "validate", bundle, "--points", "10", "--seed", "11"], check=False).stdout
     g = comps["gate_routing"]["sm_clock_mean_mhz"]
     whole = lambda mhz: math.floor(mhz + 0.5)  # std::lround
