@@ -90,9 +90,8 @@ json ComponentFidelity::to_json(double tolerance) const {
   held["worst"] = worst_points;
   // Misses within the movement of their own runs or their rows' (refinement leaves them).
   held["misses_within_run_movement"] =
-      std::count_if(held_out.begin(), held_out.end(), [&](const HeldOutPoint& h) {
-        return h.predicted_us && h.relative_error() > tolerance && !h.refinable_miss(tolerance);
-      });
+      std::count_if(held_out.begin(), held_out.end(),
+                    [&](const HeldOutPoint& h) { return h.miss_within_run_movement(tolerance); });
   if (balanced && off_balance)
     held["by_routing"] = {{"balanced", balanced->errors_json()},
                           {"off_balance", off_balance->errors_json()}};

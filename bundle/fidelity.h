@@ -51,9 +51,15 @@ struct HeldOutPoint {
   [[nodiscard]] double relative_error() const {
     return predicted_us ? std::abs(*predicted_us - measured_us) / measured_us : 0.0;
   }
-  // A miss of `tolerance` that more rows could resolve (refinement bisects only these).
+  [[nodiscard]] bool miss(double tolerance) const {
+    return predicted_us && relative_error() > tolerance;
+  }
+  // A miss that more rows could resolve (refinement bisects only these), and one they could not.
   [[nodiscard]] bool refinable_miss(double tolerance) const {
-    return predicted_us && relative_error() > tolerance && relative_error() > run_spread;
+    return miss(tolerance) && relative_error() > run_spread;
+  }
+  [[nodiscard]] bool miss_within_run_movement(double tolerance) const {
+    return miss(tolerance) && relative_error() <= run_spread;
   }
 };
 

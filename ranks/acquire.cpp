@@ -505,10 +505,8 @@ class Acquisition {
       int within_movement = 0;  // misses no larger than their runs moved: not refined
       for (const auto& h : f.held_out) {
         measured_held_out.insert(h.point);
-        if (h.refinable_miss(fid.tolerance))
-          misses.push_back({h.point, h.relative_error()});
-        else if (h.predicted_us && h.relative_error() > fid.tolerance)
-          ++within_movement;
+        if (h.refinable_miss(fid.tolerance)) misses.push_back({h.point, h.relative_error()});
+        if (h.miss_within_run_movement(fid.tolerance)) ++within_movement;
       }
       const bool last_stage = f.stages >= kMaxRefinementStages;
       RefinementStep step;
@@ -555,7 +553,7 @@ class Acquisition {
                                             " within their runs' movement, not refined)"
                                       : "")
                   << " and " << f.failed.size() << " points failing B/2B: "
-                  << (misses.empty() && f.failed.empty() ? "the rest is within the runs' movement"
+                  << (misses.empty() && f.failed.empty() ? "they are within their runs' movement"
                       : !fid.refine                      ? "fidelity.refine is false"
                       : last_stage                       ? "the stage limit is reached"
                       : f.added_points >= fid.max_added_points
