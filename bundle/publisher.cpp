@@ -178,7 +178,7 @@ PublishReport publish(const StoredAcquisition& acq, const std::string& h5_path,
           max_change = std::max(max_change, *p.relative_change);
         }
         if (p.run_spread) {
-          unsteady += *p.run_spread > kSteadyRunSpread ? 1 : 0;
+          unsteady += unsteady_run(*p.run_spread) ? 1 : 0;
           max_spread = std::max(max_spread, *p.run_spread);
         }
         if (!p.bank_check_passed) continue;  // listed in coverage.fidelity.failed_points

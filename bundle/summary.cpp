@@ -84,7 +84,7 @@ std::vector<CellSummary> summarize(const StoredAcquisition& acq) {
         s.failed_points += c.pass ? 0 : 1;
         s.max_relative_change = std::max(s.max_relative_change, c.relative_change);
         pr.run_spread = c.run_spread;
-        s.unsteady_points += c.run_spread > kSteadyRunSpread ? 1 : 0;
+        s.unsteady_points += unsteady_run(c.run_spread) ? 1 : 0;
         s.max_run_spread = std::max(s.max_run_spread, c.run_spread);
       }
       s.points.push_back(pr);

@@ -38,7 +38,7 @@ struct CellSummary {
   int checked_points = 0;
   int failed_points = 0;
   double max_relative_change = 0;
-  int unsteady_points = 0;  // experts points whose run moved more than kSteadyRunSpread
+  int unsteady_points = 0;  // experts points whose run moved (unsteady_run, core/statistics.h)
   double max_run_spread = 0;
   [[nodiscard]] bool complete() const { return rounds_complete == rounds_planned; }
 };

@@ -50,11 +50,9 @@ std::vector<double> chunk_medians(const std::vector<double>& v, std::size_t chun
 }  // namespace
 
 BankControl bank_control(std::span<const ArmChunks> rounds) {
-  std::vector<double> b_all, b2_all, changes;
+  std::vector<double> changes;
   double run_spread = 0;
   for (const auto& r : rounds) {
-    b_all.insert(b_all.end(), r.b.begin(), r.b.end());
-    b2_all.insert(b2_all.end(), r.b2.begin(), r.b2.end());
     const std::size_t chunk = std::max<std::size_t>(r.chunk, 1);
     const auto b = chunk_medians(r.b, chunk), b2 = chunk_medians(r.b2, chunk);
     for (const auto* arm : {&b, &b2})
@@ -71,8 +69,6 @@ BankControl bank_control(std::span<const ArmChunks> rounds) {
   if (changes.empty())
     throw std::invalid_argument("bank control: no round has both arms' forwards");
   BankControl c{};
-  c.median_b_us = median(b_all);
-  c.median_2b_us = median(b2_all);
   c.relative_change = std::fabs(median(changes));
   c.pass = c.relative_change <= kBankTolerance;
   c.run_spread = run_spread;

@@ -11,6 +11,9 @@ namespace moe {
 inline constexpr double kBankTolerance = 0.03;  // B vs 2B, chunk by chunk (docs/measurement.md)
 // A point whose chunks of one arm moved more than this within a run is reported as unsteady.
 inline constexpr double kSteadyRunSpread = 0.03;
+[[nodiscard]] inline bool unsteady_run(double run_spread) {
+  return run_spread > kSteadyRunSpread;
+}
 
 [[nodiscard]] double median(std::vector<double> v);
 // The q-quantile (0 <= q <= 1) with linear interpolation between order statistics (the common
@@ -38,8 +41,6 @@ struct ArmChunks {
 // the later chunks of both arms run slower, and which arm's median lands on which level depends
 // only on where the step fell; docs/measurement.md, "Protocol").
 struct BankControl {
-  double median_b_us;      // pooled over all rounds (for display)
-  double median_2b_us;     // pooled over all rounds (for display)
   double relative_change;  // |median over 2B chunks of (2B chunk / its B neighbours - 1)|
   bool pass;               // relative_change <= kBankTolerance
   // How far one arm's chunks moved within a run, which the control passes (both arms move

@@ -307,7 +307,7 @@ int lookup(const Args& args) {
           for (const int dev : row->devices) std::cout << " #" << dev;
         }
         // An unsteady row: its run moved more than the steady bound (measurement.md, Protocol 6).
-        if (row->run_spread && *row->run_spread > kSteadyRunSpread)
+        if (row->run_spread && unsteady_run(*row->run_spread))
           std::cout << "  its run moved " << std::setprecision(2) << std::fixed
                     << 100 * *row->run_spread << " %" << std::defaultfloat << std::setprecision(10);
       }

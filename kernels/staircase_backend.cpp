@@ -2,13 +2,13 @@
 
 #include <algorithm>
 #include <atomic>
-#include <charconv>
 #include <cmath>
 #include <cstdlib>
-#include <cstring>
 #include <stdexcept>
 #include <string>
 #include <utility>
+
+#include "core/files.h"
 
 namespace moe {
 
@@ -61,9 +61,11 @@ std::int64_t tokens_from_environment(const char* variable) {
   const char* text = std::getenv(variable);
   if (text == nullptr) return 0;
   std::int64_t n = 0;
-  const auto end = text + std::strlen(text);
-  const auto [rest, error] = std::from_chars(text, end, n);
-  if (error != std::errc() || rest != end || n <= 0)
+  try {
+    n = csv_integer(text);
+  } catch (const std::invalid_argument&) {  // named below, with the variable
+  }
+  if (n <= 0)
     throw std::invalid_argument(std::string(variable) + " must be a positive token count, not \"" +
                                 text + "\"");
   return n;

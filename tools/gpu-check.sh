@@ -279,8 +279,6 @@ run_acquire() {
     else
       echo "no archive at $CAMPAIGN_ARCHIVE: a new campaign"
     fi
-  fi
-  if [ -n "${CAMPAIGN_ARCHIVE:-}" ]; then
     trap 'acquire_cut_off TERM 143' TERM
     trap 'acquire_cut_off INT 130' INT
   fi

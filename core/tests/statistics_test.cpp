@@ -10,6 +10,12 @@
 namespace moe {
 namespace {
 
+// The arms' pooled medians over one round, 2B over B less 1: what the control compared before it
+// went chunk by chunk.
+double pooled_change(const ArmChunks& r) {
+  return median(r.b2) / median(r.b) - 1;
+}
+
 // One round of forwards as they ran, in chunks of four per arm.
 ArmChunks forwards(std::vector<double> b, std::vector<double> b2) {
   return {std::move(b), std::move(b2), 4};
@@ -47,7 +53,7 @@ TEST(BankControl, AStepOfTheClockMidRunPasses) {
   }
   const std::vector<ArmChunks> between_b1_and_2b1{three_chunks({100, 100, 110}, {100, 110, 110})};
   const auto c = bank_control(between_b1_and_2b1);
-  EXPECT_NEAR(c.median_2b_us / c.median_b_us - 1, 0.10, 1e-12) << "the pooled medians differ";
+  EXPECT_NEAR(pooled_change(between_b1_and_2b1[0]), 0.10, 1e-12) << "the pooled medians differ";
   EXPECT_NEAR(c.run_spread, 0.10, 1e-12) << "but the run moved, which is said";
 }
 
@@ -60,7 +66,7 @@ TEST(BankControl, AMeasuredStepInsideAChunkPasses) {
                                                {1209.4, 1203.8, 1203.6, 1206.9, 1207.8, 1205.8,
                                                 1311.6, 1323.1, 1332.4, 1323.4, 1323.1, 1329.0})};
   const auto c = bank_control(rounds);
-  EXPECT_GT(c.median_2b_us / c.median_b_us - 1, 0.03);
+  EXPECT_GT(pooled_change(rounds[0]), 0.03);
   EXPECT_TRUE(c.pass);
   EXPECT_LT(c.relative_change, 0.005);
 }
