@@ -71,17 +71,19 @@ std::optional<GridPoint> row_probe(const JobSpec& job, const Target& t, Componen
   return balanced_point(job, t, n);
 }
 
+// What refining one miss adds: grid points, and held-out probes in the intervals it splits.
+struct Split {
+  std::set<GridPoint> take;
+  std::vector<std::optional<GridPoint>> probes;
+};
+
 // The ray refinement of an experts miss where every route is local: the rays (rows per expert) of
 // the grid at the rows around the miss that bracket it, and the points of the ray between them on
 // every row (a column of the rows-per-expert mesh, docs/measurement.md#fidelity), with probes
 // midway on either side at the miss's N. Empty when the bracket cannot be split, or when the
 // miss lies between rows and the new ray is infeasible on one of them.
-struct RaySplit {
-  std::set<GridPoint> take;
-  std::vector<std::optional<GridPoint>> probes;
-};
-RaySplit split_ray(const JobSpec& job, const Target& t, const std::set<GridPoint>& grid,
-                   const std::vector<std::int64_t>& rows, const GridPoint& p) {
+Split split_ray(const JobSpec& job, const Target& t, const std::set<GridPoint>& grid,
+                const std::vector<std::int64_t>& rows, const GridPoint& p) {
   const auto at = [&](std::int64_t n, double r) -> std::optional<GridPoint> {
     const auto a = std::llround(static_cast<double>(n) * job.geometry.top_k / r);
     return balanced_column_point(job, t, n, a);  // M = N·k; nullopt off the feasible A range
@@ -101,12 +103,110 @@ RaySplit split_ray(const JobSpec& job, const Target& t, const std::set<GridPoint
   // from a few dozen tokens up lies) the miss is still interpolated from the far row's old points,
   // so the ray would add points and never change its prediction: the N interval is bisected.
   if (nb && (!at(nb->first, mid) || !at(nb->second, mid))) return {};
-  RaySplit split;
+  Split split;
   for (const auto n : rows)
     if (const auto q = at(n, mid); q && !grid.contains(*q)) split.take.insert(*q);
   if (split.take.empty()) return {};
   split.probes = {at(p.tokens, (r1 + mid) / 2), at(p.tokens, (mid + r2) / 2)};
   return split;
+}
+
+// The launch-wave refinement of an experts miss where every route is local (M = N·k in every
+// column): on the miss's row, if it is one, and the nearest rows below and above it, the grid
+// columns around the miss's A and around the A of its rows per expert (where the rows-per-expert
+// mesh takes its vertices) are searched for neighbouring A whose declared waves differ; both
+// sides of each such step join the grid. Empty when every such step is bracketed already.
+std::set<GridPoint> wave_brackets(const JobSpec& job, const Target& t,
+                                  const std::set<GridPoint>& grid,
+                                  const std::vector<std::int64_t>& rows, const GridPoint& p,
+                                  const ExpertWaves& waves) {
+  std::set<std::int64_t> near;
+  const auto at_or_above = std::lower_bound(rows.begin(), rows.end(), p.tokens);
+  if (at_or_above != rows.begin()) near.insert(*std::prev(at_or_above));
+  const auto above = std::upper_bound(rows.begin(), rows.end(), p.tokens);
+  if (above != rows.end()) near.insert(*above);
+  if (at_or_above != rows.end() && *at_or_above == p.tokens) near.insert(p.tokens);
+  const double r = rows_per_active_expert(p);
+  std::set<GridPoint> take;
+  for (const auto n : near) {
+    std::vector<std::int64_t> columns;  // sorted: the grid is ordered by (N, A, M)
+    for (const auto& g : grid)
+      if (g.tokens == n && g.activated > 0 && (columns.empty() || columns.back() != g.activated))
+        columns.push_back(g.activated);
+    if (columns.size() < 2) continue;
+    const double same_rows = static_cast<double>(n) * job.geometry.top_k / r;
+    const auto a_lo = static_cast<std::int64_t>(
+        std::floor(std::min(static_cast<double>(p.activated), same_rows)));
+    const auto a_hi =
+        static_cast<std::int64_t>(std::ceil(std::max(static_cast<double>(p.activated), same_rows)));
+    auto first = std::upper_bound(columns.begin(), columns.end(), a_lo);
+    if (first != columns.begin()) --first;
+    auto last = std::lower_bound(columns.begin(), columns.end(), a_hi);
+    if (last == columns.end()) --last;
+    for (std::int64_t a = *first; a < *last; ++a) {
+      const auto below = balanced_column_point(job, t, n, a),
+                 next = balanced_column_point(job, t, n, a + 1);
+      if (!below || !next ||
+          waves(below->activated, below->assignments) == waves(next->activated, next->assignments))
+        continue;
+      for (const auto& q : {*below, *next})
+        if (!grid.contains(q)) take.insert(q);
+    }
+  }
+  return take;
+}
+
+// The bisection of a miss's interval when no declared wave step is left to bracket: for an
+// `experts` miss where every route is local, a new rows-per-expert ray (split_ray); else the N
+// interval's midpoint row, or on an existing row the A interval's midpoint column; the miss
+// itself where neither interval can be split.
+Split bisect_around(const JobSpec& job, const Target& t, Component c,
+                    const std::set<GridPoint>& grid, const std::vector<std::int64_t>& rows,
+                    const GridPoint& p, const std::vector<std::int64_t>& time_steps) {
+  const bool experts = c == Component::experts;
+  if (experts && p.activated > 0 && all_routes_local(job, t))
+    if (auto ray = split_ray(job, t, grid, rows, p); !ray.take.empty()) return ray;
+  Split out;
+  auto& take = out.take;
+  auto& new_probes = out.probes;
+  if (const auto nb = bracket(rows, p.tokens)) {
+    // Bisect the N interval: a whole row at its midpoint.
+    const auto mid = midpoint(nb->first, nb->second, true);
+    if (mid) {
+      if (!experts || p.activated == 0) {
+        take.insert({*mid, 0, 0});
+      } else {
+        for (const auto& q : expert_row(job, t, *mid, time_steps))
+          if (q.activated > 0) take.insert(q);
+      }
+      if (p.tokens == *mid) take.insert(p);
+      for (const auto& [lo, hi] : {std::pair{nb->first, *mid}, std::pair{*mid, nb->second}})
+        if (const auto m = midpoint(lo, hi, true))
+          new_probes.push_back(row_probe(job, t, c, p, *m));
+    } else {
+      take.insert(p);
+    }
+  } else if (experts && p.activated > 0) {
+    // On an existing N row: bisect its A interval with a column at the midpoint.
+    std::vector<std::int64_t> axis;
+    for (const auto& g : grid)
+      if (g.tokens == p.tokens && g.activated > 0) axis.push_back(g.activated);
+    axis.erase(std::unique(axis.begin(), axis.end()), axis.end());
+    const auto ab = bracket(axis, p.activated);
+    const auto mid = ab ? midpoint(ab->first, ab->second, false) : std::nullopt;
+    if (mid) {
+      for (const auto& q : expert_column(job, t, p.tokens, *mid)) take.insert(q);
+      if (p.activated == *mid) take.insert(p);
+      for (const auto& [lo, hi] : {std::pair{ab->first, *mid}, std::pair{*mid, ab->second}})
+        if (const auto m = midpoint(lo, hi, false))
+          new_probes.push_back(balanced_column_point(job, t, p.tokens, *m));
+    } else {
+      take.insert(p);
+    }
+  } else {
+    take.insert(p);
+  }
+  return out;
 }
 
 // Deterministic draws (splitmix64), identical on every platform.
@@ -252,7 +352,8 @@ RefinementStep refinement_step(
     const JobSpec& job, const Target& t, Component c, int stage, const std::set<GridPoint>& grid,
     const std::set<GridPoint>& measured_held_out, std::vector<HeldOutMiss> misses,
     std::int64_t point_budget, const std::vector<std::int64_t>& time_steps,
-    const std::vector<std::pair<std::int64_t, std::int64_t>>& kernel_changes) {
+    const std::vector<std::pair<std::int64_t, std::int64_t>>& kernel_changes,
+    const ExpertWaves& waves) {
   std::sort(misses.begin(), misses.end(), [](const HeldOutMiss& a, const HeldOutMiss& b) {
     return a.relative_error != b.relative_error ? a.relative_error > b.relative_error
                                                 : a.point < b.point;
@@ -260,59 +361,22 @@ RefinementStep refinement_step(
   std::set<GridPoint> added, probes;
   const auto known = [&](const GridPoint& p) { return grid.contains(p) || added.contains(p); };
   const bool experts = c == Component::experts;
+  int wave_bracketed = 0;
   for (const auto& miss : misses) {
     const auto& p = miss.point;
-    std::set<GridPoint> take;
-    std::vector<std::optional<GridPoint>> new_probes;
     const auto rows = rows_of(grid, p);
-    RaySplit ray;
-    if (experts && p.activated > 0 && all_routes_local(job, t))
-      ray = split_ray(job, t, grid, rows, p);
-    if (!ray.take.empty()) {
-      take = std::move(ray.take);
-      new_probes = std::move(ray.probes);
-    } else if (const auto nb = bracket(rows, p.tokens)) {
-      // Bisect the N interval: a whole row at its midpoint.
-      const auto mid = midpoint(nb->first, nb->second, true);
-      if (mid) {
-        if (!experts || p.activated == 0) {
-          take.insert({*mid, 0, 0});
-        } else {
-          for (const auto& q : expert_row(job, t, *mid, time_steps))
-            if (q.activated > 0) take.insert(q);
-        }
-        if (p.tokens == *mid) take.insert(p);
-        for (const auto& [lo, hi] : {std::pair{nb->first, *mid}, std::pair{*mid, nb->second}})
-          if (const auto m = midpoint(lo, hi, true))
-            new_probes.push_back(row_probe(job, t, c, p, *m));
-      } else {
-        take.insert(p);
-      }
-    } else if (experts && p.activated > 0) {
-      // On an existing N row: bisect its A interval with a column at the midpoint.
-      std::vector<std::int64_t> axis;
-      for (const auto& g : grid)
-        if (g.tokens == p.tokens && g.activated > 0) axis.push_back(g.activated);
-      axis.erase(std::unique(axis.begin(), axis.end()), axis.end());
-      const auto ab = bracket(axis, p.activated);
-      const auto mid = ab ? midpoint(ab->first, ab->second, false) : std::nullopt;
-      if (mid) {
-        for (const auto& q : expert_column(job, t, p.tokens, *mid)) take.insert(q);
-        if (p.activated == *mid) take.insert(p);
-        for (const auto& [lo, hi] : {std::pair{ab->first, *mid}, std::pair{*mid, ab->second}})
-          if (const auto m = midpoint(lo, hi, false))
-            new_probes.push_back(balanced_column_point(job, t, p.tokens, *m));
-      } else {
-        take.insert(p);
-      }
-    } else {
-      take.insert(p);
-    }
+    Split split;
+    if (experts && p.activated > 0 && waves && all_routes_local(job, t))
+      split.take = wave_brackets(job, t, grid, rows, p, waves);
+    const bool at_waves = !split.take.empty();
+    if (!at_waves) split = bisect_around(job, t, c, grid, rows, p, time_steps);
+    auto& take = split.take;
     std::erase_if(take, known);
     if (take.empty() || static_cast<std::int64_t>(added.size() + take.size()) > point_budget)
       continue;
     added.insert(take.begin(), take.end());
-    for (const auto& q : new_probes)
+    if (at_waves) ++wave_bracketed;
+    for (const auto& q : split.probes)
       if (q) probes.insert(*q);
   }
   if (!experts)
@@ -337,7 +401,7 @@ RefinementStep refinement_step(
                                 held_out_seed(job, t, c, stage), taken))
       probes.insert(q);
   }
-  return {{added.begin(), added.end()}, {probes.begin(), probes.end()}};
+  return {{added.begin(), added.end()}, {probes.begin(), probes.end()}, wave_bracketed};
 }
 
 }  // namespace moe

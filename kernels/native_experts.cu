@@ -558,6 +558,7 @@ struct WgmmaConfig {
   // +1024: the stages are placed on a 1024-byte boundary (the swizzle atom).
   static constexpr int kSmemBytes = kStages * (kStageW + kStageX) * 2 + 1024;
   static_assert(kStages >= 3, "a stage is refilled two steps after its wgmma was issued");
+  static_assert(kRows == kNativeWgmmaBlockRows, "native_launch_waves counts these blocks");
 };
 #else
 // Builds without sm_90a run the medium and wide tiles on mma.sync only; a wgmma tile is then just
@@ -1426,6 +1427,7 @@ struct TallW2 {
   static constexpr int kStages = std::min(pipeline_stages(kStageBytes, 0), 6);
   static constexpr int kSmemBytes = pipeline_smem_bytes(kStages, kStageBytes, 0);
   static_assert(kRows == kMapRows && kTokens % 16 == 0 && kTokens <= 256 && kStages >= 3);
+  static_assert(kRows == kNativeW2TallBlockRows, "native_launch_waves counts these blocks");
   static_assert(kStageBytes % 1024 == 0, "every box lands on a swizzle atom");
 };
 
@@ -1720,6 +1722,9 @@ __global__ void combine_lanes(const bf16* __restrict__ y, const int* __restrict_
 
 // The tile shapes have the token rows the tile rule plans with.
 static_assert(NarrowTile::kTokens == native_tile_tokens(NativeTile::narrow));
+// The blocks of the launch model refinement is told of (native_launch_waves) are these.
+static_assert(NarrowTile::kRows == kNativeNarrowBlockRows &&
+              NarrowTile::kMinBlocks == kNativeNarrowBlocksPerSm);
 
 // The shared-memory opt-in is a per-device attribute of a kernel: set it once for each device.
 void allow_dynamic_smem(const void* kernel, int bytes) {

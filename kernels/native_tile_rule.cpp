@@ -4,6 +4,7 @@
 #include <cmath>
 
 #include "core/planner.h"
+#include "kernels/staircase_backend.h"
 
 namespace moe {
 
@@ -97,6 +98,52 @@ std::vector<std::int64_t> native_time_steps(std::int64_t max_rows) {
       steps.push_back(b);
   }
   return steps;
+}
+
+std::array<std::int64_t, 2> native_launch_waves(const ModelGeometry& g, int sms,
+                                                std::int64_t activated, std::int64_t assignments) {
+  if (activated < 1 || assignments < 1 || sms < 1) return {0, 0};
+  const std::int64_t share = assignments / activated, more = assignments % activated;
+  // Tiles of `tokens` rows the experts take, each padded to whole tiles.
+  const auto tiles_of = [&](std::int64_t tokens) {
+    return more * ((share + 1 + tokens - 1) / tokens) +
+           (activated - more) * ((share + tokens - 1) / tokens);
+  };
+  const auto blocks = [](std::int64_t weight_rows, std::int64_t block_rows) {
+    return (weight_rows + block_rows - 1) / block_rows;
+  };
+  const auto waves = [](std::int64_t units, std::int64_t slots) {
+    return (units + slots - 1) / slots;
+  };
+  const double rows = static_cast<double>(assignments) / static_cast<double>(activated);
+  const auto tile = native_tile_for(rows);
+  const std::int64_t tiles = tiles_of(native_tile_tokens(tile));
+  const std::int64_t gated = 2LL * g.intermediate, hidden = g.hidden;
+  if (tile == NativeTile::narrow) {
+    const std::int64_t slots = static_cast<std::int64_t>(sms) * kNativeNarrowBlocksPerSm;
+    return {waves(tiles * blocks(gated, kNativeNarrowBlockRows), slots),
+            waves(tiles * blocks(hidden, kNativeNarrowBlockRows), slots)};
+  }
+  // Paired tiles run as clusters of two CTAs: a unit is a pair of tiles' feature block.
+  const bool paired = native_pairs_tiles(tile, rows);
+  const std::int64_t ctas = paired ? 2 : 1, slots = std::max<std::int64_t>(1, sms / ctas);
+  const std::int64_t pair_units = (tiles + ctas - 1) / ctas;
+  const std::int64_t w13 = waves(pair_units * blocks(gated, kNativeWgmmaBlockRows), slots);
+  if (const int tall = native_w2_tall_tokens(tile, rows); tall > 0)
+    return {w13, waves(tiles_of(tall) * blocks(hidden, kNativeW2TallBlockRows), sms)};
+  return {w13, waves(pair_units * blocks(hidden, kNativeWgmmaBlockRows), slots)};
+}
+
+ExpertWaves expert_launch_waves(std::string_view backend, const ModelGeometry& g, int sm_count) {
+  if (backend == "native" && sm_count > 0)
+    return [g, sm_count](std::int64_t activated, std::int64_t assignments) {
+      return native_launch_waves(g, sm_count, activated, assignments);
+    };
+  if (backend == "staircase_model")
+    return [](std::int64_t activated, std::int64_t assignments) {
+      return std::array<std::int64_t, 2>{staircase_waves(activated, assignments), 0};
+    };
+  return {};
 }
 
 std::vector<std::int64_t> expert_time_steps(std::string_view backend, std::int64_t max_rows) {

@@ -4,12 +4,14 @@
 // places grid rows around.
 #pragma once
 
+#include <array>
 #include <cstdint>
 #include <span>
 #include <string_view>
 #include <vector>
 
 #include "core/job_spec.h"
+#include "core/refinement.h"
 
 namespace moe {
 
@@ -72,6 +74,25 @@ inline constexpr int kNativeW2TallTokens[] = {160, 192, 224, 256};
 // forward whose mean lies in (b, b + 1) mixes experts of both sides. Ascending.
 [[nodiscard]] std::vector<std::int64_t> native_time_steps(std::int64_t max_rows);
 
+// The launches' block shapes (static_asserts in native_experts.cu hold them to the kernels): the
+// narrow tile's blocks have 64 weight rows and two fit an SM; every wgmma tile's have 256 (in
+// clusters of two CTAs where the tiles are paired); W2's tall tiles have 128 output features.
+inline constexpr int kNativeNarrowBlockRows = 64;
+inline constexpr int kNativeNarrowBlocksPerSm = 2;
+inline constexpr int kNativeWgmmaBlockRows = 256;
+inline constexpr int kNativeW2TallBlockRows = 128;
+
+// The launch waves (W13, W2) of the native forward of `activated` local experts sharing
+// `assignments` rows as the stimuli share them (counts differing by at most one) on `sms` SMs:
+// each GEMM's block tiles run ceil(units / slots) at a time, one per SM (one per pair of SMs for
+// paired tiles, two per SM for the narrow tile), so its time steps where that count changes
+// (docs/native-backend.md#launch-waves-set-the-time-off-balanced-routing). The narrow tile's grid
+// is the bound's, not the routes' own (its empty blocks leave at once), so there the waves are the
+// working blocks'. The one-token path is not modelled (N = 1 has one point per row).
+[[nodiscard]] std::array<std::int64_t, 2> native_launch_waves(const ModelGeometry& g, int sms,
+                                                              std::int64_t activated,
+                                                              std::int64_t assignments);
+
 // The steps a backend declares (docs/measurement.md#grid): `native`'s tile rule; none for the
 // others (their steps, if any, are for refinement to find).
 [[nodiscard]] std::vector<std::int64_t> expert_time_steps(std::string_view backend,
@@ -80,5 +101,10 @@ inline constexpr int kNativeW2TallTokens[] = {160, 192, 224, 256};
 // gathered row count of any target, all on one expert's share): what make_plan takes.
 [[nodiscard]] std::vector<std::int64_t> expert_time_steps(std::string_view backend,
                                                           const JobSpec& job);
+
+// The launch waves a backend declares for refinement (core's ExpertWaves): `native`'s on
+// `sm_count` SMs, the staircase model's; none for the others.
+[[nodiscard]] ExpertWaves expert_launch_waves(std::string_view backend, const ModelGeometry& g,
+                                              int sm_count);
 
 }  // namespace moe

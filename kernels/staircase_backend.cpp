@@ -21,6 +21,12 @@ std::int64_t tiles(std::int64_t rows) {
   return (rows + kStaircaseTileRows - 1) / kStaircaseTileRows;
 }
 
+// The tiles A experts sharing M rows (counts differing by at most one) start.
+std::int64_t started_tiles(std::int64_t activated, std::int64_t assignments) {
+  const auto per = assignments / activated, extra = assignments % activated;
+  return (activated - extra) * tiles(per) + extra * tiles(per + 1);
+}
+
 // The CPU reference computes and verifies; only the forward's time is modeled.
 class StaircaseWorkload final : public Workload {
  public:
@@ -110,6 +116,10 @@ class StaircaseBackend final : public Backend {
 
 }  // namespace
 
+std::int64_t staircase_waves(std::int64_t activated, std::int64_t assignments) {
+  return (started_tiles(activated, assignments) + kStaircaseWaveTiles - 1) / kStaircaseWaveTiles;
+}
+
 double staircase_time_us(Component c, const GridPoint& p) {
   const auto n = static_cast<double>(p.tokens);
   switch (c) {
@@ -121,11 +131,10 @@ double staircase_time_us(Component c, const GridPoint& p) {
       return 5.0 + 0.05 * n;
     case Component::experts: {
       if (p.activated == 0) return 2.0;
-      const auto per = p.assignments / p.activated, extra = p.assignments % p.activated;
-      const auto started = (p.activated - extra) * tiles(per) + extra * tiles(per + 1);
-      const auto waves = (started + kStaircaseWaveTiles - 1) / kStaircaseWaveTiles;
-      return 4.0 + 0.5 * static_cast<double>(p.activated) + 3.0 * static_cast<double>(started) +
-             8.0 * static_cast<double>(waves) + 0.01 * static_cast<double>(p.assignments);
+      return 4.0 + 0.5 * static_cast<double>(p.activated) +
+             3.0 * static_cast<double>(started_tiles(p.activated, p.assignments)) +
+             8.0 * static_cast<double>(staircase_waves(p.activated, p.assignments)) +
+             0.01 * static_cast<double>(p.assignments);
     }
   }
   return 0.0;

@@ -22,6 +22,11 @@ inline constexpr std::int64_t kStaircaseWaveTiles = 6;
 // that takes 1% longer: a step below the tolerance, visible only in the kernel list.
 inline constexpr std::int64_t kStaircaseGateSwitchRows = 44;
 
+// The modeled waves of an `experts` forward of A active experts sharing M rows: its started
+// tiles, kStaircaseWaveTiles at a time. Declared to refinement (kernels' expert_launch_waves), as
+// the native kernel's launch waves are; its tile steps are not, refinement finds them.
+[[nodiscard]] std::int64_t staircase_waves(std::int64_t activated, std::int64_t assignments);
+
 // Modeled µs of one forward of `c` at `p`. Experts rows are spread over the A active experts as
 // the stimulus spreads them (counts differing by at most one).
 [[nodiscard]] double staircase_time_us(Component c, const GridPoint& p);

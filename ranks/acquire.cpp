@@ -511,9 +511,10 @@ class Acquisition {
       const bool last_stage = f.stages >= kMaxRefinementStages;
       RefinementStep step;
       if (fid.refine && !last_stage)
-        step = refinement_step(job_, t->target, f.component, f.stages + 1, grid, measured_held_out,
-                               misses, fid.max_added_points - f.added_points,
-                               plan_.expert_time_steps, f.kernel_changes);
+        step = refinement_step(
+            job_, t->target, f.component, f.stages + 1, grid, measured_held_out, misses,
+            fid.max_added_points - f.added_points, plan_.expert_time_steps, f.kernel_changes,
+            expert_launch_waves(ctx_->backend->name(), job_.geometry, ctx_->backend->sm_count()));
       // Grid points that failed B/2B are measured again in fresh rounds, up to the limit.
       std::vector<GridPoint> again;
       for (const auto& p : f.failed)
@@ -533,6 +534,9 @@ class Acquisition {
                   << "%, max " << f.statistics.max * 100 << "% over " << f.statistics.count
                   << " points; +" << step.grid.size() << " grid points, " << again.size()
                   << " re-measured, " << step.held_out.size() << " new held-out"
+                  << (step.wave_brackets ? "; " + std::to_string(step.wave_brackets) +
+                                               " misses bracketed at launch-wave steps"
+                                         : "")
                   << (within_movement ? "; " + std::to_string(within_movement) +
                                             " misses within their runs' movement, not refined"
                                       : "")

@@ -3,6 +3,7 @@
 #include <gtest/gtest.h>
 
 #include <algorithm>
+#include <array>
 #include <cmath>
 #include <set>
 
@@ -260,6 +261,53 @@ TEST(Refinement, AMissWhoseRayLeavesThePolytopeBeforeTheNextRowGetsTheRowBetween
   ASSERT_EQ(balanced.activated, 128);
   EXPECT_EQ(refine_between_rows_256_and_1024(balanced).grid,
             (std::vector<GridPoint>{row.begin(), row.end()}));
+}
+
+// Declared waves with one step, between A = 22 and 23 (as the native W13 launch's 6 blocks per
+// tile cross 132 SMs there at one tile per expert).
+std::array<std::int64_t, 2> one_step_at_23(std::int64_t activated, std::int64_t /*assignments*/) {
+  return {activated >= 23 ? 2 : 1, 0};
+}
+
+TEST(Refinement, AMissAcrossADeclaredWaveStepGetsColumnsOnBothSidesOfTheStep) {
+  const auto job = qwen3_job();
+  const auto t = job.targets().front();
+  std::set<GridPoint> grid;
+  for (const auto n : {64, 80, 128})
+    for (const auto& p : expert_row(job, t, n)) grid.insert(p);
+  const GridPoint miss{80, 24, 640};
+  ASSERT_FALSE(grid.contains(miss));
+  ASSERT_FALSE(grid.contains(GridPoint{80, 22, 640}) && grid.contains(GridPoint{80, 23, 640}));
+  const auto refine = [&](const std::set<GridPoint>& g, const ExpertWaves& waves) {
+    return refinement_step(job, t, Component::experts, 1, g, {miss}, {{miss, 0.1}}, 1000, {}, {},
+                           waves);
+  };
+  const auto step = refine(grid, one_step_at_23);
+  EXPECT_EQ(step.wave_brackets, 1);
+  ASSERT_FALSE(step.grid.empty());
+  std::set<GridPoint> table(grid);
+  for (const auto& p : step.grid) {
+    // Only the two sides of the step, on the miss's row and the rows either side of it.
+    EXPECT_TRUE(p.activated == 22 || p.activated == 23) << p.tokens << " " << p.activated;
+    EXPECT_TRUE(p.tokens == 64 || p.tokens == 80 || p.tokens == 128) << p.tokens;
+    EXPECT_EQ(p.assignments, p.tokens * job.geometry.top_k);
+    table.insert(p);
+  }
+  // The step on the miss's row is now an edge of the table.
+  EXPECT_TRUE(table.contains(GridPoint{80, 22, 640}) && table.contains(GridPoint{80, 23, 640}));
+  // Without declared waves, or with waves that never step, the interval is bisected as before.
+  const auto bisected = refine(grid, {});
+  EXPECT_EQ(bisected.wave_brackets, 0);
+  EXPECT_NE(bisected.grid, step.grid);
+  const auto flat = refine(grid, [](std::int64_t, std::int64_t) {
+    return std::array<std::int64_t, 2>{1, 1};
+  });
+  EXPECT_EQ(flat.grid, bisected.grid);
+  EXPECT_EQ(flat.wave_brackets, 0);
+  // Once the step is bracketed, a miss still left is bisected.
+  const auto next = refine(table, one_step_at_23);
+  EXPECT_EQ(next.wave_brackets, 0);
+  EXPECT_FALSE(next.grid.empty());
 }
 
 }  // namespace

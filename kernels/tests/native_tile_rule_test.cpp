@@ -7,6 +7,9 @@
 #include <random>
 #include <vector>
 
+#include "core/geometry.h"
+#include "kernels/staircase_backend.h"
+
 namespace moe {
 namespace {
 
@@ -130,6 +133,52 @@ TEST(NativeTileRule, JobBoundIsTheLargestRowCountOnOneExpertShare) {
   // 8192 tokens x k = 8 on the fewest active experts (k = 8): 8192 rows per expert at most.
   EXPECT_EQ(expert_time_steps("native", job), native_time_steps(8192));
   EXPECT_EQ(expert_time_steps("native", job).back(), 8064);
+}
+
+// The waves of each launch on 132 SMs (Qwen3-30B-A3B: W13 has 2 x 768 weight rows, W2 2048),
+// counted by hand from the blocks the forward launches.
+TEST(NativeLaunchWaves, FollowTheBlocksOfEachLaunch) {
+  const auto g = *find_preset("qwen3-30b-a3b");
+  const auto waves = [&](std::int64_t a, std::int64_t m, int sms = 132) {
+    return native_launch_waves(g, sms, a, m);
+  };
+  using W = std::array<std::int64_t, 2>;
+  // Narrow tile (1-2 rows each), one tile per expert, blocks of 64 weight rows, two per SM:
+  // W13 24 blocks a tile, W2 32, 264 at a time.
+  EXPECT_EQ(waves(11, 16), (W{1, 2}));  // 264 and 352 blocks
+  EXPECT_EQ(waves(12, 16), (W{2, 2}));  // 288 and 384
+  // Medium tile (29 rows each), one tile per expert, 256-row blocks, one per SM: W13 6 a tile,
+  // W2 8: W2 steps above 16 experts, W13 above 22.
+  EXPECT_EQ(waves(16, 640), (W{1, 1}));
+  EXPECT_EQ(waves(17, 640), (W{1, 2}));
+  EXPECT_EQ(waves(22, 640), (W{1, 2}));
+  EXPECT_EQ(waves(23, 640), (W{2, 2}));
+  EXPECT_EQ(waves(23, 640, 264), (W{1, 1}));  // twice the SMs
+  // Paired wide tiles (1024 rows each: 8 tiles of 128), clusters of two CTAs, 66 at a time:
+  // 32 pairs x 6 = 192 W13 units, x 8 = 256 W2 units; 9 experts (8 tiles each): 36 pairs.
+  EXPECT_EQ(waves(8, 8192), (W{3, 4}));
+  EXPECT_EQ(waves(9, 8192), (W{4, 5}));
+  // 200 rows each: two wide112 tiles, paired; W2 on one tall tile of 224 rows per expert, 16
+  // blocks of 128 features each, one per SM: 40 pairs x 6 = 240 units, 40 x 16 = 640 blocks.
+  EXPECT_EQ(waves(40, 8000), (W{4, 5}));
+  EXPECT_EQ(waves(0, 0), (W{0, 0}));
+  EXPECT_EQ(waves(8, 8192, 0), (W{0, 0}));
+}
+
+TEST(NativeLaunchWaves, DeclaredForNativeOnAKnownDeviceAndForTheStaircaseModel) {
+  const auto g = *find_preset("qwen3-30b-a3b");
+  const auto native = expert_launch_waves("native", g, 132);
+  ASSERT_TRUE(native);
+  EXPECT_EQ(native(23, 640), native_launch_waves(g, 132, 23, 640));
+  EXPECT_FALSE(expert_launch_waves("native", g, 0));  // no SM count: nothing to count waves on
+  EXPECT_FALSE(expert_launch_waves("cublas_grouped", g, 132));
+  EXPECT_FALSE(expert_launch_waves("cpu_reference", g, 0));
+  const auto staircase = expert_launch_waves("staircase_model", g, 0);
+  ASSERT_TRUE(staircase);
+  EXPECT_EQ(staircase(5, 40), (std::array<std::int64_t, 2>{staircase_waves(5, 40), 0}));
+  // 5 experts of 8 rows: 2 tiles of 4 rows each, 10 tiles, 6 at a time.
+  EXPECT_EQ(staircase_waves(5, 40), 2);
+  EXPECT_EQ(staircase_waves(3, 24), 1);
 }
 
 }  // namespace

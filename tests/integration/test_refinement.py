@@ -3,7 +3,8 @@ in rows per expert (kernels/staircase_backend.h; the model is restated here inde
 
 1. Refinement finds the steps: the acquisition publishes without an acceptance flag, its own
    held-out max error is within the tolerance, and a dense check this test chooses (every N at
-   balanced routing, looked up in the bundle and compared with the model) is too.
+   balanced routing, looked up in the bundle and compared with the model) is too. The model's
+   waves are declared (kernels' expert_launch_waves), and some stage brackets them.
    The modeled gate changes its "kernel" above 44 rows with a 1% step (under the tolerance, so no
    held-out point misses): the bundle reports the change between the rows around it.
    Those rows are 32 tokens apart: the change is reported only.
@@ -70,6 +71,9 @@ with tempfile.TemporaryDirectory() as tmp:
     assert fid["status"] == "validated", fid["status"]
     experts = fid["components"]["experts"]
     assert experts["refinement"]["stages"] >= 2 and experts["refinement"]["added_points"] > 0, experts
+    # The model declares its waves (as native does): misses across one get both sides of it.
+    assert re.search(r"refinement stage \d+ of \S+ experts: [^\n]*misses bracketed at launch-wave steps",
+                     p.stderr), p.stderr
     assert experts["held_out"]["max_abs_relative_error"] <= 0.02, experts["held_out"]
     assert experts["failed_points"] == [], experts["failed_points"]
     # Held-out points that refinement took as grid rows were measured twice, in two cells: the
