@@ -293,4 +293,27 @@ std::string repeatability_summary(const json& component_fidelity) {
   return line;
 }
 
+NextStage next_stage_of(const JobSpec& job, const ComponentFidelity& f,
+                        const std::vector<std::int64_t>& expert_time_steps,
+                        const ExpertWaves& waves) {
+  const auto& fid = job.fidelity;
+  NextStage next;
+  std::set<GridPoint> grid, measured_held_out;
+  for (const auto& p : f.table) grid.insert(p.point);
+  for (const auto& h : f.held_out) {
+    measured_held_out.insert(h.point);
+    if (h.refinable_miss(fid.tolerance)) next.misses.push_back({h.point, h.relative_error()});
+    if (h.miss_within_run_movement(fid.tolerance)) ++next.within_movement;
+  }
+  next.stage_limit = f.stages >= kMaxRefinementStages;
+  if (next.stage_limit) return next;
+  if (fid.refine)
+    next.step = refinement_step(job, f.target, f.component, f.stages + 1, grid, measured_held_out,
+                                next.misses, fid.max_added_points - f.added_points,
+                                expert_time_steps, f.kernel_changes, waves);
+  for (const auto& p : f.failed)
+    if (f.measured_times.at(p) <= fid.remeasure_limit) next.remeasure.push_back(p);
+  return next;
+}
+
 }  // namespace moe

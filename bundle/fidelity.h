@@ -16,6 +16,8 @@
 
 #include "bundle/summary.h"
 #include "core/component.h"
+#include "core/job_spec.h"
+#include "core/refinement.h"
 #include "core/target.h"
 #include "store/acquisition_file.h"
 
@@ -134,6 +136,25 @@ struct ComponentFidelity {
 // complete rounds (`complete` says so).
 [[nodiscard]] std::vector<ComponentFidelity> evaluate_fidelity(
     const StoredAcquisition& acq, const std::vector<CellSummary>& summaries);
+
+// The refinement stage that follows what the file holds for one table, as acquire declares it
+// (docs/measurement.md#fidelity): core's refinement_step on the table's misses above the tolerance
+// and beyond their runs' movement, and its grid points that failed B/2B with re-measures left.
+// Nothing is added once kMaxRefinementStages ran or `fidelity.refine` is false.
+inline constexpr int kMaxRefinementStages = 32;
+struct NextStage {
+  RefinementStep step;
+  std::vector<GridPoint> remeasure;  // failed B/2B, measured again in the stage's fresh rounds
+  std::vector<HeldOutMiss> misses;   // refined (or left where no interval can be split)
+  int within_movement = 0;           // misses within their runs' movement: not refined
+  bool stage_limit = false;          // kMaxRefinementStages ran
+  [[nodiscard]] bool empty() const {
+    return step.grid.empty() && step.held_out.empty() && remeasure.empty();
+  }
+};
+[[nodiscard]] NextStage next_stage_of(const JobSpec& job, const ComponentFidelity& f,
+                                      const std::vector<std::int64_t>& expert_time_steps,
+                                      const ExpertWaves& waves);
 
 // One line each on a component's fidelity JSON (ComponentFidelity::to_json: meta.yaml
 // coverage.fidelity.components.<c>), as `inspect` and `report` print them: the held-out errors

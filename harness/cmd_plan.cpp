@@ -1,5 +1,6 @@
 // harness plan: prints the grid per target and component without touching a GPU.
 #include <algorithm>
+#include <charconv>
 #include <filesystem>
 #include <iomanip>
 #include <iostream>
@@ -7,6 +8,9 @@
 #include <nlohmann/json.hpp>
 #include <set>
 
+#include "bundle/fidelity.h"
+#include "bundle/hardware.h"
+#include "bundle/summary.h"
 #include "core/contract.h"
 #include "core/planner.h"
 #include "harness/commands.h"
@@ -47,16 +51,81 @@ std::pair<std::int64_t, std::int64_t> planned_point_rounds(const Plan& plan) {
 // predicted as acquire predicts a cell it has not measured yet (the nominal cost of its backend
 // times the campaign's measured/nominal ratio of its kind; nominal where none was measured).
 // Refinement stages not yet declared come on top.
+// The refinement stage each table would get next, from the held-out errors the file holds now (as
+// acquire derives it when the stage before has ended; `provisional` while cells of the table are
+// left, whose points can change it).
+struct StagePreview {
+  std::string table;  // target label with component
+  std::int64_t grid = 0, remeasure = 0, held_out = 0;
+  int stage = 0, misses = 0, within_movement = 0, wave_brackets = 0;
+  bool provisional = false;
+  std::int64_t point_rounds = 0;
+  double held_s = 0;
+};
+
 struct CampaignLeft {
   std::int64_t point_rounds = 0;
   int cells = 0;
   double held_s = 0;
+  std::vector<StagePreview> next_stage;
   // What the power cap could add on top: every settle left run on to the capped settle. A ratio
   // measured where the cap did not bite does not contain it (nominal_point_round_seconds).
   double capped_settle_upper_s = 0;
   int capped_settle_ms = 0;
   std::set<std::string> kinds_without_ratio;
 };
+
+// StagePreview of every table of `acq` that would get points; each stage's cells cost as acquire
+// predicts a cell it has not measured (its nominal cost times the measured ratio of its kind).
+std::vector<StagePreview> next_stage_preview(const StoredAcquisition& acq, const JobSpec& job,
+                                             const std::string& backend,
+                                             const std::map<std::string, double>& ratios) {
+  // The SM count the campaign's device recorded (a decimal string; one kind of device per file).
+  const auto devices = hardware_identity(acq).value("devices", json::array());
+  int sms = 0;
+  if (!devices.empty() && devices.front().contains("sm_count")) {
+    const auto& v = devices.front().at("sm_count");
+    const auto text = v.is_string() ? v.get<std::string>() : v.dump();
+    if (std::from_chars(text.data(), text.data() + text.size(), sms).ec != std::errc{})
+      throw FileError("the campaign's device records an SM count that is not a number: " + text);
+  }
+  const auto waves = expert_launch_waves(backend, job.geometry, sms);
+  const auto time_steps = expert_time_steps(backend, job);
+  // The weight banks of each table's cells (the planned cell's, which its stages share).
+  std::map<std::string, int> banks;
+  for (const auto& cell : acq.cells) {
+    const auto j = json::parse(cell.info.json);
+    if (const auto c = parse_component(j.at("component").get<std::string>()))
+      banks.try_emplace(Target::from_json(j.at("target")).label(*c), j.value("weight_banks", 2));
+  }
+  std::vector<StagePreview> out;
+  for (const auto& f : evaluate_fidelity(acq, summarize(acq))) {
+    const auto next = next_stage_of(job, f, time_steps, waves);
+    if (next.empty()) continue;
+    StagePreview p;
+    p.table = f.target.label(f.component);
+    p.stage = f.stages + 1;
+    p.grid = static_cast<std::int64_t>(next.step.grid.size());
+    p.remeasure = static_cast<std::int64_t>(next.remeasure.size());
+    p.held_out = static_cast<std::int64_t>(next.step.held_out.size());
+    p.misses = static_cast<int>(next.misses.size());
+    p.within_movement = next.within_movement;
+    p.wave_brackets = next.step.wave_brackets;
+    p.provisional = !f.complete;
+    std::vector<GridPoint> points(next.step.grid);
+    points.insert(points.end(), next.remeasure.begin(), next.remeasure.end());
+    points.insert(points.end(), next.step.held_out.begin(), next.step.held_out.end());
+    const auto b = banks.find(p.table);
+    const auto ratio = ratios.find(p.table);
+    p.point_rounds = static_cast<std::int64_t>(points.size()) * job.rounds;
+    p.held_s =
+        job.rounds *
+        nominal_round_seconds(job, backend, b == banks.end() ? 2 : b->second, f.component, points) *
+        (ratio == ratios.end() ? 1.0 : ratio->second);
+    out.push_back(p);
+  }
+  return out;
+}
 
 std::optional<CampaignLeft> campaign_left(const std::filesystem::path& dir, const JobSpec& job,
                                           const std::map<std::string, double>& ratios) {
@@ -87,7 +156,25 @@ std::optional<CampaignLeft> campaign_left(const std::filesystem::path& dir, cons
     left.held_s +=
         static_cast<double>(rounds_left) * seconds * (ratio == ratios.end() ? 1.0 : ratio->second);
   }
+  left.next_stage = next_stage_preview(acq, job, backend, ratios);
   return left;
+}
+
+json next_stage_json(const std::vector<StagePreview>& stages) {
+  json out = json::array();
+  for (const auto& p : stages)
+    out.push_back({{"table", p.table},
+                   {"stage", p.stage},
+                   {"grid_points", p.grid},
+                   {"remeasured_points", p.remeasure},
+                   {"held_out_points", p.held_out},
+                   {"misses", p.misses},
+                   {"misses_within_run_movement", p.within_movement},
+                   {"wave_brackets", p.wave_brackets},
+                   {"provisional", p.provisional},
+                   {"point_rounds", p.point_rounds},
+                   {"estimated_held_s", p.held_s}});
+  return out;
 }
 
 json plan_json(const Plan& plan, const std::string& backend,
@@ -139,7 +226,8 @@ json plan_json(const Plan& plan, const std::string& backend,
                           {"cells", left->cells},
                           {"estimated_held_s", left->held_s},
                           {"capped_settle_upper_s", left->capped_settle_upper_s},
-                          {"kinds_without_ratio", left->kinds_without_ratio}};
+                          {"kinds_without_ratio", left->kinds_without_ratio},
+                          {"next_stage", next_stage_json(left->next_stage)}};
   }
   return {{"job", plan.job.source},
           {"variant", plan.job.variant},
@@ -302,7 +390,7 @@ void print_text(const Plan& plan, const std::string& backend, bool verbose,
       os << "  left: " << left->point_rounds << " point-rounds in " << left->cells
          << " cells, about " << human_duration(left->held_s)
          << " of device time held (each cell's nominal cost times its component's measured "
-            "ratio, as acquire predicts it; refinement comes on top)";
+            "ratio, as acquire predicts it; the next refinement stage below, later ones on top)";
       if (left->capped_settle_upper_s > 0)
         os << ", up to " << human_duration(left->held_s + left->capped_settle_upper_s)
            << " if the power cap runs every settle left on to " << left->capped_settle_ms << " ms";
@@ -311,6 +399,16 @@ void print_text(const Plan& plan, const std::string& backend, bool verbose,
         for (const auto& k : left->kinds_without_ratio) os << " " << k;
       }
       os << "\n";
+      for (const auto& n : left->next_stage) {
+        os << "  next: refinement stage " << n.stage << " of " << n.table << ": +" << n.grid
+           << " grid points, " << n.remeasure << " re-measured, " << n.held_out << " held-out ("
+           << n.misses << " misses";
+        if (n.wave_brackets > 0) os << ", " << n.wave_brackets << " at launch-wave steps";
+        if (n.within_movement > 0)
+          os << ", " << n.within_movement << " within their runs' movement left";
+        os << "), " << n.point_rounds << " point-rounds, about " << human_duration(n.held_s)
+           << (n.provisional ? "; provisional: the table's cells left can change it" : "") << "\n";
+      }
     }
   }
   if (!verbose) os << "(--verbose lists every grid point)\n";

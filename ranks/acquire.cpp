@@ -73,7 +73,6 @@ struct Cell {
 
 // Refinement stages per acquisition at most: each bisects the intervals that missed, so this
 // resolves steps narrower than 2^-32 of the token range before the point cap does.
-constexpr int kMaxRefinementStages = 32;
 
 }  // namespace
 
@@ -499,26 +498,14 @@ class Acquisition {
       const auto t = std::find_if(plan_.targets.begin(), plan_.targets.end(),
                                   [&](const TargetPlan& p) { return p.target == f.target; });
       if (t == plan_.targets.end()) continue;
-      std::set<GridPoint> grid, measured_held_out;
-      for (const auto& p : f.table) grid.insert(p.point);
-      std::vector<HeldOutMiss> misses;
-      int within_movement = 0;  // misses no larger than their runs moved: not refined
-      for (const auto& h : f.held_out) {
-        measured_held_out.insert(h.point);
-        if (h.refinable_miss(fid.tolerance)) misses.push_back({h.point, h.relative_error()});
-        if (h.miss_within_run_movement(fid.tolerance)) ++within_movement;
-      }
-      const bool last_stage = f.stages >= kMaxRefinementStages;
-      RefinementStep step;
-      if (fid.refine && !last_stage)
-        step = refinement_step(
-            job_, t->target, f.component, f.stages + 1, grid, measured_held_out, misses,
-            fid.max_added_points - f.added_points, plan_.expert_time_steps, f.kernel_changes,
-            expert_launch_waves(ctx_->backend->name(), job_.geometry, ctx_->backend->sm_count()));
-      // Grid points that failed B/2B are measured again in fresh rounds, up to the limit.
-      std::vector<GridPoint> again;
-      for (const auto& p : f.failed)
-        if (!last_stage && f.measured_times.at(p) <= fid.remeasure_limit) again.push_back(p);
+      const auto next = next_stage_of(
+          job_, f, plan_.expert_time_steps,
+          expert_launch_waves(ctx_->backend->name(), job_.geometry, ctx_->backend->sm_count()));
+      const auto& step = next.step;
+      const auto& misses = next.misses;
+      const auto& again = next.remeasure;
+      const int within_movement = next.within_movement;
+      const bool last_stage = next.stage_limit;
       std::set<GridPoint> stage_grid(step.grid.begin(), step.grid.end());
       stage_grid.insert(again.begin(), again.end());
       const CellRole grid_role{f.stages + 1, false}, held_role{f.stages + 1, true};

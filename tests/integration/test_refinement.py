@@ -14,10 +14,12 @@ in rows per expert (kernels/staircase_backend.h; the model is restated here inde
 3. A kernel change between rows at most 8 tokens apart is bracketed: with capture sizes every 8
    tokens the gate's switch lies between the rows 40 and 48, and refinement adds rows until
    adjacent rows bracket it (44 and 45), with no held-out miss asking for them."""
+import collections
 import json
 import math
 import os
 import re
+import shutil
 import signal
 import subprocess
 import tempfile
@@ -196,6 +198,39 @@ with tempfile.TemporaryDirectory() as tmp:
     assert first["experts"]["held_out"]["max_abs_relative_error"] > 0.02, "nothing to refine"
     reference_cells = cell_rounds(os.path.join(ref_root, "acquisitions/staircase/acquisition.h5"))
     assert any(".stage" in c for c in reference_cells), "no refinement stage cells in the file"
+
+    # `plan --campaign` previews the stage acquire declares next: with the cells of a stage and
+    # of every later one taken out of a copy of the file, the campaign stands where that stage was
+    # derived, and the preview must name exactly its points. The stage is the last whose line
+    # says it bracketed launch-wave steps (the model declares its waves): the same brackets too.
+    stage_lines = {int(m.group(1)): m.group(0) for m in
+                   re.finditer(r"refinement stage (\d+) of \S+ (\w+): [^\n]*", p.stderr)}
+    bracketed = {int(m.group(1)): int(m.group(2)) for m in re.finditer(
+        r"refinement stage (\d+) of \S+ experts: [^\n]*; (\d+) misses bracketed at launch-wave steps", p.stderr)}
+    stage = max(bracketed)
+    preview_dir = os.path.join(tmp, "preview")
+    shutil.copytree(os.path.join(ref_root, "acquisitions/staircase"), preview_dir)
+    declared = collections.defaultdict(set)  # (component, role) -> points of that stage
+    with h5py.File(os.path.join(preview_dir, "acquisition.h5"), "r+") as f:
+        for name in list(f["cells"]):
+            info = json.loads(f["cells"][name].attrs["cell"])
+            if info["stage"] == stage:
+                declared[(info["component"], info["role"])].update(
+                    tuple(pt) for pt in f["cells"][name]["points"][()].tolist())
+            if info["stage"] >= stage:
+                del f["cells"][name]
+    preview = json.loads(run([HARNESS, "plan", JOB, "--campaign", preview_dir, "--format", "json"]).stdout)
+    got = {n["table"].split()[-1]: n for n in preview["campaign"]["left"]["next_stage"]}
+    assert set(got) == {c for c, _ in declared}, (got, dict(declared))
+    for component, n in got.items():
+        assert n["stage"] == stage and not n["provisional"] and n["estimated_held_s"] > 0, n
+        assert (n["grid_points"], n["held_out_points"], n["remeasured_points"]) == \
+            (len(declared[(component, "grid")]), len(declared[(component, "held_out")]), 0), (n, stage_lines)
+    assert got["experts"]["wave_brackets"] == bracketed[stage], (got["experts"], bracketed)
+    text = run([HARNESS, "plan", JOB, "--campaign", preview_dir]).stdout
+    assert (f"  next: refinement stage {stage} of tp1/dp1_ep1_rank0_sp0 experts: "
+            f"+{len(declared[('experts', 'grid')])} grid points, 0 re-measured, "
+            f"{len(declared[('experts', 'held_out')])} held-out") in text, text
 
     # 2. SIGKILL during a refinement stage, then resume.
     root = os.path.join(tmp, "killed")
