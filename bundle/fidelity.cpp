@@ -98,6 +98,9 @@ json ComponentFidelity::to_json(double tolerance) const {
   if (same_device && across_devices)
     held["by_device"] = {{"same_device", same_device->errors_json()},
                          {"across_devices", across_devices->errors_json()}};
+  if (same_waves && across_waves)
+    held["by_waves"] = {{"same_waves", same_waves->errors_json()},
+                        {"across_waves", across_waves->errors_json()}};
   // The clock the table's rows were measured at (NVML's sampled clocks in the hardware identity
   // read higher under load): over the rows that are published.
   std::vector<double> clocks;
@@ -143,7 +146,8 @@ void HeldOutStatistics::set_errors(const std::vector<double>& errors) {
 }
 
 std::vector<ComponentFidelity> evaluate_fidelity(const StoredAcquisition& acq,
-                                                 const std::vector<CellSummary>& summaries) {
+                                                 const std::vector<CellSummary>& summaries,
+                                                 const ExpertWaves& waves) {
   const auto contract = Contract::parse(acq.contract_json);
   struct Group {
     ComponentFidelity f;
@@ -215,7 +219,7 @@ std::vector<ComponentFidelity> evaluate_fidelity(const StoredAcquisition& acq,
     // `experts`: errors at balanced routing and off it, apart as well as together.
     const bool experts = f.component == Component::experts;
     std::vector<double> errors, balanced_errors, off_balance_errors, same_device_errors,
-        across_devices_errors;
+        across_devices_errors, same_waves_errors, across_waves_errors;
     std::vector<double> remeasured_differences;
     for (const auto& [point, result] : probes) {
       if (const auto g = grid.find(point); g != grid.end()) {  // refinement made it a grid point
@@ -249,6 +253,15 @@ std::vector<ComponentFidelity> evaluate_fidelity(const StoredAcquisition& acq,
           (balanced_point(contract.geometry, f.target, point.tokens) == point ? balanced_errors
                                                                               : off_balance_errors)
               .push_back(h.relative_error());
+        if (experts && waves && point.activated > 0) {
+          const auto own = waves(point.activated, point.assignments);
+          const bool across =
+              std::any_of(answer.vertices.begin(), answer.vertices.end(), [&](const auto& v) {
+                return v.point.activated > 0 &&
+                       waves(v.point.activated, v.point.assignments) != own;
+              });
+          (across ? across_waves_errors : same_waves_errors).push_back(h.relative_error());
+        }
       } catch (const LookupError& e) {
         h.unpredicted_reason = e.what();
         ++f.statistics.unpredicted;
@@ -264,6 +277,10 @@ std::vector<ComponentFidelity> evaluate_fidelity(const StoredAcquisition& acq,
     if (!same_device_errors.empty() || !across_devices_errors.empty()) {
       f.same_device.emplace().set_errors(same_device_errors);
       f.across_devices.emplace().set_errors(across_devices_errors);
+    }
+    if (!same_waves_errors.empty() || !across_waves_errors.empty()) {
+      f.same_waves.emplace().set_errors(same_waves_errors);
+      f.across_waves.emplace().set_errors(across_waves_errors);
     }
     out.push_back(std::move(f));
   }

@@ -116,6 +116,9 @@ struct ComponentFidelity {
   // resumed on other GPUs): devices' offsets are in the second, not in the first. Where rounds
   // recorded their run (CellRound::run); absent when no point could be told.
   std::optional<HeldOutStatistics> same_device, across_devices;
+  // `experts` with declared launch waves (core's ExpertWaves): over the points whose vertices all
+  // run the point's own waves, and over those interpolated across a wave step.
+  std::optional<HeldOutStatistics> same_waves, across_waves;
   // Rows of the table that passed the bank control, per device that measured them (position in
   // hardware_identity's devices; -1: not recorded). A row measured on several counts for each.
   std::map<int, int> rows_per_device;
@@ -134,8 +137,10 @@ struct ComponentFidelity {
 // Evaluates every (target, component) of the file from its cell summaries (summarize(acq)).
 // `local_experts` of each target comes from the contract. Incomplete cells count only their
 // complete rounds (`complete` says so).
+// `waves`: the launch waves the acquisition's backend declares (empty: none; no by-waves split).
 [[nodiscard]] std::vector<ComponentFidelity> evaluate_fidelity(
-    const StoredAcquisition& acq, const std::vector<CellSummary>& summaries);
+    const StoredAcquisition& acq, const std::vector<CellSummary>& summaries,
+    const ExpertWaves& waves = {});
 
 // The refinement stage that follows what the file holds for one table, as acquire declares it
 // (docs/measurement.md#fidelity): core's refinement_step on the table's misses above the tolerance

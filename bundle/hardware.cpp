@@ -1,6 +1,7 @@
 #include "bundle/hardware.h"
 
 #include <algorithm>
+#include <charconv>
 #include <map>
 #include <set>
 #include <stdexcept>
@@ -162,6 +163,18 @@ json placement_of(const StoredAcquisition& acq) {
 
 std::string latest_job_text(const StoredAcquisition& acq) {
   return acq.runs.empty() ? std::string() : rank0_of(acq.runs.back().start).value("job_text", "");
+}
+
+int recorded_sm_count(const StoredAcquisition& acq) {
+  const auto devices = hardware_identity(acq).value("devices", json::array());
+  if (devices.empty() || !devices.front().contains("sm_count")) return 0;
+  const auto& v = devices.front().at("sm_count");  // provenance records it as a decimal string
+  const auto text = v.is_string() ? v.get<std::string>() : v.dump();
+  int sms = 0;
+  const auto [end, ec] = std::from_chars(text.data(), text.data() + text.size(), sms);
+  if (ec != std::errc{} || end != text.data() + text.size() || sms < 0)
+    throw FileError("the acquisition's device records an SM count that is not a count: " + text);
+  return sms;
 }
 
 }  // namespace moe

@@ -95,7 +95,8 @@ PublishReport publish(const StoredAcquisition& acq, const std::string& h5_path,
   std::vector<ComponentFidelity> fidelity;
   json hardware, runs, placement, placement_summary;
   try {
-    fidelity = evaluate_fidelity(acq, summarize(acq));
+    fidelity = evaluate_fidelity(
+        acq, summarize(acq), options.declared_waves ? options.declared_waves(acq) : ExpertWaves{});
     hardware = hardware_identity(acq);
     runs = run_history(acq);
     placement = placement_of(acq);

@@ -2,10 +2,12 @@
 // bundle/format.h says (docs/bundle-format.md).
 #pragma once
 
+#include <functional>
 #include <stdexcept>
 #include <string>
 #include <vector>
 
+#include "core/refinement.h"
 #include "store/acquisition_file.h"
 
 namespace moe {
@@ -23,6 +25,9 @@ struct PublishOptions {
   // held-out p95 above the tolerance); the entry records fidelity.status
   // "accepted-with-failures" with the numbers. Without it such tables are refused.
   bool accept_failures = false;
+  // The launch waves the acquisition's backend declares (the caller knows the backends; empty:
+  // none): the held-out errors of `experts` are then also split by them (held_out.by_waves).
+  std::function<ExpertWaves(const StoredAcquisition&)> declared_waves;
 };
 
 struct PublishReport {

@@ -167,10 +167,11 @@ int acquire(const Args& args) {
     print_summary(summary, acq, std::cout);
     const auto publish_start = moe::SteadyClock::now();
     if (!no_publish)
-      print_publish_report(moe::publish(acq, summary.file,
-                                        {job.out_root, job.variant, samples,
-                                         accept || job.fidelity.accept_failures}),
-                           std::cout);
+      print_publish_report(
+          moe::publish(acq, summary.file,
+                       {job.out_root, job.variant, samples, accept || job.fidelity.accept_failures,
+                        stored_expert_waves}),
+          std::cout);
     const double publish_s = moe::seconds_since(publish_start);
     int ranks = 1;
     HARNESS_CHECK_MPI(MPI_Comm_size(MPI_COMM_WORLD, &ranks));

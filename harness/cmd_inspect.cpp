@@ -72,7 +72,7 @@ json inspect_file(const std::string& path) {
   }
   json fidelity = json::array();
   const double tolerance = Contract::parse(acq.contract_json).fidelity.tolerance;
-  for (const auto& f : evaluate_fidelity(acq, summaries)) {
+  for (const auto& f : evaluate_fidelity(acq, summaries, stored_expert_waves(acq))) {
     auto j = f.to_json(tolerance);
     j["table"] = f.target.label(f.component);
     j["complete"] = f.complete;
@@ -246,6 +246,17 @@ void print_fidelity(const json& tables, std::ostream& os) {
             std::string("interpolated ") + (side == std::string("same_device")
                                                 ? "from its own device's rows"
                                                 : "from another device's rows too");
+        if (r["count"].get<int>() == 0)
+          os << "      " << label << ": no points\n";
+        else
+          print_errors(label, r, os);
+      }
+    if (h.contains("by_waves"))  // experts tables of a backend that declares its launch waves
+      for (const char* side : {"same_waves", "across_waves"}) {
+        const auto& r = h["by_waves"][side];
+        const std::string label = side == std::string("same_waves")
+                                      ? "interpolated within its launch waves"
+                                      : "interpolated across a launch-wave step";
         if (r["count"].get<int>() == 0)
           os << "      " << label << ": no points\n";
         else

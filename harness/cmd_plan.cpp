@@ -1,6 +1,5 @@
 // harness plan: prints the grid per target and component without touching a GPU.
 #include <algorithm>
-#include <charconv>
 #include <filesystem>
 #include <iomanip>
 #include <iostream>
@@ -9,7 +8,6 @@
 #include <set>
 
 #include "bundle/fidelity.h"
-#include "bundle/hardware.h"
 #include "bundle/summary.h"
 #include "core/contract.h"
 #include "core/planner.h"
@@ -80,16 +78,7 @@ struct CampaignLeft {
 std::vector<StagePreview> next_stage_preview(const StoredAcquisition& acq, const JobSpec& job,
                                              const std::string& backend,
                                              const std::map<std::string, double>& ratios) {
-  // The SM count the campaign's device recorded (a decimal string; one kind of device per file).
-  const auto devices = hardware_identity(acq).value("devices", json::array());
-  int sms = 0;
-  if (!devices.empty() && devices.front().contains("sm_count")) {
-    const auto& v = devices.front().at("sm_count");
-    const auto text = v.is_string() ? v.get<std::string>() : v.dump();
-    if (std::from_chars(text.data(), text.data() + text.size(), sms).ec != std::errc{})
-      throw FileError("the campaign's device records an SM count that is not a number: " + text);
-  }
-  const auto waves = expert_launch_waves(backend, job.geometry, sms);
+  const auto waves = stored_expert_waves(acq);
   const auto time_steps = expert_time_steps(backend, job);
   // The weight banks of each table's cells (the planned cell's, which its stages share).
   std::map<std::string, int> banks;
@@ -99,7 +88,7 @@ std::vector<StagePreview> next_stage_preview(const StoredAcquisition& acq, const
       banks.try_emplace(Target::from_json(j.at("target")).label(*c), j.value("weight_banks", 2));
   }
   std::vector<StagePreview> out;
-  for (const auto& f : evaluate_fidelity(acq, summarize(acq))) {
+  for (const auto& f : evaluate_fidelity(acq, summarize(acq), waves)) {
     const auto next = next_stage_of(job, f, time_steps, waves);
     if (next.empty()) continue;
     StagePreview p;

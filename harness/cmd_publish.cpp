@@ -39,7 +39,8 @@ int publish(const Args& args) {
         "publish into another --out-root (or --variant) instead");
   if (h5.empty())
     throw PublishError("name the acquisition file to publish (harness publish FILE.h5)");
-  print_publish_report(moe::publish(h5, {out_root, variant, samples, accept}), std::cout);
+  print_publish_report(moe::publish(h5, {out_root, variant, samples, accept, stored_expert_waves}),
+                       std::cout);
   return 0;
 }
 

@@ -9,6 +9,8 @@
 
 #include "bundle/publisher.h"
 #include "core/job_spec.h"
+#include "core/refinement.h"
+#include "store/acquisition_file.h"
 
 namespace moe::cli {
 
@@ -25,6 +27,11 @@ int bench(const Args& args);
 int validate(const Args& args);
 
 void print_publish_report(const PublishReport& r, std::ostream& os);
+
+// The launch waves the backend of a stored acquisition declares (kernels' expert_launch_waves)
+// for its contract's geometry on the SM count its device recorded: what refinement brackets and
+// what the held-out errors are split by (docs/measurement.md#fidelity). Empty where none.
+[[nodiscard]] ExpertWaves stored_expert_waves(const StoredAcquisition& acq);
 
 // Options shared by every subcommand that reads a job: [JOB] --tp --dp --ep --rank ...
 struct JobOptions {

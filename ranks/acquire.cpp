@@ -491,16 +491,16 @@ class Acquisition {
     const auto& fid = job_.fidelity;
     const auto acq = read_acquisition(path_);
     json evaluation = {{"utc", utc_now()}, {"tables", json::array()}};
-    for (const auto& f : evaluate_fidelity(acq, summarize(acq))) {
+    const auto waves =
+        expert_launch_waves(ctx_->backend->name(), job_.geometry, ctx_->backend->sm_count());
+    for (const auto& f : evaluate_fidelity(acq, summarize(acq), waves)) {
       evaluation["tables"].push_back({{"target", f.target.to_json()},
                                       {"component", to_string(f.component)},
                                       {"fidelity", f.to_json(fid.tolerance)}});
       const auto t = std::find_if(plan_.targets.begin(), plan_.targets.end(),
                                   [&](const TargetPlan& p) { return p.target == f.target; });
       if (t == plan_.targets.end()) continue;
-      const auto next = next_stage_of(
-          job_, f, plan_.expert_time_steps,
-          expert_launch_waves(ctx_->backend->name(), job_.geometry, ctx_->backend->sm_count()));
+      const auto next = next_stage_of(job_, f, plan_.expert_time_steps, waves);
       const auto& step = next.step;
       const auto& misses = next.misses;
       const auto& again = next.remeasure;

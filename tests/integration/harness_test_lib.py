@@ -90,11 +90,19 @@ def staircase_time_us(component, n, a=0, m=0):
         return 5.0 + 0.05 * n
     if a == 0:
         return 2.0
+    return 4 + 0.5 * a + 3 * staircase_started_tiles(a, m) + 8 * staircase_waves(a, m) + 0.01 * m
+
+
+def staircase_started_tiles(a, m):
+    """Tiles of STAIRCASE_TILE rows that A experts sharing M rows as evenly as possible start."""
     per, extra = divmod(m, a)
     tiles = lambda rows: -(-rows // STAIRCASE_TILE)
-    started = (a - extra) * tiles(per) + extra * tiles(per + 1)
-    waves = -(-started // STAIRCASE_WAVE_TILES)
-    return 4 + 0.5 * a + 3 * started + 8 * waves + 0.01 * m
+    return (a - extra) * tiles(per) + extra * tiles(per + 1)
+
+
+def staircase_waves(a, m):
+    """The model's waves of STAIRCASE_WAVE_TILES tiles (what it declares to refinement)."""
+    return -(-staircase_started_tiles(a, m) // STAIRCASE_WAVE_TILES)
 
 
 def staircase_sm_clock_mhz(n):

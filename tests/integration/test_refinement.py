@@ -30,7 +30,7 @@ import h5py
 import yaml
 
 from harness_test_lib import (HARNESS, MPI_ENV, SOURCE_DIR, check_complete, check_inspect_cells, lookup_many, mpirun_cmd, quantile,
-                              run, staircase_sm_clock_mhz, staircase_time_us)
+                              run, staircase_sm_clock_mhz, staircase_time_us, staircase_waves)
 
 sys.path.insert(0, os.path.join(SOURCE_DIR, "python"))
 import harness_reader  # noqa: E402  (answers like the library: test_python_reader.py)
@@ -111,13 +111,31 @@ with tempfile.TemporaryDirectory() as tmp:
             want = quantile(errors, q)
             # held_out.csv rounds the times to 4 decimals.
             assert abs(got[f"{key}_abs_relative_error"] - want) <= 1e-4, (routing, key, got, want)
+    # The same split by the model's declared waves: a point interpolated from any vertex whose
+    # waves differ from its own lies across a wave step (vertices as the reader locates them).
+    reader = harness_reader.ComponentTable(bundle, 1, 1)
+    by_waves = {"same_waves": [], "across_waves": []}
+    for c, n, a, m, measured, predicted in held:
+        n, a, m = int(n), int(a), int(m)
+        if c != "experts" or a == 0:
+            continue
+        vertices = [reader.mesh.points[v] for v, w in reader.mesh.locate((float(n), float(a), float(m)))
+                    if w > harness_reader.NEGLIGIBLE_WEIGHT]
+        across = any(staircase_waves(int(va), int(vm)) != staircase_waves(a, m) for _, va, vm in vertices if va > 0)
+        by_waves["across_waves" if across else "same_waves"].append(abs(float(predicted) - float(measured)) / float(measured))
+    for side, errors in by_waves.items():
+        errors.sort()
+        got = experts["held_out"]["by_waves"][side]
+        assert got["count"] == len(errors), (side, got, len(errors))
+        for key, q in (("median", 0.5), ("p95", 0.95), ("max", 1.0)):
+            assert not errors or abs(got[f"{key}_abs_relative_error"] - quantile(errors, q)) <= 1e-4, (side, key, got)
+    assert len(by_waves["same_waves"]) + len(by_waves["across_waves"]) == experts["held_out"]["count"], by_waves
     balanced = [("experts", n, round(E * (1 - (1 - K / E) ** n)), n * K) for n in range(1, 65)]
     worst = max(abs(got - staircase_time_us(*q)) / staircase_time_us(*q)
                 for q, got in zip(balanced, lookup_many(bundle, 1, 1, balanced)))
     assert worst <= 0.02, f"balanced-routing lookup misses the staircase by {worst:.1%}"
     # Off balanced routing: every feasible (N, A) (M = N*k at EP1), where the steps M/A = b run
     # diagonally across the N rows; the mesh over rows per expert keeps them on its edges.
-    reader = harness_reader.ComponentTable(bundle, 1, 1)
     off = sorted(abs(reader.query("experts", n, a, n * K) - staircase_time_us("experts", n, a, n * K))
                  / staircase_time_us("experts", n, a, n * K)
                  for n in range(1, 65) for a in range(K, min(E, n * K) + 1))
@@ -179,6 +197,8 @@ with tempfile.TemporaryDirectory() as tmp:
     repeat_line = (f"{repeatability['count']} held-out points measured again as grid rows, "
                    "|grid - held-out| median 0.00%, max 0.00% (no interpolation)")
     assert f"held-out {held_line} (tolerance" in text and f"repeatability: {repeat_line}" in text, text
+    assert f"interpolated within its launch waves: {len(by_waves['same_waves'])} points" in text and \
+        "interpolated across a launch-wave step: no points" in text, text
     page_path = os.path.join(tmp, "report.html")
     run([HARNESS, "report", bundle, "--out", page_path])
     page = open(page_path).read()
@@ -196,6 +216,12 @@ with tempfile.TemporaryDirectory() as tmp:
     assert final["experts"]["refinement"] == experts["refinement"]
     first = {t["component"]: t["fidelity"] for t in json.loads(evaluations[0])["tables"]}
     assert first["experts"]["held_out"]["max_abs_relative_error"] > 0.02, "nothing to refine"
+    # Before refinement the planned grid leaves wave steps between its columns, and the points
+    # interpolated across one are where it misses most.
+    split = first["experts"]["held_out"]["by_waves"]
+    print("first evaluation by waves:", {k: (v["count"], v["max_abs_relative_error"]) for k, v in split.items()})
+    assert split["across_waves"]["count"] > 0 and \
+        split["across_waves"]["max_abs_relative_error"] > split["same_waves"]["max_abs_relative_error"], split
     reference_cells = cell_rounds(os.path.join(ref_root, "acquisitions/staircase/acquisition.h5"))
     assert any(".stage" in c for c in reference_cells), "no refinement stage cells in the file"
 
