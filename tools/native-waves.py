@@ -7,7 +7,9 @@ local_assignments, time_us) measured with `--backend native` on a Hopper GPU (wg
 for each point counts the tiles the tile rule runs (kernels/native_tile_rule.cpp, restated here as
 an independent reading) and the launch waves of the two GEMMs: wgmma tiles run one block of 256
 weight rows per SM (W2 on its tall tiles of 128 rows where an expert's 129-256 rows are paired),
-the narrow tile blocks of 64 rows, two per SM. Prints, per tile, a least-squares
+the narrow tile blocks of 64 rows, two per SM; paired tiles run as clusters of two CTAs, one per
+pair of SMs (the waves kernels/native_tile_rule.h `native_launch_waves` declares to refinement,
+counted here independently). Prints, per tile, a least-squares
 fit time = a + b * W13 waves + c * W2 waves with its |relative residual| median / p95 / max,
 the whole waves over the waves the blocks would fill without a partial last one (what a schedule
 without launch-wave steps could save at most), and
@@ -70,8 +72,9 @@ def w2_tall_tokens(name, tokens, rows_per_expert):
 
 
 def launch(a, m, sms, hidden, intermediate):
-    """(tile name, tiles, W13 blocks, W2 blocks, blocks per wave) of a forward whose A experts get
-    floor(M/A) or ceil(M/A) rows each, as the stimuli give them."""
+    """(tile name, tiles, W13 units, W2 units, W13 slots, W2 slots) of a forward whose A experts get
+    floor(M/A) or ceil(M/A) rows each, as the stimuli give them. Paired tiles run as clusters of
+    two CTAs, a unit being a pair's feature block and a slot a pair of SMs."""
     name, tokens, _ = tile_for(m / a)
     q, rem = divmod(m, a)
 
@@ -79,23 +82,26 @@ def launch(a, m, sms, hidden, intermediate):
         return rem * math.ceil((q + 1) / height) + (a - rem) * math.ceil(q / height)
 
     tiles = tiles_of(tokens)
-    block_rows, slots = (64, 2 * sms) if name == "narrow" else (256, sms)
+    if name == "narrow":
+        return name, tiles, tiles * math.ceil(2 * intermediate / 64), tiles * math.ceil(hidden / 64), 2 * sms, 2 * sms
+    paired = m / a > tokens
+    units, slots = (math.ceil(tiles / 2), sms // 2) if paired else (tiles, sms)
     tall = w2_tall_tokens(name, tokens, m / a)
-    w2_blocks = tiles_of(tall) * math.ceil(hidden / 128) if tall else tiles * math.ceil(hidden / block_rows)
-    return name, tiles, tiles * math.ceil(2 * intermediate / block_rows), w2_blocks, slots
+    w2 = (tiles_of(tall) * math.ceil(hidden / 128), sms) if tall else (units * math.ceil(hidden / 256), slots)
+    return name, tiles, units * math.ceil(2 * intermediate / 256), w2[0], slots, w2[1]
 
 
 def waves(a, m, sms, hidden, intermediate):
     """(tile name, tiles, W13 waves, W2 waves): whole waves, as the launches run them."""
-    name, tiles, b13, b2, slots = launch(a, m, sms, hidden, intermediate)
-    return name, tiles, math.ceil(b13 / slots), math.ceil(b2 / slots)
+    name, tiles, b13, b2, s13, s2 = launch(a, m, sms, hidden, intermediate)
+    return name, tiles, math.ceil(b13 / s13), math.ceil(b2 / s2)
 
 
 def wave_excess(a, m, sms, hidden, intermediate):
     """Whole waves over the waves the blocks would fill without a partial last one: what a
     schedule without launch-wave steps could save at most."""
-    _, _, b13, b2, slots = launch(a, m, sms, hidden, intermediate)
-    return (math.ceil(b13 / slots) + math.ceil(b2 / slots)) / ((b13 + b2) / slots)
+    _, _, b13, b2, s13, s2 = launch(a, m, sms, hidden, intermediate)
+    return (math.ceil(b13 / s13) + math.ceil(b2 / s2)) / (b13 / s13 + b2 / s2)
 
 
 def activated_steps(n, top_k, experts, sms, hidden, intermediate):
