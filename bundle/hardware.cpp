@@ -166,7 +166,13 @@ std::string latest_job_text(const StoredAcquisition& acq) {
 }
 
 int recorded_sm_count(const StoredAcquisition& acq) {
-  const auto devices = hardware_identity(acq).value("devices", json::array());
+  json identity;
+  try {
+    identity = hardware_identity(acq);
+  } catch (const std::runtime_error&) {
+    return 0;  // several kinds of device: no one count (publish and resume refuse such a file)
+  }
+  const auto devices = identity.value("devices", json::array());
   if (devices.empty() || !devices.front().contains("sm_count")) return 0;
   const auto& v = devices.front().at("sm_count");  // provenance records it as a decimal string
   const auto text = v.is_string() ? v.get<std::string>() : v.dump();

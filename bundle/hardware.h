@@ -17,8 +17,9 @@ namespace moe {
 // first run, state_after from its last run that ended. Throws std::runtime_error when the runs name
 // more than one device kind: one table must describe one kind of device.
 [[nodiscard]] nlohmann::json hardware_identity(const StoredAcquisition& acq);
-// The SM count the acquisition's device recorded (one kind of device per file), 0 when none is
-// recorded. Throws FileError when the record is not a count.
+// The SM count the acquisition's device recorded, 0 when none is recorded or the runs name
+// several kinds of device (which publish and resume refuse). Throws FileError when the record is
+// not a count.
 [[nodiscard]] int recorded_sm_count(const StoredAcquisition& acq);
 // The device that measured each round, as its position in hardware_identity's devices, by the
 // round's (run, rank) (CellRound::run, rank). Ranks whose provenance names no device are absent.
