@@ -323,21 +323,29 @@ std::map<std::pair<Component, GridPoint>, RowRecord> read_row_records(
   if (!text) return records;
   const auto path = beside_table(tp_dir, e, bundle_format::kRowClocksFile).string();
   int line = 1;
-  // 5 fields: published before the devices column; 6: before the run_spread column.
+  // 5 fields: published before the devices column; 6: before the run_spread column; 7: before
+  // the launch_waves column.
   for (const auto& f : csv_data_rows(*text)) {
     ++line;
     const auto bad = [&] {
       return BundleError(path + ":" + std::to_string(line) + ": expected " +
                          bundle_format::kRowClocksHeader);
     };
-    const auto component = f.size() >= 5 && f.size() <= 7 ? parse_component(f[0]) : std::nullopt;
+    const auto component = f.size() >= 5 && f.size() <= 8 ? parse_component(f[0]) : std::nullopt;
     if (!component) throw bad();
     RowRecord r;
     try {
       if (!f[4].empty()) r.sm_clock_mean_mhz = csv_real(f[4]);
-      if (f.size() == 7 && !f[6].empty()) {
+      if (f.size() >= 7 && !f[6].empty()) {
         r.run_spread = csv_real(f[6]);
         if (!(*r.run_spread >= 0)) throw bad();
+      }
+      if (f.size() == 8 && !f[7].empty()) {
+        std::istringstream waves(f[7]);
+        for (std::string w; std::getline(waves, w, ';');) {
+          r.launch_waves.push_back(csv_integer(w));
+          if (r.launch_waves.back() < 0) throw bad();
+        }
       }
       if (f.size() >= 6 && !f[5].empty()) {
         std::istringstream devices(f[5]);

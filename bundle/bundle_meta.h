@@ -71,6 +71,9 @@ struct RowRecord {
   std::vector<int> devices;  // positions in provenance.hardware.devices; empty: not recorded
   // experts: how far its run moved (summary.h PointResult::run_spread); nullopt: not recorded
   std::optional<double> run_spread;
+  // experts: the launch waves its forward runs, one count per GEMM launch, where the backend
+  // declares them (core's ExpertWaves); empty: not declared or not recorded
+  std::vector<std::int64_t> launch_waves;
 };
 
 // Each row of a component table's record (row_clocks.csv, through read_fidelity_file), by

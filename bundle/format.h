@@ -42,12 +42,15 @@ inline constexpr const char* kHeldOutHeader =
 // The mean SM clock each row of components.csv was measured at, row for row (empty: not
 // recorded), and the devices whose rounds measured it (positions in the entry's
 // provenance.hardware.devices, ';'-separated; empty: not recorded), and for `experts` how far
-// its run moved (run_spread, a fraction; empty for the others); files published before the
-// devices or run_spread column have the header without them. coverage.fidelity.row_clocks_table
-// names it and its SHA-256.
+// its run moved (run_spread, a fraction; empty for the others), and for `experts` where the backend
+// declares them the launch waves its forward runs (launch_waves, one count per GEMM launch,
+// ';'-separated: W13;W2 for native; empty otherwise); files published before the devices,
+// run_spread or launch_waves column have the header without them.
+// coverage.fidelity.row_clocks_table names it and its SHA-256.
 inline constexpr const char* kRowClocksFile = "row_clocks.csv";
 inline constexpr const char* kRowClocksHeader =
-    "component,tokens,activated_experts,local_assignments,sm_clock_mean_mhz,devices,run_spread";
+    "component,tokens,activated_experts,local_assignments,sm_clock_mean_mhz,devices,run_spread,"
+    "launch_waves";
 
 inline constexpr const char* kCollectivesDir = "collectives";
 inline constexpr const char* kCollectivesFile = "collectives.csv";

@@ -93,10 +93,11 @@ PublishReport publish(const StoredAcquisition& acq, const std::string& h5_path,
   const fs::path variant_dir = fs::path(out_root) / variant;
 
   std::vector<ComponentFidelity> fidelity;
+  ExpertWaves waves;  // the backend's declared launch waves (row_clocks.csv, held_out.by_waves)
   json hardware, runs, placement, placement_summary;
   try {
-    fidelity = evaluate_fidelity(
-        acq, summarize(acq), options.declared_waves ? options.declared_waves(acq) : ExpertWaves{});
+    waves = options.declared_waves ? options.declared_waves(acq) : ExpertWaves{};
+    fidelity = evaluate_fidelity(acq, summarize(acq), waves);
     hardware = hardware_identity(acq);
     runs = run_history(acq);
     placement = placement_of(acq);
@@ -190,7 +191,12 @@ PublishReport publish(const StoredAcquisition& acq, const std::string& h5_path,
                    << (p.sm_clock_mean_mhz ? csv_number(*p.sm_clock_mean_mhz, 1) : "") << ",";
         for (std::size_t d = 0; d < p.devices.size(); ++d)
           row_clocks << (d ? ";" : "") << p.devices[d];
-        row_clocks << "," << (p.run_spread ? csv_number(*p.run_spread, 4) : "") << "\n";
+        row_clocks << "," << (p.run_spread ? csv_number(*p.run_spread, 4) : "") << ",";
+        if (waves && component == Component::experts && p.point.activated > 0) {
+          const auto launch = waves(p.point.activated, p.point.assignments);
+          for (std::size_t i = 0; i < launch.size(); ++i) row_clocks << (i ? ";" : "") << launch[i];
+        }
+        row_clocks << "\n";
         published[component].push_back({p.point, *p.time_us});
         ++published_points;
       }

@@ -72,6 +72,22 @@ const RowRecord* record_of(const RowRecords& records, Component c, const GridPoi
   return it == records.end() ? nullptr : &it->second;
 }
 
+// Whether an answer's vertices run different launch waves (row_clocks.csv): a wave step lies
+// between them, and the held-out errors across such steps apply. nullopt where a vertex's
+// waves are not recorded (a backend that declares none, or an older bundle).
+std::optional<bool> spans_wave_step(const RowRecords& records, Component c, const LookupResult& r) {
+  if (c != Component::experts || r.exact || r.vertices.empty()) return std::nullopt;
+  const std::vector<std::int64_t>* first = nullptr;
+  bool differ = false;
+  for (const auto& x : r.vertices) {
+    const auto* row = record_of(records, c, x.point);
+    if (!row || row->launch_waves.empty()) return std::nullopt;
+    if (first && row->launch_waves != *first) differ = true;
+    if (!first) first = &row->launch_waves;
+  }
+  return differ;
+}
+
 // `rows`: the records --explain prints beside its vertices (nullptr without --explain).
 nlohmann::json component_json(Deployment& d, Component c, std::int64_t tokens,
                               std::int64_t activated, std::int64_t assignments,
@@ -95,10 +111,16 @@ nlohmann::json component_json(Deployment& d, Component c, std::int64_t tokens,
         if (row->sm_clock_mean_mhz) vertex["sm_clock_mean_mhz"] = *row->sm_clock_mean_mhz;
         if (!row->devices.empty()) vertex["devices"] = row->devices;
         if (row->run_spread) vertex["run_spread"] = *row->run_spread;
+        if (!row->launch_waves.empty()) vertex["launch_waves"] = row->launch_waves;
       }
       v.push_back(vertex);
     }
     out["vertices"] = v;
+    if (const auto spans = spans_wave_step(*rows, c, r)) {
+      out["spans_launch_wave_step"] = *spans;
+      const auto across = *spans ? d.held_out_errors_across_wave_steps(c) : std::nullopt;
+      if (across) out["held_out_across_wave_steps"] = across->to_json();
+    }
   }
   const auto held_out = d.held_out_errors(c, tokens, activated, assignments);
   out["held_out"] = held_out ? held_out->to_json() : nlohmann::json(nullptr);
@@ -310,6 +332,26 @@ int lookup(const Args& args) {
         if (row->run_spread && unsteady_run(*row->run_spread))
           std::cout << "  its run moved " << std::setprecision(2) << std::fixed
                     << 100 * *row->run_spread << " %" << std::defaultfloat << std::setprecision(10);
+        if (!row->launch_waves.empty()) {
+          std::cout << "  waves ";
+          for (std::size_t i = 0; i < row->launch_waves.size(); ++i)
+            std::cout << (i ? "+" : "") << row->launch_waves[i];
+        }
+      }
+      std::cout << "\n";
+    }
+    if (spans_wave_step(*rows, *c, r).value_or(false)) {
+      std::cout << "the vertices run different launch waves: a wave step lies between them";
+      const auto h = d.held_out_errors_across_wave_steps(*c);
+      if (h && h->count == 0) {
+        std::cout << "; no held-out point of the table spans one, so its error there is unmeasured";
+      } else if (h) {
+        char line[200];
+        std::snprintf(line, sizeof(line),
+                      "; the table's held-out error across such steps: median %.2f%%, p95 %.2f%%, "
+                      "max %.2f%% over %d points",
+                      100 * h->median, 100 * h->p95, 100 * h->max, h->count);
+        std::cout << line;
       }
       std::cout << "\n";
     }

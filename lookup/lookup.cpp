@@ -81,7 +81,41 @@ nlohmann::json HeldOutErrors::to_json() const {
                         {"p95_abs_relative_error", p95},
                         {"max_abs_relative_error", max}};
   if (!routing.empty()) out["routing"] = routing;
+  if (!waves.empty()) out["waves"] = waves;
   return out;
+}
+
+namespace {
+
+// The statistics block `path` below a component's held_out block; LookupError when malformed.
+HeldOutErrors held_out_block(const nlohmann::json& held, std::initializer_list<const char*> path,
+                             Component c) {
+  try {
+    const nlohmann::json* block = &held;
+    for (const char* key : path) block = &block->at(key);
+    return HeldOutErrors{block->at("count").get<int>(),
+                         block->at("median_abs_relative_error").get<double>(),
+                         block->at("p95_abs_relative_error").get<double>(),
+                         block->at("max_abs_relative_error").get<double>(),
+                         {},
+                         {}};
+  } catch (const nlohmann::json::exception& e) {
+    throw LookupError(std::string("the entry's coverage.fidelity of ") + std::string(to_string(c)) +
+                      " is malformed: " + e.what());
+  }
+}
+
+}  // namespace
+
+std::optional<HeldOutErrors> Deployment::held_out_errors_across_wave_steps(Component c) const {
+  const auto& all = impl_->fidelity;
+  const auto it = all.is_object() ? all.find(to_string(c)) : all.end();
+  if (it == all.end() || !it->is_object() || !it->contains("held_out") ||
+      !it->at("held_out").contains("by_waves"))
+    return std::nullopt;
+  auto errors = held_out_block(it->at("held_out"), {"by_waves", "across_waves"}, c);
+  errors.waves = "across_waves";
+  return errors;
 }
 
 std::optional<HeldOutErrors> Deployment::held_out_errors(Component c, std::int64_t tokens,
@@ -92,16 +126,10 @@ std::optional<HeldOutErrors> Deployment::held_out_errors(Component c, std::int64
   if (it == all.end() || !it->is_object() || !it->contains("held_out")) return std::nullopt;
   const auto& held = it->at("held_out");
   const auto read = [&](const nlohmann::json& block, std::string routing) {
-    try {
-      const auto& s = routing.empty() ? block : block.at("by_routing").at(routing);
-      return HeldOutErrors{s.at("count").get<int>(),
-                           s.at("median_abs_relative_error").get<double>(),
-                           s.at("p95_abs_relative_error").get<double>(),
-                           s.at("max_abs_relative_error").get<double>(), std::move(routing)};
-    } catch (const nlohmann::json::exception& e) {
-      throw LookupError(std::string("the entry's coverage.fidelity of ") +
-                        std::string(to_string(c)) + " is malformed: " + e.what());
-    }
+    auto errors = routing.empty() ? held_out_block(block, {}, c)
+                                  : held_out_block(block, {"by_routing", routing.c_str()}, c);
+    errors.routing = std::move(routing);
+    return errors;
   };
   if (c != Component::experts || !held.contains("by_routing")) return read(held, "");
   std::optional<GridPoint> balanced;

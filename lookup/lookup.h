@@ -36,7 +36,11 @@ struct HeldOutErrors {
   // "balanced" or "off_balance": the experts points of the query's routing class, where the
   // entry records both; empty: the table's whole held-out set.
   std::string routing;
-  // With the bundle's key names (count, median_abs_relative_error, ...), and `routing` if any.
+  // "across_waves": the experts points whose prediction spans a launch-wave step
+  // (held_out_errors_across_wave_steps); empty otherwise.
+  std::string waves;
+  // With the bundle's key names (count, median_abs_relative_error, ...), and `routing` and
+  // `waves` if any.
   [[nodiscard]] nlohmann::json to_json() const;
 };
 
@@ -63,6 +67,11 @@ class Deployment {
   [[nodiscard]] std::optional<HeldOutErrors> held_out_errors(Component c, std::int64_t tokens,
                                                              std::int64_t activated = 0,
                                                              std::int64_t assignments = 0) const;
+  // The held-out errors of the table of `c` over its points whose prediction spans a launch-wave
+  // step (coverage.fidelity held_out.by_waves.across_waves): what applies to an answer whose
+  // vertices run different launch waves (row_clocks.csv records each row's). nullopt where the
+  // entry records no such split (a backend that declares no waves, or an older bundle).
+  [[nodiscard]] std::optional<HeldOutErrors> held_out_errors_across_wave_steps(Component c) const;
   // The published rows of one component, in table order (empty when it has none).
   [[nodiscard]] const std::vector<TableRow>& rows(Component c) const;
   [[nodiscard]] std::size_t cache_hits() const;

@@ -137,9 +137,9 @@ TEST(BundleMeta, RowRecordsAreReadUnderTheirChecksum) {
                                                   {"sha256", sha256_hex(text)}};
   };
   const std::string header = std::string(bundle_format::kRowClocksHeader) + "\n";
-  sign(
-      header +
-      "gate_routing,16,0,0,1974.5,0,\nexperts,16,8,128,,,\nexperts,16,128,128,1884.0,0;3,0.0412\n");
+  sign(header +
+       "gate_routing,16,0,0,1974.5,0,,\nexperts,16,8,128,,,,\nexperts,16,128,128,1884.0,0;3,0.0412,"
+       "3;4\n");
   const auto records = read_row_records(tp_dir, e);
   ASSERT_EQ(records.size(), 3u);
   const auto& gate = records.at({Component::gate_routing, GridPoint{16, 0, 0}});
@@ -152,7 +152,17 @@ TEST(BundleMeta, RowRecordsAreReadUnderTheirChecksum) {
   EXPECT_DOUBLE_EQ(two.sm_clock_mean_mhz.value(), 1884.0);
   EXPECT_EQ(two.devices, (std::vector<int>{0, 3}));
   EXPECT_DOUBLE_EQ(two.run_spread.value(), 0.0412);
+  EXPECT_EQ(two.launch_waves, (std::vector<std::int64_t>{3, 4}));
   EXPECT_FALSE(gate.run_spread);
+  EXPECT_TRUE(gate.launch_waves.empty());
+  EXPECT_TRUE(unrecorded.launch_waves.empty());
+  // Published before the launch_waves column: the spread, no waves.
+  sign(
+      "component,tokens,activated_experts,local_assignments,sm_clock_mean_mhz,devices,run_spread\n"
+      "experts,16,128,128,1884.0,2,0.01\n");
+  const auto before_waves = read_row_records(tp_dir, e).at({Component::experts, {16, 128, 128}});
+  EXPECT_DOUBLE_EQ(before_waves.run_spread.value(), 0.01);
+  EXPECT_TRUE(before_waves.launch_waves.empty());
   // Published before the run_spread column: clocks and devices, no spread.
   sign(
       "component,tokens,activated_experts,local_assignments,sm_clock_mean_mhz,devices\n"
@@ -182,8 +192,9 @@ TEST(BundleMeta, RowRecordsAreReadUnderTheirChecksum) {
   for (const char* line :
        {"shared,1,0,0,1900.0,0", "experts,16,8,1900.0", "experts,16,x,128,1,0",
         "experts,16,8,128,1900.0,0;x", "experts,16,8,128,1900.0,-1", "experts,16,8,128,1,0,x",
-        "experts,16,8,128,1,0,-0.1", "experts,16,8,128,1,0,0.1,2"}) {
-    sign(header + "experts,1,1,1,1960.0,0,0.01\n" + line + "\n");
+        "experts,16,8,128,1,0,-0.1", "experts,16,8,128,1,0,0.1,x", "experts,16,8,128,1,0,0.1,3;-1",
+        "experts,16,8,128,1,0,0.1,2,3"}) {
+    sign(header + "experts,1,1,1,1960.0,0,0.01,1;1\n" + line + "\n");
     EXPECT_NE(error_of().find(std::string(bundle_format::kRowClocksFile) + ":3: expected " +
                               bundle_format::kRowClocksHeader),
               std::string::npos)

@@ -250,6 +250,37 @@ TEST_F(BundleReader, HeldOutErrorsByRoutingWithoutTheContractsGeometryAreRefused
   EXPECT_DOUBLE_EQ(plain->max, 0.03);
 }
 
+// The errors across launch-wave steps come from held_out.by_waves alone (no geometry needed).
+TEST_F(BundleReader, HeldOutErrorsAcrossWaveStepsAreTheSplitsWhereTheEntryRecordsIt) {
+  const auto stats = [](int count, double max) {
+    return nlohmann::json{{"count", count},
+                          {"median_abs_relative_error", max / 4},
+                          {"p95_abs_relative_error", max / 2},
+                          {"max_abs_relative_error", max}};
+  };
+  nlohmann::json held_out = stats(5, 0.08);
+  const auto with = [&](const nlohmann::json& held) {
+    publish([&](BundleEntry& e) {
+      e.coverage["fidelity"] = {{"components", {{"experts", {{"held_out", held}}}}}};
+    });
+    return Deployment::load(variant, {});
+  };
+  EXPECT_FALSE(with(held_out).held_out_errors_across_wave_steps(Component::experts));
+  held_out["by_waves"] = {{"same_waves", stats(3, 0.01)}, {"across_waves", stats(2, 0.08)}};
+  const auto across = with(held_out).held_out_errors_across_wave_steps(Component::experts);
+  ASSERT_TRUE(across.has_value());
+  EXPECT_EQ(across->count, 2);
+  EXPECT_DOUBLE_EQ(across->max, 0.08);
+  EXPECT_DOUBLE_EQ(across->p95, 0.04);
+  EXPECT_EQ(across->to_json().at("waves"), "across_waves");
+  EXPECT_FALSE(with(held_out).held_out_errors_across_wave_steps(Component::gate_routing));
+  held_out["by_waves"].erase("across_waves");
+  const auto d = with(held_out);
+  const auto error =
+      lookup_error_of([&] { (void)d.held_out_errors_across_wave_steps(Component::experts); });
+  EXPECT_EQ(error.rfind("the entry's coverage.fidelity of experts is malformed: ", 0), 0u) << error;
+}
+
 TEST_F(BundleReader, TheTriangulationMustBeRecordedPresentSignedAndWellFormed) {
   publish([](BundleEntry& e) { e.coverage.erase("triangulation"); });
   EXPECT_NE(lookup_error_of([&] { (void)Deployment::load(variant, {}); })

@@ -258,6 +258,46 @@ with tempfile.TemporaryDirectory() as tmp:
             f"+{len(declared[('experts', 'grid')])} grid points, 0 re-measured, "
             f"{len(declared[('experts', 'held_out')])} held-out") in text, text
 
+    # The table as it stood then, published: row_clocks.csv records each experts row's declared
+    # waves, and --explain says when an answer's vertices run different ones (a wave step lies
+    # between them), with the table's held-out errors across such steps.
+    early = os.path.join(tmp, "early")
+    os.makedirs(os.path.join(early, "file"))  # the file alone: its campaign.json counts the cells taken out
+    shutil.copy(os.path.join(preview_dir, "acquisition.h5"), os.path.join(early, "file"))
+    run([HARNESS, "publish", os.path.join(early, "file", "acquisition.h5"), "--out-root", early, "--accept-failures"])
+    early_bundle = os.path.join(early, "staircase")
+    early_reader = harness_reader.ComponentTable(early_bundle, 1, 1)
+    clocks = [r.split(",") for r in open(os.path.join(
+        early_bundle, "tp1/moe_components/dp1_ep1_rank0_sp0/row_clocks.csv")).read().splitlines()[1:]]
+    for c, n, a, m, *_, waves in clocks:
+        want = f"{staircase_waves(int(a), int(m))};0" if c == "experts" and int(a) > 0 else ""
+        assert waves == want, (c, n, a, m, waves, want)
+    spanning, within = None, None
+    for n, a in ((n, a) for n in range(2, 65) for a in range(K, min(E, n * K) + 1)):
+        if spanning and within:
+            break
+        w = early_reader.mesh.locate((float(n), float(a), float(n * K)))
+        if not w or (n, a, n * K) in early_reader.exact:
+            continue
+        kinds = {staircase_waves(int(early_reader.mesh.points[v][1]), int(early_reader.mesh.points[v][2]))
+                 for v, weight in w if weight > harness_reader.NEGLIGIBLE_WEIGHT}
+        if len(kinds) > 1 and not spanning:
+            spanning = (n, a, n * K)
+        if len(kinds) == 1 and not within:
+            within = (n, a, n * K)
+    assert spanning and within, (spanning, within)
+    for q, spans in ((spanning, True), (within, False)):
+        args = [HARNESS, "lookup", early_bundle, "--tp", "1", "--dp", "1", "--component", "experts", "--tokens",
+                str(q[0]), "--activated", str(q[1]), "--assignments", str(q[2]), "--explain"]
+        answer = json.loads(run(args + ["--format", "json"]).stdout)
+        assert answer["spans_launch_wave_step"] is spans, (q, answer)
+        assert all(v["launch_waves"] == [staircase_waves(v["activated_experts"], v["local_assignments"]), 0]
+                   for v in answer["vertices"]), answer
+        assert ("held_out_across_wave_steps" in answer) is spans, answer
+        text = run(args).stdout
+        assert ("the vertices run different launch waves: a wave step lies between them" in text) is spans, text
+        assert re.search(r"waves \d+\+0", text), text
+
     # 2. SIGKILL during a refinement stage, then resume.
     root = os.path.join(tmp, "killed")
     h5 = os.path.join(root, "acquisitions/staircase/acquisition.h5")
