@@ -36,6 +36,7 @@
 #include "core/sweep.h"
 #include "harness/commands.h"
 #include "kernels/device_peaks.h"
+#include "kernels/native_tile_rule.h"
 #include "kernels/workload.h"
 #include "ranks/forward_timer.h"
 #include "ranks/protocol.h"
@@ -61,6 +62,8 @@ struct Row {
   double median_us = 0, min_us = 0, max_us = 0, max_error = 0;
   std::string kernels;        // "name=us;..." of the forward closest to the median, in start order
   std::string configuration;  // the kernel configuration the workload chose (native: its tile)
+  // experts: the launch waves the backend declares for the point ("W13;W2"; empty: none)
+  std::string launch_waves;
   // The device during the timed forwards: NVML's SM clock after them, the mean SM clock the
   // device counted over them (clock_stamp, as `acquire` counts it; the two differ under load), and
   // the time the power or thermal policy held the clocks down while they ran
@@ -117,6 +120,12 @@ Row measure(Backend& backend, ForwardTimer& timer, const WorkloadSpec& spec,
   row.banks = spec.banks;
   auto w = backend.make(spec, std::move(weights));
   row.configuration = w->configuration();
+  if (const auto waves = expert_launch_waves(backend.name(), spec.geometry, backend.sm_count());
+      waves && spec.component == Component::experts && spec.point.activated > 0) {
+    const auto counts = waves(spec.point.activated, spec.point.assignments);
+    for (std::size_t i = 0; i < counts.size(); ++i)
+      row.launch_waves += (i ? ";" : "") + std::to_string(counts[i]);
+  }
   // Correct first: a backend that does not match the reference gets no time.
   for (double e : w->verify()) row.max_error = std::max(row.max_error, e);
   if (!(row.max_error <= backend.tolerance()))
@@ -175,7 +184,7 @@ void write_csv(const std::string& path, const std::vector<Row>& rows, const Devi
   os << "component,model,backend,tokens,activated,assignments,banks,median_us,min_us,max_us,"
         "floor_us,floor_bound,floor_bytes,floor_flops,ratio_to_floor,native_over_cublas,"
         "max_rel_error,copy_gbps,gemm_tflops,device,kernels,configuration,device_state,"
-        "gemm_sm_clock_mhz\n";
+        "gemm_sm_clock_mhz,launch_waves\n";
   os << std::setprecision(6);
   for (const auto& r : rows) {
     os << r.component << ',' << r.model << ',' << r.backend << ',' << r.point.tokens << ','
@@ -187,7 +196,7 @@ void write_csv(const std::string& path, const std::vector<Row>& rows, const Devi
        << peaks.bf16_flops_per_s / 1e12 << ',' << device << ",\"" << r.kernels << "\",\""
        << r.configuration << "\",\"" << r.device_state << "\",";
     if (peaks.gemm_sm_clock_mhz > 0) os << std::lround(peaks.gemm_sm_clock_mhz);  // else unknown
-    os << '\n';
+    os << ",\"" << r.launch_waves << "\"\n";
   }
   write_file_atomic(path, os.str());
 }
