@@ -26,6 +26,7 @@
 #include "core/seed.h"
 #include "core/statistics.h"
 #include "harness/commands.h"
+#include "kernels/native_tile_rule.h"
 #include "lookup/lookup.h"
 #include "ranks/forward_timer.h"
 #include "ranks/protocol.h"
@@ -96,6 +97,9 @@ struct Validated {
   std::vector<double> errors;
   std::vector<double> signed_errors;  // (bundle - measured) / measured
   HeldOutStatistics statistics;       // unpredicted and bank_failures counted while measuring
+  // experts of a backend that declares its launch waves: the errors of the points interpolated
+  // within their own waves and across a wave step (held_out.by_waves of the bundle, done again)
+  std::vector<double> same_waves_errors, across_waves_errors;
 };
 
 // Statistics of |e - offset| over signed relative errors e, with the bundle's key names.
@@ -123,6 +127,12 @@ json statistics_json(Validated& v, double tolerance) {
     const double offset = quantile(v.signed_errors, 0.5);
     out["median_relative_error"] = offset;
     out["offset_removed"] = abs_error_statistics(v.signed_errors, offset);
+  }
+  if (!v.same_waves_errors.empty() || !v.across_waves_errors.empty()) {
+    HeldOutStatistics same, across;
+    same.set_errors(v.same_waves_errors);
+    across.set_errors(v.across_waves_errors);
+    out["by_waves"] = {{"same_waves", same.errors_json()}, {"across_waves", across.errors_json()}};
   }
   return out;
 }
@@ -248,6 +258,9 @@ int validate(const Args& args) {
       timer = make_forward_timer(backend->timing());
     }
     require_same_device_kind(*e, *backend, label);
+    // The waves this GPU runs the points at (the same kind as the table's, so its SM count).
+    const auto waves = expert_launch_waves(
+        backend->name(), geometry_from_json(e->contract.at("geometry")), backend->sm_count());
     const double tolerance = e->contract.at("fidelity").at("tolerance").get<double>();
     // Which device measured now and which measured the table: another device of the same kind
     // (or the same one on another day) adds its own offset to the error.
@@ -294,7 +307,7 @@ int validate(const Args& args) {
       auto measured_points = points;
       measured_points.insert(measured_points.end(), rows.begin(), rows.end());
       const std::set<GridPoint> row_set(rows.begin(), rows.end());
-      Validated v{c, {}, {}, {}, {}};
+      Validated v{c, {}, {}, {}, {}, {}, {}};
       std::vector<json> row_points;
       std::vector<double> row_errors, clocks_now;
       int row_bank_failures = 0;
@@ -334,13 +347,24 @@ int validate(const Args& args) {
           j["bank_check"] = "failed";
         } else {
           try {
-            const double predicted =
-                deployment.query(c, p.point.tokens, p.point.activated, p.point.assignments).time_us;
+            const auto answer =
+                deployment.query(c, p.point.tokens, p.point.activated, p.point.assignments);
+            const double predicted = answer.time_us;
             const double error = std::abs(predicted - *p.time_us) / *p.time_us;
             j["predicted_us"] = predicted;
             j["relative_error"] = error;
             v.errors.push_back(error);
             v.signed_errors.push_back((predicted - *p.time_us) / *p.time_us);
+            if (waves && c == Component::experts && p.point.activated > 0) {
+              const auto own = waves(p.point.activated, p.point.assignments);
+              const bool across =
+                  std::any_of(answer.vertices.begin(), answer.vertices.end(), [&](const auto& x) {
+                    return x.point.activated > 0 &&
+                           waves(x.point.activated, x.point.assignments) != own;
+                  });
+              j["spans_launch_wave_step"] = across;
+              (across ? v.across_waves_errors : v.same_waves_errors).push_back(error);
+            }
           } catch (const LookupError& err) {
             ++v.statistics.unpredicted;
             j["unpredicted"] = err.what();
@@ -413,6 +437,20 @@ int validate(const Args& args) {
                     << 100 * c["offset_removed"]["max_abs_relative_error"].get<double>() << "%)";
         std::cout << "; " << c["unpredicted"] << " outside support, " << c["bank_failures"]
                   << " failing B/2B\n";
+        if (c.contains("by_waves"))
+          for (const char* side : {"same_waves", "across_waves"}) {
+            const auto& w = c["by_waves"][side];
+            std::cout << "      interpolated "
+                      << (side == std::string("same_waves") ? "within its launch waves"
+                                                            : "across a launch-wave step")
+                      << ": " << w["count"] << " points";
+            if (w["count"].get<int>() > 0)
+              std::cout << std::fixed << std::setprecision(2) << ", |error| median "
+                        << 100 * w["median_abs_relative_error"].get<double>() << "%, p95 "
+                        << 100 * w["p95_abs_relative_error"].get<double>() << "%, max "
+                        << 100 * w["max_abs_relative_error"].get<double>() << "%";
+            std::cout << "\n";
+          }
         if (const auto& rows = c["table_rows"]; !rows["points"].empty()) {
           std::cout << "      " << rows["points"].size() << " table rows re-measured";
           if (rows["count"].get<int>() > 0)

@@ -7,11 +7,16 @@ import json
 import math
 import os
 import shutil
+import sys
 import tempfile
 
 import yaml
 
-from harness_test_lib import HARNESS, SOURCE_DIR, mpirun_cmd, quantile, run, staircase_sm_clock_mhz, staircase_time_us
+from harness_test_lib import (HARNESS, SOURCE_DIR, mpirun_cmd, quantile, run, staircase_sm_clock_mhz, staircase_time_us,
+                              staircase_waves)
+
+sys.path.insert(0, os.path.join(SOURCE_DIR, "python"))
+import harness_reader  # noqa: E402  (answers like the library: test_python_reader.py)
 
 
 def expect_error(args, needle, code=None):
@@ -70,6 +75,24 @@ with tempfile.TemporaryDirectory() as tmp:
         assert abs(c["p95_abs_relative_error"] - quantile(errors, 0.95)) < 1e-12
         within = within and c["p95_abs_relative_error"] <= c["tolerance"]
     assert report["within_tolerance"] == within and p.returncode == (0 if within else 3)
+    # The experts points split by the model's declared waves: across a step where a vertex of the
+    # prediction (as the reader locates it) runs other waves than the point; the statistics of
+    # each side follow from its points.
+    reader = harness_reader.ComponentTable(bundle, 1, 1)
+    sides = {"same_waves": [], "across_waves": []}
+    for pt in comps["experts"]["points"]:
+        n, a, m = pt["point"]
+        vertices = [reader.mesh.points[v] for v, w in reader.mesh.locate((float(n), float(a), float(m)))
+                    if w > harness_reader.NEGLIGIBLE_WEIGHT]
+        across = any(staircase_waves(int(va), int(vm)) != staircase_waves(a, m) for _, va, vm in vertices if va > 0)
+        assert pt["spans_launch_wave_step"] is across, (pt, vertices)
+        sides["across_waves" if across else "same_waves"].append(pt["relative_error"])
+    for side, errors in sides.items():
+        got = comps["experts"]["by_waves"][side]
+        assert got["count"] == len(errors), (side, got, errors)
+        if errors:
+            assert abs(got["max_abs_relative_error"] - max(errors)) < 1e-12, (side, got)
+    assert "by_waves" not in comps["gate_routing"], comps["gate_routing"].keys()
     # Beside the held-out points, 6 (the default) of the table's own rows per component, spread
     # over its token range: answered exactly by the table, so on the same (modeled) device they
     # miss by nothing.
@@ -110,15 +133,18 @@ with tempfile.TemporaryDirectory() as tmp:
     assert published["coverage"]["fidelity"]["row_clocks_table"] == \
         {"file": "row_clocks.csv", "sha256": hashlib.sha256(clocks_text.encode()).hexdigest()}
     clock_lines = clocks_text.splitlines()
-    assert clock_lines[0] == "component,tokens,activated_experts,local_assignments,sm_clock_mean_mhz,devices,run_spread"
+    assert clock_lines[0] == \
+        "component,tokens,activated_experts,local_assignments,sm_clock_mean_mhz,devices,run_spread,launch_waves"
     table_lines = open(table).read().splitlines()[1:]
-    assert [r.rsplit(",", 3)[0] for r in clock_lines[1:]] == \
+    assert [r.rsplit(",", 4)[0] for r in clock_lines[1:]] == \
         [",".join(r.split(",")[:1] + r.split(",")[2:5]) for r in table_lines], "row_clocks.csv rows differ"
     for r in clock_lines[1:]:
         f = r.split(",")
         assert abs(float(f[4]) - staircase_sm_clock_mhz(int(f[1]))) <= 0.5 and f[5] == "0", r
-        # The model's runs do not move; only experts rows carry a spread.
+        # The model's runs do not move; only experts rows carry a spread, and the waves it declares.
         assert (float(f[6]) == 0) if f[0] == "experts" else f[6] == "", r
+        declared = f[0] == "experts" and int(f[2]) > 0
+        assert f[7] == (f"{staircase_waves(int(f[2]), int(f[3]))};0" if declared else ""), r
     text = run([HARNESS, "validate", bundle, "--points", "10", "--seed", "11"], check=False).stdout
     g = comps["gate_routing"]["sm_clock_mean_mhz"]
     whole = lambda mhz: math.floor(mhz + 0.5)  # std::lround
