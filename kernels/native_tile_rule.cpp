@@ -127,11 +127,11 @@ std::array<std::int64_t, 2> native_launch_waves(const ModelGeometry& g, int sms,
   // Paired tiles run as clusters of two CTAs: a unit is a pair of tiles' feature block.
   const bool paired = native_pairs_tiles(tile, rows);
   const std::int64_t ctas = paired ? 2 : 1, slots = std::max<std::int64_t>(1, sms / ctas);
-  const std::int64_t pair_units = (tiles + ctas - 1) / ctas;
-  const std::int64_t w13 = waves(pair_units * blocks(gated, kNativeWgmmaBlockRows), slots);
+  const std::int64_t tile_units = (tiles + ctas - 1) / ctas;  // tiles, or pairs of them
+  const std::int64_t w13 = waves(tile_units * blocks(gated, kNativeWgmmaBlockRows), slots);
   if (const int tall = native_w2_tall_tokens(tile, rows); tall > 0)
     return {w13, waves(tiles_of(tall) * blocks(hidden, kNativeW2TallBlockRows), sms)};
-  return {w13, waves(pair_units * blocks(hidden, kNativeWgmmaBlockRows), slots)};
+  return {w13, waves(tile_units * blocks(hidden, kNativeWgmmaBlockRows), slots)};
 }
 
 ExpertWaves expert_launch_waves(std::string_view backend, const ModelGeometry& g, int sm_count) {

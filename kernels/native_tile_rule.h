@@ -88,7 +88,9 @@ inline constexpr int kNativeW2TallBlockRows = 128;
 // paired tiles, two per SM for the narrow tile), so its time steps where that count changes
 // (docs/native-backend.md#launch-waves-set-the-time-off-balanced-routing). The narrow tile's grid
 // is the bound's, not the routes' own (its empty blocks leave at once), so there the waves are the
-// working blocks'. The one-token path is not modelled (N = 1 has one point per row).
+// working blocks'. The one-token path is not modelled (N = 1 has one point per row), nor the
+// mma.sync fallback of GPUs without wgmma (sm_90 is what the native kernels are tuned for); a
+// wrong count only costs refinement a few columns that bracket no step.
 [[nodiscard]] std::array<std::int64_t, 2> native_launch_waves(const ModelGeometry& g, int sms,
                                                               std::int64_t activated,
                                                               std::int64_t assignments);
