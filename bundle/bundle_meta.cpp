@@ -315,9 +315,8 @@ std::optional<std::string> read_fidelity_file(const std::filesystem::path& tp_di
   return text;
 }
 
-std::map<std::pair<Component, GridPoint>, RowRecord> read_row_records(
-    const std::filesystem::path& tp_dir, const BundleEntry& e) {
-  std::map<std::pair<Component, GridPoint>, RowRecord> records;
+RowRecords read_row_records(const std::filesystem::path& tp_dir, const BundleEntry& e) {
+  RowRecords records;
   const auto text =
       read_fidelity_file(tp_dir, e, "row_clocks_table", bundle_format::kRowClocksFile);
   if (!text) return records;

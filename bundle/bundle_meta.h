@@ -79,8 +79,9 @@ struct RowRecord {
 // Each row of a component table's record (row_clocks.csv, through read_fidelity_file), by
 // component and point; empty for an entry published before the file existed (and no devices or
 // run spread where it predates their column). Throws BundleError naming a malformed line.
-[[nodiscard]] std::map<std::pair<Component, GridPoint>, RowRecord> read_row_records(
-    const std::filesystem::path& tp_dir, const BundleEntry& e);
+using RowRecords = std::map<std::pair<Component, GridPoint>, RowRecord>;
+[[nodiscard]] RowRecords read_row_records(const std::filesystem::path& tp_dir,
+                                          const BundleEntry& e);
 
 // Loads <variant_dir>/meta.yaml (empty meta when absent). Throws BundleError naming the problem
 // for malformed YAML, a wrong schema, or a contract whose SHA-256 does not match.

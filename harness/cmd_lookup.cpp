@@ -50,42 +50,11 @@ nlohmann::json collective_json(const std::string& collective, std::int64_t token
           {"rows", rows}};
 }
 
-using RowRecords = std::map<std::pair<Component, GridPoint>, RowRecord>;
-
-// How each published row of the deployment's entry was measured (row_clocks.csv, checksum
-// checked), read for --explain only: a plain lookup needs none of it.
-RowRecords row_records_of(const std::string& variant_dir, const Deployment& d) {
-  const auto target = Target::from_json(d.contract().at("target"));
-  const auto meta = load_bundle_meta(variant_dir);
-  const auto& entries = meta.per_tp(Section::moe_components);
-  if (const auto tp = entries.find(target.tp); tp != entries.end())
-    for (const auto& e : tp->second)
-      if (e.target == target)
-        return read_row_records(std::filesystem::path(variant_dir) / tp_dir_name(target.tp), e);
-  return {};
-}
-
 // The record of a vertex row; nullptr where there is none (an entry published before
 // row_clocks.csv).
 const RowRecord* record_of(const RowRecords& records, Component c, const GridPoint& point) {
   const auto it = records.find({c, point});
   return it == records.end() ? nullptr : &it->second;
-}
-
-// Whether an answer's vertices run different launch waves (row_clocks.csv): a wave step lies
-// between them, and the held-out errors across such steps apply. nullopt where a vertex's
-// waves are not recorded (a backend that declares none, or an older bundle).
-std::optional<bool> spans_wave_step(const RowRecords& records, Component c, const LookupResult& r) {
-  if (c != Component::experts || r.exact || r.vertices.empty()) return std::nullopt;
-  const std::vector<std::int64_t>* first = nullptr;
-  bool differ = false;
-  for (const auto& x : r.vertices) {
-    const auto* row = record_of(records, c, x.point);
-    if (!row || row->launch_waves.empty()) return std::nullopt;
-    if (first && row->launch_waves != *first) differ = true;
-    if (!first) first = &row->launch_waves;
-  }
-  return differ;
 }
 
 // `rows`: the records --explain prints beside its vertices (nullptr without --explain).
@@ -116,7 +85,7 @@ nlohmann::json component_json(Deployment& d, Component c, std::int64_t tokens,
       v.push_back(vertex);
     }
     out["vertices"] = v;
-    if (const auto spans = spans_wave_step(*rows, c, r)) {
+    if (const auto spans = d.spans_launch_wave_step(c, r)) {
       out["spans_launch_wave_step"] = *spans;
       const auto across = *spans ? d.held_out_errors_across_wave_steps(c) : std::nullopt;
       if (across) out["held_out_across_wave_steps"] = across->to_json();
@@ -188,13 +157,13 @@ int lookup_batch(const std::string& variant_dir, const DeploymentKey& key,
   }
   const auto queries = read_queries(source == "-" ? std::cin : file, source);
   std::optional<Deployment> deployment;
-  std::optional<RowRecords> rows;  // --explain
+  const RowRecords* rows = nullptr;  // --explain
   std::optional<CollectiveTable> collectives;
   for (const auto& q : queries) {
     if (q.component && !deployment) {
       deployment.emplace(Deployment::load(variant_dir, key));
       warn_if_not_device_data(deployment->contract());
-      if (explain) rows = row_records_of(variant_dir, *deployment);
+      if (explain) rows = &deployment->row_records();
     }
     if (!q.component && !collectives) {
       try {
@@ -218,7 +187,7 @@ int lookup_batch(const std::string& variant_dir, const DeploymentKey& key,
         time_us = r.time_us;
         if (json)
           answer = component_json(*deployment, *q.component, q.tokens, q.activated, q.assignments,
-                                  r, rows ? &*rows : nullptr);
+                                  r, rows);
       } else {
         const auto r = collectives->query(q.collective, q.tokens);
         time_us = r.time_us;
@@ -305,11 +274,9 @@ int lookup(const Args& args) {
   auto d = Deployment::load(variant_dir, key);
   warn_if_not_device_data(d.contract());
   const auto r = d.query(*c, tokens, activated, assignments);
-  const auto rows = explain ? std::optional(row_records_of(variant_dir, d)) : std::nullopt;
+  const RowRecords* rows = explain ? &d.row_records() : nullptr;
   if (format == "json") {
-    std::cout
-        << component_json(d, *c, tokens, activated, assignments, r, rows ? &*rows : nullptr).dump(1)
-        << "\n";
+    std::cout << component_json(d, *c, tokens, activated, assignments, r, rows).dump(1) << "\n";
     return 0;
   }
   std::cout << std::setprecision(10) << r.time_us << "\n";
@@ -340,7 +307,7 @@ int lookup(const Args& args) {
       }
       std::cout << "\n";
     }
-    if (spans_wave_step(*rows, *c, r).value_or(false)) {
+    if (d.spans_launch_wave_step(*c, r).value_or(false)) {
       std::cout << "the vertices run different launch waves: a wave step lies between them";
       const auto h = d.held_out_errors_across_wave_steps(*c);
       if (h && h->count == 0) {

@@ -65,6 +65,9 @@ struct Deployment::Impl {
   std::map<Component, std::vector<TableRow>> rows;  // as published
   LruCache<CacheKey, LookupResult> answers;         // bounded cache of answered queries
   std::size_t hits = 0;
+  std::filesystem::path tp_dir;       // <variant>/tp<N>, where row_clocks.csv lies
+  BundleEntry entry;                  // the entry's meta.yaml record (collective tables: unset)
+  std::optional<RowRecords> records;  // row_records(), once read
 };
 
 Deployment::Deployment(std::unique_ptr<Impl> impl) : impl_(std::move(impl)) {}
@@ -145,6 +148,31 @@ std::optional<HeldOutErrors> Deployment::held_out_errors(Component c, std::int64
   return read(held, routing);
 }
 
+const RowRecords& Deployment::row_records() const {
+  if (!impl_->records) {
+    try {
+      impl_->records = read_row_records(impl_->tp_dir, impl_->entry);
+    } catch (const BundleError& e) {
+      throw LookupError(e.what());
+    }
+  }
+  return *impl_->records;
+}
+
+std::optional<bool> Deployment::spans_launch_wave_step(Component c, const LookupResult& r) const {
+  if (c != Component::experts || r.exact || r.vertices.empty()) return std::nullopt;
+  const auto& records = row_records();
+  const std::vector<std::int64_t>* first = nullptr;
+  for (const auto& x : r.vertices) {
+    const auto row = records.find({c, x.point});
+    if (row == records.end() || row->second.launch_waves.empty()) return std::nullopt;
+    if (!first) first = &row->second.launch_waves;
+  }
+  return std::any_of(r.vertices.begin(), r.vertices.end(), [&](const auto& x) {
+    return records.at({c, x.point}).launch_waves != *first;
+  });
+}
+
 std::vector<Component> Deployment::components() const {
   return impl_->components;
 }
@@ -221,6 +249,8 @@ Deployment Deployment::load(const std::filesystem::path& variant_dir, const Depl
   const auto& csv = table.csv;
   auto impl = std::make_unique<Impl>();
   impl->contract = entry->contract;
+  impl->tp_dir = variant_dir / tp_dir_name(key.tp);
+  impl->entry = *entry;
   if (const auto f = entry->coverage.find("fidelity");
       f != entry->coverage.end() && f->is_object() && f->contains("components"))
     impl->fidelity = f->at("components");

@@ -15,6 +15,7 @@
 #include <unordered_map>
 #include <vector>
 
+#include "bundle/bundle_meta.h"
 #include "core/component.h"
 #include "lookup/tables.h"
 
@@ -72,6 +73,16 @@ class Deployment {
   // vertices run different launch waves (row_clocks.csv records each row's). nullopt where the
   // entry records no such split (a backend that declares no waves, or an older bundle).
   [[nodiscard]] std::optional<HeldOutErrors> held_out_errors_across_wave_steps(Component c) const;
+  // How each published row was measured (row_clocks.csv under its checksum: clock, devices, run
+  // spread, launch waves), read on first use; empty for an entry published before the file.
+  // Throws LookupError for a missing or corrupt file.
+  [[nodiscard]] const RowRecords& row_records() const;
+  // Whether an experts answer's vertices run different launch waves (row_records()): a wave step
+  // lies between them, and held_out_errors_across_wave_steps applies. nullopt for the other
+  // components, an exact row, or where a vertex's waves are not recorded (a backend that
+  // declares none, an older bundle).
+  [[nodiscard]] std::optional<bool> spans_launch_wave_step(Component c,
+                                                           const LookupResult& r) const;
   // The published rows of one component, in table order (empty when it has none).
   [[nodiscard]] const std::vector<TableRow>& rows(Component c) const;
   [[nodiscard]] std::size_t cache_hits() const;
