@@ -6,6 +6,7 @@
 #include <gtest/gtest.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <filesystem>
 #include <functional>
 #include <string>
@@ -279,6 +280,56 @@ TEST_F(BundleReader, HeldOutErrorsAcrossWaveStepsAreTheSplitsWhereTheEntryRecord
   const auto error =
       lookup_error_of([&] { (void)d.held_out_errors_across_wave_steps(Component::experts); });
   EXPECT_EQ(error.rfind("the entry's coverage.fidelity of experts is malformed: ", 0), 0u) << error;
+}
+
+// Whether an answer spans a launch-wave step comes from its vertices' rows in row_clocks.csv.
+TEST_F(BundleReader, AnAnswerSpansAWaveStepWhereItsVerticesRecordDifferentWaves) {
+  const auto with_clocks = [&](const std::string& waves_4_8, const std::string& others = "1;1") {
+    const std::string clocks = std::string(bundle_format::kRowClocksHeader) +
+                               "\ngate_routing,1,0,0,,0,,\ngate_routing,16,0,0,,0,,\n"
+                               "experts,4,2,8,,0,0," +
+                               others + "\nexperts,4,8,8,,0,0," + waves_4_8 +
+                               "\nexperts,16,2,32,,0,0," + others + "\nexperts,16,8,32,,0,0," +
+                               others + "\n";
+    publish([&](BundleEntry& e) {
+      write_file_atomic(table_dir() / bundle_format::kRowClocksFile, clocks);
+      e.coverage["fidelity"] = {
+          {"row_clocks_table",
+           {{"file", bundle_format::kRowClocksFile}, {"sha256", sha256_hex(clocks)}}}};
+    });
+    return Deployment::load(variant, {});
+  };
+  auto same = with_clocks("1;1");
+  const auto inside = same.query(Component::experts, 8, 4, 16);
+  ASSERT_FALSE(inside.exact);
+  EXPECT_EQ(same.row_records().at({Component::experts, GridPoint{4, 8, 8}}).launch_waves,
+            (std::vector<std::int64_t>{1, 1}));
+  EXPECT_EQ(same.spans_launch_wave_step(Component::experts, inside), false);
+  auto stepped = with_clocks("2;1");  // the row at (4, 8, 8) runs another W13 wave count
+  const auto answer = stepped.query(Component::experts, 8, 8, 16);
+  const bool uses_it =
+      std::any_of(answer.vertices.begin(), answer.vertices.end(), [](const auto& v) {
+        return v.point == GridPoint{4, 8, 8};
+      });
+  ASSERT_TRUE(uses_it);
+  EXPECT_EQ(stepped.spans_launch_wave_step(Component::experts, answer), true);
+  EXPECT_EQ(
+      same.spans_launch_wave_step(Component::experts, same.query(Component::experts, 8, 8, 16)),
+      false);
+  // An exact row, another component, or rows without recorded waves: nothing to say.
+  EXPECT_FALSE(stepped.spans_launch_wave_step(Component::experts,
+                                              stepped.query(Component::experts, 4, 8, 8)));
+  EXPECT_FALSE(stepped.spans_launch_wave_step(Component::gate_routing,
+                                              stepped.query(Component::gate_routing, 8)));
+  auto unrecorded = with_clocks("", "");
+  EXPECT_FALSE(unrecorded.spans_launch_wave_step(Component::experts,
+                                                 unrecorded.query(Component::experts, 8, 4, 16)));
+  // A row_clocks.csv that does not match its checksum is refused when first read (loading the
+  // table alone does not read it).
+  write_file_atomic(table_dir() / bundle_format::kRowClocksFile, "tampered\n");
+  const auto tampered = Deployment::load(variant, {});
+  EXPECT_NE(lookup_error_of([&] { (void)tampered.row_records(); }).find("checksum mismatch"),
+            std::string::npos);
 }
 
 TEST_F(BundleReader, TheTriangulationMustBeRecordedPresentSignedAndWellFormed) {
