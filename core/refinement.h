@@ -52,8 +52,8 @@ struct RefinementStep {
 // The launch waves a backend declares for its `experts` forward of A active local experts sharing
 // M rows the way the stimuli share them (kernels' expert_launch_waves): two forwards with equal
 // values run the same waves. Where the waves of two neighbouring grid columns differ, the time
-// jumps between them by a wave, somewhere a midpoint only halves (docs/measurement.md#refinement).
-// Empty: the backend declares none.
+// jumps between them by a wave, somewhere a midpoint only halves (docs/measurement.md#fidelity,
+// Refinement). Empty: the backend declares none.
 using ExpertWaves =
     std::function<std::array<std::int64_t, 2>(std::int64_t activated, std::int64_t assignments)>;
 
