@@ -67,7 +67,7 @@ struct Deployment::Impl {
   std::size_t hits = 0;
   std::filesystem::path tp_dir;       // <variant>/tp<N>, where row_clocks.csv lies
   BundleEntry entry;                  // the entry's meta.yaml record (collective tables: unset)
-  std::optional<RowRecords> records;  // row_records(), once read
+  std::optional<RowRecords> records;  // row_clocks.csv, once read (spans_launch_wave_step)
 };
 
 Deployment::Deployment(std::unique_ptr<Impl> impl) : impl_(std::move(impl)) {}
@@ -148,7 +148,8 @@ std::optional<HeldOutErrors> Deployment::held_out_errors(Component c, std::int64
   return read(held, routing);
 }
 
-const RowRecords& Deployment::row_records() const {
+std::optional<bool> Deployment::spans_launch_wave_step(Component c, const LookupResult& r) const {
+  if (c != Component::experts || r.exact || r.vertices.empty()) return std::nullopt;
   if (!impl_->records) {
     try {
       impl_->records = read_row_records(impl_->tp_dir, impl_->entry);
@@ -156,12 +157,7 @@ const RowRecords& Deployment::row_records() const {
       throw LookupError(e.what());
     }
   }
-  return *impl_->records;
-}
-
-std::optional<bool> Deployment::spans_launch_wave_step(Component c, const LookupResult& r) const {
-  if (c != Component::experts || r.exact || r.vertices.empty()) return std::nullopt;
-  const auto& records = row_records();
+  const auto& records = *impl_->records;
   const std::vector<std::int64_t>* first = nullptr;
   for (const auto& x : r.vertices) {
     const auto row = records.find({c, x.point});
