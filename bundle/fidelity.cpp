@@ -253,15 +253,10 @@ std::vector<ComponentFidelity> evaluate_fidelity(const StoredAcquisition& acq,
           (balanced_point(contract.geometry, f.target, point.tokens) == point ? balanced_errors
                                                                               : off_balance_errors)
               .push_back(h.relative_error());
-        if (experts && waves && point.activated > 0) {
-          const auto own = waves(point.activated, point.assignments);
-          const bool across =
-              std::any_of(answer.vertices.begin(), answer.vertices.end(), [&](const auto& v) {
-                return v.point.activated > 0 &&
-                       waves(v.point.activated, v.point.assignments) != own;
-              });
-          (across ? across_waves_errors : same_waves_errors).push_back(h.relative_error());
-        }
+        if (experts && waves && point.activated > 0)
+          (prediction_spans_wave_step(waves, point, answer) ? across_waves_errors
+                                                            : same_waves_errors)
+              .push_back(h.relative_error());
       } catch (const LookupError& e) {
         h.unpredicted_reason = e.what();
         ++f.statistics.unpredicted;
@@ -308,6 +303,14 @@ std::string repeatability_summary(const json& component_fidelity) {
                 100 * r.at("median_abs_relative_difference").get<double>(),
                 100 * r.at("max_abs_relative_difference").get<double>());
   return line;
+}
+
+bool prediction_spans_wave_step(const ExpertWaves& waves, const GridPoint& point,
+                                const LookupResult& answer) {
+  const auto own = waves(point.activated, point.assignments);
+  return std::any_of(answer.vertices.begin(), answer.vertices.end(), [&](const auto& v) {
+    return v.point.activated > 0 && waves(v.point.activated, v.point.assignments) != own;
+  });
 }
 
 NextStage next_stage_of(const JobSpec& job, const ComponentFidelity& f,

@@ -19,6 +19,7 @@
 #include "core/job_spec.h"
 #include "core/refinement.h"
 #include "core/target.h"
+#include "lookup/tables.h"
 #include "store/acquisition_file.h"
 
 namespace moe {
@@ -141,6 +142,12 @@ struct ComponentFidelity {
 [[nodiscard]] std::vector<ComponentFidelity> evaluate_fidelity(
     const StoredAcquisition& acq, const std::vector<CellSummary>& summaries,
     const ExpertWaves& waves = {});
+
+// Whether `answer`, a table's prediction of the experts point `point` (A > 0), weighs a row whose
+// declared launch waves differ from the point's own: the prediction spans a wave step
+// (held_out.by_waves, and validate's split of its points).
+[[nodiscard]] bool prediction_spans_wave_step(const ExpertWaves& waves, const GridPoint& point,
+                                              const LookupResult& answer);
 
 // The refinement stage that follows what the file holds for one table, as acquire declares it
 // (docs/measurement.md#fidelity): core's refinement_step on the table's misses above the tolerance

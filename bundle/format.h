@@ -11,7 +11,9 @@
 //   <out_root>/<variant>/tp<N>/collectives/dp<D>_ep<E>_rank<r>_sp<0|1>/collectives.csv
 #pragma once
 
+#include <cstdint>
 #include <filesystem>
+#include <span>
 #include <string>
 
 #include "core/target.h"
@@ -64,6 +66,16 @@ inline constexpr const char* kCollectivesHeader =
 }
 [[nodiscard]] inline std::string collectives_path(const Target& t) {
   return std::string(kCollectivesDir) + "/" + t.dir_name() + "/" + kCollectivesFile;
+}
+// A row's launch waves as row_clocks.csv (and bench's CSV) write them: the counts ';'-separated
+// (bundle_meta's read_row_records reads them back).
+[[nodiscard]] inline std::string launch_waves_field(std::span<const std::int64_t> waves) {
+  std::string field;
+  for (const auto w : waves) {
+    if (!field.empty()) field += ';';
+    field += std::to_string(w);
+  }
+  return field;
 }
 // A target's directory in the variant for `section_dir` (kComponentsDir or kCollectivesDir).
 [[nodiscard]] inline std::filesystem::path target_dir(const std::filesystem::path& variant_dir,

@@ -192,10 +192,9 @@ PublishReport publish(const StoredAcquisition& acq, const std::string& h5_path,
         for (std::size_t d = 0; d < p.devices.size(); ++d)
           row_clocks << (d ? ";" : "") << p.devices[d];
         row_clocks << "," << (p.run_spread ? csv_number(*p.run_spread, 4) : "") << ",";
-        if (waves && component == Component::experts && p.point.activated > 0) {
-          const auto launch = waves(p.point.activated, p.point.assignments);
-          for (std::size_t i = 0; i < launch.size(); ++i) row_clocks << (i ? ";" : "") << launch[i];
-        }
+        if (waves && component == Component::experts && p.point.activated > 0)
+          row_clocks << bundle_format::launch_waves_field(
+              waves(p.point.activated, p.point.assignments));
         row_clocks << "\n";
         published[component].push_back({p.point, *p.time_us});
         ++published_points;

@@ -54,6 +54,14 @@ std::vector<std::int64_t> rows_of(const std::set<GridPoint>& grid, const GridPoi
   return {rows.begin(), rows.end()};
 }
 
+// The A columns (A > 0) of the grid's experts row at N, ascending.
+std::vector<std::int64_t> row_columns(const std::set<GridPoint>& grid, std::int64_t n) {
+  std::vector<std::int64_t> columns;
+  for (auto g = grid.lower_bound({n, 1, 0}); g != grid.end() && g->tokens == n; ++g)
+    if (columns.empty() || columns.back() != g->activated) columns.push_back(g->activated);
+  return columns;
+}
+
 // Bracketing values of `v` in sorted `axis`, both strictly around it.
 std::optional<std::pair<std::int64_t, std::int64_t>> bracket(const std::vector<std::int64_t>& axis,
                                                              std::int64_t v) {
@@ -129,10 +137,7 @@ std::set<GridPoint> wave_brackets(const JobSpec& job, const Target& t,
   const double r = rows_per_active_expert(p);
   std::set<GridPoint> take;
   for (const auto n : near) {
-    std::vector<std::int64_t> columns;  // sorted: the grid is ordered by (N, A, M)
-    for (const auto& g : grid)
-      if (g.tokens == n && g.activated > 0 && (columns.empty() || columns.back() != g.activated))
-        columns.push_back(g.activated);
+    const auto columns = row_columns(grid, n);
     if (columns.size() < 2) continue;
     const double same_rows = static_cast<double>(n) * job.geometry.top_k / r;
     const auto a_lo = static_cast<std::int64_t>(
@@ -188,11 +193,7 @@ Split bisect_around(const JobSpec& job, const Target& t, Component c,
     }
   } else if (experts && p.activated > 0) {
     // On an existing N row: bisect its A interval with a column at the midpoint.
-    std::vector<std::int64_t> axis;
-    for (const auto& g : grid)
-      if (g.tokens == p.tokens && g.activated > 0) axis.push_back(g.activated);
-    axis.erase(std::unique(axis.begin(), axis.end()), axis.end());
-    const auto ab = bracket(axis, p.activated);
+    const auto ab = bracket(row_columns(grid, p.tokens), p.activated);
     const auto mid = ab ? midpoint(ab->first, ab->second, false) : std::nullopt;
     if (mid) {
       for (const auto& q : expert_column(job, t, p.tokens, *mid)) take.insert(q);

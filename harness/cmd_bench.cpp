@@ -28,6 +28,7 @@
 #include <optional>
 #include <sstream>
 
+#include "bundle/format.h"
 #include "core/files.h"
 #include "core/job_spec.h"
 #include "core/planner.h"
@@ -121,11 +122,9 @@ Row measure(Backend& backend, ForwardTimer& timer, const WorkloadSpec& spec,
   auto w = backend.make(spec, std::move(weights));
   row.configuration = w->configuration();
   if (const auto waves = expert_launch_waves(backend.name(), spec.geometry, backend.sm_count());
-      waves && spec.component == Component::experts && spec.point.activated > 0) {
-    const auto counts = waves(spec.point.activated, spec.point.assignments);
-    for (std::size_t i = 0; i < counts.size(); ++i)
-      row.launch_waves += (i ? ";" : "") + std::to_string(counts[i]);
-  }
+      waves && spec.component == Component::experts && spec.point.activated > 0)
+    row.launch_waves =
+        bundle_format::launch_waves_field(waves(spec.point.activated, spec.point.assignments));
   // Correct first: a backend that does not match the reference gets no time.
   for (double e : w->verify()) row.max_error = std::max(row.max_error, e);
   if (!(row.max_error <= backend.tolerance()))

@@ -45,10 +45,6 @@ std::pair<std::int64_t, std::int64_t> planned_point_rounds(const Plan& plan) {
   return n;
 }
 
-// What a campaign has left: the cell rounds its acquisition file has not committed, each point
-// predicted as acquire predicts a cell it has not measured yet (the nominal cost of its backend
-// times the campaign's measured/nominal ratio of its kind; nominal where none was measured).
-// Refinement stages not yet declared come on top.
 // The refinement stage each table would get next, from the held-out errors the file holds now (as
 // acquire derives it when the stage before has ended; `provisional` while cells of the table are
 // left, whose points can change it).
@@ -61,6 +57,10 @@ struct StagePreview {
   double held_s = 0;
 };
 
+// What a campaign has left: the cell rounds its acquisition file has not committed, each point
+// predicted as acquire predicts a cell it has not measured yet (the nominal cost of its backend
+// times the campaign's measured/nominal ratio of its kind; nominal where none was measured), and
+// the next refinement stage of each table; later stages come on top.
 struct CampaignLeft {
   std::int64_t point_rounds = 0;
   int cells = 0;

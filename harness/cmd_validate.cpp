@@ -356,12 +356,7 @@ int validate(const Args& args) {
             v.errors.push_back(error);
             v.signed_errors.push_back((predicted - *p.time_us) / *p.time_us);
             if (waves && c == Component::experts && p.point.activated > 0) {
-              const auto own = waves(p.point.activated, p.point.assignments);
-              const bool across =
-                  std::any_of(answer.vertices.begin(), answer.vertices.end(), [&](const auto& x) {
-                    return x.point.activated > 0 &&
-                           waves(x.point.activated, x.point.assignments) != own;
-                  });
+              const bool across = prediction_spans_wave_step(waves, p.point, answer);
               j["spans_launch_wave_step"] = across;
               (across ? v.across_waves_errors : v.same_waves_errors).push_back(error);
             }
