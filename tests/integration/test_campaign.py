@@ -178,6 +178,26 @@ with tempfile.TemporaryDirectory() as tmp:
     assert refused.returncode != 0 and "several device kinds" in refused.stderr, refused.stderr
     assert not os.path.exists(mixed_root) or not any(
         f == "meta.yaml" for _, _, files in os.walk(mixed_root) for f in files), "published a mixed acquisition"
+    # A copy whose device records an SM count that is not a count (what the declared launch waves
+    # are counted on): inspect and publish name it, nothing is published.
+    bad_sms = os.path.join(tmp, "bad_sms", "acquisition.h5")
+    os.makedirs(os.path.dirname(bad_sms))
+    shutil.copy(os.path.join(out, "acquisition.h5"), bad_sms)
+    with h5py.File(bad_sms, "r+") as f:
+        prov = f["provenance"]
+        for key in list(prov.attrs):
+            ranks = json.loads(prov.attrs[key].decode())
+            for r in ranks:
+                r.get("device", {})["sm_count"] = "12x"
+            prov.attrs[key] = numpy.bytes_(json.dumps(ranks))
+    why = "the acquisition's device records an SM count that is not a count: 12x"
+    bad_inspect = run([HARNESS, "inspect", bad_sms], check=False)
+    assert bad_inspect.returncode != 0 and why in bad_inspect.stderr, (bad_inspect.returncode, bad_inspect.stderr)
+    bad_root = os.path.join(tmp, "bad_sms", "bundles")
+    bad_publish = run([HARNESS, "publish", bad_sms, "--out-root", bad_root], check=False)
+    assert bad_publish.returncode != 0 and why in bad_publish.stderr, (bad_publish.returncode, bad_publish.stderr)
+    assert not os.path.exists(bad_root) or not any(
+        f == "meta.yaml" for _, _, files in os.walk(bad_root) for f in files), "published with a bad SM count"
     state = json.load(open(os.path.join(out, "campaign.json")))
     assert state["phase"] == "complete" and len(state["runs"]) == 3
     assert state["device_seconds_consumed"] > consumed
