@@ -479,7 +479,7 @@ class Acquisition {
     // Every rank is held while rank 0 evaluates: charged like a wave.
     const double held = seconds_since(start);
     summary_.refinement_s += held * size_;
-    if (rank_ == 0) campaign_->consume(held, size_, 0);
+    if (rank_ == 0) campaign_->charge(held, size_);
     calibrate();  // predicts the new cells; measures only a kind this run has no ratio for
     return cells_.size() > before;
   }
@@ -631,7 +631,11 @@ class Acquisition {
                                                   job_.gpu_hours * 3600.0, options_.raise_budget);
       watchdog_.beat_into(out / kHeartbeatFile);
       if (restored_) campaign_->record_restore(restored_->problem, restored_->damaged_copy);
-      campaign_->reconcile(file_->complete_rows());
+      campaign_->reconcile(file_->complete_rows(), [&](const std::string& id, int round) {
+        const auto cell = std::find_if(cells_.begin(), cells_.end(),
+                                       [&](const auto& c) { return c.info.id == id; });
+        return cell != cells_.end() && round >= 0 && round < job_.rounds && cell->done(round);
+      });
       // Work a kill threw away is said, not only charged: the wave in flight is measured again.
       if (const auto& w = campaign_->interrupted(); w && !options_.quiet) {
         std::cerr << "acquire: the previous run stopped inside the wave of " << w->wave << " after "
@@ -817,7 +821,7 @@ class Acquisition {
     summary_.calibration_s += total;
     summary_.calibration_points += all_sampled;
     if (rank_ != 0) return;
-    campaign_->consume(total / size_, size_, 0);
+    campaign_->charge(total / size_, size_);
     if (!options_.quiet)
       std::cerr << "acquire: calibrated the cost model on " << all_sampled
                 << " points (a sample of one cell per component and target; not stored) in "
@@ -949,9 +953,14 @@ class Acquisition {
   // and measured costs in the campaign state and prints progress.
   void commit(int r, const WaveResult& wave, SteadyClock::time_point wave_start,
               SteadyClock::time_point measure_start) {
-    // phases: setup, verify, timing; then expert seconds, expert point-rounds, local seconds,
-    // local point-rounds.
-    double phases[7] = {0, 0, 0, 0, 0, 0, 0}, slowest[3] = {0, 0, 0}, total[7] = {};
+    double phases[3] = {0, 0, 0}, slowest[3] = {0, 0, 0}, total[3] = {};  // setup, verify, timing
+    // What each of this rank's rounds cost, for the campaign's accounting (rank 0's).
+    struct RoundCost {
+      int cell, round, experts;
+      double seconds;
+      std::int64_t point_rounds;
+    };
+    std::vector<RoundCost> round_costs;
     RecordCounts mine_rows;
     std::vector<std::pair<int, const CellRound*>> mine;
     std::map<Kind, std::pair<double, double>> wave_ratio;  // measured and nominal seconds
@@ -964,9 +973,8 @@ class Acquisition {
       auto& ratio = wave_ratio[kind_of(cells_[c])];
       ratio.first += cost;
       ratio.second += cell_nominal_[c];
-      const int kind = cells_[c].component == Component::experts ? 3 : 5;
-      phases[kind] += cost;
-      phases[kind + 1] += static_cast<double>(cells_[c].points());
+      round_costs.push_back({wave.cells[i], r, cells_[c].component == Component::experts ? 1 : 0,
+                             cost, cells_[c].points()});
       phases[0] += m.phases.setup;
       phases[1] += m.phases.verify;
       phases[2] += m.phases.timing;
@@ -982,7 +990,7 @@ class Acquisition {
     predict_unmeasured();
     share_cost_ratios();
     HARNESS_CHECK_MPI(MPI_Allreduce(phases, slowest, 3, MPI_DOUBLE, MPI_MAX, comm_));
-    HARNESS_CHECK_MPI(MPI_Allreduce(phases, total, 7, MPI_DOUBLE, MPI_SUM, comm_));
+    HARNESS_CHECK_MPI(MPI_Allreduce(phases, total, 3, MPI_DOUBLE, MPI_SUM, comm_));
     summary_.phases.setup += total[0];
     summary_.phases.verify += total[1];
     summary_.phases.timing += total[2];
@@ -997,11 +1005,18 @@ class Acquisition {
     dropped_seen_ = ctx_->timer->dropped();
     HARNESS_CHECK_MPI(MPI_Allreduce(&my_dropped, &all_dropped, 1, MPI_INT64_T, MPI_SUM, comm_));
     if (rank_ == 0) campaign_->dropped(all_dropped);
-    if (rank_ == 0) campaign_->encoded(all_rows);
+    const auto all_costs = gather_vectors(comm_, round_costs, 0);
+    if (rank_ == 0) {
+      std::vector<CampaignState::WaveRound> rounds;
+      for (const auto& part : all_costs)
+        for (const auto& rc : part)
+          rounds.push_back({cells_[static_cast<std::size_t>(rc.cell)].info.id, rc.round,
+                            rc.experts != 0, rc.seconds, rc.point_rounds});
+      campaign_->encoded(all_rows, rounds);
+    }
     file_->commit(mine);
     for (const int c : wave.cells)
       cells_[static_cast<std::size_t>(c)].rounds_done[static_cast<std::size_t>(r)] = 1;
-    if (rank_ == 0) campaign_->written(all_rows);
     const double left = predicted_seconds_left();
     int my_rounds = static_cast<int>(wave.rounds.size()), all_rounds = 0;
     HARNESS_CHECK_MPI(MPI_Allreduce(&my_rounds, &all_rounds, 1, MPI_INT, MPI_SUM, comm_));
@@ -1013,9 +1028,7 @@ class Acquisition {
     done_points_ += all_points[0];
     summary_.settles_extended += all_points[1];
     if (rank_ != 0) return;
-    campaign_->consume(seconds_since(wave_start), size_, all_rounds);
-    campaign_->record_costs(total[3], static_cast<std::int64_t>(total[4]), total[5],
-                            static_cast<std::int64_t>(total[6]));
+    campaign_->committed(seconds_since(wave_start), size_);
     if (options_.quiet || all_rounds == 0) return;
     std::cerr << "acquire: committed round " << r << ": " << done_points_ << "/" << total_points_
               << " point-rounds, elapsed " << static_cast<int>(seconds_since(measure_start))
@@ -1053,7 +1066,7 @@ class Acquisition {
     double mine = seconds_since(start);
     HARNESS_CHECK_MPI(MPI_Allreduce(&mine, &summary_.collectives_s, 1, MPI_DOUBLE, MPI_SUM, comm_));
     // Every device was held until the last rank finished (the reduction waited for it).
-    if (campaign_) campaign_->consume(seconds_since(start), size_, 0);
+    if (campaign_) campaign_->charge(seconds_since(start), size_);
     summary_.collective_tables = coll.tables;
     summary_.collectives_skipped = coll.skipped;
     if (campaign_) campaign_->set_phase("complete");

@@ -190,22 +190,59 @@ void CampaignState::reserve(const std::string& wave, double estimate_seconds, in
   save();
 }
 
-void CampaignState::consume(double wall_seconds, int devices, int cell_rounds_done) {
-  doc_["device_seconds_consumed"] = consumed_seconds() + wall_seconds * devices;
-  doc_.erase("reservation");
-  doc_["cell_rounds_done"] = doc_.value("cell_rounds_done", 0) + cell_rounds_done;
-  doc_["updated_utc"] = utc_now();
+namespace {
+
+// Adds the cell rounds of `rounds` (WaveRound objects as `pending_wave` holds them) to the
+// document's cell-round count and measured costs.
+void account_rounds(nlohmann::json& doc, const nlohmann::json& rounds) {
+  auto& c = doc["cost"];
+  if (!c.is_object()) c = nlohmann::json::object();
+  for (const auto& r : rounds) {
+    const std::string kind = r.value("experts", false) ? "expert" : "local";
+    c[kind + "_seconds"] = c.value(kind + "_seconds", 0.0) + r.value("seconds", 0.0);
+    c[kind + "_point_rounds"] =
+        c.value(kind + "_point_rounds", std::int64_t{0}) + r.value("point_rounds", std::int64_t{0});
+  }
+  for (const char* kind : {"expert", "local"}) {  // present, if zero, once a wave is accounted
+    const std::string k = kind;
+    c[k + "_seconds"] = c.value(k + "_seconds", 0.0);
+    c[k + "_point_rounds"] = c.value(k + "_point_rounds", std::int64_t{0});
+  }
+  doc["cell_rounds_done"] =
+      doc.value("cell_rounds_done", std::int64_t{0}) + static_cast<std::int64_t>(rounds.size());
+}
+
+}  // namespace
+
+void CampaignState::encoded(const RecordCounts& rows, const std::vector<WaveRound>& rounds) {
+  auto e = counts_of(doc_["records"]["encoded"]);
+  e += rows;
+  doc_["records"]["encoded"] = counts_json(e);
+  auto pending = nlohmann::json::array();
+  for (const auto& r : rounds)
+    pending.push_back({{"cell", r.cell},
+                       {"round", r.round},
+                       {"experts", r.experts},
+                       {"seconds", r.seconds},
+                       {"point_rounds", r.point_rounds}});
+  doc_["pending_wave"] = {{"rows", counts_json(rows)}, {"rounds", pending}};
   save();
 }
 
-void CampaignState::record_costs(double expert_seconds, std::int64_t expert_point_rounds,
-                                 double local_seconds, std::int64_t local_point_rounds) {
-  auto& c = doc_["cost"];
-  if (!c.is_object()) c = nlohmann::json::object();
-  c["expert_seconds"] = c.value("expert_seconds", 0.0) + expert_seconds;
-  c["expert_point_rounds"] = c.value("expert_point_rounds", std::int64_t{0}) + expert_point_rounds;
-  c["local_seconds"] = c.value("local_seconds", 0.0) + local_seconds;
-  c["local_point_rounds"] = c.value("local_point_rounds", std::int64_t{0}) + local_point_rounds;
+void CampaignState::committed(double wall_seconds, int devices) {
+  const auto pending = doc_.value("pending_wave", nlohmann::json::object());
+  auto w = counts_of(doc_["records"]["written"]);
+  w += counts_of(pending.value("rows", nlohmann::json::object()));
+  doc_["records"]["written"] = counts_json(w);
+  account_rounds(doc_, pending.value("rounds", nlohmann::json::array()));
+  doc_.erase("pending_wave");
+  doc_.erase("reservation");
+  charge(wall_seconds, devices);
+}
+
+void CampaignState::charge(double wall_seconds, int devices) {
+  doc_["device_seconds_consumed"] = consumed_seconds() + wall_seconds * devices;
+  doc_["updated_utc"] = utc_now();
   save();
 }
 
@@ -275,20 +312,6 @@ void CampaignState::set_outcome(const std::string& outcome, const std::string& r
   save();
 }
 
-void CampaignState::encoded(const RecordCounts& n) {
-  auto e = counts_of(doc_["records"]["encoded"]);
-  e += n;
-  doc_["records"]["encoded"] = counts_json(e);
-  save();
-}
-
-void CampaignState::written(const RecordCounts& n) {
-  auto w = counts_of(doc_["records"]["written"]);
-  w += n;
-  doc_["records"]["written"] = counts_json(w);
-  save();
-}
-
 void CampaignState::dropped(std::int64_t n) {
   if (n == 0) return;
   doc_["records"]["dropped"] = doc_["records"].value("dropped", std::int64_t{0}) + n;
@@ -330,19 +353,34 @@ void CampaignState::record_restore(const std::string& problem, const std::string
   save();
 }
 
-void CampaignState::reconcile(const RecordCounts& in_file) {
+void CampaignState::reconcile(
+    const RecordCounts& in_file,
+    const std::function<bool(const std::string& cell, int round)>& round_complete) {
   auto& records = doc_["records"];
   const auto enc = counts_of(records.value("encoded", nlohmann::json::object())),
              wr = counts_of(records.value("written", nlohmann::json::object()));
-  if (in_file == wr && enc == wr) return;
-  if (const auto why = unexplained(records, in_file, path_.string()))
-    throw std::runtime_error(*why);
-  auto lost = counts_of(records.value("lost_in_flight", nlohmann::json::object()));
-  lost +=
-      {enc.samples - in_file.samples, enc.medians - in_file.medians, enc.checks - in_file.checks};
-  records["lost_in_flight"] = counts_json(lost);
-  records["written"] = counts_json(in_file);
-  records["encoded"] = counts_json(in_file);
+  if (in_file != wr || enc != wr) {
+    if (const auto why = unexplained(records, in_file, path_.string()))
+      throw std::runtime_error(*why);
+    auto lost = counts_of(records.value("lost_in_flight", nlohmann::json::object()));
+    lost +=
+        {enc.samples - in_file.samples, enc.medians - in_file.medians, enc.checks - in_file.checks};
+    records["lost_in_flight"] = counts_json(lost);
+    records["written"] = counts_json(in_file);
+    records["encoded"] = counts_json(in_file);
+  }
+  if (const auto it = doc_.find("pending_wave"); it != doc_.end()) {
+    auto complete = nlohmann::json::array();
+    const auto rounds = it->value("rounds", nlohmann::json::array());
+    for (const auto& r : rounds)
+      if (round_complete(r.value("cell", std::string()), r.value("round", -1)))
+        complete.push_back(r);
+    account_rounds(doc_, complete);
+    doc_["recovered_waves"].push_back({{"utc", utc_now()},
+                                       {"cell_rounds_pending", rounds.size()},
+                                       {"cell_rounds_complete_in_file", complete.size()}});
+    doc_.erase("pending_wave");
+  }
   save();
 }
 

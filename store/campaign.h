@@ -5,12 +5,14 @@
 
 #include <cstdint>
 #include <filesystem>
+#include <functional>
 #include <map>
 #include <nlohmann/json.hpp>
 #include <optional>
 #include <stdexcept>
 #include <string>
 #include <utility>
+#include <vector>
 
 #include "core/planner.h"
 #include "store/records.h"
@@ -54,33 +56,46 @@ class CampaignState {
   // Refuses (BudgetError) to start a wave whose conservative estimate would exceed the budget;
   // otherwise records the reservation (wave, estimate, devices, start) before the wave starts.
   void reserve(const std::string& wave, double estimate_seconds, int devices);
-  // Accounts a finished wave (measured wall time x devices held) and releases its reservation.
-  void consume(double wall_seconds, int devices, int cell_rounds_done);
   void set_phase(const std::string& phase);
   // The outcome of this run, in its entry of `runs`: "complete", "budget_stop", "time_limit" or
   // "failed", with the reason (a killed run leaves none: its entry has no outcome).
   void set_outcome(const std::string& outcome, const std::string& reason);
-  // Accounts measured cost: seconds spent on point-rounds of expert and of local components
-  // (setup, verification and timed forwards, summed over ranks). Later plans of this campaign
-  // (`harness plan --campaign`) predict from these totals.
-  void record_costs(double expert_seconds, std::int64_t expert_point_rounds, double local_seconds,
-                    std::int64_t local_point_rounds);
   // The latest measured / nominal cost ratio of each component of each target (keys
   // "<target label> <component>"), from a calibration or a wave, under `cost_ratios`: a resumed
   // run predicts its cells from them instead of calibrating again.
   void record_cost_ratios(const std::map<std::string, double>& ratios);
   [[nodiscard]] std::map<std::string, double> cost_ratios() const;
 
-  // Record accounting per stream (samples, medians, checks): `encoded` before a commit,
-  // `written` after it. `reconcile` at start compares with the rows in complete rounds of the
-  // file: a commit that finished before a crash is counted, a round lost in flight is recorded,
-  // and anything else (rows the counters cannot explain) is rejected.
-  void encoded(const RecordCounts& n);
-  void written(const RecordCounts& n);
+  // One cell round of a wave as the campaign accounts it: the cell (its id in the acquisition
+  // file), the round, whether its component is `experts` (else a local one), and its measured
+  // cost (setup, verification and timed forwards).
+  struct WaveRound {
+    std::string cell;
+    int round = 0;
+    bool experts = false;
+    double seconds = 0;
+    std::int64_t point_rounds = 0;
+  };
+  // A wave's accounting, in two saves around its commit to the acquisition file. `encoded`
+  // before: its rows (samples, medians, checks) are counted as encoded and its rounds wait under
+  // `pending_wave`. `committed` after: the rows are written, and the wave's device time (wall x
+  // devices), cell rounds and measured costs (seconds and point-rounds of expert and of local
+  // components, which `harness plan --campaign` predicts from) are accounted and its reservation
+  // released, in one save: a kill leaves the wave either pending or wholly accounted.
+  void encoded(const RecordCounts& rows, const std::vector<WaveRound>& rounds);
+  void committed(double wall_seconds, int devices);
+  // Charges devices held outside a wave (calibration, a refinement evaluation, the collectives).
+  void charge(double wall_seconds, int devices);
+  // At start, against the rows in complete rounds of the file: a commit that finished before a
+  // crash is counted, rows lost in flight are recorded, and anything else (rows the counters
+  // cannot explain) is rejected. The rounds of a wave left pending are accounted where the file
+  // holds them complete (`round_complete(cell, round)`; their device time was charged from the
+  // heartbeat) and dropped where not (they are measured again); `recovered_waves` records it.
+  void reconcile(const RecordCounts& in_file,
+                 const std::function<bool(const std::string& cell, int round)>& round_complete);
   // Activity records the tracers reported dropped (summed over ranks); the publisher refuses a
   // campaign with any.
   void dropped(std::int64_t n);
-  void reconcile(const RecordCounts& in_file);
   // Records, under `restored_from_snapshot`, that the acquisition file was replaced by its
   // snapshot (store/acquisition_file.h) because of `problem`; the damaged file is kept at
   // `damaged_copy`.

@@ -25,25 +25,42 @@ class Campaign : public ScratchDirTest {
   }
 };
 
+nlohmann::json document(const fs::path& dir) {
+  std::ifstream f(dir / kCampaignFile);
+  return nlohmann::json::parse(f);
+}
+
+using Round = CampaignState::WaveRound;
+
+// A wave of `rows` with no rounds to account, committed.
+void commit_rows(CampaignState& s, const RecordCounts& rows) {
+  s.encoded(rows, {});
+  s.committed(1.0, 1);
+}
+
+// The start of a run's reconcile when the file holds no round of any pending wave.
+bool no_round(const std::string&, int) {
+  return false;
+}
+
 // A kill after a wave was encoded and before any flag was set: the next run finds only the
 // earlier rounds, records the wave as lost in flight and goes on (it used to throw on the
 // missing lost_in_flight counter, and every rerun refused the campaign).
 TEST_F(Campaign, AWaveKilledBeforeItsFlagsIsLostInFlightAndResumes) {
   {
     auto s = state();
-    s.encoded({100, 10, 20});
-    s.written({100, 10, 20});
-    s.encoded({50, 5, 10});  // the wave in flight when the kill came
+    commit_rows(s, {100, 10, 20});
+    s.encoded({50, 5, 10}, {});  // the wave in flight when the kill came
   }
   auto s = state();
-  s.reconcile({100, 10, 20});
+  s.reconcile({100, 10, 20}, no_round);
   EXPECT_EQ(records()["lost_in_flight"],
             (nlohmann::json{{"samples", 50}, {"medians", 5}, {"checks", 10}}));
   EXPECT_EQ(records()["written"]["samples"], 100);
   EXPECT_EQ(records()["encoded"]["samples"], 100);
   // A second resume of the same state changes nothing.
   auto again = state();
-  again.reconcile({100, 10, 20});
+  again.reconcile({100, 10, 20}, no_round);
   EXPECT_EQ(records()["lost_in_flight"]["samples"], 50);
 }
 
@@ -53,9 +70,8 @@ TEST_F(Campaign, UnexplainedRowsNamesCountersTheFileDoesNotFit) {
   EXPECT_EQ(unexplained_rows(dir_, {5, 5, 5}), std::nullopt);  // no campaign.json yet
   {
     auto s = state();
-    s.encoded({100, 10, 20});
-    s.written({100, 10, 20});
-    s.encoded({50, 5, 10});
+    commit_rows(s, {100, 10, 20});
+    s.encoded({50, 5, 10}, {});
   }
   EXPECT_EQ(unexplained_rows(dir_, {100, 10, 20}), std::nullopt);
   EXPECT_EQ(unexplained_rows(dir_, {150, 15, 30}), std::nullopt);
@@ -65,7 +81,7 @@ TEST_F(Campaign, UnexplainedRowsNamesCountersTheFileDoesNotFit) {
   EXPECT_TRUE(unexplained_rows(dir_, {151, 15, 30}).has_value());
   // Reading leaves the state as it was: the next run's reconcile still sees the wave in flight.
   auto s = state();
-  s.reconcile({100, 10, 20});
+  s.reconcile({100, 10, 20}, no_round);
   EXPECT_EQ(records()["lost_in_flight"]["samples"], 50);
 }
 
@@ -73,29 +89,79 @@ TEST_F(Campaign, UnexplainedRowsNamesCountersTheFileDoesNotFit) {
 TEST_F(Campaign, AWavePartlyFlaggedCountsWhatTheFileHolds) {
   {
     auto s = state();
-    s.encoded({100, 10, 20});
+    s.encoded({100, 10, 20}, {});
   }
   auto s = state();
-  s.reconcile({60, 6, 12});
+  s.reconcile({60, 6, 12}, no_round);
   EXPECT_EQ(records()["written"],
             (nlohmann::json{{"samples", 60}, {"medians", 6}, {"checks", 12}}));
   EXPECT_EQ(records()["lost_in_flight"]["samples"], 40);
 }
 
+// A kill after a wave's commit and before its accounting (the campaign_budget_resume flake: a
+// complete campaign counted fewer point-rounds than it measured): the next start accounts the
+// rounds the file holds complete, once, and drops the rest, which are measured again.
+TEST_F(Campaign, APendingWaveIsAccountedForTheRoundsTheFileHolds) {
+  const std::vector<Round> wave = {{"experts.0", 2, true, 6.0, 30},
+                                   {"experts.1", 2, true, 4.0, 20},
+                                   {"gate.0", 2, false, 1.5, 12}};
+  {
+    auto s = state();
+    commit_rows(s, {100, 10, 20});
+    s.reserve("round 2", 50, 2);
+    s.encoded({60, 6, 12}, wave);
+  }
+  // The file holds experts.0 and gate.0 of round 2 complete: one rank's flags were set.
+  const auto held = [](const std::string& cell, int round) {
+    return round == 2 && (cell == "experts.0" || cell == "gate.0");
+  };
+  {
+    auto s = state();
+    s.reconcile({140, 14, 28}, held);
+  }
+  auto doc = document(dir_);
+  EXPECT_FALSE(doc.contains("pending_wave"));
+  EXPECT_EQ(doc["cost"]["expert_point_rounds"], 30);
+  EXPECT_DOUBLE_EQ(doc["cost"]["expert_seconds"].get<double>(), 6.0);
+  EXPECT_EQ(doc["cost"]["local_point_rounds"], 12);
+  EXPECT_EQ(doc["cell_rounds_done"], 2);
+  ASSERT_EQ(doc["recovered_waves"].size(), 1u);
+  EXPECT_EQ(doc["recovered_waves"][0]["cell_rounds_pending"], 3);
+  EXPECT_EQ(doc["recovered_waves"][0]["cell_rounds_complete_in_file"], 2);
+  EXPECT_EQ(records()["written"]["samples"], 140);
+  EXPECT_EQ(records()["lost_in_flight"]["samples"], 20);
+  // The next start finds nothing pending: nothing is counted twice.
+  {
+    auto s = state();
+    s.reconcile({140, 14, 28}, held);
+  }
+  doc = document(dir_);
+  EXPECT_EQ(doc["cost"]["expert_point_rounds"], 30);
+  EXPECT_EQ(doc["recovered_waves"].size(), 1u);
+  // A wave whose commit finished entirely: all of it is accounted.
+  {
+    auto s = state();
+    s.encoded({60, 6, 12}, {{"experts.1", 3, true, 4.0, 20}});
+  }
+  {
+    auto s = state();
+    s.reconcile({200, 20, 40}, [](const std::string&, int) { return true; });
+  }
+  doc = document(dir_);
+  EXPECT_EQ(doc["cost"]["expert_point_rounds"], 50);
+  EXPECT_EQ(doc["cell_rounds_done"], 3);
+  EXPECT_EQ(records()["written"]["samples"], 200);
+  EXPECT_EQ(records()["lost_in_flight"]["samples"], 20);
+}
+
 TEST_F(Campaign, RowsTheCountersCannotExplainAreRefused) {
   {
     auto s = state();
-    s.encoded({100, 10, 20});
-    s.written({100, 10, 20});
+    commit_rows(s, {100, 10, 20});
   }
   auto s = state();
-  EXPECT_THROW(s.reconcile({120, 12, 24}), std::runtime_error);
-  EXPECT_THROW(s.reconcile({90, 9, 18}), std::runtime_error);
-}
-
-nlohmann::json document(const fs::path& dir) {
-  std::ifstream f(dir / kCampaignFile);
-  return nlohmann::json::parse(f);
+  EXPECT_THROW(s.reconcile({120, 12, 24}, no_round), std::runtime_error);
+  EXPECT_THROW(s.reconcile({90, 9, 18}, no_round), std::runtime_error);
 }
 
 TEST_F(Campaign, TheBudgetIsFixedAtTheStartAndRaisedOnlyExplicitly) {
@@ -135,14 +201,17 @@ TEST_F(Campaign, ProgressIsWhatTheWavesRecorded) {
   {
     auto s = state();
     s.set_phase("measuring round 0");
-    s.consume(2.0, 4, 1);
+    commit_rows(s, {});
     const auto before =
         read_campaign_progress(dir_);  // no point-round yet: nothing to predict from
     ASSERT_TRUE(before.has_value());
     EXPECT_EQ(before->measured, std::nullopt);
     EXPECT_EQ(before->expert_point_rounds, 0);
-    s.record_costs(6.0, 30, 1.5, 12);
-    s.record_costs(2.0, 10, 0.5, 3);
+    s.encoded({}, {{"e", 0, true, 6.0, 30}, {"g", 0, false, 1.5, 12}});
+    s.committed(2.0, 4);
+    s.encoded({}, {{"e", 1, true, 2.0, 10}, {"g", 1, false, 0.5, 3}});
+    s.committed(2.0, 4);
+    s.set_phase("measuring round 2");
   }
   const auto p = read_campaign_progress(dir_);
   ASSERT_TRUE(p.has_value());
@@ -150,7 +219,8 @@ TEST_F(Campaign, ProgressIsWhatTheWavesRecorded) {
   EXPECT_EQ(p->local_point_rounds, 15);
   EXPECT_DOUBLE_EQ(p->device_seconds_consumed, document(dir_)["device_seconds_consumed"]);
   EXPECT_GT(p->device_seconds_consumed, 0.0);
-  EXPECT_EQ(p->phase, "measuring round 0");
+  EXPECT_EQ(p->phase, "measuring round 2");
+  EXPECT_EQ(document(dir_)["cell_rounds_done"], 4);
   ASSERT_TRUE(p->measured.has_value());  // what `plan` predicts from: seconds per point-round
   EXPECT_DOUBLE_EQ(p->measured->expert_point_round_s, 8.0 / 40);
   EXPECT_DOUBLE_EQ(p->measured->local_point_round_s, 2.0 / 15);
@@ -202,7 +272,8 @@ TEST_F(Campaign, AnEditedOrDigestlessStateIsRefused) {
 TEST_F(Campaign, AWellSignedDocumentWithWrongTypesIsMalformed) {
   {
     auto s = state();
-    s.record_costs(6.0, 30, 1.5, 12);
+    s.encoded({}, {{"e", 0, true, 6.0, 30}});
+    s.committed(1.0, 1);
   }
   auto doc = document(dir_);
   doc["cost"]["expert_point_rounds"] = "thirty";
@@ -249,7 +320,8 @@ TEST_F(Campaign, AnInterruptedWaveIsChargedFromItsStartToTheLastHeartbeat) {
   EXPECT_FALSE(state().interrupted().has_value()) << "the next start finds no reservation";
   // A finished wave releases its reservation: nothing is charged twice.
   s.reserve("round 4", 10, 4);
-  s.consume(2.0, 4, 1);
+  s.encoded({}, {});
+  s.committed(2.0, 4);
   EXPECT_FALSE(document(dir_).contains("reservation"));
   EXPECT_DOUBLE_EQ(state().consumed_seconds(), 128.0);
 }
@@ -265,7 +337,7 @@ TEST_F(Campaign, TheGateAndDroppedRecordsAreCharged) {
   EXPECT_EQ(doc["charges"][1]["what"], "co-location gate (default profile)");
   EXPECT_EQ(doc["job_sha256"], sha256_hex("job"));
   auto again = state();
-  again.written({10, 1, 1});
+  commit_rows(again, {10, 1, 1});
   again.dropped(3);
   EXPECT_EQ(records()["dropped"], 3);
   EXPECT_THROW(check_record_balance(dir_, {10, 1, 1}), std::runtime_error) << "dropped records";

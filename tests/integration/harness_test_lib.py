@@ -161,8 +161,30 @@ def require_clean_resume(d, rounds, kept, name):
     after = check_complete(os.path.join(d, "acq", "acquisition.h5"), rounds)
     for (cell, r), samples in kept.items():
         assert (after[cell][r] == samples).all(), f"{name}: {cell} round {r} measured again"
+    check_wave_accounting(os.path.join(d, "acq"), name)
     assert os.path.exists(os.path.join(d, "bundles", "micro", "meta.yaml")), f"{name}: not published"
     return resumed
+
+
+def check_wave_accounting(acq_dir, name):
+    """campaign.json accounts every complete round of the file exactly once: its cell rounds and
+    point-rounds are the file's (a round whose commit a kill interrupted is counted by the next
+    start where the file holds it, else measured again and counted then). A file restored from its
+    snapshot lost rounds that had been counted: then the counts may only exceed the file's."""
+    state = json.load(open(os.path.join(acq_dir, "campaign.json")))
+    with h5py.File(os.path.join(acq_dir, "acquisition.h5"), "r") as f:
+        rounds = points = 0
+        for cell in f["cells"].values():
+            done = int(cell["rounds_done"][()].sum())
+            rounds += done
+            points += done * len(cell["points"])
+    cost = state["cost"]
+    counted = (state["cell_rounds_done"], cost["expert_point_rounds"] + cost["local_point_rounds"])
+    if state.get("restored_from_snapshot"):
+        assert counted[0] >= rounds and counted[1] >= points, f"{name}: accounted {counted}, file {rounds, points}"
+    else:
+        assert counted == (rounds, points), f"{name}: campaign.json accounts {counted} cell rounds and " \
+            f"point-rounds, the file holds {rounds, points}"
 
 
 def quantile(sorted_values, q):

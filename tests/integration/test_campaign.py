@@ -14,8 +14,8 @@ import h5py
 import numpy
 import yaml
 
-from harness_test_lib import (HARNESS, MPI_ENV, SOURCE_DIR, check_complete, check_inspect_cells, file_sha, mpirun_cmd,
-                              run)
+from harness_test_lib import (HARNESS, MPI_ENV, SOURCE_DIR, check_complete, check_inspect_cells, check_wave_accounting,
+                              file_sha, mpirun_cmd, run)
 
 job = os.path.join(SOURCE_DIR, "tests/data/micro.yaml")
 with tempfile.TemporaryDirectory() as tmp:
@@ -137,6 +137,7 @@ with tempfile.TemporaryDirectory() as tmp:
     assert (f"this run measures on host CPU (host {os.uname().nodename}), which no earlier run of this "
             "campaign used (they measured on host CPU (host elsewhere))") in p.stderr, p.stderr
     check_complete(os.path.join(out, "acquisition.h5"), 20)
+    check_wave_accounting(out, "the resume after SIGKILL")
     # Every round names the run (and rank) that committed it, so the device that measured it: the
     # killed run's rounds the device "elsewhere", the resume's this one.
     with h5py.File(os.path.join(out, "acquisition.h5"), "r") as f:
