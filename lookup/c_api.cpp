@@ -105,6 +105,41 @@ int harness_lookup_held_out(harness_lookup* h, const char* component, int64_t to
   });
 }
 
+int harness_lookup_wave_step(harness_lookup* h, const char* component, int64_t tokens,
+                             int64_t activated, int64_t assignments, int* spans) {
+  if (!h || !component || !spans) return fail(HARNESS_LOOKUP_INVALID_ARGUMENT, "null argument");
+  return for_component(component, [&](moe::Component c) {
+    return guarded([&] {
+      const std::lock_guard lock(h->mu);
+      const auto r = h->components.query(c, tokens, activated, assignments);
+      const auto s = h->components.spans_launch_wave_step(c, r);
+      *spans = !s ? -1 : *s ? 1 : 0;
+      return HARNESS_LOOKUP_OK;
+    });
+  });
+}
+
+int harness_lookup_held_out_across_wave_steps(harness_lookup* h, const char* component,
+                                              double* median, double* p95, double* max,
+                                              int* count) {
+  if (!h || !component) return fail(HARNESS_LOOKUP_INVALID_ARGUMENT, "null argument");
+  return for_component(component, [&](moe::Component c) {
+    return guarded([&] {
+      const std::lock_guard lock(h->mu);
+      const auto e = h->components.held_out_errors_across_wave_steps(c);
+      if (!e)
+        throw moe::LookupError(std::string(component) +
+                               ": the bundle records no held-out errors across launch-wave steps "
+                               "(a backend that declares no waves, or published before them)");
+      if (median) *median = e->median;
+      if (p95) *p95 = e->p95;
+      if (max) *max = e->max;
+      if (count) *count = e->count;
+      return HARNESS_LOOKUP_OK;
+    });
+  });
+}
+
 int harness_lookup_component_batch(harness_lookup* h, const char* component, size_t count,
                                    const int64_t* tokens, const int64_t* activated,
                                    const int64_t* assignments, double* out_us) {

@@ -49,6 +49,20 @@ int harness_lookup_held_out(harness_lookup* h, const char* component, int64_t to
                             int64_t activated, int64_t assignments, double* median, double* p95,
                             double* max, int* count, int* balanced);
 
+/* Whether the experts answer at (tokens, activated, assignments) interpolates across a launch-wave
+ * step of the backend that measured it (its vertices run different launch waves): `spans` set to
+ * 1 or 0, or -1 where that is not known (another component, an exact row, or a bundle that records
+ * no waves). HARNESS_LOOKUP_ERROR where the point is refused or the bundle's row clocks are
+ * corrupt. */
+int harness_lookup_wave_step(harness_lookup* h, const char* component, int64_t tokens,
+                             int64_t activated, int64_t assignments, int* spans);
+
+/* The held-out |relative error| of the component's table over its points whose prediction spanned
+ * a launch-wave step (what applies where harness_lookup_wave_step says 1). HARNESS_LOOKUP_ERROR
+ * where the bundle records no such split. Out-pointers may be NULL. */
+int harness_lookup_held_out_across_wave_steps(harness_lookup* h, const char* component,
+                                              double* median, double* p95, double* max, int* count);
+
 /* A collective of the deployment's collective table at per-DP-rank `tokens`: kernel time,
  * steady-state time and bytes (each pointer may be NULL). */
 int harness_lookup_collective(harness_lookup* h, const char* collective, int64_t tokens,

@@ -26,6 +26,18 @@ moe::Component component_of(const std::string& name) {
   return *c;
 }
 
+// A table's held-out errors with the bundle's key names.
+nb::dict dict_of(const moe::HeldOutErrors& e) {
+  nb::dict out;
+  out["count"] = e.count;
+  out["median_abs_relative_error"] = e.median;
+  out["p95_abs_relative_error"] = e.p95;
+  out["max_abs_relative_error"] = e.max;
+  if (!e.routing.empty()) out["routing"] = e.routing;
+  if (!e.waves.empty()) out["waves"] = e.waves;
+  return out;
+}
+
 // One deployment of a bundle: its component tables and, when the bundle has one, its
 // collective table.
 class Bundle {
@@ -64,7 +76,8 @@ class Bundle {
 
   nb::dict explain(const std::string& component, std::int64_t tokens, std::int64_t activated,
                    std::int64_t assignments) {
-    const auto r = tables_.query(component_of(component), tokens, activated, assignments);
+    const auto c = component_of(component);
+    const auto r = tables_.query(c, tokens, activated, assignments);
     nb::list vertices;
     for (const auto& v : r.vertices) {
       nb::dict d;
@@ -79,6 +92,8 @@ class Bundle {
     out["time_us"] = r.time_us;
     out["exact"] = r.exact;
     out["vertices"] = vertices;
+    const auto spans = tables_.spans_launch_wave_step(c, r);
+    out["spans_launch_wave_step"] = spans ? nb::cast(*spans) : nb::none();
     return out;
   }
 
@@ -87,13 +102,14 @@ class Bundle {
                                    std::int64_t activated, std::int64_t assignments) const {
     const auto e = tables_.held_out_errors(component_of(component), tokens, activated, assignments);
     if (!e) return std::nullopt;
-    nb::dict out;
-    out["count"] = e->count;
-    out["median_abs_relative_error"] = e->median;
-    out["p95_abs_relative_error"] = e->p95;
-    out["max_abs_relative_error"] = e->max;
-    if (!e->routing.empty()) out["routing"] = e->routing;
-    return out;
+    return dict_of(*e);
+  }
+
+  // None where the bundle records no split by launch waves.
+  std::optional<nb::dict> held_out_across_wave_steps(const std::string& component) const {
+    const auto e = tables_.held_out_errors_across_wave_steps(component_of(component));
+    if (!e) return std::nullopt;
+    return dict_of(*e);
   }
 
   nb::dict collective(const std::string& name, std::int64_t tokens) {
@@ -138,12 +154,18 @@ NB_MODULE(harness_lookup, mod) {
            "activated"_a = nb::none(), "assignments"_a = nb::none(),
            "Times for int64 arrays of points; NaN where a point is refused.")
       .def("explain", &Bundle::explain, "component"_a, "tokens"_a, "activated"_a = 0,
-           "assignments"_a = 0, "The time and the measured rows and weights it comes from.")
+           "assignments"_a = 0,
+           "The time, the measured rows and weights it comes from, and whether those rows run "
+           "different launch waves (spans_launch_wave_step: True, False, or None where unknown).")
       .def("held_out", &Bundle::held_out, "component"_a, "tokens"_a, "activated"_a = 0,
            "assignments"_a = 0,
            "The table's held-out |relative error| (count, median, p95, max) that applies to the "
            "point: for experts that of its routing class (routing: balanced | off_balance) where "
            "the bundle records both; None where it records none.")
+      .def("held_out_across_wave_steps", &Bundle::held_out_across_wave_steps, "component"_a,
+           "The table's held-out |relative error| over its points whose prediction spanned a "
+           "launch-wave step (what applies where explain says spans_launch_wave_step); None "
+           "where the bundle records no such split.")
       .def("collective", &Bundle::collective, "name"_a, "tokens"_a,
            "A collective's kernel and steady-state time and bytes at per-DP-rank tokens.")
       .def_prop_ro("components", &Bundle::components)

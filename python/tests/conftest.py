@@ -25,4 +25,17 @@ def variant(tmp_path_factory):
     return str(tmp / "micro")
 
 
+@pytest.fixture(scope="session")
+def staircase(tmp_path_factory):
+    """A bundle of the staircase_model test double, whose backend declares launch waves, unrefined
+    (no grid points added, published with its misses) so that answers span its steps."""
+    tmp = tmp_path_factory.mktemp("staircase")
+    job = tmp / "unrefined.yaml"
+    job.write_text(open(os.path.join(ROOT, "tests", "data", "staircase.yaml")).read()
+                   .replace("max_added_points: 600", "max_added_points: 0"))
+    subprocess.run(["mpiexec", "-np", "1", HARNESS, "acquire", str(job), "--out-root", str(tmp), "--accept-failures",
+                    "--quiet"], check=True, capture_output=True, env=MPI_ENV)
+    return str(tmp / "staircase")
+
+
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))

@@ -114,6 +114,34 @@ def test_held_out_errors_are_the_clis(variant, dp):
         bundle.held_out("shared", 1)
 
 
+def test_launch_wave_steps_are_the_clis(staircase, variant):
+    """explain says whether an answer's rows run different launch waves, and held_out_across_wave_steps
+    gives the errors that then apply: both what `harness lookup --explain --format json` says."""
+    bundle = hl.Bundle(staircase, 1, 1)
+    seen = set()
+    for n in range(3, 60, 2):
+        for a in (2, 3, 5, 7):
+            m = 2 * n  # EP1: every route local, M = N*k
+            p = harness("lookup", staircase, "--tp", "1", "--dp", "1", "--component", "experts", "--tokens", str(n),
+                        "--activated", str(a), "--assignments", str(m), "--explain", "--format", "json", check=False)
+            if p.returncode != 0:
+                continue
+            want = json.loads(p.stdout)
+            ex = bundle.explain("experts", n, a, m)
+            assert ex["spans_launch_wave_step"] == want.get("spans_launch_wave_step"), (n, a, m, ex, want)
+            seen.add(ex["spans_launch_wave_step"])
+            if ex["spans_launch_wave_step"]:
+                assert bundle.held_out_across_wave_steps("experts") == want["held_out_across_wave_steps"]
+    assert {True, False} <= seen, seen
+    assert bundle.explain("gate_routing", 7)["spans_launch_wave_step"] is None
+    assert bundle.held_out_across_wave_steps("gate_routing") is None
+    # The host backend declares no waves: nothing to say.
+    micro = hl.Bundle(variant, 1, 1)
+    assert micro.held_out_across_wave_steps("experts") is None
+    with pytest.raises(hl.LookupError, match="unknown component 'shared'"):
+        bundle.held_out_across_wave_steps("shared")
+
+
 def without_held_out_errors(meta_text):
     """meta.yaml without its entries' coverage.fidelity blocks (a bundle published before held-out
     validation), cut by indentation: the block is the `fidelity:` key whose first child is

@@ -1,6 +1,7 @@
 /* A C program using the lookup library through its C API only (lookup/harness_lookup.h).
  *   consumer VARIANT_DIR TP DP  < queries
- * Query lines: "component NAME N A M", "batch NAME N A M [N A M ...]", "collective NAME N".
+ * Query lines: "component NAME N A M", "batch NAME N A M [N A M ...]", "collective NAME N",
+ * "held_out NAME N A M", "wave_step NAME N A M", "held_out_across_wave_steps NAME".
  * Prints one line per query: the value(s), or "error CODE: MESSAGE". Then it repeats every
  * component query from 4 threads at once and prints "threads: identical" when each thread got
  * exactly the sequential answers. */
@@ -48,9 +49,9 @@ int main(int argc, char** argv) {
   }
   char line[1024];
   while (fgets(line, sizeof line, stdin)) {
-    char kind[16], name[32];
+    char kind[32], name[32];
     int used = 0;
-    if (sscanf(line, "%15s %31s %n", kind, name, &used) < 2) continue;
+    if (sscanf(line, "%31s %31s %n", kind, name, &used) < 2) continue;
     if (strcmp(kind, "component") == 0 && query_count < MAX_QUERIES) {
       Query* q = &queries[query_count++];
       strcpy(q->component, name);
@@ -84,6 +85,24 @@ int main(int argc, char** argv) {
       const int s = harness_lookup_collective(handle, name, n, &t, &steady, &bytes);
       if (s == HARNESS_LOOKUP_OK)
         printf("%.17g %.17g %ld\n", t, steady, (long)bytes);
+      else
+        printf("error %d: %s\n", s, harness_lookup_last_error());
+    } else if (strcmp(kind, "wave_step") == 0) {
+      long n = 0, a = 0, m = 0;
+      sscanf(line + used, "%ld %ld %ld", &n, &a, &m);
+      int spans = 0;
+      const int s = harness_lookup_wave_step(handle, name, n, a, m, &spans);
+      if (s == HARNESS_LOOKUP_OK)
+        printf("%d\n", spans);
+      else
+        printf("error %d: %s\n", s, harness_lookup_last_error());
+    } else if (strcmp(kind, "held_out_across_wave_steps") == 0) {
+      double median = 0, p95 = 0, max = 0;
+      int count = 0;
+      const int s =
+          harness_lookup_held_out_across_wave_steps(handle, name, &median, &p95, &max, &count);
+      if (s == HARNESS_LOOKUP_OK)
+        printf("%.17g %.17g %.17g %d\n", median, p95, max, count);
       else
         printf("error %d: %s\n", s, harness_lookup_last_error());
     } else if (strcmp(kind, "held_out") == 0) {

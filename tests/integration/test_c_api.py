@@ -2,6 +2,7 @@
 rows and between them, refusals carry the library's message and code, a batch marks refused
 queries NaN, collectives are answered, 4 threads querying one handle get the sequential answers,
 and the program links no MPI, HDF5, CUDA or Boost library."""
+import json
 import os
 import random
 import shutil
@@ -65,7 +66,6 @@ with tempfile.TemporaryDirectory() as tmp:
     coll = tail[3].split()
     want = run([HARNESS, "lookup", variant, "--tp", "1", "--dp", "2", "--collective", "ep_dispatch",
                 "--tokens", "3", "--format", "json"]).stdout
-    import json
     want = json.loads(want)
     assert abs(float(coll[0]) - want["time_us"]) < 1e-9 and int(coll[2]) == want["bytes"], (coll, want)
     assert tail[4].startswith("error 1: no collective 'no_such'"), tail[4]
@@ -96,6 +96,40 @@ with tempfile.TemporaryDirectory() as tmp:
     assert float(time.split()[0]) > 0, time
     assert out[-1] == "threads: identical", out[-1]
     assert answered >= 10, answered
+
+    # Launch-wave steps: the host backend declares no waves (nothing to say, and no split to give);
+    # the staircase model does, and the C API says what `harness lookup --explain` says.
+    assert consume(variant, 1, 2, ["wave_step experts 5 3 7"])[0] == "-1"
+    none = consume(variant, 1, 2, ["held_out_across_wave_steps experts"])[0]
+    assert none.startswith("error 1: experts: the bundle records no held-out errors across launch-wave steps"), none
+    # Unrefined (no grid points added, published with its misses), so that answers span the steps.
+    unrefined = os.path.join(tmp, "unrefined.yaml")
+    open(unrefined, "w").write(open(os.path.join(SOURCE_DIR, "tests/data/staircase.yaml")).read()
+                               .replace("max_added_points: 600", "max_added_points: 0"))
+    run(mpirun_cmd(1, "acquire", unrefined, "--out-root", tmp, "--accept-failures", "--quiet"))
+    stairs = os.path.join(tmp, "staircase")
+    points = [(n, a, 2 * n) for n in range(3, 60, 4) for a in (2, 3, 5, 7)]  # EP1: every route local, M = N*k
+    lines = consume(stairs, 1, 1, [f"wave_step experts {n} {a} {m}" for n, a, m in points] +
+                    ["held_out_across_wave_steps experts", "wave_step gate_routing 7 0 0", "wave_step shared 1 0 0"])
+    said = set()
+    for (n, a, m), line in zip(points, lines):
+        p = run([HARNESS, "lookup", stairs, "--tp", "1", "--dp", "1", "--component", "experts", "--tokens", str(n),
+                 "--activated", str(a), "--assignments", str(m), "--explain", "--format", "json"], check=False)
+        if p.returncode != 0:
+            assert line.startswith("error 1: "), (n, a, m, line)
+            continue
+        want = json.loads(p.stdout)
+        assert line == {True: "1", False: "0", None: "-1"}[want.get("spans_launch_wave_step")], (n, a, m, line, want)
+        said.add(line)
+        if line == "1":
+            across = want["held_out_across_wave_steps"]
+    assert {"0", "1"} <= said, said
+    median, p95, mx, count = lines[len(points)].split()
+    assert [float(median), float(p95), float(mx), int(count)] == [
+        across["median_abs_relative_error"], across["p95_abs_relative_error"], across["max_abs_relative_error"],
+        across["count"]], (lines[len(points)], across)
+    assert lines[len(points) + 1] == "-1", lines[len(points) + 1]
+    assert lines[len(points) + 2] == "error 2: unknown component 'shared'", lines[len(points) + 2]
 
     libs = subprocess.run(["ldd", CONSUMER], capture_output=True, text=True).stdout
     for lib in ("libmpi", "libhdf5", "libcuda", "libcudart", "libboost"):
