@@ -2,8 +2,9 @@
 (rounds, refinement, collectives, publish), re-run the same command, and require every trial to end
 with a clean resume: the run completes and publishes, every planned round is in the file once, and
 no round completed before the kill was measured again, and the device time is charged: what the
-campaign had consumed is kept, and a wave the kill interrupted is charged from its heartbeat.
-Prints trials / clean resumes / lost / duplicated / uncharged."""
+campaign had consumed is kept, and a wave the kill interrupted is charged from its heartbeat, and
+every complete round is accounted once (check_wave_accounting).
+Prints trials / clean resumes / lost / duplicated / uncharged / miscounted."""
 import os
 import random
 import signal
@@ -14,7 +15,8 @@ import time
 
 import json
 
-from harness_test_lib import MPI_ENV, SOURCE_DIR, check_complete, committed_rounds, mpirun_cmd, run
+from harness_test_lib import (MPI_ENV, SOURCE_DIR, check_complete, check_wave_accounting, committed_rounds, mpirun_cmd,
+                              run)
 
 JOB = os.path.join(SOURCE_DIR, "tests/data/micro.yaml")
 TRIALS = int(sys.argv[1]) if len(sys.argv) > 1 else 12
@@ -42,7 +44,7 @@ with tempfile.TemporaryDirectory() as tmp:
     run(command(os.path.join(tmp, "reference")))
     duration = time.monotonic() - t0
     rng = random.Random(20261201)
-    clean = lost = duplicated = uncharged = 0
+    clean = lost = duplicated = uncharged = miscounted = 0
     for trial in range(TRIALS):
         d = os.path.join(tmp, f"trial{trial}")
         h5 = os.path.join(d, "acq", "acquisition.h5")
@@ -87,11 +89,17 @@ with tempfile.TemporaryDirectory() as tmp:
             print(f"trial {trial}: device time not charged: before {state}\nafter {resumed}")
             uncharged += 1
             continue
+        try:
+            check_wave_accounting(os.path.join(d, "acq"), f"trial {trial}")
+        except AssertionError as e:
+            print(e)
+            miscounted += 1
+            continue
         if not os.path.exists(os.path.join(d, "bundles", "micro", "meta.yaml")):
             print(f"trial {trial}: nothing published after the resume")
             continue
         clean += 1
     print(f"kill trials: {TRIALS}, clean resumes: {clean}, lost: {lost}, duplicated: {duplicated}, "
-          f"uncharged: {uncharged} "
+          f"uncharged: {uncharged}, miscounted: {miscounted} "
           f"(run of {duration:.1f} s, kills spread over it)")
     assert clean == TRIALS, "every kill must end in a clean resume"
