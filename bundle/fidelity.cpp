@@ -58,6 +58,37 @@ std::vector<HeldOutPoint> ComponentFidelity::worst(std::size_t n) const {
   return out;
 }
 
+json ComponentFidelity::held_out_points_json(double tolerance) const {
+  std::vector<const HeldOutPoint*> order;
+  for (const auto& h : held_out) order.push_back(&h);
+  std::stable_sort(order.begin(), order.end(), [](const HeldOutPoint* a, const HeldOutPoint* b) {
+    if (a->predicted_us.has_value() != b->predicted_us.has_value())
+      return a->predicted_us.has_value();
+    return a->relative_error() > b->relative_error();
+  });
+  const auto flag = [](const std::optional<bool>& v) { return v ? json(*v) : json(nullptr); };
+  json out = json::array();
+  for (const auto* h : order) {
+    json p = {{"point", json::array({h->point.tokens, h->point.activated, h->point.assignments})},
+              {"measured_us", h->measured_us}};
+    if (!h->predicted_us) {
+      p["predicted_us"] = nullptr;
+      p["unpredicted_reason"] = h->unpredicted_reason;
+    } else {
+      p["predicted_us"] = *h->predicted_us;
+      p["relative_error"] = h->relative_error();
+      p["run_spread"] = h->run_spread;
+      p["miss"] = h->miss(tolerance);
+      p["miss_within_run_movement"] = h->miss_within_run_movement(tolerance);
+      p["balanced"] = flag(h->balanced);
+      p["same_device"] = flag(h->same_device);
+      p["spans_launch_wave_step"] = flag(h->spans_wave_step);
+    }
+    out.push_back(p);
+  }
+  return out;
+}
+
 json ComponentFidelity::to_json(double tolerance) const {
   const auto point = [](const GridPoint& p) {
     return json::array({p.tokens, p.activated, p.assignments});
@@ -233,7 +264,9 @@ std::vector<ComponentFidelity> evaluate_fidelity(const StoredAcquisition& acq,
         ++f.statistics.bank_failures;
         continue;
       }
-      HeldOutPoint h{point, *result.time_us, std::nullopt, {}};
+      HeldOutPoint h;
+      h.point = point;
+      h.measured_us = *result.time_us;
       try {
         if (!tables) throw LookupError("no grid rows passed the weight-bank control");
         const auto answer =
@@ -247,16 +280,19 @@ std::vector<ComponentFidelity> evaluate_fidelity(const StoredAcquisition& acq,
           vertex_devices.push_back(&row.devices);
           h.run_spread = std::max(h.run_spread, row.run_spread.value_or(0.0));
         }
-        if (const auto same = same_device(result.devices, vertex_devices))
-          (*same ? same_device_errors : across_devices_errors).push_back(h.relative_error());
-        if (experts)
-          (balanced_point(contract.geometry, f.target, point.tokens) == point ? balanced_errors
-                                                                              : off_balance_errors)
+        h.same_device = same_device(result.devices, vertex_devices);
+        if (h.same_device)
+          (*h.same_device ? same_device_errors : across_devices_errors)
               .push_back(h.relative_error());
-        if (experts && waves && point.activated > 0)
-          (prediction_spans_wave_step(waves, point, answer) ? across_waves_errors
-                                                            : same_waves_errors)
+        if (experts) {
+          h.balanced = balanced_point(contract.geometry, f.target, point.tokens) == point;
+          (*h.balanced ? balanced_errors : off_balance_errors).push_back(h.relative_error());
+        }
+        if (experts && waves && point.activated > 0) {
+          h.spans_wave_step = prediction_spans_wave_step(waves, point, answer);
+          (*h.spans_wave_step ? across_waves_errors : same_waves_errors)
               .push_back(h.relative_error());
+        }
       } catch (const LookupError& e) {
         h.unpredicted_reason = e.what();
         ++f.statistics.unpredicted;

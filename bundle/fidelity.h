@@ -51,6 +51,10 @@ struct HeldOutPoint {
   // (PointResult::run_spread; 0 where none is known): a miss no larger than this is within the
   // measurement's own movement, which more rows cannot predict.
   double run_spread = 0;
+  // How the point was predicted, as ComponentFidelity's split statistics count it (nullopt where
+  // that split does not apply or is not known): `experts` at the balanced routing of its N;
+  // interpolated from its own device's rows only; across a declared launch-wave step.
+  std::optional<bool> balanced, same_device, spans_wave_step;
   [[nodiscard]] double relative_error() const {
     return predicted_us ? std::abs(*predicted_us - measured_us) / measured_us : 0.0;
   }
@@ -125,6 +129,10 @@ struct ComponentFidelity {
   std::map<int, int> rows_per_device;
   [[nodiscard]] std::vector<HeldOutPoint> worst(std::size_t n) const;
   [[nodiscard]] nlohmann::json to_json(double tolerance) const;  // meta.yaml coverage.fidelity
+  // Every held-out point, the largest |error| first (those outside the support last): its
+  // measurement, prediction, whether it misses `tolerance` and whether within its runs' movement,
+  // and how it was predicted (harness inspect --held-out).
+  [[nodiscard]] nlohmann::json held_out_points_json(double tolerance) const;
 };
 
 // Whether a held-out point measured on `point_devices` (PointResult::devices) was interpolated

@@ -40,7 +40,8 @@ json colocation_of(const fs::path& variant_dir) {
           {"label", v.value("label", "")}};
 }
 
-json inspect_file(const std::string& path) {
+// `held_out_points`: each fidelity table also lists every held-out point (--held-out).
+json inspect_file(const std::string& path, bool held_out_points) {
   const auto acq = read_acquisition(path);
   const auto summaries = summarize(acq);
   // Cells in the order they are measured, per table: the planned grid's parts, its held-out set,
@@ -76,6 +77,7 @@ json inspect_file(const std::string& path) {
     auto j = f.to_json(tolerance);
     j["table"] = f.target.label(f.component);
     j["complete"] = f.complete;
+    if (held_out_points) j["held_out_points"] = f.held_out_points_json(tolerance);
     fidelity.push_back(j);
   }
   auto sanity = sanity_of(acq, summaries);
@@ -200,6 +202,32 @@ void print_errors(const std::string& label, const json& r, std::ostream& os) {
   os << line;
 }
 
+// Every held-out point (inspect --held-out), as held_out_points_json lists them.
+void print_held_out_points(const json& points, std::ostream& os) {
+  os << "      held-out points (" << points.size() << ", the largest |error| first):\n";
+  char line[256];
+  for (const auto& p : points) {
+    if (p["predicted_us"].is_null()) {
+      os << "        " << p["point"].dump() << ": measured " << p["measured_us"].get<double>()
+         << " us, not predicted (" << p["unpredicted_reason"].get<std::string>() << ")\n";
+      continue;
+    }
+    std::snprintf(line, sizeof(line), "        %s: measured %.3f us, interpolated %.3f us, %+.2f%%",
+                  p["point"].dump().c_str(), p["measured_us"].get<double>(),
+                  p["predicted_us"].get<double>(),
+                  100 * (p["predicted_us"].get<double>() / p["measured_us"].get<double>() - 1));
+    os << line;
+    if (p["miss"].get<bool>())
+      os << (p["miss_within_run_movement"].get<bool>() ? "; a miss within its runs' movement"
+                                                       : "; MISS");
+    if (!p["balanced"].is_null())
+      os << (p["balanced"].get<bool>() ? "; balanced" : "; off balance");
+    if (p["spans_launch_wave_step"] == true) os << "; across a launch-wave step";
+    if (p["same_device"] == false) os << "; from another device's rows too";
+    os << "\n";
+  }
+}
+
 // Held-out statistics per table, the worst points and every grid point that failed B/2B.
 void print_fidelity(const json& tables, std::ostream& os) {
   for (const auto& t : tables) {
@@ -273,6 +301,7 @@ void print_fidelity(const json& tables, std::ostream& os) {
                     w["predicted_us"].get<double>());
       os << line;
     }
+    if (t.contains("held_out_points")) print_held_out_points(t["held_out_points"], os);
     // Older bundles have no such key; none where refinement took no held-out point.
     if (const auto summary = repeatability_summary(t); !summary.empty()) {
       os << "      repeatability: " << summary << "\n";
@@ -381,15 +410,25 @@ void print_text(const json& r, std::ostream& os) {
 
 int inspect(const Args& args) {
   std::string target, format = "text";
-  po::options_description desc("harness inspect FILE.h5|BUNDLE_VARIANT_DIR [--format text|json]");
+  bool held_out_points = false;
+  po::options_description desc(
+      "harness inspect FILE.h5|BUNDLE_VARIANT_DIR [--format text|json] [--held-out]");
   desc.add_options()("path", po::value(&target), "acquisition file or bundle variant directory")(
-      "format", po::value(&format), "text | json");
+      "format", po::value(&format), "text | json")(
+      "held-out", po::bool_switch(&held_out_points),
+      "an acquisition file: list every held-out point of each table (measured, interpolated, "
+      "error, and how it was predicted)");
   po::positional_options_description pos;
   pos.add("path", 1);
   if (!parse(args, desc, pos)) return 0;  // --help was printed
   if (target.empty()) throw BundleError("name an acquisition file or a bundle variant directory");
   if (format != "text" && format != "json") throw BundleError("--format must be text or json");
-  const auto r = fs::is_directory(target) ? inspect_bundle(target) : inspect_file(target);
+  if (held_out_points && fs::is_directory(target))
+    throw BundleError(
+        "--held-out lists the held-out points of an acquisition file; a bundle lists each "
+        "entry's in its held_out.csv (measured and predicted)");
+  const auto r =
+      fs::is_directory(target) ? inspect_bundle(target) : inspect_file(target, held_out_points);
   if (format == "json")
     std::cout << r.dump(1) << "\n";
   else

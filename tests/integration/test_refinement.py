@@ -87,6 +87,38 @@ with tempfile.TemporaryDirectory() as tmp:
                 points_of["held_out" if ".held_out" in name else "grid"].update(
                     tuple(int(v) for v in p) for p in cell["points"][()])
     check_inspect_cells(os.path.join(ref_root, "acquisitions/staircase/acquisition.h5"))
+    # inspect --held-out lists every held-out point, the largest |error| first, as the table's
+    # statistics count them: the predictions are the published bundle's answers, the splits'
+    # counts and the errors' median and max follow from the list.
+    listed = json.loads(run([HARNESS, "inspect", os.path.join(ref_root, "acquisitions/staircase/acquisition.h5"),
+                             "--held-out", "--format", "json"]).stdout)
+    for fidelity_table in listed["fidelity"]:
+        held, points = fidelity_table["held_out"], fidelity_table["held_out_points"]
+        predicted = [pt for pt in points if pt["predicted_us"] is not None]
+        assert len(predicted) == held["count"] and len(points) - len(predicted) == held["unpredicted"], fidelity_table["table"]
+        errors = [pt["relative_error"] for pt in predicted]
+        assert errors == sorted(errors, reverse=True), fidelity_table["table"]
+        assert abs(errors[0] - held["max_abs_relative_error"]) < 1e-12, (errors[0], held)
+        assert abs(quantile(sorted(errors), 0.5) - held["median_abs_relative_error"]) < 1e-12, held
+        for pt in predicted:
+            assert pt["relative_error"] == abs(pt["predicted_us"] - pt["measured_us"]) / pt["measured_us"], pt
+            assert pt["miss"] == (pt["relative_error"] > fidelity_table["tolerance"]), pt
+        component = fidelity_table["table"].split()[-1]
+        answers = lookup_many(bundle, 1, 1, [(component, *pt["point"]) if component == "experts"
+                                             else (component, pt["point"][0]) for pt in predicted])
+        for pt, answer in zip(predicted, answers):
+            assert abs(pt["predicted_us"] - answer) <= 1e-6 * answer, (pt, answer)
+        for split, flag, sides in (("by_routing", "balanced", ("off_balance", "balanced")),
+                                   ("by_waves", "spans_launch_wave_step", ("same_waves", "across_waves"))):
+            if split in held:
+                for value, side in zip((False, True), sides):
+                    assert sum(pt[flag] is value for pt in predicted) == held[split][side]["count"], (split, side)
+            else:
+                assert all(pt[flag] is None for pt in predicted), (fidelity_table["table"], flag)
+    text = run([HARNESS, "inspect", os.path.join(ref_root, "acquisitions/staircase/acquisition.h5"), "--held-out"]).stdout
+    assert re.search(r"held-out points \(\d+, the largest \|error\| first\):\n        \[\d+,\d+,\d+\]: measured ", text), text
+    refused = run([HARNESS, "inspect", bundle, "--held-out"], check=False)
+    assert refused.returncode != 0 and "a bundle lists each entry's in its held_out.csv" in refused.stderr, refused.stderr
     repeatability = experts["repeatability"]
     assert repeatability["count"] == len(points_of["grid"] & points_of["held_out"]) > 0, repeatability["count"]
     assert repeatability["max_abs_relative_difference"] <= 1e-9, repeatability
