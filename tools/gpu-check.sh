@@ -48,7 +48,8 @@
 # without a launcher where mpirun is missing or OMPI_MCA_ess_singleton_isolated=1 is set (the
 # exports of slurm/bundle-runtime-libs.sh --self-contained).
 # Each step's output is appended to OUT_DIR/<step>.log; every step runs, and the exit status is
-# non-zero when any failed. A step cut short (a time limit, a kill) can be rerun with the same
+# 1 when any failed, else 4 when the acquire step stopped at its --time-limit (harness acquire's
+# exit 4: not a failure, the same command resumes; reported as "stopped"), else 0. A step cut short (a time limit, a kill) can be rerun with the same
 # command: `acquire` resumes its campaign where it stopped (every committed wave is kept, the one in
 # flight, about a minute of work, is measured again), so the full job can be spread over several
 # shorter calls; with `--time-limit S` in ACQUIRE_ARGS it stops by itself before a wave that would
@@ -123,8 +124,14 @@ step() {
   local t0=$SECONDS
   echo "== $name"
   echo "== $name started $(date -u +%FT%TZ)" >>"$out/$name.log"
-  if "$@" >>"$out/$name.log" 2>&1; then
+  local rc=0
+  "$@" >>"$out/$name.log" 2>&1 || rc=$?
+  if [ "$rc" -eq 0 ]; then
     echo "== $name ok ($((SECONDS - t0)) s)"
+  elif [ "$name" = acquire ] && [ "$rc" -eq 4 ]; then
+    echo "== $name stopped at its time limit ($((SECONDS - t0)) s): the same command resumes; tail of $out/$name.log:"
+    tail -5 "$out/$name.log"
+    stopped=1
   else
     echo "== $name FAILED ($((SECONDS - t0)) s); tail of $out/$name.log:"
     tail -40 "$out/$name.log"
@@ -313,7 +320,7 @@ run_fidelity() {
 }
 
 exec 3>&1  # the script's own output, for what a step must say beside its log
-failed=0
+failed=0 stopped=0
 for s in "${steps[@]}"; do
   case "$s" in
     tests) step tests run_tests ;;
@@ -328,4 +335,5 @@ for s in "${steps[@]}"; do
     *) echo "unknown step '$s'" >&2; exit 2 ;;
   esac
 done
+[ "$failed" -eq 0 ] && [ "$stopped" -eq 1 ] && exit 4
 exit $failed

@@ -61,13 +61,18 @@ with tempfile.TemporaryDirectory() as tmp:
     p = gpu_check(build, out, "acquire", PATH=bare, CAMPAIGN_ARCHIVE=archive, FAKE_EXIT="4",
                   ACQUIRE_ARGS="--rounds 1 --time-limit 480")
     log = open(os.path.join(out, "acquire.log")).read()
-    assert p.returncode != 0 and "== acquire FAILED" in p.stdout, (p.stdout, p.stderr)
+    # Not a failure: said as a stop, exit 4 (the same command resumes).
+    assert p.returncode == 4 and "== acquire stopped at its time limit" in p.stdout, (p.returncode, p.stdout, p.stderr)
+    assert "FAILED" not in p.stdout, p.stdout
     assert "mpirun not installed: one rank without a launcher" in log and "a new campaign" in log, log
     assert "campaign packed into" in log and "(acquire exit 4)" in log, log
     packed = calls_in(os.path.join(out, "campaign.tgz"))
     assert packed == ["call launched=False isolated=1 args=jobs/qwen3-30b-a3b.yaml --tp 1 --dp 1 --backend native "
                       f"--out-root {out}/acquire --rounds 1 --time-limit 480"], packed
     print("ok: a new campaign without a launcher, packed after a stop")
+    # A budget stop (exit 3) needs the user (raise the budget): a failure.
+    p = gpu_check(build, os.path.join(tmp, "out-budget"), "acquire", PATH=bare, FAKE_EXIT="3")
+    assert p.returncode == 1 and "== acquire FAILED" in p.stdout, (p.returncode, p.stdout, p.stderr)
 
     # The next call resumes the archive in a fresh OUT and packs both calls' work.
     shutil.copy(os.path.join(out, "campaign.tgz"), archive)
