@@ -6,6 +6,7 @@ queries exactly as the lookup library does, following docs/bundle-format.md#inte
     t = ComponentTable("out/qwen3-30b-a3b", tp=1, dp=1)
     t.query("experts", tokens=1500, activated=128, assignments=12000)   # microseconds
     t.held_out("experts", tokens=1500, activated=128, assignments=12000)  # its held-out errors
+    t.spans_launch_wave_step("experts", 1500, 128, 12000)  # its vertices run different waves?
 """
 import csv
 import hashlib
@@ -176,6 +177,8 @@ class ComponentTable:
                 experts.append(((n, a, m), t))
         fidelity = entry["coverage"].get("fidelity")
         self.fidelity = fidelity["components"] if fidelity else None
+        self._row_clocks = (os.path.dirname(path), fidelity.get("row_clocks_table")) if fidelity else None
+        self._waves = None  # experts (N, A, M) -> launch_waves, read on first use
         self.exact = {p: t for p, t in experts}
         self.times = [t for _, t in experts]
         self.mesh = None
@@ -220,6 +223,45 @@ class ComponentTable:
         return {"count": held["count"], "median": held["median_abs_relative_error"],
                 "p95": held["p95_abs_relative_error"], "max": held["max_abs_relative_error"],
                 "routing": routing}
+
+    def held_out_across_wave_steps(self, component):
+        """The held-out errors over the points whose prediction spanned a launch-wave step
+        (held_out.by_waves.across_waves) as {count, median, p95, max}; None where not recorded."""
+        if self.fidelity is None or component not in self.fidelity:
+            return None
+        held = self.fidelity[component]["held_out"].get("by_waves")
+        if held is None:
+            return None
+        held = held["across_waves"]
+        return {"count": held["count"], "median": held["median_abs_relative_error"],
+                "p95": held["p95_abs_relative_error"], "max": held["max_abs_relative_error"]}
+
+    def spans_launch_wave_step(self, component, tokens, activated, assignments):
+        """Whether an experts answer's vertices run different launch waves (row_clocks.csv's
+        launch_waves, docs/bundle-format.md#row_clockscsv); None for another component, an exact
+        row, or a vertex whose waves are not recorded."""
+        if component != "experts" or activated == 0 or (tokens, activated, assignments) in self.exact:
+            return None
+        self.query(component, tokens, activated, assignments)  # refuses what lookup refuses
+        if self._waves is None:
+            self._waves = self._read_waves()
+        w = self.mesh.locate((float(tokens), float(activated), float(assignments)))
+        waves = [self._waves.get(tuple(int(c) for c in self.mesh.points[v]), "")
+                 for v, weight in w if weight > NEGLIGIBLE_WEIGHT]
+        if not waves or "" in waves:
+            return None
+        return len(set(waves)) > 1
+
+    def _read_waves(self):
+        if self._row_clocks is None or self._row_clocks[1] is None:
+            return {}
+        folder, named = self._row_clocks
+        data = open(os.path.join(folder, named["file"]), "rb").read()
+        if _sha256(data) != named["sha256"]:
+            raise LookupError(f"{named['file']}: checksum mismatch")
+        return {(int(r["tokens"]), int(r["activated_experts"]), int(r["local_assignments"])):
+                r.get("launch_waves") or "" for r in csv.DictReader(io.StringIO(data.decode()))
+                if r["component"] == "experts"}
 
     def query(self, component, tokens, activated=0, assignments=0):
         if component != "experts":

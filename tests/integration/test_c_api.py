@@ -1,17 +1,22 @@
 """The C API (lookup/harness_lookup.h) from a C program: its answers equal `harness lookup` at grid
 rows and between them, refusals carry the library's message and code, a batch marks refused
-queries NaN, collectives are answered, 4 threads querying one handle get the sequential answers,
-and the program links no MPI, HDF5, CUDA or Boost library."""
+queries NaN, collectives are answered, whether an answer spans a launch-wave step and the held-out
+errors across such steps are lookup's (and the plain-Python reader's), 4 threads querying one
+handle get the sequential answers, and the program links no MPI, HDF5, CUDA or Boost library."""
 import json
 import os
 import random
 import shutil
 import subprocess
+import sys
 import tempfile
 
 import yaml
 
 from harness_test_lib import HARNESS, SOURCE_DIR, mpirun_cmd, run
+
+sys.path.insert(0, os.path.join(SOURCE_DIR, "python"))
+import harness_reader  # noqa: E402  (the plain-Python reader: docs/bundle-format.md alone)
 
 CONSUMER = os.path.join(os.path.dirname(os.path.dirname(HARNESS)), "lookup", "lookup_c_consumer")
 
@@ -111,6 +116,10 @@ with tempfile.TemporaryDirectory() as tmp:
     points = [(n, a, 2 * n) for n in range(3, 60, 4) for a in (2, 3, 5, 7)]  # EP1: every route local, M = N*k
     lines = consume(stairs, 1, 1, [f"wave_step experts {n} {a} {m}" for n, a, m in points] +
                     ["held_out_across_wave_steps experts", "wave_step gate_routing 7 0 0", "wave_step shared 1 0 0"])
+    # ... and so does the plain-Python reader, from the format's documentation alone.
+    reader = harness_reader.ComponentTable(stairs, 1, 1)
+    assert harness_reader.ComponentTable(variant, 1, 2).spans_launch_wave_step("experts", 5, 3, 7) is None
+    assert harness_reader.ComponentTable(variant, 1, 2).held_out_across_wave_steps("experts") is None
     said = set()
     for (n, a, m), line in zip(points, lines):
         p = run([HARNESS, "lookup", stairs, "--tp", "1", "--dp", "1", "--component", "experts", "--tokens", str(n),
@@ -120,6 +129,7 @@ with tempfile.TemporaryDirectory() as tmp:
             continue
         want = json.loads(p.stdout)
         assert line == {True: "1", False: "0", None: "-1"}[want.get("spans_launch_wave_step")], (n, a, m, line, want)
+        assert reader.spans_launch_wave_step("experts", n, a, m) == want.get("spans_launch_wave_step"), (n, a, m)
         said.add(line)
         if line == "1":
             across = want["held_out_across_wave_steps"]
@@ -128,6 +138,9 @@ with tempfile.TemporaryDirectory() as tmp:
     assert [float(median), float(p95), float(mx), int(count)] == [
         across["median_abs_relative_error"], across["p95_abs_relative_error"], across["max_abs_relative_error"],
         across["count"]], (lines[len(points)], across)
+    assert reader.held_out_across_wave_steps("experts") == {
+        "count": across["count"], "median": across["median_abs_relative_error"],
+        "p95": across["p95_abs_relative_error"], "max": across["max_abs_relative_error"]}
     assert lines[len(points) + 1] == "-1", lines[len(points) + 1]
     assert lines[len(points) + 2] == "error 2: unknown component 'shared'", lines[len(points) + 2]
 
