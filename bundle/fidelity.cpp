@@ -15,6 +15,15 @@ namespace moe {
 
 using nlohmann::json;
 
+namespace {
+
+// A point as the fidelity blocks write it: [N, A, M].
+json point_json(const GridPoint& p) {
+  return json::array({p.tokens, p.activated, p.assignments});
+}
+
+}  // namespace
+
 std::string fidelity_cell_id(const Target& t, Component c, CellRole role) {
   std::string id = t.cell_id() + "." + std::string(to_string(c));
   if (role.held_out) id += ".held_out";
@@ -69,8 +78,7 @@ json ComponentFidelity::held_out_points_json(double tolerance) const {
   const auto flag = [](const std::optional<bool>& v) { return v ? json(*v) : json(nullptr); };
   json out = json::array();
   for (const auto* h : order) {
-    json p = {{"point", json::array({h->point.tokens, h->point.activated, h->point.assignments})},
-              {"measured_us", h->measured_us}};
+    json p = {{"point", point_json(h->point)}, {"measured_us", h->measured_us}};
     if (!h->predicted_us) {
       p["predicted_us"] = nullptr;
       p["unpredicted_reason"] = h->unpredicted_reason;
@@ -90,17 +98,14 @@ json ComponentFidelity::held_out_points_json(double tolerance) const {
 }
 
 json ComponentFidelity::to_json(double tolerance) const {
-  const auto point = [](const GridPoint& p) {
-    return json::array({p.tokens, p.activated, p.assignments});
-  };
   json worst_points = json::array();
   for (const auto& h : worst(5))
-    worst_points.push_back({{"point", point(h.point)},
+    worst_points.push_back({{"point", point_json(h.point)},
                             {"measured_us", h.measured_us},
                             {"predicted_us", *h.predicted_us},
                             {"relative_error", h.relative_error()}});
   json failed_points = json::array();
-  for (const auto& p : failed) failed_points.push_back(point(p));
+  for (const auto& p : failed) failed_points.push_back(point_json(p));
   std::vector<RemeasuredPoint> most_apart(remeasured);
   std::sort(most_apart.begin(), most_apart.end(), [](const auto& a, const auto& b) {
     return a.relative_difference() > b.relative_difference();
@@ -111,7 +116,7 @@ json ComponentFidelity::to_json(double tolerance) const {
                         {"most_apart", json::array()}};
   for (std::size_t i = 0; i < most_apart.size() && i < 3; ++i)
     repeatability["most_apart"].push_back(
-        {{"point", point(most_apart[i].point)},
+        {{"point", point_json(most_apart[i].point)},
          {"held_out_us", most_apart[i].held_out_us},
          {"grid_us", most_apart[i].grid_us},
          {"relative_difference", most_apart[i].relative_difference()}});

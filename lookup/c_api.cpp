@@ -46,6 +46,15 @@ int for_component(const char* name, F&& f) {
   return f(*c);
 }
 
+// Held-out errors into a caller's out-pointers (each may be NULL).
+void copy_errors(const moe::HeldOutErrors& e, double* median, double* p95, double* max,
+                 int* count) {
+  if (median) *median = e.median;
+  if (p95) *p95 = e.p95;
+  if (max) *max = e.max;
+  if (count) *count = e.count;
+}
+
 }  // namespace
 
 extern "C" {
@@ -95,10 +104,7 @@ int harness_lookup_held_out(harness_lookup* h, const char* component, int64_t to
       if (!e)
         throw moe::LookupError(std::string(component) +
                                ": the bundle records no held-out errors (published before them)");
-      if (median) *median = e->median;
-      if (p95) *p95 = e->p95;
-      if (max) *max = e->max;
-      if (count) *count = e->count;
+      copy_errors(*e, median, p95, max, count);
       if (balanced) *balanced = e->routing.empty() ? -1 : e->routing == "balanced" ? 1 : 0;
       return HARNESS_LOOKUP_OK;
     });
@@ -131,10 +137,7 @@ int harness_lookup_held_out_across_wave_steps(harness_lookup* h, const char* com
         throw moe::LookupError(std::string(component) +
                                ": the bundle records no held-out errors across launch-wave steps "
                                "(a backend that declares no waves, or published before them)");
-      if (median) *median = e->median;
-      if (p95) *p95 = e->p95;
-      if (max) *max = e->max;
-      if (count) *count = e->count;
+      copy_errors(*e, median, p95, max, count);
       return HARNESS_LOOKUP_OK;
     });
   });

@@ -159,14 +159,15 @@ std::optional<bool> Deployment::spans_launch_wave_step(Component c, const Lookup
   }
   const auto& records = *impl_->records;
   const std::vector<std::int64_t>* first = nullptr;
+  bool differ = false;
   for (const auto& x : r.vertices) {
     const auto row = records.find({c, x.point});
     if (row == records.end() || row->second.launch_waves.empty()) return std::nullopt;
-    if (!first) first = &row->second.launch_waves;
+    const auto& waves = row->second.launch_waves;
+    differ = differ || (first && waves != *first);
+    if (!first) first = &waves;
   }
-  return std::any_of(r.vertices.begin(), r.vertices.end(), [&](const auto& x) {
-    return records.at({c, x.point}).launch_waves != *first;
-  });
+  return differ;
 }
 
 std::vector<Component> Deployment::components() const {

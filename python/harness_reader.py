@@ -143,6 +143,12 @@ def _token_table(rows, tokens, what):
     return (1 - w) * t0 + w * t1
 
 
+def _errors(held):
+    """A held-out statistics block of coverage.fidelity as {count, median, p95, max}."""
+    return {"count": held["count"], "median": held["median_abs_relative_error"],
+            "p95": held["p95_abs_relative_error"], "max": held["max_abs_relative_error"]}
+
+
 class ComponentTable:
     def __init__(self, variant_dir, tp, dp, rank=0, sp=None):
         meta = yaml.safe_load(open(os.path.join(variant_dir, "meta.yaml")))
@@ -220,9 +226,7 @@ class ComponentTable:
             balanced = self.balanced_point(tokens) == (tokens, activated, assignments)
             routing = "balanced" if balanced else "off_balance"
             held = held["by_routing"][routing]
-        return {"count": held["count"], "median": held["median_abs_relative_error"],
-                "p95": held["p95_abs_relative_error"], "max": held["max_abs_relative_error"],
-                "routing": routing}
+        return dict(_errors(held), routing=routing)
 
     def held_out_across_wave_steps(self, component):
         """The held-out errors over the points whose prediction spanned a launch-wave step
@@ -232,9 +236,7 @@ class ComponentTable:
         held = self.fidelity[component]["held_out"].get("by_waves")
         if held is None:
             return None
-        held = held["across_waves"]
-        return {"count": held["count"], "median": held["median_abs_relative_error"],
-                "p95": held["p95_abs_relative_error"], "max": held["max_abs_relative_error"]}
+        return _errors(held["across_waves"])
 
     def spans_launch_wave_step(self, component, tokens, activated, assignments):
         """Whether an experts answer's vertices run different launch waves (row_clocks.csv's

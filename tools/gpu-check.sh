@@ -49,11 +49,12 @@
 # exports of slurm/bundle-runtime-libs.sh --self-contained).
 # Each step's output is appended to OUT_DIR/<step>.log; every step runs, and the exit status is
 # 1 when any failed, else 4 when the acquire step stopped at its --time-limit (harness acquire's
-# exit 4: not a failure, the same command resumes; reported as "stopped"), else 0. A step cut short (a time limit, a kill) can be rerun with the same
-# command: `acquire` resumes its campaign where it stopped (every committed wave is kept, the one in
-# flight, about a minute of work, is measured again), so the full job can be spread over several
-# shorter calls; with `--time-limit S` in ACQUIRE_ARGS it stops by itself before a wave that would
-# not end within S seconds, and nothing is measured again.
+# exit 4: not a failure, the same command resumes; reported as "stopped"), else 0. A step cut
+# short (a time limit, a kill) can be rerun with the same command: `acquire` resumes its campaign
+# where it stopped (every committed wave is kept, the one in flight, about a minute of work, is
+# measured again), so the full job can be spread over several shorter calls; with `--time-limit S`
+# in ACQUIRE_ARGS it stops by itself before a wave that would not end within S seconds, and
+# nothing is measured again.
 set -euo pipefail
 here=$(cd "$(dirname "$0")" && pwd)
 build=${1:?build directory}
