@@ -132,8 +132,23 @@ with tempfile.TemporaryDirectory() as tmp:
         assert reader.spans_launch_wave_step("experts", n, a, m) == want.get("spans_launch_wave_step"), (n, a, m)
         said.add(line)
         if line == "1":
-            across = want["held_out_across_wave_steps"]
+            across, spanning = want["held_out_across_wave_steps"], (n, a, m)
     assert {"0", "1"} <= said, said
+    # A row_clocks.csv that does not match its checksum: the C API and the reader refuse the
+    # question (the table itself still answers).
+    tampered = os.path.join(tmp, "tampered")
+    shutil.copytree(stairs, tampered)
+    with open(os.path.join(tampered, "tp1/moe_components/dp1_ep1_rank0_sp0/row_clocks.csv"), "a") as f:
+        f.write("experts,1,1,1,,0,0,9;9\n")
+    refused = consume(tampered, 1, 1, ["wave_step experts {} {} {}".format(*spanning),
+                                       "component experts {} {} {}".format(*spanning)])
+    assert refused[0].startswith("error 1: ") and "checksum mismatch" in refused[0], refused[0]
+    assert not refused[1].startswith("error"), refused[1]
+    try:
+        harness_reader.ComponentTable(tampered, 1, 1).spans_launch_wave_step("experts", *spanning)
+        raise AssertionError("the reader read a tampered row_clocks.csv")
+    except harness_reader.LookupError as e:
+        assert "row_clocks.csv: checksum mismatch" in str(e), e
     median, p95, mx, count = lines[len(points)].split()
     assert [float(median), float(p95), float(mx), int(count)] == [
         across["median_abs_relative_error"], across["p95_abs_relative_error"], across["max_abs_relative_error"],
