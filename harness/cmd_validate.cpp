@@ -17,6 +17,7 @@
 #include <iostream>
 #include <map>
 #include <set>
+#include <sstream>
 
 #include "bundle/bundle_meta.h"
 #include "bundle/fidelity.h"
@@ -92,7 +93,7 @@ std::vector<PointResult> measure(Backend& backend, ForwardTimer& timer, const js
 }
 
 struct Validated {
-  Component component;
+  Component component{};
   std::vector<json> points;
   std::vector<double> errors;
   std::vector<double> signed_errors;  // (bundle - measured) / measured
@@ -100,6 +101,15 @@ struct Validated {
   // experts of a backend that declares its launch waves: the errors of the points interpolated
   // within their own waves and across a wave step (held_out.by_waves of the bundle, done again)
   std::vector<double> same_waves_errors, across_waves_errors;
+  // Points above the tolerance, and those of them within their runs' movement: the point's own
+  // run or a run of a row its prediction weighs moved at least as far (HeldOutPoint), which is
+  // the device's wander, not the table's error. Counted, not left out: the bounds judge them all.
+  int misses = 0, misses_within_run_movement = 0;
+  // The errors of the points measured at a mean SM clock within the tolerance of their rows'
+  // clock (as the prediction weighs the rows) and of those further off: a clock offset smaller
+  // than the tolerance cannot alone move a point outside it, a larger one can (the device's state
+  // now against the table's; docs/measurement.md#validating-a-published-bundle).
+  std::vector<double> clock_matched_errors, clock_off_errors;
 };
 
 // Statistics of |e - offset| over signed relative errors e, with the bundle's key names.
@@ -119,6 +129,8 @@ json statistics_json(Validated& v, double tolerance) {
               {"unpredicted", s.unpredicted},
               {"bank_failures", s.bank_failures},
               {"tolerance", tolerance},
+              {"misses", v.misses},
+              {"misses_within_run_movement", v.misses_within_run_movement},
               {"points", v.points}};
   if (s.count > 0) {
     out.update(s.errors_json());
@@ -133,6 +145,14 @@ json statistics_json(Validated& v, double tolerance) {
     same.set_errors(v.same_waves_errors);
     across.set_errors(v.across_waves_errors);
     out["by_waves"] = {{"same_waves", same.errors_json()}, {"across_waves", across.errors_json()}};
+  }
+  if (!v.clock_matched_errors.empty() || !v.clock_off_errors.empty()) {
+    HeldOutStatistics matched, off;
+    matched.set_errors(v.clock_matched_errors);
+    off.set_errors(v.clock_off_errors);
+    out["by_clock"] = {{"threshold", tolerance},
+                       {"matched", matched.errors_json()},
+                       {"off", off.errors_json()}};
   }
   return out;
 }
@@ -307,7 +327,8 @@ int validate(const Args& args) {
       auto measured_points = points;
       measured_points.insert(measured_points.end(), rows.begin(), rows.end());
       const std::set<GridPoint> row_set(rows.begin(), rows.end());
-      Validated v{c, {}, {}, {}, {}, {}, {}};
+      Validated v;
+      v.component = c;
       std::vector<json> row_points;
       std::vector<double> row_errors, clocks_now;
       int row_bank_failures = 0;
@@ -349,12 +370,41 @@ int validate(const Args& args) {
           try {
             const auto answer =
                 deployment.query(c, p.point.tokens, p.point.activated, p.point.assignments);
-            const double predicted = answer.time_us;
-            const double error = std::abs(predicted - *p.time_us) / *p.time_us;
-            j["predicted_us"] = predicted;
+            HeldOutPoint held;
+            held.point = p.point;
+            held.measured_us = *p.time_us;
+            held.predicted_us = answer.time_us;
+            held.run_spread = p.run_spread.value_or(0.0);
+            double rows_clock = 0;  // the rows' mean SM clock, weighted as the prediction is
+            bool rows_clock_known = p.sm_clock_mean_mhz && !answer.vertices.empty();
+            for (const auto& vertex : answer.vertices) {
+              const auto r = row_records.find({c, vertex.point});
+              const auto* row = r == row_records.end() ? nullptr : &r->second;
+              if (row) held.run_spread = std::max(held.run_spread, row->run_spread.value_or(0.0));
+              if (row && row->sm_clock_mean_mhz)
+                rows_clock += vertex.weight * *row->sm_clock_mean_mhz;
+              else
+                rows_clock_known = false;
+            }
+            const double error = held.relative_error();
+            j["predicted_us"] = answer.time_us;
             j["relative_error"] = error;
+            if (rows_clock_known) {
+              const double clock_offset = *p.sm_clock_mean_mhz / rows_clock - 1;
+              j["rows_sm_clock_mean_mhz"] = rows_clock;
+              j["clock_vs_rows"] = clock_offset;
+              (std::abs(clock_offset) <= tolerance ? v.clock_matched_errors : v.clock_off_errors)
+                  .push_back(error);
+            }
+            if (c == Component::experts) j["run_spread"] = held.run_spread;
+            if (held.miss(tolerance)) {
+              ++v.misses;
+              const bool within_movement = held.miss_within_run_movement(tolerance);
+              j["miss_within_run_movement"] = within_movement;
+              v.misses_within_run_movement += within_movement ? 1 : 0;
+            }
+            v.signed_errors.push_back((answer.time_us - *p.time_us) / *p.time_us);
             v.errors.push_back(error);
-            v.signed_errors.push_back((predicted - *p.time_us) / *p.time_us);
             if (waves && c == Component::experts && p.point.activated > 0) {
               const bool across = prediction_spans_wave_step(waves, p.point, answer);
               j["spans_launch_wave_step"] = across;
@@ -432,20 +482,33 @@ int validate(const Args& args) {
                     << 100 * c["offset_removed"]["max_abs_relative_error"].get<double>() << "%)";
         std::cout << "; " << c["unpredicted"] << " outside support, " << c["bank_failures"]
                   << " failing B/2B\n";
-        if (c.contains("by_waves"))
-          for (const char* side : {"same_waves", "across_waves"}) {
-            const auto& w = c["by_waves"][side];
-            std::cout << "      interpolated "
-                      << (side == std::string("same_waves") ? "within its launch waves"
-                                                            : "across a launch-wave step")
-                      << ": " << w["count"] << " points";
-            if (w["count"].get<int>() > 0)
-              std::cout << std::fixed << std::setprecision(2) << ", |error| median "
-                        << 100 * w["median_abs_relative_error"].get<double>() << "%, p95 "
-                        << 100 * w["p95_abs_relative_error"].get<double>() << "%, max "
-                        << 100 * w["max_abs_relative_error"].get<double>() << "%";
-            std::cout << "\n";
-          }
+        if (const int misses = c["misses"].get<int>(); misses > 0)
+          std::cout << "      above the tolerance: " << misses
+                    << " points; within their runs' movement: " << c["misses_within_run_movement"]
+                    << " of them (the point's run or a row it is interpolated from moved at least "
+                       "as far: the device's wander, not the table's error)\n";
+        // One class of a split: its points and their |error| statistics.
+        const auto print_class = [](const std::string& label, const json& w) {
+          std::cout << "      " << label << ": " << w["count"] << " points";
+          if (w["count"].get<int>() > 0)
+            std::cout << std::fixed << std::setprecision(2) << ", |error| median "
+                      << 100 * w["median_abs_relative_error"].get<double>() << "%, p95 "
+                      << 100 * w["p95_abs_relative_error"].get<double>() << "%, max "
+                      << 100 * w["max_abs_relative_error"].get<double>() << "%";
+          std::cout << "\n";
+        };
+        if (c.contains("by_waves")) {
+          print_class("interpolated within its launch waves", c["by_waves"]["same_waves"]);
+          print_class("interpolated across a launch-wave step", c["by_waves"]["across_waves"]);
+        }
+        if (c.contains("by_clock")) {
+          std::ostringstream threshold;
+          threshold << std::fixed << std::setprecision(2)
+                    << 100 * c["by_clock"]["threshold"].get<double>() << "%";
+          print_class("measured within " + threshold.str() + " of its rows' clock",
+                      c["by_clock"]["matched"]);
+          print_class("measured further from its rows' clock", c["by_clock"]["off"]);
+        }
         if (const auto& rows = c["table_rows"]; !rows["points"].empty()) {
           std::cout << "      " << rows["points"].size() << " table rows re-measured";
           if (rows["count"].get<int>() > 0)
@@ -472,10 +535,17 @@ int validate(const Args& args) {
           if (p.contains("predicted_us"))
             std::cout << ", bundle " << p["predicted_us"].get<double>() << " us, error "
                       << 100 * p["relative_error"].get<double>() << "%";
+          if (p.value("miss_within_run_movement", false))
+            std::cout << " (within its runs' movement, " << 100 * p["run_spread"].get<double>()
+                      << "%)";
           if (p.contains("table_us"))
             std::cout << ", table " << p["table_us"].get<double>() << " us";
           if (p.contains("sm_clock_mean_mhz"))
             std::cout << ", at " << std::lround(p["sm_clock_mean_mhz"].get<double>()) << " MHz";
+          if (p.contains("clock_vs_rows"))  // to 0.1 %, with no "-0.0"
+            std::cout << " (" << std::setprecision(1) << std::showpos
+                      << std::round(1000 * p["clock_vs_rows"].get<double>()) / 10 + 0.0
+                      << std::noshowpos << std::setprecision(3) << "% against its rows')";
           if (p.contains("table_sm_clock_mean_mhz") || p.contains("table_row_devices")) {
             std::cout << " (the row:";
             if (p.contains("table_sm_clock_mean_mhz"))

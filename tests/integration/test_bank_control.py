@@ -153,4 +153,48 @@ with tempfile.TemporaryDirectory() as tmp:
           f"{stage} left {experts['held_out']['misses_within_run_movement']} misses within their runs' "
           "movement and added the grid it adds without the step")
 
+    # 5. validate under the same step: its misses at the stepped token count are within their
+    # runs' movement and say so; a point's movement is the most its own run or a run of a row its
+    # prediction weighs moved (row_clocks.csv), and only misses are classed.
+    steady_bundle = os.path.join(steady_root, "staircase")
+    args = [HARNESS, "validate", steady_bundle, "--points", "24", "--seed", "5", "--table-rows", "0"]
+    drawn = json.loads(run(args + ["--format", "json"], check=False).stdout)
+    (comps,) = [e["components"] for e in drawn["entries"]]
+    (experts,) = [c for c in comps if c["component"] == "experts"]
+    validate_step = experts["points"][len(experts["points"]) // 2]["point"][0]
+    env = dict(os.environ, HARNESS_STAIRCASE_CLOCK_STEP_TOKENS=str(validate_step))
+    p = subprocess.run(args + ["--format", "json"], capture_output=True, text=True, env=env, timeout=600)
+    assert p.returncode in (0, 3), p.stderr
+    (comps,) = [e["components"] for e in json.loads(p.stdout)["entries"]]
+    (experts,) = [c for c in comps if c["component"] == "experts"]
+    (entry,) = yaml.safe_load(open(os.path.join(steady_bundle, "meta.yaml")))["per_tp"][1]["moe_components"]["entries"]
+    table_dir = os.path.join(steady_bundle, "tp1", os.path.dirname(entry["path"]))
+    row_spread = {tuple(int(x) for x in r.split(",")[1:4]): float(r.split(",")[6] or 0)
+                  for r in open(os.path.join(table_dir, "row_clocks.csv")).read().splitlines()[1:]
+                  if r.startswith("experts,")}
+    tolerance, misses, within = experts["tolerance"], 0, 0
+    for pt in experts["points"]:
+        n, a, m = pt["point"]
+        explain = json.loads(run([HARNESS, "lookup", steady_bundle, "--tp", "1", "--dp", "1", "--component",
+                                  "experts", "--tokens", str(n), "--activated", str(a), "--assignments", str(m),
+                                  "--explain", "--format", "json"]).stdout)
+        own = 0.10 if n == validate_step else 0.0  # kernels/staircase_backend.h kStaircaseClockStep
+        want = max([own] + [row_spread[(v["tokens"], v["activated_experts"], v["local_assignments"])]
+                            for v in explain.get("vertices", [])])
+        assert abs(pt["run_spread"] - want) < 1e-6, (pt, want)
+        missed = pt["relative_error"] > tolerance
+        assert ("miss_within_run_movement" in pt) == missed, pt
+        if missed:
+            misses += 1
+            assert pt["miss_within_run_movement"] == (pt["relative_error"] <= pt["run_spread"]), pt
+            within += pt["miss_within_run_movement"]
+    stepped = [pt for pt in experts["points"] if pt["point"][0] == validate_step]
+    assert any(pt.get("miss_within_run_movement") for pt in stepped), stepped
+    assert (experts["misses"], experts["misses_within_run_movement"]) == (misses, within), experts
+    text = subprocess.run(args, capture_output=True, text=True, env=env, timeout=600).stdout
+    assert f"above the tolerance: {misses} points; within their runs' movement: {within} of them" in text, text
+    assert "(within its runs' movement, 10.000%)" in text, text
+    print(f"ok: validate with a clock step at N = {validate_step}: {within} of {misses} misses within their runs' "
+          "movement")
+
 print("ok")

@@ -6,6 +6,7 @@ import hashlib
 import json
 import math
 import os
+import re
 import shutil
 import sys
 import tempfile
@@ -219,6 +220,51 @@ with tempfile.TemporaryDirectory() as tmp:
                            "--format", "json"], check=False).stdout)
     assert all(c["table_rows"]["count"] == 0 and c["table_rows"]["points"] == []
                for c in none["entries"][0]["components"]), none
+
+    # Rows that ran at another clock than this device runs now (row_clocks.csv's clocks of the rows
+    # at N >= 24 raised 5 %, re-signed): each point states its rows' clock as its prediction weighs
+    # them and its own against it, and the points split by whether that offset is within the
+    # tolerance; the model's own clocks (the first run) put every point within it.
+    (experts,) = [c for c in report["entries"][0]["components"] if c["component"] == "experts"]
+    assert experts["by_clock"]["off"]["count"] == 0 and \
+        experts["by_clock"]["matched"]["count"] == experts["count"], experts["by_clock"]
+    warm = os.path.join(tmp, "warm")
+    shutil.copytree(bundle, warm)
+    warm_clocks = os.path.join(warm, "tp1/moe_components/dp1_ep1_rank0_sp0/row_clocks.csv")
+    head, *body = open(warm_clocks).read().splitlines()
+    raised = "\n".join([head] + [",".join(f[:4] + [f"{float(f[4]) * (1.05 if int(f[1]) >= 24 else 1):.1f}"] + f[5:])
+                                 for f in (r.split(",") for r in body)]) + "\n"
+    open(warm_clocks, "w").write(raised)
+    meta_path = os.path.join(warm, "meta.yaml")
+    doc = yaml.safe_load(open(meta_path))
+    doc["per_tp"][1]["moe_components"]["entries"][0]["coverage"]["fidelity"]["row_clocks_table"]["sha256"] = \
+        hashlib.sha256(raised.encode()).hexdigest()
+    yaml.safe_dump(doc, open(meta_path, "w"))
+    row_clock = {(f[0], int(f[1]), int(f[2]), int(f[3])): float(f[4]) for f in (r.split(",") for r in raised.splitlines()[1:])}
+    p = run([HARNESS, "validate", warm, "--points", "10", "--seed", "11", "--format", "json"], check=False)
+    for c in json.loads(p.stdout)["entries"][0]["components"]:
+        name, classes = c["component"], {"matched": [], "off": []}
+        for pt in c["points"]:
+            n, a, m = pt["point"]
+            query = ["--component", name, "--tokens", str(n)] + \
+                (["--activated", str(a), "--assignments", str(m)] if name == "experts" else [])
+            explain = json.loads(run([HARNESS, "lookup", warm, "--tp", "1", "--dp", "1", *query, "--explain",
+                                      "--format", "json"]).stdout)
+            rows_mhz = sum(v["weight"] * row_clock[(name, v["tokens"], v.get("activated_experts", 0),
+                                                    v.get("local_assignments", 0))] for v in explain["vertices"])
+            assert abs(pt["rows_sm_clock_mean_mhz"] - rows_mhz) < 1e-6 * rows_mhz, (name, pt, rows_mhz)
+            offset = pt["sm_clock_mean_mhz"] / rows_mhz - 1
+            assert abs(pt["clock_vs_rows"] - offset) < 1e-9, (name, pt, offset)
+            classes["matched" if abs(offset) <= c["tolerance"] else "off"].append(pt["relative_error"])
+        for side, errors in classes.items():
+            got = c["by_clock"][side]
+            assert got["count"] == len(errors), (name, side, got, errors)
+            if errors:
+                assert abs(got["max_abs_relative_error"] - max(errors)) < 1e-12, (name, side, got)
+        assert classes["off"] and classes["matched"], (name, classes)  # both sides of N = 24 drawn
+    text = run([HARNESS, "validate", warm, "--points", "10", "--seed", "11"], check=False).stdout
+    assert "measured within 2.00% of its rows' clock: " in text and "measured further from its rows' clock: " in text, text
+    assert re.search(r"error [0-9.]+%, at [0-9]+ MHz \(-4\.[0-9]% against its rows'\)", text), text
 
     # Error paths.
     expect_error([os.path.join(tmp, "nowhere")], "no meta.yaml")
