@@ -21,7 +21,9 @@ the table, their signed median alone (exact lookups: an offset without interpola
 median mean SM clock of the bench points (their device_state) beside the table's rows' (the
 bundle's coverage), since an offset often follows the clock, and per point the clock of the rows
 its lookup interpolated (`table_sm_clock_mhz`, the vertices' clocks by their weights) with the
-median of bench / table − 1 over the points where both are recorded. Exit status 3 when a component misses --bounds (median, p95, max of |error|), 1 on
+median of bench / table − 1 over the points where both are recorded, and the |error| statistics of
+the points whose two clocks are within the p95 bound of each other and of those further off (under a
+power cap the clock a device settles at differs between runs). Exit status 3 when a component misses --bounds (median, p95, max of |error|), 1 on
 an error, else 0. `--draw-tokens K` only prints K distinct token counts drawn log-uniformly from
 [2, --max-tokens] with --seed (Python's random), comma-separated, for the bench's --tokens.
 """
@@ -231,6 +233,21 @@ def main():
                     print(f"{component} bench clock / the interpolated rows' clock - 1: median "
                           f"{100 * quantile(ratios, 0.5):+.2f}% ({100 * ratios[0]:+.2f}% to "
                           f"{100 * ratios[-1]:+.2f}%) over {len(ratios)} of {len(selected)} points")
+                    # A clock offset within the p95 bound cannot alone move a point past it; the
+                    # points further off differ by the device's state as well (as validate's
+                    # by_clock: docs/measurement.md#validating-a-published-bundle).
+                    clocked = [r for r in selected
+                               if r["bench_sm_clock_mhz"] is not None and r["table_sm_clock_mhz"] is not None]
+                    offset = lambda r: abs(r["bench_sm_clock_mhz"] / r["table_sm_clock_mhz"] - 1)
+                    for label, part in ((f"within {bounds[1]:.2%} of its rows' clock",
+                                         [r for r in clocked if offset(r) <= bounds[1]]),
+                                        ("further from its rows' clock", [r for r in clocked if offset(r) > bounds[1]])):
+                        line = f"{component} measured {label}: {len(part)} points"
+                        if part:
+                            c = statistics([r["error"] for r in part])
+                            line += (f", |error| median {100 * c['median']:.2f}%, p95 {100 * c['p95']:.2f}%, "
+                                     f"max {100 * c['max']:.2f}%")
+                        print(line)
             if name == "all" and len(selected) > 1:
                 # An offset shared by every point (another device of the kind, another day) spends
                 # the bounds by itself; what is left once it is removed is the table's.

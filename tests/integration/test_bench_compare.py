@@ -154,7 +154,7 @@ with tempfile.TemporaryDirectory() as tmp:
                    "--components", "gate_routing", "--out", os.path.join(tmp, "stair-acq"), "--out-root",
                    stair_root, "--quiet"))
     stair = os.path.join(stair_root, "staircase")
-    gate_tokens = [5, 13, 40]
+    gate_tokens = [17, 13, 40]  # bench clocks 1900, 1800, 1700 (CLOCKS): +0.3, -6.0, -4.5 % against the model
     write_bench(bench, [("gate_routing", "staircase_model", n, 0, 0,
                          lookup_us(stair, n, component="gate_routing")) for n in gate_tokens])
     p = compare("--bundle", stair, "--bench", bench, "--harness", HARNESS, "--out", out)
@@ -169,6 +169,16 @@ with tempfile.TemporaryDirectory() as tmp:
     want = (f"median {100 * quantile(ratios, 0.5):+.2f}% ({100 * ratios[0]:+.2f}% to {100 * ratios[-1]:+.2f}%) "
             "over 3 of 3 points")
     assert line.endswith(want), (line, want)
+    # Split by that offset against the p95 bound (2 %): the points within it and those further off.
+    offsets = {n: CLOCKS[i] / staircase_sm_clock_mhz(n) - 1 for i, n in enumerate(gate_tokens)}
+    errors = {int(r["tokens"]): float(r["error"]) for r in written}
+    for label, part in (("within 2.00% of its rows' clock", [n for n in gate_tokens if abs(offsets[n]) <= 0.02]),
+                        ("further from its rows' clock", [n for n in gate_tokens if abs(offsets[n]) > 0.02])):
+        line = next(x for x in p.stdout.splitlines() if x.startswith(f"gate_routing measured {label}: "))
+        assert line.startswith(f"gate_routing measured {label}: {len(part)} points"), (line, part)
+        if part:
+            assert f"max {100 * max(abs(errors[n]) for n in part):.2f}%" in line, (line, part, errors)
+    assert 0 < sum(abs(o) <= 0.02 for o in offsets.values()) < len(offsets), offsets  # both sides taken
     assert f"| {staircase_sm_clock_mhz(40):.0f} MHz |" in p.stdout, p.stdout
 
     # Error paths: one clear message, exit 1.
