@@ -150,9 +150,8 @@ json statistics_json(Validated& v, double tolerance) {
     HeldOutStatistics matched, off;
     matched.set_errors(v.clock_matched_errors);
     off.set_errors(v.clock_off_errors);
-    out["by_clock"] = {{"threshold", tolerance},
-                       {"matched", matched.errors_json()},
-                       {"off", off.errors_json()}};
+    out["by_clock"] = {
+        {"threshold", tolerance}, {"matched", matched.errors_json()}, {"off", off.errors_json()}};
   }
   return out;
 }

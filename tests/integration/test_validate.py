@@ -26,6 +26,18 @@ def expect_error(args, needle, code=None):
     assert needle in p.stderr, f"expected '{needle}' in:\n{p.stderr}"
 
 
+def write_row_clocks(variant, text):
+    """Writes row_clocks.csv of a copy of the bundle and renews its checksum in meta.yaml; returns
+    the meta path and the document written."""
+    open(os.path.join(variant, "tp1/moe_components/dp1_ep1_rank0_sp0/row_clocks.csv"), "w").write(text)
+    meta_path = os.path.join(variant, "meta.yaml")
+    doc = yaml.safe_load(open(meta_path))
+    doc["per_tp"][1]["moe_components"]["entries"][0]["coverage"]["fidelity"]["row_clocks_table"]["sha256"] = \
+        hashlib.sha256(text.encode()).hexdigest()
+    yaml.safe_dump(doc, open(meta_path, "w"))
+    return meta_path, doc
+
+
 with tempfile.TemporaryDirectory() as tmp:
     root = os.path.join(tmp, "bundles")
     run(mpirun_cmd(1, "acquire", os.path.join(SOURCE_DIR, "tests/data/staircase.yaml"), "--out-root",
@@ -230,16 +242,10 @@ with tempfile.TemporaryDirectory() as tmp:
         experts["by_clock"]["matched"]["count"] == experts["count"], experts["by_clock"]
     warm = os.path.join(tmp, "warm")
     shutil.copytree(bundle, warm)
-    warm_clocks = os.path.join(warm, "tp1/moe_components/dp1_ep1_rank0_sp0/row_clocks.csv")
-    head, *body = open(warm_clocks).read().splitlines()
+    head, *body = clocks_text.splitlines()
     raised = "\n".join([head] + [",".join(f[:4] + [f"{float(f[4]) * (1.05 if int(f[1]) >= 24 else 1):.1f}"] + f[5:])
                                  for f in (r.split(",") for r in body)]) + "\n"
-    open(warm_clocks, "w").write(raised)
-    meta_path = os.path.join(warm, "meta.yaml")
-    doc = yaml.safe_load(open(meta_path))
-    doc["per_tp"][1]["moe_components"]["entries"][0]["coverage"]["fidelity"]["row_clocks_table"]["sha256"] = \
-        hashlib.sha256(raised.encode()).hexdigest()
-    yaml.safe_dump(doc, open(meta_path, "w"))
+    write_row_clocks(warm, raised)
     row_clock = {(f[0], int(f[1]), int(f[2]), int(f[3])): float(f[4]) for f in (r.split(",") for r in raised.splitlines()[1:])}
     p = run([HARNESS, "validate", warm, "--points", "10", "--seed", "11", "--format", "json"], check=False)
     for c in json.loads(p.stdout)["entries"][0]["components"]:
@@ -280,13 +286,7 @@ with tempfile.TemporaryDirectory() as tmp:
     clocks_csv = os.path.join(clocks, "tp1/moe_components/dp1_ep1_rank0_sp0/row_clocks.csv")
     open(clocks_csv, "a").write("experts,9,9,9,1.0\n")
     expect_error([clocks, "--points", "2"], "row_clocks.csv: checksum mismatch (row_clocks_table.sha256 in meta.yaml)")
-    bad = clocks_text.replace("\n", "\nexperts,x,1,1,1900.0\n", 1)
-    open(clocks_csv, "w").write(bad)
-    meta_path = os.path.join(clocks, "meta.yaml")
-    doc = yaml.safe_load(open(meta_path))
-    doc["per_tp"][1]["moe_components"]["entries"][0]["coverage"]["fidelity"]["row_clocks_table"]["sha256"] = \
-        hashlib.sha256(bad.encode()).hexdigest()
-    yaml.safe_dump(doc, open(meta_path, "w"))
+    meta_path, doc = write_row_clocks(clocks, clocks_text.replace("\n", "\nexperts,x,1,1,1900.0\n", 1))
     expect_error([clocks, "--points", "2"], "row_clocks.csv:2: expected component,tokens,activated_experts,"
                  "local_assignments,sm_clock_mean_mhz")
     os.remove(clocks_csv)
