@@ -244,12 +244,11 @@ class ComponentTable:
         row, or a vertex whose waves are not recorded."""
         if component != "experts" or activated == 0 or (tokens, activated, assignments) in self.exact:
             return None
-        self.query(component, tokens, activated, assignments)  # refuses what lookup refuses
+        self._require_feasible(tokens, activated, assignments)
+        kept = self._kept_vertices(tokens, activated, assignments)
         if self._waves is None:
             self._waves = self._read_waves()
-        w = self.mesh.locate((float(tokens), float(activated), float(assignments)))
-        waves = [self._waves.get(tuple(int(c) for c in self.mesh.points[v]), "")
-                 for v, weight in w if weight > NEGLIGIBLE_WEIGHT]
+        waves = [self._waves.get(tuple(int(c) for c in self.mesh.points[v]), "") for v, _ in kept]
         if not waves or "" in waves:
             return None
         return len(set(waves)) > 1
@@ -270,20 +269,28 @@ class ComponentTable:
             if component not in self.local:
                 raise LookupError(f"{component}: no measured rows")
             return _token_table(self.local[component], tokens, component)
-        if not self._feasible(tokens, activated, assignments):
-            raise LookupError(f"experts: ({tokens}, {activated}, {assignments}) is impossible here")
+        self._require_feasible(tokens, activated, assignments)
         if activated == 0:
             return _token_table(self.all_remote, tokens, "experts (all remote)")
         if (tokens, activated, assignments) in self.exact:
             return self.exact[(tokens, activated, assignments)]
+        kept = self._kept_vertices(tokens, activated, assignments)
+        total = 0.0
+        for _, weight in kept:
+            total += weight
+        value = 0.0
+        for v, weight in kept:
+            value += weight / total * self.times[v]
+        return value
+
+    def _require_feasible(self, tokens, activated, assignments):
+        if not self._feasible(tokens, activated, assignments):
+            raise LookupError(f"experts: ({tokens}, {activated}, {assignments}) is impossible here")
+
+    def _kept_vertices(self, tokens, activated, assignments):
+        """(vertex, weight) of an off-row experts query, the weights of round-off left out
+        (docs/bundle-format.md#interpolation, step 4); refused outside the measured support."""
         w = self.mesh.locate((float(tokens), float(activated), float(assignments))) if self.mesh else None
         if w is None:
             raise LookupError("experts: outside the measured support")
-        kept = 0.0
-        for _, weight in w:
-            kept += weight if weight > NEGLIGIBLE_WEIGHT else 0
-        value = 0.0
-        for v, weight in w:
-            if weight > NEGLIGIBLE_WEIGHT:
-                value += weight / kept * self.times[v]
-        return value
+        return [(v, weight) for v, weight in w if weight > NEGLIGIBLE_WEIGHT]
