@@ -367,4 +367,20 @@ std::string json_difference(const json& a, const json& b) {
   return out;
 }
 
+std::optional<std::pair<int, int>> refinement_cap_raise(const json& stored, const json& wanted) {
+  const auto cap = [](const json& c) -> std::optional<int> {
+    const auto f = c.find("fidelity");
+    if (f == c.end() || !f->is_object()) return std::nullopt;
+    const auto m = f->find("max_added_points");
+    if (m == f->end() || !m->is_number_integer()) return std::nullopt;
+    return m->get<int>();
+  };
+  const auto from = cap(stored), to = cap(wanted);
+  if (!from || !to || *to <= *from) return std::nullopt;
+  auto raised = stored;
+  raised["fidelity"]["max_added_points"] = *to;
+  if (raised != wanted) return std::nullopt;
+  return std::pair{*from, *to};
+}
+
 }  // namespace moe

@@ -7,8 +7,10 @@
 #include <cstdint>
 #include <map>
 #include <nlohmann/json.hpp>
+#include <optional>
 #include <stdexcept>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "core/component.h"
@@ -116,5 +118,13 @@ struct Contract {
 // key); arrays and other values by their path alone. At most the first eight; "contract" when
 // nothing differs.
 [[nodiscard]] std::string json_difference(const nlohmann::json& a, const nlohmann::json& b);
+
+// The one change a resumed acquisition may make to its stored contract: a larger refinement cap
+// (fidelity.max_added_points), everything else equal. The cap bounds how far refinement goes,
+// not how a point is measured, so a campaign refinement stopped at its cap can go on with a larger
+// one (docs/cli.md, acquire). Returns {stored cap, wanted cap} when that is the only difference
+// and the wanted cap is larger; nullopt otherwise.
+[[nodiscard]] std::optional<std::pair<int, int>> refinement_cap_raise(const nlohmann::json& stored,
+                                                                      const nlohmann::json& wanted);
 
 }  // namespace moe

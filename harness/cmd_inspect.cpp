@@ -108,6 +108,10 @@ json inspect_file(const std::string& path, bool held_out_points) {
           {"backend", json_contract.value("backend", "")},
           {"backend_version", backend_version_of(json_contract)},
           {"timing", json_contract.value("timing", "")},
+          // [{run, from, to}]: resumes that raised fidelity.max_added_points (core/contract.h)
+          {"refinement_cap_raises", acq.attributes.count("refinement_cap_raises")
+                                        ? json::parse(acq.attributes.at("refinement_cap_raises"))
+                                        : json::array()},
           {"cells", cells},
           {"fidelity", fidelity},
           {"devices", devices},
@@ -336,6 +340,9 @@ void print_text(const json& r, std::ostream& os) {
     }
     os << "  " << complete << " of " << r["cells"].size() << " cells complete, "
        << point_rounds_done << " of " << point_rounds << " point-rounds\n";
+    for (const auto& raise : r["refinement_cap_raises"])
+      os << "  fidelity.max_added_points raised from " << raise["from"] << " to " << raise["to"]
+         << " by run " << raise["run"] << " (refinement went on past the earlier cap)\n";
     for (const auto& c : r["cells"])
       os << "  " << c["cell"].get<std::string>() << ": " << c["rounds_complete"] << "/"
          << c["rounds_planned"] << " rounds, " << c["points"] << " points, B/2B failed "

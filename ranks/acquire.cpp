@@ -290,6 +290,14 @@ class Acquisition {
     const auto earlier_stages = stage_cells_in_file();
     require_campaign_state();
     file_ = std::make_unique<AcquisitionFile>(comm_, path_, identity_);
+    if (const auto raise = file_->refinement_cap_raised(); raise && rank_ == 0)
+      std::cerr << "acquire: fidelity.max_added_points raised from " << raise->first << " to "
+                << raise->second
+                << " (the only change to the stored contract): refinement goes "
+                   "on where it stopped at the cap, nothing measured is measured again; the file "
+                   "records the raise (refinement_cap_raises). A bundle published with the "
+                   "earlier cap is never overwritten: publish this one into another --out-root "
+                   "(with --out naming this acquisition) or variant\n";
 
     for (const auto& t : plan_.targets)
       for (const auto& g : t.components) {

@@ -312,12 +312,36 @@ AcquisitionFile::AcquisitionFile(MPI_Comm comm, const std::string& path,
   if (sha256_hex(stored_contract) != stored_sha)
     throw FileError("'" + path +
                     "': stored contract does not match its SHA-256 (tampered or corrupt)");
-  if (stored_sha != sha)
-    throw FileError("'" + path + "' holds a different contract (differs in: " +
-                    contract_difference(stored_contract, identity.contract_json) +
-                    "); it was left untouched: use another --out to measure the new contract");
+  const bool has_runs = link_exists(f, "provenance");
+  if (stored_sha != sha) {
+    std::optional<std::pair<int, int>> raise;
+    try {
+      raise = refinement_cap_raise(nlohmann::json::parse(stored_contract),
+                                   nlohmann::json::parse(identity.contract_json));
+    } catch (const nlohmann::json::exception&) {
+    }
+    if (!raise)
+      throw FileError("'" + path + "' holds a different contract (differs in: " +
+                      contract_difference(stored_contract, identity.contract_json) +
+                      "); it was left untouched: use another --out to measure the new contract");
+    // The one change a resume may make (core/contract.h): the contract takes the larger cap and
+    // the file records the raise under the run that makes it (its provenance comes next), then a
+    // snapshot holds both; a kill between the writes leaves a contract that fails its SHA-256,
+    // which the next start restores from the snapshot before and raises again.
+    auto raises = H5Aexists(f, "refinement_cap_raises") > 0
+                      ? nlohmann::json::parse(read_string_attr(f, "refinement_cap_raises"))
+                      : nlohmann::json::array();
+    raises.push_back({{"run", has_runs ? provenance_runs(provenance_group(f)) : 0},
+                      {"from", raise->first},
+                      {"to", raise->second}});
+    write_string_attr(f, "refinement_cap_raises", raises.dump());
+    write_string_attr(f, "contract", identity.contract_json);
+    write_string_attr(f, "contract_sha256", sha);
+    cap_raise_ = raise;
+    flush_and_snapshot();
+  }
   // Reopened within a run (between refinement stages), its rounds belong to the latest run.
-  if (link_exists(f, "provenance")) impl_->run = provenance_runs(provenance_group(f)) - 1;
+  if (has_runs) impl_->run = provenance_runs(provenance_group(f)) - 1;
 }
 
 AcquisitionFile::~AcquisitionFile() {
@@ -720,8 +744,8 @@ StoredAcquisition read_acquisition(const std::string& path) {
     out.contract_sha256 = read_string_attr(f, "contract_sha256");
     if (sha256_hex(out.contract_json) != out.contract_sha256)
       throw FileError("stored contract does not match its SHA-256");
-    for (const char* k :
-         {"harness_revision", "backend", "timing", "geometry", "job", "variant", "out_root"})
+    for (const char* k : {"harness_revision", "backend", "timing", "geometry", "job", "variant",
+                          "out_root", "refinement_cap_raises"})
       if (H5Aexists(f, k) > 0) out.attributes[k] = read_string_attr(f, k);
     auto cells = H5_OPEN(H5Gopen2(f, "cells", H5P_DEFAULT), H5Gclose);
     const auto stype = sample_type(), ctype = check_type(), mtype = median_type();
@@ -855,7 +879,7 @@ herr_t visit_link(hid_t group, const char* name, const H5L_info_t*, void* damage
 std::optional<std::string> unparsable_json(const StoredAcquisition& acq) {
   using Type = nlohmann::json::value_t;
   // Each text is what harness wrote: a cell's description is an object, a run's provenance a
-  // list (one entry per rank), a held-out evaluation an object.
+  // list (one entry per rank), a held-out evaluation an object, the cap raises a list.
   const auto check = [](const std::string& text, Type type,
                         const std::string& what) -> std::optional<std::string> {
     try {
@@ -877,6 +901,10 @@ std::optional<std::string> unparsable_json(const StoredAcquisition& acq) {
   for (std::size_t i = 0; i < acq.fidelity_evaluations.size(); ++i)
     if (auto bad = check(acq.fidelity_evaluations[i], Type::object,
                          "held-out evaluation " + std::to_string(i)))
+      return bad;
+  if (const auto raises = acq.attributes.find("refinement_cap_raises");
+      raises != acq.attributes.end())
+    if (auto bad = check(raises->second, Type::array, "the record of refinement cap raises"))
       return bad;
   return std::nullopt;
 }

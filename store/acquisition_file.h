@@ -24,6 +24,7 @@
 #include <optional>
 #include <stdexcept>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "core/component.h"
@@ -67,6 +68,12 @@ class AcquisitionFile {
   AcquisitionFile& operator=(const AcquisitionFile&) = delete;
 
   [[nodiscard]] bool resumed() const { return resumed_; }
+  // {from, to} when this open raised the stored contract's refinement cap (the job asks for a
+  // larger fidelity.max_added_points, nothing else changed: core/contract.h); the file records
+  // each raise in its attribute refinement_cap_raises ([{run, from, to}]).
+  [[nodiscard]] std::optional<std::pair<int, int>> refinement_cap_raised() const {
+    return cap_raise_;
+  }
 
   // Collective, same cells in the same order on every rank.
   void declare_cells(const std::vector<CellInfo>& cells);
@@ -109,6 +116,7 @@ class AcquisitionFile {
   struct Impl;
   std::unique_ptr<Impl> impl_;
   bool resumed_ = false;
+  std::optional<std::pair<int, int>> cap_raise_;
 };
 
 // SHA-256 (hex) of a round's data, over every field of its samples, checks and medians and its

@@ -130,6 +130,28 @@ TEST(Contract, TheTimingProtocolIsRecordedInTheConditioning) {
   EXPECT_EQ(timing_protocol_of(nlohmann::json::object()), 1);
 }
 
+// A resume may raise the refinement cap and nothing else: a larger fidelity.max_added_points alone
+// is a raise, a smaller or equal one, or any other change beside it, is not.
+TEST(Contract, OnlyALargerRefinementCapIsARaise) {
+  auto job = tiny_plan().job;
+  const auto contract = [&](int cap, double tolerance) {
+    job.fidelity.max_added_points = cap;
+    job.fidelity.tolerance = tolerance;
+    return Contract::of(make_plan(job, std::int64_t{1} << 20), "cpu_reference", "host_clock",
+                        1 << 20)
+        .to_json();
+  };
+  const auto stored = contract(2000, 0.02);
+  EXPECT_EQ(refinement_cap_raise(stored, contract(4000, 0.02)), (std::pair{2000, 4000}));
+  EXPECT_EQ(refinement_cap_raise(stored, contract(2000, 0.02)), std::nullopt);
+  EXPECT_EQ(refinement_cap_raise(stored, contract(1000, 0.02)), std::nullopt);
+  EXPECT_EQ(refinement_cap_raise(stored, contract(4000, 0.03)), std::nullopt);
+  auto other_backend = contract(4000, 0.02);
+  other_backend["backend"] = "native";
+  EXPECT_EQ(refinement_cap_raise(stored, other_backend), std::nullopt);
+  EXPECT_EQ(refinement_cap_raise(nlohmann::json::object(), contract(4000, 0.02)), std::nullopt);
+}
+
 // A refused resume or publish names what changed, down to the field and both values: a campaign
 // resumed on a GPU of another kind differs in the cache its weight banks were sized for.
 TEST(Contract, TheDifferenceNamesTheFieldAndBothValues) {
