@@ -25,8 +25,10 @@
 #              GEMM launches of the third forward, with the metrics tools/ncu-stream.py lists
 #              -> OUT_DIR/profile-MODEL-N.csv, summarised by tools/ncu-stream.py (skipped if ncu
 #              is not installed; ncu holds the SM clock at base and flushes the caches per launch)
-#   acquire    harness acquire jobs/qwen3-30b-a3b.yaml --tp 1 --dp 1 --backend native
-#              (+ $ACQUIRE_ARGS, e.g. "--rounds 1 --accept-failures") into OUT_DIR/acquire, under
+#   acquire    harness acquire $ACQUIRE_JOB (default jobs/qwen3-30b-a3b.yaml) --tp 1 --dp 1
+#              --backend native (+ $ACQUIRE_ARGS, e.g. "--rounds 1 --accept-failures"; a job that
+#              only raises fidelity.max_added_points goes on refining a campaign that stopped at
+#              its cap, docs/measurement.md#fidelity) into OUT_DIR/acquire, under
 #              mpirun, or as one rank without a launcher (below); with $CAMPAIGN_ARCHIVE (a .tgz)
 #              the campaign is kept in an archive: unpacked into OUT_DIR first when it exists
 #              (refused if OUT_DIR/acquire exists too: one of them would be lost), and after the
@@ -292,7 +294,7 @@ run_acquire() {
   fi
   # In the background, so that a signal reaches the trap while the run goes on.
   # shellcheck disable=SC2086  # ACQUIRE_ARGS: extra options
-  "${mpi_launch[@]}" "$build/harness/harness" acquire jobs/qwen3-30b-a3b.yaml --tp 1 --dp 1 \
+  "${mpi_launch[@]}" "$build/harness/harness" acquire "${ACQUIRE_JOB:-jobs/qwen3-30b-a3b.yaml}" --tp 1 --dp 1 \
     --backend native --out-root "$out/acquire" ${ACQUIRE_ARGS:-} &
   acquire_pid=$!
   wait "$acquire_pid" || rc=$?

@@ -83,6 +83,13 @@ with tempfile.TemporaryDirectory() as tmp:
     packed = calls_in(os.path.join(out2, "campaign.tgz"))
     assert len(packed) == 2 and packed[1].startswith("call launched=False isolated=1"), packed
     print("ok: resumed from the archive")
+    # Another job (a larger refinement cap, say) through ACQUIRE_JOB.
+    shutil.copy(os.path.join(out2, "campaign.tgz"), archive)
+    out_job = os.path.join(tmp, "out-job")
+    p = gpu_check(build, out_job, "acquire", PATH=bare, CAMPAIGN_ARCHIVE=archive, ACQUIRE_JOB="kept/raised-cap.yaml")
+    assert p.returncode == 0, (p.stdout, p.stderr)
+    packed = calls_in(os.path.join(out_job, "campaign.tgz"))
+    assert len(packed) == 3 and "args=kept/raised-cap.yaml --tp 1 --dp 1 --backend native" in packed[2], packed
 
     # Both an archive and a campaign in OUT: refused, the stand-in not called, nothing changed.
     before = open(os.path.join(out2, CAMPAIGN)).read()
