@@ -119,11 +119,50 @@ Split split_ray(const JobSpec& job, const Target& t, const std::set<GridPoint>& 
   return split;
 }
 
+// The grid columns of row `n` around a miss's A and around the A of its rows per expert (where
+// the rows-per-expert mesh takes its vertices): {first, last}, nullopt for a row of fewer than two.
+std::optional<std::pair<std::int64_t, std::int64_t>> columns_around(
+    const JobSpec& job, const std::set<GridPoint>& grid, std::int64_t n, const GridPoint& p) {
+  const auto columns = row_columns(grid, n);
+  if (columns.size() < 2) return std::nullopt;
+  const double same_rows =
+      static_cast<double>(n) * job.geometry.top_k / rows_per_active_expert(p);
+  const auto a_lo = static_cast<std::int64_t>(
+      std::floor(std::min(static_cast<double>(p.activated), same_rows)));
+  const auto a_hi =
+      static_cast<std::int64_t>(std::ceil(std::max(static_cast<double>(p.activated), same_rows)));
+  auto first = std::upper_bound(columns.begin(), columns.end(), a_lo);
+  if (first != columns.begin()) --first;
+  auto last = std::lower_bound(columns.begin(), columns.end(), a_hi);
+  if (last == columns.end()) --last;
+  return std::pair{*first, *last};
+}
+
+// Both sides of every declared wave step between columns `first` and `last` on row `n` that the
+// grid lacks.
+void step_sides(const JobSpec& job, const Target& t, const std::set<GridPoint>& grid,
+                std::int64_t n, std::int64_t first, std::int64_t last, const ExpertWaves& waves,
+                std::set<GridPoint>& take) {
+  for (std::int64_t a = first; a < last; ++a) {
+    const auto below = balanced_column_point(job, t, n, a),
+               next = balanced_column_point(job, t, n, a + 1);
+    if (!below || !next ||
+        waves(below->activated, below->assignments) == waves(next->activated, next->assignments))
+      continue;
+    for (const auto& q : {*below, *next})
+      if (!grid.contains(q)) take.insert(q);
+  }
+}
+
 // The launch-wave refinement of an experts miss where every route is local (M = N·k in every
 // column): on the miss's row, if it is one, and the nearest rows below and above it, the grid
-// columns around the miss's A and around the A of its rows per expert (where the rows-per-expert
-// mesh takes its vertices) are searched for neighbouring A whose declared waves differ; both
-// sides of each such step join the grid. Empty when every such step is bracketed already.
+// columns around the miss (columns_around) are searched for neighbouring A whose declared waves
+// differ; both sides of each such step join the grid. Where the rows either side bracket every
+// such step already and the miss lies between them, the mesh's simplices still cross the step
+// between the rows (the H100 campaign's (1071, 56, 8568): rows 1040 and 1096 both step at
+// A = 55 | 56, its prediction weighed 1040's A = 54 and 55 and 1096's A = 57), so the sides of
+// the steps join the grid on the miss's own N instead, two points a step: the step becomes an
+// edge there. Empty when every such step is bracketed on every one of those rows.
 std::set<GridPoint> wave_brackets(const JobSpec& job, const Target& t,
                                   const std::set<GridPoint>& grid,
                                   const std::vector<std::int64_t>& rows, const GridPoint& p,
@@ -133,31 +172,19 @@ std::set<GridPoint> wave_brackets(const JobSpec& job, const Target& t,
   if (at_or_above != rows.begin()) near.insert(*std::prev(at_or_above));
   const auto above = std::upper_bound(rows.begin(), rows.end(), p.tokens);
   if (above != rows.end()) near.insert(*above);
-  if (at_or_above != rows.end() && *at_or_above == p.tokens) near.insert(p.tokens);
-  const double r = rows_per_active_expert(p);
+  const bool on_row = at_or_above != rows.end() && *at_or_above == p.tokens;
+  if (on_row) near.insert(p.tokens);
   std::set<GridPoint> take;
-  for (const auto n : near) {
-    const auto columns = row_columns(grid, n);
-    if (columns.size() < 2) continue;
-    const double same_rows = static_cast<double>(n) * job.geometry.top_k / r;
-    const auto a_lo = static_cast<std::int64_t>(
-        std::floor(std::min(static_cast<double>(p.activated), same_rows)));
-    const auto a_hi =
-        static_cast<std::int64_t>(std::ceil(std::max(static_cast<double>(p.activated), same_rows)));
-    auto first = std::upper_bound(columns.begin(), columns.end(), a_lo);
-    if (first != columns.begin()) --first;
-    auto last = std::lower_bound(columns.begin(), columns.end(), a_hi);
-    if (last == columns.end()) --last;
-    for (std::int64_t a = *first; a < *last; ++a) {
-      const auto below = balanced_column_point(job, t, n, a),
-                 next = balanced_column_point(job, t, n, a + 1);
-      if (!below || !next ||
-          waves(below->activated, below->assignments) == waves(next->activated, next->assignments))
-        continue;
-      for (const auto& q : {*below, *next})
-        if (!grid.contains(q)) take.insert(q);
+  std::optional<std::pair<std::int64_t, std::int64_t>> span;  // the columns around, over the rows
+  for (const auto n : near)
+    if (const auto around = columns_around(job, grid, n, p)) {
+      step_sides(job, t, grid, n, around->first, around->second, waves, take);
+      span = span ? std::pair{std::min(span->first, around->first),
+                              std::max(span->second, around->second)}
+                  : *around;
     }
-  }
+  if (take.empty() && !on_row && near.size() == 2 && span)
+    step_sides(job, t, grid, p.tokens, span->first, span->second, waves, take);
   return take;
 }
 

@@ -310,5 +310,32 @@ TEST(Refinement, AMissAcrossADeclaredWaveStepGetsColumnsOnBothSidesOfTheStep) {
   EXPECT_FALSE(next.grid.empty());
 }
 
+// Between two rows that bracket the step already, a miss is still predicted across it where the
+// mesh's simplices cross it between the rows: the step's sides join the grid on the miss's own N
+// (a partial row of two points), and only then is its interval bisected.
+TEST(Refinement, AMissBetweenRowsThatBracketTheStepGetsTheStepOnItsOwnTokens) {
+  const auto job = qwen3_job();
+  const auto t = job.targets().front();
+  std::set<GridPoint> grid;
+  for (const auto n : {64, 128}) {
+    for (const auto& p : expert_row(job, t, n)) grid.insert(p);
+    for (const std::int64_t a : {22, 23}) grid.insert(GridPoint{n, a, n * job.geometry.top_k});
+  }
+  const GridPoint miss{80, 24, 640};
+  const auto refine = [&](const std::set<GridPoint>& g) {
+    return refinement_step(job, t, Component::experts, 1, g, {miss}, {{miss, 0.1}}, 1000, {}, {},
+                           one_step_at_23);
+  };
+  const auto step = refine(grid);
+  EXPECT_EQ(step.wave_brackets, 1);
+  EXPECT_EQ(step.grid, (std::vector<GridPoint>{{80, 22, 640}, {80, 23, 640}}));
+  // Once the step is an edge on the miss's tokens too, a miss still left is bisected.
+  auto table = grid;
+  table.insert(step.grid.begin(), step.grid.end());
+  const auto next = refine(table);
+  EXPECT_EQ(next.wave_brackets, 0);
+  EXPECT_FALSE(next.grid.empty());
+}
+
 }  // namespace
 }  // namespace moe

