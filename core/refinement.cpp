@@ -121,14 +121,15 @@ Split split_ray(const JobSpec& job, const Target& t, const std::set<GridPoint>& 
 
 // The grid columns of row `n` around a miss's A and around the A of its rows per expert (where
 // the rows-per-expert mesh takes its vertices): {first, last}, nullopt for a row of fewer than two.
-std::optional<std::pair<std::int64_t, std::int64_t>> columns_around(
-    const JobSpec& job, const std::set<GridPoint>& grid, std::int64_t n, const GridPoint& p) {
+std::optional<std::pair<std::int64_t, std::int64_t>> columns_around(const JobSpec& job,
+                                                                    const std::set<GridPoint>& grid,
+                                                                    std::int64_t n,
+                                                                    const GridPoint& p) {
   const auto columns = row_columns(grid, n);
   if (columns.size() < 2) return std::nullopt;
-  const double same_rows =
-      static_cast<double>(n) * job.geometry.top_k / rows_per_active_expert(p);
-  const auto a_lo = static_cast<std::int64_t>(
-      std::floor(std::min(static_cast<double>(p.activated), same_rows)));
+  const double same_rows = static_cast<double>(n) * job.geometry.top_k / rows_per_active_expert(p);
+  const auto a_lo =
+      static_cast<std::int64_t>(std::floor(std::min(static_cast<double>(p.activated), same_rows)));
   const auto a_hi =
       static_cast<std::int64_t>(std::ceil(std::max(static_cast<double>(p.activated), same_rows)));
   auto first = std::upper_bound(columns.begin(), columns.end(), a_lo);
