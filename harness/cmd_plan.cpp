@@ -66,6 +66,14 @@ struct CampaignLeft {
   int cells = 0;
   double held_s = 0;
   std::vector<StagePreview> next_stage;
+  // Tables whose refinement stopped at fidelity.max_added_points with misses it could still
+  // refine: a job that raises the cap resumes them (docs/measurement.md#fidelity).
+  struct AtCap {
+    std::string table;
+    std::int64_t added = 0;
+    int misses = 0, within_movement = 0;
+  };
+  std::vector<AtCap> at_cap;
   // What the power cap could add on top: every settle left run on to the capped settle. A ratio
   // measured where the cap did not bite does not contain it (nominal_point_round_seconds).
   double capped_settle_upper_s = 0;
@@ -75,9 +83,9 @@ struct CampaignLeft {
 
 // StagePreview of every table of `acq` that would get points; each stage's cells cost as acquire
 // predicts a cell it has not measured (its nominal cost times the measured ratio of its kind).
-std::vector<StagePreview> next_stage_preview(const StoredAcquisition& acq, const JobSpec& job,
-                                             const std::string& backend,
-                                             const std::map<std::string, double>& ratios) {
+void preview_next_stages(const StoredAcquisition& acq, const JobSpec& job,
+                         const std::string& backend, const std::map<std::string, double>& ratios,
+                         CampaignLeft& left) {
   const auto waves = stored_expert_waves(acq);
   const auto time_steps = expert_time_steps(backend, job);
   // The weight banks of each table's cells (the planned cell's, which its stages share).
@@ -87,10 +95,15 @@ std::vector<StagePreview> next_stage_preview(const StoredAcquisition& acq, const
     if (const auto c = parse_component(j.at("component").get<std::string>()))
       banks.try_emplace(Target::from_json(j.at("target")).label(*c), j.value("weight_banks", 2));
   }
-  std::vector<StagePreview> out;
   for (const auto& f : evaluate_fidelity(acq, summarize(acq), waves)) {
     const auto next = next_stage_of(job, f, time_steps, waves);
-    if (next.empty()) continue;
+    if (next.empty()) {
+      if (!next.misses.empty() && job.fidelity.refine && !next.stage_limit &&
+          f.added_points >= job.fidelity.max_added_points)
+        left.at_cap.push_back({f.target.label(f.component), f.added_points,
+                               static_cast<int>(next.misses.size()), next.within_movement});
+      continue;
+    }
     StagePreview p;
     p.table = f.target.label(f.component);
     p.stage = f.stages + 1;
@@ -111,9 +124,8 @@ std::vector<StagePreview> next_stage_preview(const StoredAcquisition& acq, const
         job.rounds *
         nominal_round_seconds(job, backend, b == banks.end() ? 2 : b->second, f.component, points) *
         (ratio == ratios.end() ? 1.0 : ratio->second);
-    out.push_back(p);
+    left.next_stage.push_back(p);
   }
-  return out;
 }
 
 std::optional<CampaignLeft> campaign_left(const std::filesystem::path& dir, const JobSpec& job,
@@ -145,7 +157,7 @@ std::optional<CampaignLeft> campaign_left(const std::filesystem::path& dir, cons
     left.held_s +=
         static_cast<double>(rounds_left) * seconds * (ratio == ratios.end() ? 1.0 : ratio->second);
   }
-  left.next_stage = next_stage_preview(acq, job, backend, ratios);
+  preview_next_stages(acq, job, backend, ratios, left);
   return left;
 }
 
@@ -216,7 +228,15 @@ json plan_json(const Plan& plan, const std::string& backend,
                           {"estimated_held_s", left->held_s},
                           {"capped_settle_upper_s", left->capped_settle_upper_s},
                           {"kinds_without_ratio", left->kinds_without_ratio},
-                          {"next_stage", next_stage_json(left->next_stage)}};
+                          {"next_stage", next_stage_json(left->next_stage)},
+                          {"refinement_at_cap", json::array()}};
+    if (left)
+      for (const auto& c : left->at_cap)
+        campaign["left"]["refinement_at_cap"].push_back(
+            {{"table", c.table},
+             {"added_points", c.added},
+             {"misses", c.misses},
+             {"misses_within_run_movement", c.within_movement}});
   }
   return {{"job", plan.job.source},
           {"variant", plan.job.variant},
@@ -398,6 +418,13 @@ void print_text(const Plan& plan, const std::string& backend, bool verbose,
         os << "), " << n.point_rounds << " point-rounds, about " << human_duration(n.held_s)
            << (n.provisional ? "; provisional: the table's cells left can change it" : "") << "\n";
       }
+      for (const auto& c : left->at_cap)
+        os << "  refinement of " << c.table << " stopped at fidelity.max_added_points ("
+           << c.added << " points added) with " << c.misses << " misses it could refine"
+           << (c.within_movement > 0 ? " (and " + std::to_string(c.within_movement) +
+                                           " within their runs' movement)"
+                                     : "")
+           << ": a job that only raises the cap resumes it (plan with that job previews the stage)\n";
     }
   }
   if (!verbose) os << "(--verbose lists every grid point)\n";

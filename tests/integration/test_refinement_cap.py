@@ -1,7 +1,8 @@
 """A campaign whose refinement stopped at fidelity.max_added_points goes on with a larger cap
 (docs/measurement.md#fidelity, Refinement), on the staircase_model test double with two ranks:
 
-1. With a cap of 3 points refinement ends at it ("fidelity.max_added_points is spent").
+1. With a cap of 3 points refinement ends at it ("fidelity.max_added_points is spent"); plan says
+   so, and with a job of a larger cap previews the next stage.
 2. A smaller cap, or a larger one beside any other change, is refused naming the difference, and
    the file is left as it was.
 3. The same command with a cap of 200 is killed right before its first flush (the one that
@@ -69,6 +70,16 @@ with tempfile.TemporaryDirectory() as tmp:
     contract, raises = stored_contract(h5)
     assert contract["fidelity"]["max_added_points"] == 3 and raises is None, (contract["fidelity"], raises)
     published = open(old_meta).read()
+    # plan says where refinement stopped and how it goes on; with the larger cap, the next stage.
+    cap3, cap200 = os.path.join(tmp, "cap3.yaml"), write_job(os.path.join(tmp, "cap200.yaml"), 200)
+    at_cap = json.loads(run([HARNESS, "plan", cap3, "--campaign", acq, "--format", "json"]).stdout)
+    (stopped,) = at_cap["campaign"]["left"]["refinement_at_cap"]
+    assert stopped["table"].endswith("experts") and stopped["added_points"] >= 3 and stopped["misses"] > 0, stopped
+    assert "stopped at fidelity.max_added_points" in run([HARNESS, "plan", cap3, "--campaign", acq]).stdout
+    raised = json.loads(run([HARNESS, "plan", cap200, "--campaign", acq, "--format", "json"]).stdout)
+    assert raised["campaign"]["left"]["refinement_at_cap"] == [], raised["campaign"]["left"]
+    assert any(s["table"] == stopped["table"] and s["grid_points"] > 0
+               for s in raised["campaign"]["left"]["next_stage"]), raised["campaign"]["left"]
 
     # 2. What a resume may not change: a smaller cap; a larger one beside another change.
     with open(h5, "rb") as f:
@@ -82,7 +93,6 @@ with tempfile.TemporaryDirectory() as tmp:
             assert hashlib.sha256(f.read()).hexdigest() == before, f"a refused resume ({needle}) changed the file"
 
     # 3. The raise, killed before or inside the flush that follows it, then resumed.
-    cap200 = write_job(os.path.join(tmp, "cap200.yaml"), 200)
     for name, kill in (("before", "KILL_AT=1"), ("inside", "KILL_WRITES=2")):
         case_acq, new_root = os.path.join(tmp, f"acq-{name}"), os.path.join(tmp, f"bundles-{name}")
         shutil.copytree(acq, case_acq)
