@@ -419,12 +419,13 @@ void print_text(const Plan& plan, const std::string& backend, bool verbose,
            << (n.provisional ? "; provisional: the table's cells left can change it" : "") << "\n";
       }
       for (const auto& c : left->at_cap)
-        os << "  refinement of " << c.table << " stopped at fidelity.max_added_points ("
-           << c.added << " points added) with " << c.misses << " misses it could refine"
-           << (c.within_movement > 0 ? " (and " + std::to_string(c.within_movement) +
-                                           " within their runs' movement)"
-                                     : "")
-           << ": a job that only raises the cap resumes it (plan with that job previews the stage)\n";
+        os << "  refinement of " << c.table << " stopped at fidelity.max_added_points (" << c.added
+           << " points added) with " << c.misses << " misses it could refine"
+           << (c.within_movement > 0
+                   ? " (and " + std::to_string(c.within_movement) + " within their runs' movement)"
+                   : "")
+           << ": a job that only raises the cap resumes it (plan with that job previews the "
+              "stage)\n";
     }
   }
   if (!verbose) os << "(--verbose lists every grid point)\n";
