@@ -367,6 +367,7 @@ NextStage next_stage_of(const JobSpec& job, const ComponentFidelity& f,
     if (h.miss_within_run_movement(fid.tolerance)) ++next.within_movement;
   }
   next.stage_limit = f.stages >= kMaxRefinementStages;
+  next.cap_spent = f.added_points >= fid.max_added_points;
   if (next.stage_limit) return next;
   if (fid.refine)
     next.step = refinement_step(job, f.target, f.component, f.stages + 1, grid, measured_held_out,

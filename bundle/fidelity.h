@@ -168,6 +168,7 @@ struct NextStage {
   std::vector<HeldOutMiss> misses;   // refined (or left where no interval can be split)
   int within_movement = 0;           // misses within their runs' movement: not refined
   bool stage_limit = false;          // kMaxRefinementStages ran
+  bool cap_spent = false;            // the table added fidelity.max_added_points already
   [[nodiscard]] bool empty() const {
     return step.grid.empty() && step.held_out.empty() && remeasure.empty();
   }

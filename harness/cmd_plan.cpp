@@ -98,8 +98,7 @@ void preview_next_stages(const StoredAcquisition& acq, const JobSpec& job,
   for (const auto& f : evaluate_fidelity(acq, summarize(acq), waves)) {
     const auto next = next_stage_of(job, f, time_steps, waves);
     if (next.empty()) {
-      if (!next.misses.empty() && job.fidelity.refine && !next.stage_limit &&
-          f.added_points >= job.fidelity.max_added_points)
+      if (!next.misses.empty() && job.fidelity.refine && !next.stage_limit && next.cap_spent)
         left.at_cap.push_back({f.target.label(f.component), f.added_points,
                                static_cast<int>(next.misses.size()), next.within_movement});
       continue;
@@ -222,21 +221,21 @@ json plan_json(const Plan& plan, const std::string& backend,
                 {"device_seconds_consumed", m->device_seconds_consumed},
                 {"phase", m->phase},
                 {"left", nullptr}};
-    if (left)
+    if (left) {
+      json at_cap = json::array();
+      for (const auto& c : left->at_cap)
+        at_cap.push_back({{"table", c.table},
+                          {"added_points", c.added},
+                          {"misses", c.misses},
+                          {"misses_within_run_movement", c.within_movement}});
       campaign["left"] = {{"point_rounds", left->point_rounds},
                           {"cells", left->cells},
                           {"estimated_held_s", left->held_s},
                           {"capped_settle_upper_s", left->capped_settle_upper_s},
                           {"kinds_without_ratio", left->kinds_without_ratio},
                           {"next_stage", next_stage_json(left->next_stage)},
-                          {"refinement_at_cap", json::array()}};
-    if (left)
-      for (const auto& c : left->at_cap)
-        campaign["left"]["refinement_at_cap"].push_back(
-            {{"table", c.table},
-             {"added_points", c.added},
-             {"misses", c.misses},
-             {"misses_within_run_movement", c.within_movement}});
+                          {"refinement_at_cap", at_cap}};
+    }
   }
   return {{"job", plan.job.source},
           {"variant", plan.job.variant},

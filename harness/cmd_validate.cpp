@@ -112,13 +112,18 @@ struct Validated {
   std::vector<double> clock_matched_errors, clock_off_errors;
 };
 
-// Statistics of |e - offset| over signed relative errors e, with the bundle's key names.
-json abs_error_statistics(const std::vector<double>& signed_errors, double offset) {
-  std::vector<double> errors;
-  for (const double e : signed_errors) errors.push_back(std::abs(e - offset));
+// Statistics of |relative error|s, with the bundle's key names.
+json error_statistics(const std::vector<double>& errors) {
   HeldOutStatistics s;
   s.set_errors(errors);
   return s.errors_json();
+}
+
+// Statistics of |e - offset| over signed relative errors e.
+json abs_error_statistics(const std::vector<double>& signed_errors, double offset) {
+  std::vector<double> errors;
+  for (const double e : signed_errors) errors.push_back(std::abs(e - offset));
+  return error_statistics(errors);
 }
 
 json statistics_json(Validated& v, double tolerance) {
@@ -140,19 +145,13 @@ json statistics_json(Validated& v, double tolerance) {
     out["median_relative_error"] = offset;
     out["offset_removed"] = abs_error_statistics(v.signed_errors, offset);
   }
-  if (!v.same_waves_errors.empty() || !v.across_waves_errors.empty()) {
-    HeldOutStatistics same, across;
-    same.set_errors(v.same_waves_errors);
-    across.set_errors(v.across_waves_errors);
-    out["by_waves"] = {{"same_waves", same.errors_json()}, {"across_waves", across.errors_json()}};
-  }
-  if (!v.clock_matched_errors.empty() || !v.clock_off_errors.empty()) {
-    HeldOutStatistics matched, off;
-    matched.set_errors(v.clock_matched_errors);
-    off.set_errors(v.clock_off_errors);
-    out["by_clock"] = {
-        {"threshold", tolerance}, {"matched", matched.errors_json()}, {"off", off.errors_json()}};
-  }
+  if (!v.same_waves_errors.empty() || !v.across_waves_errors.empty())
+    out["by_waves"] = {{"same_waves", error_statistics(v.same_waves_errors)},
+                       {"across_waves", error_statistics(v.across_waves_errors)}};
+  if (!v.clock_matched_errors.empty() || !v.clock_off_errors.empty())
+    out["by_clock"] = {{"threshold", tolerance},
+                       {"matched", error_statistics(v.clock_matched_errors)},
+                       {"off", error_statistics(v.clock_off_errors)}};
   return out;
 }
 

@@ -555,9 +555,8 @@ class Acquisition {
                   << (misses.empty() && f.failed.empty() ? "they are within their runs' movement"
                       : !fid.refine                      ? "fidelity.refine is false"
                       : last_stage                       ? "the stage limit is reached"
-                      : f.added_points >= fid.max_added_points
-                          ? "fidelity.max_added_points is spent"
-                          : "no interval can be split within the remaining points")
+                      : next.cap_spent                   ? "fidelity.max_added_points is spent"
+                                       : "no interval can be split within the remaining points")
                   << (f.failed.empty() ? "" : " (B/2B re-measures are spent)") << "\n";
     }
     append_fidelity_evaluation(path_, evaluation.dump());
