@@ -40,14 +40,14 @@ def acquire(acq, job, out_root, *mpiexec_options):
 
 
 def stored_contract(h5):
+    """The file's contract (checked against its SHA-256) and its record of cap raises (None: none)."""
     with h5py.File(h5, "r") as f:
-        text = f.attrs["contract"].decode() if isinstance(f.attrs["contract"], bytes) else f.attrs["contract"]
-        sha = f.attrs["contract_sha256"]
-        sha = sha.decode() if isinstance(sha, bytes) else sha
-        raises = f.attrs.get("refinement_cap_raises")
-        raises = json.loads(raises.decode() if isinstance(raises, bytes) else raises) if raises is not None else None
-    assert hashlib.sha256(text.encode()).hexdigest() == sha, "the stored contract fails its SHA-256"
-    return json.loads(text), raises
+        attrs = {k: v.decode() if isinstance(v, bytes) else v for k, v in f.attrs.items()}
+    text = attrs["contract"]
+    assert hashlib.sha256(text.encode()).hexdigest() == attrs["contract_sha256"], \
+        "the stored contract fails its SHA-256"
+    raises = attrs.get("refinement_cap_raises")
+    return json.loads(text), json.loads(raises) if raises is not None else None
 
 
 def stages(h5):
