@@ -43,6 +43,8 @@ json colocation_of(const fs::path& variant_dir) {
 // `held_out_points`: each fidelity table also lists every held-out point (--held-out).
 json inspect_file(const std::string& path, bool held_out_points) {
   const auto acq = read_acquisition(path);
+  // A text the file keeps as JSON that does not parse is named, not left to the parser's message.
+  if (const auto bad = unparsable_json(acq)) throw FileError("'" + path + "': " + *bad);
   const auto summaries = summarize(acq);
   // Cells in the order they are measured, per table: the planned grid's parts, its held-out set,
   // then each refinement stage's (the file holds them by name, where part10 precedes part2).

@@ -19,6 +19,7 @@ import shutil
 import tempfile
 
 import h5py
+import numpy
 import yaml
 
 from harness_test_lib import (HARNESS, MPIEXEC, SOURCE_DIR, check_complete, check_wave_accounting,
@@ -129,5 +130,12 @@ with tempfile.TemporaryDirectory() as tmp:
         assert open(old_meta).read() == published, f"{name}: the bundle published with the old cap changed"
         p = run([HARNESS, "publish", case_h5, "--out-root", old_root, "--accept-failures"], check=False)
         assert p.returncode != 0 and "fidelity.max_added_points: 3 -> 200" in p.stderr, p.stderr
+        # A torn record of the raises is named, not left to the JSON parser.
+        if name == "inside":
+            shutil.copy(case_h5, os.path.join(tmp, "torn.h5"))
+            with h5py.File(os.path.join(tmp, "torn.h5"), "r+") as f:
+                f.attrs["refinement_cap_raises"] = numpy.bytes_(b'[{"run": 1, ')
+            p = run([HARNESS, "inspect", os.path.join(tmp, "torn.h5")], check=False)
+            assert p.returncode != 0 and "the record of refinement cap raises is not JSON" in p.stderr, p.stderr
         print(f"ok: cap 3 -> 200 after a kill {name} the raise's flush: stages {max(stages_before)} -> "
               f"{max(stages(case_h5))}, {len(kept)} earlier rounds kept")
