@@ -22,6 +22,38 @@ json point_json(const GridPoint& p) {
   return json::array({p.tokens, p.activated, p.assignments});
 }
 
+// The re-measured points split by whether both runs were on the same device, and per pair of
+// devices (grid's, held-out's) the signed median of grid - held-out: the devices' offset, which
+// interpolating across them carries into the table. Null where no point's devices are known.
+json repeatability_by_device(const std::vector<RemeasuredPoint>& remeasured) {
+  std::vector<double> same, across;
+  std::map<std::pair<int, int>, std::vector<double>> pairs;
+  for (const auto& r : remeasured) {
+    if (r.held_out_device < 0 || r.grid_device < 0) continue;
+    (r.held_out_device == r.grid_device ? same : across).push_back(r.relative_difference());
+    if (r.held_out_device != r.grid_device)
+      pairs[{r.grid_device, r.held_out_device}].push_back(r.signed_difference());
+  }
+  if (same.empty() && across.empty()) return nullptr;
+  const auto stats = [](const std::vector<double>& v) {
+    json j = {{"count", v.size()}};
+    if (!v.empty()) {
+      j["median_abs_relative_difference"] = quantile(v, 0.5);
+      j["max_abs_relative_difference"] = *std::max_element(v.begin(), v.end());
+    }
+    return j;
+  };
+  json device_pairs = json::array();
+  for (const auto& [devices, differences] : pairs)
+    device_pairs.push_back({{"grid_device", devices.first},
+                            {"held_out_device", devices.second},
+                            {"count", differences.size()},
+                            {"median_signed_relative_difference", quantile(differences, 0.5)}});
+  return {{"same_device", stats(same)},
+          {"across_devices", stats(across)},
+          {"device_pairs", device_pairs}};
+}
+
 }  // namespace
 
 std::string fidelity_cell_id(const Target& t, Component c, CellRole role) {
@@ -114,6 +146,8 @@ json ComponentFidelity::to_json(double tolerance) const {
                         {"median_abs_relative_difference", remeasured_statistics.median},
                         {"max_abs_relative_difference", remeasured_statistics.max},
                         {"most_apart", json::array()}};
+  if (const auto by_device = repeatability_by_device(remeasured); !by_device.is_null())
+    repeatability["by_device"] = by_device;
   for (std::size_t i = 0; i < most_apart.size() && i < 3; ++i)
     repeatability["most_apart"].push_back(
         {{"point", point_json(most_apart[i].point)},
@@ -260,7 +294,9 @@ std::vector<ComponentFidelity> evaluate_fidelity(const StoredAcquisition& acq,
     for (const auto& [point, result] : probes) {
       if (const auto g = grid.find(point); g != grid.end()) {  // refinement made it a grid point
         if (result.bank_check_passed && g->second.bank_check_passed) {
-          f.remeasured.push_back({point, *result.time_us, *g->second.time_us});
+          const auto one = [](const std::vector<int>& d) { return d.size() == 1 ? d[0] : -1; };
+          f.remeasured.push_back({point, *result.time_us, *g->second.time_us,
+                                  one(result.devices), one(g->second.devices)});
           remeasured_differences.push_back(f.remeasured.back().relative_difference());
         }
         continue;

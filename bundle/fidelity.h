@@ -73,12 +73,16 @@ struct HeldOutPoint {
 // A held-out point that refinement later took as a grid row, so measured twice, in two cells (two
 // workloads): how far the grid measurement lies from the held-out one is the measurement's own
 // repeatability at that point, with no interpolation in it (docs/measurement.md#fidelity).
+// Measured on one device each time, the two runs may be on different GPUs of the kind (a campaign
+// resumed elsewhere): then the difference holds the devices' offset, which the pairs' signed
+// differences show (docs/measurement.md#fidelity).
 struct RemeasuredPoint {
   GridPoint point;
   double held_out_us = 0, grid_us = 0;
-  [[nodiscard]] double relative_difference() const {
-    return std::abs(grid_us - held_out_us) / held_out_us;
-  }
+  // Positions in hardware_identity's devices, each run's one device; -1: not recorded or several.
+  int held_out_device = -1, grid_device = -1;
+  [[nodiscard]] double signed_difference() const { return (grid_us - held_out_us) / held_out_us; }
+  [[nodiscard]] double relative_difference() const { return std::abs(signed_difference()); }
 };
 
 struct HeldOutStatistics {

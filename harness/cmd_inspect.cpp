@@ -234,6 +234,31 @@ void print_held_out_points(const json& points, std::ostream& os) {
   }
 }
 
+// Repeatability on one device and across devices, and each pair of devices' offset (older
+// bundles and campaigns on one device without recorded runs have no by_device).
+void print_repeatability_by_device(const json& repeatability, std::ostream& os) {
+  if (!repeatability.contains("by_device")) return;
+  const auto& d = repeatability["by_device"];
+  char line[256];
+  for (const char* key : {"same_device", "across_devices"}) {
+    const auto& r = d[key];
+    if (r["count"].get<int>() == 0) continue;
+    std::snprintf(line, sizeof(line), "        %s: %d points, median %.2f%%, max %.2f%%\n",
+                  key == std::string("same_device") ? "on the same device"
+                                                    : "on two devices",
+                  r["count"].get<int>(), 100 * r["median_abs_relative_difference"].get<double>(),
+                  100 * r["max_abs_relative_difference"].get<double>());
+    os << line;
+  }
+  for (const auto& p : d["device_pairs"]) {
+    std::snprintf(line, sizeof(line),
+                  "        grid on #%d, held-out on #%d: %d points, grid - held-out median %+.2f%%\n",
+                  p["grid_device"].get<int>(), p["held_out_device"].get<int>(),
+                  p["count"].get<int>(), 100 * p["median_signed_relative_difference"].get<double>());
+    os << line;
+  }
+}
+
 // Held-out statistics per table, the worst points and every grid point that failed B/2B.
 void print_fidelity(const json& tables, std::ostream& os) {
   for (const auto& t : tables) {
@@ -311,6 +336,7 @@ void print_fidelity(const json& tables, std::ostream& os) {
     // Older bundles have no such key; none where refinement took no held-out point.
     if (const auto summary = repeatability_summary(t); !summary.empty()) {
       os << "      repeatability: " << summary << "\n";
+      print_repeatability_by_device(t["repeatability"], os);
       for (const auto& m : t["repeatability"]["most_apart"]) {
         std::snprintf(line, sizeof(line), "      most apart %s: held-out %.3f us, grid %.3f us\n",
                       m["point"].dump().c_str(), m["held_out_us"].get<double>(),

@@ -18,5 +18,45 @@ TEST(SameDevice, OnlyWhereThePointAndEveryRowItWeighsShareOneDevice) {
   EXPECT_EQ(same_device(a, {}), std::nullopt);
 }
 
+// A point measured twice (held out, then a grid row) on one device or on two: the pairs' signed
+// median is the second device's offset; points whose devices are unknown are left out of the split.
+TEST(Repeatability, SplitsByDeviceAndGivesEachPairItsOffset) {
+  ComponentFidelity f;
+  const auto remeasured = [&](std::int64_t n, double held_out_us, double grid_us, int held_device,
+                              int grid_device) {
+    f.remeasured.push_back({{n, 128, 8 * n}, held_out_us, grid_us, held_device, grid_device});
+  };
+  remeasured(100, 100.0, 100.5, 0, 0);   // +0.5 %, same device
+  remeasured(200, 200.0, 199.0, 1, 1);   // -0.5 %, same device
+  remeasured(300, 100.0, 97.0, 0, 1);    // -3 %, grid on #1, held out on #0
+  remeasured(400, 100.0, 98.0, 0, 1);    // -2 %
+  remeasured(500, 100.0, 96.0, 0, 1);    // -4 %
+  remeasured(600, 100.0, 101.0, 1, 0);   // +1 %, the other direction
+  remeasured(700, 100.0, 150.0, -1, 0);  // a run whose device is not recorded: left out
+  const auto by_device = f.to_json(0.02)["repeatability"]["by_device"];
+  EXPECT_EQ(by_device["same_device"]["count"], 2);
+  EXPECT_NEAR(by_device["same_device"]["median_abs_relative_difference"].get<double>(), 0.005,
+              1e-12);
+  EXPECT_NEAR(by_device["same_device"]["max_abs_relative_difference"].get<double>(), 0.005, 1e-12);
+  EXPECT_EQ(by_device["across_devices"]["count"], 4);
+  EXPECT_NEAR(by_device["across_devices"]["max_abs_relative_difference"].get<double>(), 0.04,
+              1e-12);
+  const auto& pairs = by_device["device_pairs"];
+  ASSERT_EQ(pairs.size(), 2u);
+  EXPECT_EQ(pairs[0]["grid_device"], 0);
+  EXPECT_EQ(pairs[0]["held_out_device"], 1);
+  EXPECT_EQ(pairs[0]["count"], 1);
+  EXPECT_NEAR(pairs[0]["median_signed_relative_difference"].get<double>(), 0.01, 1e-12);
+  EXPECT_EQ(pairs[1]["grid_device"], 1);
+  EXPECT_EQ(pairs[1]["held_out_device"], 0);
+  EXPECT_EQ(pairs[1]["count"], 3);
+  EXPECT_NEAR(pairs[1]["median_signed_relative_difference"].get<double>(), -0.03, 1e-12);
+
+  // No device known for any point (an older file): no split at all.
+  ComponentFidelity unknown;
+  unknown.remeasured.push_back({{100, 128, 800}, 100.0, 101.0, -1, -1});
+  EXPECT_FALSE(unknown.to_json(0.02)["repeatability"].contains("by_device"));
+}
+
 }  // namespace
 }  // namespace moe

@@ -124,6 +124,10 @@ with tempfile.TemporaryDirectory() as tmp:
     assert repeatability["max_abs_relative_difference"] <= 1e-9, repeatability
     assert len(repeatability["most_apart"]) == 3 and all(
         tuple(m["point"]) in points_of["held_out"] for m in repeatability["most_apart"]), repeatability
+    # One device measured both runs of every such point: all on the same device, no device pairs.
+    by_device = repeatability["by_device"]
+    assert by_device["same_device"]["count"] == repeatability["count"], by_device
+    assert by_device["across_devices"]["count"] == 0 and by_device["device_pairs"] == [], by_device
     # The statistics at balanced routing and off it, restated from the bundle's held_out.csv.
     held = [r.split(",") for r in open(os.path.join(
         bundle, "tp1/moe_components/dp1_ep1_rank0_sp0/held_out.csv")).read().splitlines()[1:]]
@@ -229,6 +233,8 @@ with tempfile.TemporaryDirectory() as tmp:
     repeat_line = (f"{repeatability['count']} held-out points measured again as grid rows, "
                    "|grid - held-out| median 0.00%, max 0.00% (no interpolation)")
     assert f"held-out {held_line} (tolerance" in text and f"repeatability: {repeat_line}" in text, text
+    assert (f"{repeat_line}\n        on the same device: {repeatability['count']} points, median 0.00%, "
+            "max 0.00%\n      most apart ") in text, text
     assert f"interpolated within its launch waves: {len(by_waves['same_waves'])} points" in text and \
         "interpolated across a launch-wave step: no points" in text, text
     page_path = os.path.join(tmp, "report.html")
