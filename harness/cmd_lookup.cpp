@@ -106,6 +106,8 @@ nlohmann::json component_json(Deployment& d, Component c, std::int64_t tokens,
   }
   const auto held_out = d.held_out_errors(c, tokens, activated, assignments);
   out["held_out"] = held_out ? held_out->to_json() : nlohmann::json(nullptr);
+  const auto spread = d.device_spread(c);
+  out["device_spread"] = spread ? spread->to_json() : nlohmann::json(nullptr);
   return out;
 }
 
@@ -346,6 +348,15 @@ int lookup(const Args& args) {
                     "the table's held-out error%s: median %.2f%%, p95 %.2f%%, max %.2f%% over %d "
                     "points\n",
                     routing, 100 * h->median, 100 * h->p95, 100 * h->max, h->count);
+      std::cout << line;
+    }
+    if (const auto s = d.device_spread(*c); s && s->count > 0) {
+      char line[256];
+      std::snprintf(line, sizeof(line),
+                    "GPUs of the kind measured the same points %.2f%% apart (median; max %.2f%% "
+                    "over %d points measured on two devices; the pair furthest apart: %+.2f%%): "
+                    "a GPU that did not measure the table may be off by as much\n",
+                    100 * s->median, 100 * s->max, s->count, 100 * s->largest_offset);
       std::cout << line;
     }
   }

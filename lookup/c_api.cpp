@@ -125,6 +125,26 @@ int harness_lookup_wave_step(harness_lookup* h, const char* component, int64_t t
   });
 }
 
+int harness_lookup_device_spread(harness_lookup* h, const char* component, double* median,
+                                 double* max, double* largest_offset, int* count) {
+  if (!h || !component) return fail(HARNESS_LOOKUP_INVALID_ARGUMENT, "null argument");
+  return for_component(component, [&](moe::Component c) {
+    return guarded([&] {
+      const std::lock_guard lock(h->mu);
+      const auto s = h->components.device_spread(c);
+      if (!s)
+        throw moe::LookupError(std::string(component) +
+                               ": the bundle records no spread between devices (published before "
+                               "it)");
+      if (median) *median = s->median;
+      if (max) *max = s->max;
+      if (largest_offset) *largest_offset = s->largest_offset;
+      if (count) *count = s->count;
+      return HARNESS_LOOKUP_OK;
+    });
+  });
+}
+
 int harness_lookup_held_out_across_wave_steps(harness_lookup* h, const char* component,
                                               double* median, double* p95, double* max,
                                               int* count) {

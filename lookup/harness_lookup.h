@@ -63,6 +63,16 @@ int harness_lookup_wave_step(harness_lookup* h, const char* component, int64_t t
 int harness_lookup_held_out_across_wave_steps(harness_lookup* h, const char* component,
                                               double* median, double* p95, double* max, int* count);
 
+/* How far apart GPUs of the kind measured the same points of the component's table (points
+ * measured again on another device by a later refinement stage, no interpolation): |relative
+ * difference| median and max over `count` such points (count 0: none, e.g. one device measured
+ * it all), and `largest_offset`, the signed median (grid - held-out) / held-out of the device pair
+ * furthest apart among those of at least 5 points (0 where none). A GPU that did not measure the
+ * table may be off by as much. HARNESS_LOOKUP_ERROR where the bundle records none (published
+ * before the split). Out-pointers may be NULL. */
+int harness_lookup_device_spread(harness_lookup* h, const char* component, double* median,
+                                 double* max, double* largest_offset, int* count);
+
 /* A collective of the deployment's collective table at per-DP-rank `tokens`: kernel time,
  * steady-state time and bytes (each pointer may be NULL). */
 int harness_lookup_collective(harness_lookup* h, const char* collective, int64_t tokens,

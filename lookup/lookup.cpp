@@ -121,6 +121,42 @@ std::optional<HeldOutErrors> Deployment::held_out_errors_across_wave_steps(Compo
   return errors;
 }
 
+nlohmann::json DeviceSpread::to_json() const {
+  return {{"count", count},
+          {"median_abs_relative_difference", median},
+          {"max_abs_relative_difference", max},
+          {"largest_offset", largest_offset},
+          {"pairs", pairs}};
+}
+
+std::optional<DeviceSpread> Deployment::device_spread(Component c) const {
+  const auto& all = impl_->fidelity;
+  const auto it = all.is_object() ? all.find(to_string(c)) : all.end();
+  if (it == all.end() || !it->is_object() || !it->contains("repeatability") ||
+      !it->at("repeatability").contains("by_device"))
+    return std::nullopt;
+  try {
+    const auto& by_device = it->at("repeatability").at("by_device");
+    const auto& across = by_device.at("across_devices");
+    DeviceSpread spread;
+    spread.count = across.at("count").get<int>();
+    if (spread.count > 0) {
+      spread.median = across.at("median_abs_relative_difference").get<double>();
+      spread.max = across.at("max_abs_relative_difference").get<double>();
+    }
+    for (const auto& pair : by_device.at("device_pairs")) {
+      if (pair.at("count").get<int>() < DeviceSpread::kMinPairPoints) continue;
+      ++spread.pairs;
+      const double offset = pair.at("median_signed_relative_difference").get<double>();
+      if (std::abs(offset) > std::abs(spread.largest_offset)) spread.largest_offset = offset;
+    }
+    return spread;
+  } catch (const nlohmann::json::exception& e) {
+    throw LookupError(std::string("the entry's coverage.fidelity of ") + std::string(to_string(c)) +
+                      " is malformed: " + e.what());
+  }
+}
+
 std::optional<HeldOutErrors> Deployment::held_out_errors(Component c, std::int64_t tokens,
                                                          std::int64_t activated,
                                                          std::int64_t assignments) const {

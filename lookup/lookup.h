@@ -44,6 +44,23 @@ struct HeldOutErrors {
   [[nodiscard]] nlohmann::json to_json() const;
 };
 
+// How far apart GPUs of the kind measured the same points (meta.yaml coverage.fidelity
+// repeatability.by_device: held-out points that a later refinement stage measured again as grid
+// rows, no interpolation in between; docs/bundle-format.md). A table measured by a campaign that
+// ran on several GPUs mixes their offsets, and a GPU that did not measure it may run off by as
+// much: a bound on what the held-out errors can promise on another GPU of the kind.
+struct DeviceSpread {
+  int count = 0;               // points measured on two devices (0: none, e.g. one device)
+  double median = 0, max = 0;  // of |grid - held-out| / held-out over them
+  // The signed median of (grid - held-out) / held-out of the device pair furthest apart, among
+  // the pairs of at least kMinPairPoints points (fewer are one point's noise); 0 where none.
+  double largest_offset = 0;
+  int pairs = 0;  // device pairs with at least kMinPairPoints points
+  static constexpr int kMinPairPoints = 5;
+  // With the bundle's key names (count, median_abs_relative_difference, ...).
+  [[nodiscard]] nlohmann::json to_json() const;
+};
+
 class Deployment {
  public:
   // Loads <variant_dir>/meta.yaml and the deployment's table. Throws LookupError naming the
@@ -79,6 +96,9 @@ class Deployment {
   // Throws LookupError for a missing or corrupt row_clocks.csv.
   [[nodiscard]] std::optional<bool> spans_launch_wave_step(Component c,
                                                            const LookupResult& r) const;
+  // The spread between GPUs of the kind that the table of `c` records; nullopt where it records
+  // none (a bundle published before the forty-ninth session). Throws LookupError when malformed.
+  [[nodiscard]] std::optional<DeviceSpread> device_spread(Component c) const;
   // The published rows of one component, in table order (empty when it has none).
   [[nodiscard]] const std::vector<TableRow>& rows(Component c) const;
   [[nodiscard]] std::size_t cache_hits() const;

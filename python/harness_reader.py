@@ -238,6 +238,22 @@ class ComponentTable:
             return None
         return _errors(held["across_waves"])
 
+    def device_spread(self, component):
+        """How far apart GPUs of the kind measured the same points (repeatability.by_device):
+        {count, median, max, largest_offset}, largest_offset the signed median of the device pair
+        furthest apart among pairs of at least 5 points (0 where none); None where not recorded."""
+        if self.fidelity is None or component not in self.fidelity:
+            return None
+        by_device = self.fidelity[component].get("repeatability", {}).get("by_device")
+        if by_device is None:
+            return None
+        across = by_device["across_devices"]
+        offsets = [p["median_signed_relative_difference"] for p in by_device["device_pairs"] if p["count"] >= 5]
+        return {"count": across["count"],
+                "median": across.get("median_abs_relative_difference", 0.0),
+                "max": across.get("max_abs_relative_difference", 0.0),
+                "largest_offset": max(offsets, key=abs, default=0.0)}
+
     def spans_launch_wave_step(self, component, tokens, activated, assignments):
         """Whether an experts answer's vertices run different launch waves (row_clocks.csv's
         launch_waves, docs/bundle-format.md#row_clockscsv); None for another component, an exact

@@ -112,6 +112,18 @@ class Bundle {
     return dict_of(*e);
   }
 
+  // None where the bundle records no spread between devices.
+  std::optional<nb::dict> device_spread(const std::string& component) const {
+    const auto s = tables_.device_spread(component_of(component));
+    if (!s) return std::nullopt;
+    nb::dict out;
+    out["count"] = s->count;
+    out["median"] = s->median;
+    out["max"] = s->max;
+    out["largest_offset"] = s->largest_offset;
+    return out;
+  }
+
   nb::dict collective(const std::string& name, std::int64_t tokens) {
     if (!collectives_) collectives_ = moe::CollectiveTable::load(variant_dir_, key_);
     const auto r = collectives_->query(name, tokens);
@@ -166,6 +178,10 @@ NB_MODULE(harness_lookup, mod) {
            "The table's held-out |relative error| over its points whose prediction spanned a "
            "launch-wave step (what applies where explain says spans_launch_wave_step); None "
            "where the bundle records no such split.")
+      .def("device_spread", &Bundle::device_spread, "component"_a,
+           "How far apart GPUs of the kind measured the same points of the table (count, "
+           "median, max of |difference|; largest_offset: the signed median of the device pair "
+           "furthest apart, of at least 5 points); None where the bundle records none.")
       .def("collective", &Bundle::collective, "name"_a, "tokens"_a,
            "A collective's kernel and steady-state time and bytes at per-DP-rank tokens.")
       .def_prop_ro("components", &Bundle::components)

@@ -282,6 +282,52 @@ TEST_F(BundleReader, HeldOutErrorsAcrossWaveStepsAreTheSplitsWhereTheEntryRecord
   EXPECT_EQ(error.rfind("the entry's coverage.fidelity of experts is malformed: ", 0), 0u) << error;
 }
 
+// The spread between devices comes from repeatability.by_device alone: none recorded, none
+// measured (one device), the largest offset among pairs of enough points, and malformed.
+TEST_F(BundleReader, DeviceSpreadIsTheRepeatabilityAcrossDevices) {
+  const auto with = [&](const nlohmann::json& repeatability) {
+    publish([&](BundleEntry& e) {
+      e.coverage["fidelity"] = {{"components", {{"experts", {{"repeatability", repeatability}}}}}};
+    });
+    return Deployment::load(variant, {});
+  };
+  nlohmann::json repeatability = {{"count", 3}};
+  EXPECT_FALSE(with(repeatability).device_spread(Component::experts));  // before the split
+  repeatability["by_device"] = {
+      {"same_device",
+       {{"count", 3}, {"median_abs_relative_difference", 0.001}, {"max_abs_relative_difference", 0.002}}},
+      {"across_devices", {{"count", 0}}},
+      {"device_pairs", nlohmann::json::array()}};
+  const auto one_device = with(repeatability).device_spread(Component::experts);
+  ASSERT_TRUE(one_device.has_value());
+  EXPECT_EQ(one_device->count, 0);
+  EXPECT_EQ(one_device->pairs, 0);
+  EXPECT_DOUBLE_EQ(one_device->largest_offset, 0);
+  repeatability["by_device"]["across_devices"] = {
+      {"count", 12}, {"median_abs_relative_difference", 0.02}, {"max_abs_relative_difference", 0.05}};
+  const auto pair = [](int grid, int held, int count, double offset) {
+    return nlohmann::json{{"grid_device", grid},
+                          {"held_out_device", held},
+                          {"count", count},
+                          {"median_signed_relative_difference", offset}};
+  };
+  repeatability["by_device"]["device_pairs"] = {pair(1, 0, 5, 0.01), pair(2, 0, 6, -0.03),
+                                                pair(2, 1, 1, 0.2)};  // one point: left out
+  const auto spread = with(repeatability).device_spread(Component::experts);
+  ASSERT_TRUE(spread.has_value());
+  EXPECT_EQ(spread->count, 12);
+  EXPECT_DOUBLE_EQ(spread->median, 0.02);
+  EXPECT_DOUBLE_EQ(spread->max, 0.05);
+  EXPECT_DOUBLE_EQ(spread->largest_offset, -0.03);
+  EXPECT_EQ(spread->pairs, 2);
+  EXPECT_EQ(spread->to_json().at("largest_offset"), -0.03);
+  EXPECT_FALSE(with(repeatability).device_spread(Component::gate_routing));
+  repeatability["by_device"].erase("device_pairs");
+  const auto d = with(repeatability);
+  const auto error = lookup_error_of([&] { (void)d.device_spread(Component::experts); });
+  EXPECT_EQ(error.rfind("the entry's coverage.fidelity of experts is malformed: ", 0), 0u) << error;
+}
+
 // Whether an answer spans a launch-wave step comes from its vertices' rows in row_clocks.csv.
 TEST_F(BundleReader, AnAnswerSpansAWaveStepWhereItsVerticesRecordDifferentWaves) {
   const auto with_clocks = [&](const std::string& waves_4_8, const std::string& others = "1;1") {

@@ -142,6 +142,57 @@ def test_launch_wave_steps_are_the_clis(staircase, variant):
         bundle.held_out_across_wave_steps("shared")
 
 
+def test_device_spread_is_the_clis(staircase, variant, tmp_path):
+    """device_spread gives what `harness lookup --explain --format json` says: None where the
+    table records no split by device (no point measured twice), count 0 where one device measured
+    every such point, else the spread with the largest offset among pairs of at least 5 points."""
+    assert hl.Bundle(staircase, 1, 1).device_spread("experts") is None  # unrefined: none measured twice
+
+    def cli(bundle, component):
+        query = ["--tokens", "4"] + (["--activated", "2", "--assignments", "8"] if component == "experts" else [])
+        return json.loads(harness("lookup", bundle, "--tp", "1", "--dp", "1", "--component", component, *query,
+                                  "--explain", "--format", "json").stdout)["device_spread"]
+
+    def as_module(spread):
+        return None if spread is None else {
+            "count": spread["count"], "median": spread.get("median_abs_relative_difference", 0.0),
+            "max": spread.get("max_abs_relative_difference", 0.0), "largest_offset": spread["largest_offset"]}
+
+    said = []
+    for component in ("experts", "gate_routing"):
+        want = cli(variant, component)
+        assert hl.Bundle(variant, 1, 1).device_spread(component) == as_module(want), (component, want)
+        said.append(want)
+    # Refined on one host: a table with re-measured points has them all on its own device.
+    assert any(w is not None and w["count"] == 0 and w["pairs"] == 0 for w in said), said
+    spread_dir = str(tmp_path / "spread")
+    shutil.copytree(variant, spread_dir)
+    meta_path = os.path.join(spread_dir, "meta.yaml")
+    # Every table's repeatability gets a split measured on two devices (a flow mapping, which YAML
+    # reads as the publisher's block), in place of the one it has, if any (cut by indentation).
+    lines, out, i = open(meta_path).read().splitlines(keepends=True), [], 0
+    while i < len(lines):
+        line = lines[i]
+        out.append(line)
+        i += 1
+        if line.strip() != "repeatability:":
+            continue
+        indent = len(line) - len(line.lstrip()) + 2
+        out.append(" " * indent + "by_device: {same_device: {count: 1, median_abs_relative_difference: 0.001, "
+                   "max_abs_relative_difference: 0.001}, across_devices: {count: 9, median_abs_relative_difference: "
+                   "0.03, max_abs_relative_difference: 0.06}, device_pairs: [{grid_device: 1, held_out_device: 0, "
+                   "count: 9, median_signed_relative_difference: 0.028}]}\n")
+        if i < len(lines) and lines[i].strip() == "by_device:":
+            i += 1
+            while i < len(lines) and len(lines[i]) - len(lines[i].lstrip()) > indent:
+                i += 1
+    open(meta_path, "w").write("".join(out))
+    want = cli(spread_dir, "experts")
+    assert want == {"count": 9, "median_abs_relative_difference": 0.03, "max_abs_relative_difference": 0.06,
+                    "largest_offset": 0.028, "pairs": 1}, want
+    assert hl.Bundle(spread_dir, 1, 1).device_spread("experts") == as_module(want)
+
+
 def without_held_out_errors(meta_text):
     """meta.yaml without its entries' coverage.fidelity blocks (a bundle published before held-out
     validation), cut by indentation: the block is the `fidelity:` key whose first child is

@@ -1,7 +1,8 @@
 /* A C program using the lookup library through its C API only (lookup/harness_lookup.h).
  *   consumer VARIANT_DIR TP DP  < queries
  * Query lines: "component NAME N A M", "batch NAME N A M [N A M ...]", "collective NAME N",
- * "held_out NAME N A M", "wave_step NAME N A M", "held_out_across_wave_steps NAME".
+ * "held_out NAME N A M", "wave_step NAME N A M", "held_out_across_wave_steps NAME",
+ * "device_spread NAME".
  * Prints one line per query: the value(s), or "error CODE: MESSAGE". Then it repeats every
  * component query from 4 threads at once and prints "threads: identical" when each thread got
  * exactly the sequential answers. */
@@ -103,6 +104,14 @@ int main(int argc, char** argv) {
           harness_lookup_held_out_across_wave_steps(handle, name, &median, &p95, &max, &count);
       if (s == HARNESS_LOOKUP_OK)
         printf("%.17g %.17g %.17g %d\n", median, p95, max, count);
+      else
+        printf("error %d: %s\n", s, harness_lookup_last_error());
+    } else if (strcmp(kind, "device_spread") == 0) {
+      double median = 0, max = 0, offset = 0;
+      int count = 0;
+      const int s = harness_lookup_device_spread(handle, name, &median, &max, &offset, &count);
+      if (s == HARNESS_LOOKUP_OK)
+        printf("%.17g %.17g %.17g %d\n", median, max, offset, count);
       else
         printf("error %d: %s\n", s, harness_lookup_last_error());
     } else if (strcmp(kind, "held_out") == 0) {

@@ -1,7 +1,8 @@
 """The C API (lookup/harness_lookup.h) from a C program: its answers equal `harness lookup` at grid
 rows and between them, refusals carry the library's message and code, a batch marks refused
 queries NaN, collectives are answered, whether an answer spans a launch-wave step and the held-out
-errors across such steps are lookup's (and the plain-Python reader's), 4 threads querying one
+errors across such steps are lookup's (and the plain-Python reader's), so is the spread between
+devices, 4 threads querying one
 handle get the sequential answers, and the program links no MPI, HDF5, CUDA or Boost library."""
 import json
 import os
@@ -158,6 +159,42 @@ with tempfile.TemporaryDirectory() as tmp:
         "p95": across["p95_abs_relative_error"], "max": across["max_abs_relative_error"]}
     assert lines[len(points) + 1] == "-1", lines[len(points) + 1]
     assert lines[len(points) + 2] == "error 2: unknown component 'shared'", lines[len(points) + 2]
+
+    # The spread between devices: a bundle that records none is refused by name; one whose
+    # repeatability is split by device answers what `harness lookup --explain` and the reader say
+    # (the largest offset among pairs of at least 5 points: the 3-point pair's -9 % is left out).
+    assert consume(stairs, 1, 1, ["device_spread experts"])[0] == (
+        "error 1: experts: the bundle records no spread between devices (published before it)")
+    spread_dir = os.path.join(tmp, "spread")
+    shutil.copytree(variant, spread_dir)
+    meta = yaml.safe_load(open(os.path.join(spread_dir, "meta.yaml")))
+    by_device = {"same_device": {"count": 4, "median_abs_relative_difference": 0.002,
+                                 "max_abs_relative_difference": 0.004},
+                 "across_devices": {"count": 14, "median_abs_relative_difference": 0.021,
+                                    "max_abs_relative_difference": 0.043},
+                 "device_pairs": [{"grid_device": 1, "held_out_device": 0, "count": 6,
+                                   "median_signed_relative_difference": 0.012},
+                                  {"grid_device": 2, "held_out_device": 0, "count": 5,
+                                   "median_signed_relative_difference": -0.025},
+                                  {"grid_device": 2, "held_out_device": 1, "count": 3,
+                                   "median_signed_relative_difference": -0.09}]}
+    for entry in meta["per_tp"][1]["moe_components"]["entries"]:
+        entry["coverage"]["fidelity"]["components"]["experts"]["repeatability"]["by_device"] = by_device
+    yaml.safe_dump(meta, open(os.path.join(spread_dir, "meta.yaml"), "w"))
+    median, mx, offset, count = consume(spread_dir, 1, 2, ["device_spread experts"])[0].split()
+    assert [float(median), float(mx), float(offset), int(count)] == [0.021, 0.043, -0.025, 14], (median, mx, offset, count)
+    explained = json.loads(run([HARNESS, "lookup", spread_dir, "--tp", "1", "--dp", "2", "--component", "experts",
+                                "--tokens", "4", "--activated", "2", "--assignments", "4", "--explain",
+                                "--format", "json"]).stdout)["device_spread"]
+    assert explained == {"count": 14, "median_abs_relative_difference": 0.021, "max_abs_relative_difference": 0.043,
+                         "largest_offset": -0.025, "pairs": 2}, explained
+    assert harness_reader.ComponentTable(spread_dir, 1, 2).device_spread("experts") == {
+        "count": 14, "median": 0.021, "max": 0.043, "largest_offset": -0.025}
+    assert harness_reader.ComponentTable(stairs, 1, 1).device_spread("experts") is None
+    text = run([HARNESS, "lookup", spread_dir, "--tp", "1", "--dp", "2", "--component", "experts", "--tokens", "4",
+                "--activated", "2", "--assignments", "4", "--explain"]).stdout
+    assert ("GPUs of the kind measured the same points 2.10% apart (median; max 4.30% over 14 points measured on "
+            "two devices; the pair furthest apart: -2.50%)") in text, text
 
     libs = subprocess.run(["ldd", CONSUMER], capture_output=True, text=True).stdout
     for lib in ("libmpi", "libhdf5", "libcuda", "libcudart", "libboost"):
