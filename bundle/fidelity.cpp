@@ -22,12 +22,25 @@ json point_json(const GridPoint& p) {
   return json::array({p.tokens, p.activated, p.assignments});
 }
 
+using DevicePairs = std::map<std::pair<int, int>, std::vector<double>>;
+
+// Per pair of devices, named by `first` and `second`: the count and the signed median.
+json device_pairs_json(const DevicePairs& pairs, const char* first, const char* second) {
+  json out = json::array();
+  for (const auto& [devices, differences] : pairs)
+    out.push_back({{first, devices.first},
+                   {second, devices.second},
+                   {"count", differences.size()},
+                   {"median_signed_relative_difference", quantile(differences, 0.5)}});
+  return out;
+}
+
 // The re-measured points split by whether both runs were on the same device, and per pair of
 // devices (grid's, held-out's) the signed median of grid - held-out: the devices' offset, which
 // interpolating across them carries into the table. Null where no point's devices are known.
 json repeatability_by_device(const std::vector<RemeasuredPoint>& remeasured) {
   std::vector<double> same, across;
-  std::map<std::pair<int, int>, std::vector<double>> pairs;
+  DevicePairs pairs;
   for (const auto& r : remeasured) {
     if (r.held_out_device < 0 || r.grid_device < 0) continue;
     (r.held_out_device == r.grid_device ? same : across).push_back(r.relative_difference());
@@ -43,23 +56,28 @@ json repeatability_by_device(const std::vector<RemeasuredPoint>& remeasured) {
     }
     return j;
   };
-  json device_pairs = json::array();
-  for (const auto& [devices, differences] : pairs)
-    device_pairs.push_back({{"grid_device", devices.first},
-                            {"held_out_device", devices.second},
-                            {"count", differences.size()},
-                            {"median_signed_relative_difference", quantile(differences, 0.5)}});
   return {{"same_device", stats(same)},
           {"across_devices", stats(across)},
-          {"device_pairs", device_pairs}};
+          {"device_pairs", device_pairs_json(pairs, "grid_device", "held_out_device")}};
 }
 
 }  // namespace
+
+json device_anchors_json(const std::vector<AnchorPoint>& anchors) {
+  DevicePairs pairs;
+  for (const auto& a : anchors)
+    if (a.row_device >= 0 && a.anchor_device >= 0)
+      pairs[{a.row_device, a.anchor_device}].push_back(a.signed_difference());
+  if (pairs.empty()) return nullptr;
+  return {{"count", anchors.size()},
+          {"device_pairs", device_pairs_json(pairs, "row_device", "anchor_device")}};
+}
 
 std::string fidelity_cell_id(const Target& t, Component c, CellRole role) {
   std::string id = t.cell_id() + "." + std::string(to_string(c));
   if (role.held_out) id += ".held_out";
   if (role.stage > 0) id += ".stage" + std::to_string(role.stage);
+  if (role.anchors > 0) id += ".anchors" + std::to_string(role.anchors);
   if (role.part > 0) id += ".part" + std::to_string(role.part);
   return id;
 }
@@ -67,14 +85,24 @@ std::string fidelity_cell_id(const Target& t, Component c, CellRole role) {
 json fidelity_cell_json(const Target& t, Component c, CellRole role, int rounds, int weight_banks) {
   json j = {{"target", t.to_json()}, {"component", to_string(c)},
             {"rounds", rounds},      {"weight_banks", weight_banks},
-            {"stage", role.stage},   {"role", role.held_out ? "held_out" : "grid"}};
+            {"stage", role.stage},
+            {"role", role.held_out ? "held_out" : role.anchors > 0 ? "anchors" : "grid"}};
   if (role.part > 0) j["part"] = role.part;
+  if (role.anchors > 0) j["anchors"] = role.anchors;
   return j;
 }
 
 CellRole cell_role(const json& cell_json) {
   return {cell_json.value("stage", 0), cell_json.value("role", "grid") == "held_out",
-          cell_json.value("part", 0)};
+          cell_json.value("part", 0), cell_json.value("anchors", 0)};
+}
+
+std::vector<GridPoint> anchor_rows(const std::vector<GridPoint>& rows) {
+  if (rows.size() <= kAnchorRows) return rows;
+  std::vector<GridPoint> out;
+  for (std::size_t i = 0; i < kAnchorRows; ++i)
+    out.push_back(rows[i * (rows.size() - 1) / (kAnchorRows - 1)]);
+  return out;
 }
 
 std::optional<bool> same_device(const std::vector<int>& point_devices,
@@ -148,6 +176,7 @@ json ComponentFidelity::to_json(double tolerance) const {
                         {"most_apart", json::array()}};
   if (const auto by_device = repeatability_by_device(remeasured); !by_device.is_null())
     repeatability["by_device"] = by_device;
+  const auto anchored = device_anchors_json(anchors);
   for (std::size_t i = 0; i < most_apart.size() && i < 3; ++i)
     repeatability["most_apart"].push_back(
         {{"point", point_json(most_apart[i].point)},
@@ -189,7 +218,7 @@ json ComponentFidelity::to_json(double tolerance) const {
   json devices = json::array();
   for (const auto& [device, count] : rows_per_device)
     devices.push_back({{"device", device < 0 ? json() : json(device)}, {"rows", count}});
-  return {
+  json out = {
       {"tolerance", tolerance},
       {"sm_clock_mean_mhz", clock},
       {"rows_per_device", devices},
@@ -198,6 +227,8 @@ json ComponentFidelity::to_json(double tolerance) const {
       {"refinement",
        {{"stages", stages}, {"added_points", added_points}, {"kernel_changes", kernel_changes}}},
       {"failed_points", failed_points}};
+  if (!anchored.is_null()) out["device_anchors"] = anchored;
+  return out;
 }
 
 json HeldOutStatistics::errors_json() const {
@@ -247,10 +278,16 @@ std::vector<ComponentFidelity> evaluate_fidelity(const StoredAcquisition& acq,
                      [](const auto& a, const auto& b) { return a.first.stage < b.first.stage; });
     f.complete = true;
     std::map<GridPoint, PointResult> grid, probes;
+    std::vector<PointResult> anchored;  // every anchor set's, in stage order
     std::set<GridPoint> planned;
     for (const auto& [role, cs] : cells) {
       f.stages = std::max(f.stages, role.stage);
       f.complete = f.complete && cs->complete();
+      if (role.anchors > 0) {
+        for (const auto& p : cs->points)
+          if (p.time_us && p.bank_check_passed) anchored.push_back(p);
+        continue;
+      }
       for (const auto& p : cs->points) {
         if (!role.held_out && role.stage == 0) planned.insert(p.point);
         if (!p.time_us) continue;
@@ -268,6 +305,13 @@ std::vector<ComponentFidelity> evaluate_fidelity(const StoredAcquisition& acq,
         previous = &result;
       }
     }
+    // Each device's anchor time against each device's time of the row (the row's rounds per
+    // device, so that a row whose rounds the new device completed later still compares).
+    for (const auto& a : anchored)
+      if (const auto g = grid.find(a.point); g != grid.end() && g->second.bank_check_passed)
+        for (const auto& [anchor_device, anchor_us] : a.time_us_by_device)
+          for (const auto& [row_device, row_us] : g->second.time_us_by_device)
+            f.anchors.push_back({a.point, row_us, anchor_us, row_device, anchor_device});
     std::map<Component, std::vector<TableRow>> rows;
     for (const auto& [point, result] : grid) {
       if (!planned.contains(point)) ++f.added_points;

@@ -27,15 +27,21 @@ namespace moe {
 // Where a cell stands in the fidelity loop: refinement stage (0 = planned) and role, and which
 // part of that stage's points it holds (a stage's points are split into cells of at most
 // kCellPoints, so that a wave commits in bounded time: docs/design.md).
+// `anchors` (1, 2, ...): the set of published rows a run on a device new to the campaign measured
+// again, so that the devices' offset is measured, not inferred (docs/measurement.md#fidelity);
+// such a cell is neither grid nor held-out.
 struct CellRole {
   int stage = 0;
   bool held_out = false;
   int part = 0;
+  int anchors = 0;
 };
 inline constexpr std::size_t kCellPoints = 64;
+// Rows per table a run on a new device measures again (spread over the table's rows).
+inline constexpr std::size_t kAnchorRows = 16;
 // The HDF5 cell id of a target's component in a stage and role: the planned grid keeps
-// "<cell_id>.<component>"; others append ".held_out" and/or ".stage<s>", parts after the first
-// ".part<p>".
+// "<cell_id>.<component>"; others append ".held_out" and/or ".stage<s>" (anchors
+// ".anchors<a>"), parts after the first ".part<p>".
 [[nodiscard]] std::string fidelity_cell_id(const Target& t, Component c, CellRole role);
 // The cell's self-description (cell JSON) and its parse.
 [[nodiscard]] nlohmann::json fidelity_cell_json(const Target& t, Component c, CellRole role,
@@ -85,6 +91,23 @@ struct RemeasuredPoint {
   [[nodiscard]] double relative_difference() const { return std::abs(signed_difference()); }
 };
 
+// A published row measured again by a run on a device new to the campaign (an anchor).
+struct AnchorPoint {
+  GridPoint point;
+  double row_us = 0, anchor_us = 0;
+  int row_device = -1, anchor_device = -1;  // as RemeasuredPoint's
+  [[nodiscard]] double signed_difference() const { return (anchor_us - row_us) / row_us; }
+};
+
+// The rows anchored on a device against the rows' own device(s): where their devices are known,
+// per pair (row device, anchor device) the count and the signed median of (anchor - row) / row.
+// Null where no anchor's devices are known.
+[[nodiscard]] nlohmann::json device_anchors_json(const std::vector<AnchorPoint>& anchors);
+
+// Anchor rows of a table: up to kAnchorRows of `rows` (sorted), evenly spaced from the first to
+// the last, so that the offset is measured over the whole range.
+[[nodiscard]] std::vector<GridPoint> anchor_rows(const std::vector<GridPoint>& rows);
+
 struct HeldOutStatistics {
   int count = 0;                        // predicted points
   int unpredicted = 0;                  // outside the support
@@ -111,6 +134,9 @@ struct ComponentFidelity {
   // statistics are of |relative_difference|.
   std::vector<RemeasuredPoint> remeasured;
   HeldOutStatistics remeasured_statistics;
+  // Published rows measured again on devices new to the campaign (anchor cells), each against
+  // the row's latest measurement.
+  std::vector<AnchorPoint> anchors;
   // Local components: consecutive token rows whose forwards ran different kernels (e.g. cuBLAS
   // changing its GEMM with N) with an integer between them: a step may lie between the rows
   // (reported; refinement bisects only pairs a few tokens apart: docs/measurement.md#fidelity).

@@ -53,15 +53,17 @@ std::vector<CellSummary> summarize(const StoredAcquisition& acq) {
     std::vector<std::vector<ArmChunks>> arms(n);  // experts: per point, per round
     std::vector<std::optional<std::uint64_t>> activities(n);
     std::set<int> devices;  // a round measures all of its cell's points on one device
+    std::vector<std::map<int, std::vector<double>>> device_medians(n);
     for (const auto& r : cell.rounds) {
-      if (const auto d = device_of.find({r.run, r.rank}); d != device_of.end())
-        devices.insert(d->second);
+      const auto d = device_of.find({r.run, r.rank});
+      if (d != device_of.end()) devices.insert(d->second);
       for (const auto& smp : r.samples)
         activities.at(static_cast<std::size_t>(smp.point)) = smp.name_hash;
       // The published value of `experts` is the 2B arm's (docs/measurement.md), else the point's.
       for (const auto& m : r.medians) {
         const auto p = static_cast<std::size_t>(m.point);
         round_medians.at(p).push_back(experts ? m.median_2b_us : m.median_us);
+        if (d != device_of.end()) device_medians.at(p)[d->second].push_back(round_medians[p].back());
         if (!std::isnan(m.sm_clock_mean_mhz)) clocks.at(p).push_back(m.sm_clock_mean_mhz);
       }
       if (!experts) continue;
@@ -74,6 +76,8 @@ std::vector<CellSummary> summarize(const StoredAcquisition& acq) {
       pr.activities = activities[p];
       pr.sm_clock_mean_mhz = median_of_medians(clocks[p]);
       pr.devices.assign(devices.begin(), devices.end());
+      for (const auto& [device, medians] : device_medians[p])
+        if (const auto t = median_of_medians(medians)) pr.time_us_by_device[device] = *t;
       if (experts && std::any_of(arms[p].begin(), arms[p].end(), [](const ArmChunks& a) {
             return !a.b.empty() && !a.b2.empty();
           })) {

@@ -2,6 +2,7 @@
 // per expert point, pooled over complete rounds (docs/measurement.md).
 #pragma once
 
+#include <map>
 #include <optional>
 #include <string>
 #include <vector>
@@ -27,6 +28,9 @@ struct PointResult {
   // The devices that measured its complete rounds (positions in hardware_identity's devices,
   // ascending); empty where no round recorded its run (a file written before they did).
   std::vector<int> devices;
+  // Per device of `devices`, the median of the round medians it measured (time_us's, per device):
+  // a point measured on two devices compares them (anchors, docs/measurement.md#fidelity).
+  std::map<int, double> time_us_by_device;
 };
 
 struct CellSummary {

@@ -46,15 +46,15 @@ json inspect_file(const std::string& path, bool held_out_points) {
   // A text the file keeps as JSON that does not parse is named, not left to the parser's message.
   if (const auto bad = unparsable_json(acq)) throw FileError("'" + path + "': " + *bad);
   const auto summaries = summarize(acq);
-  // Cells in the order they are measured, per table: the planned grid's parts, its held-out set,
-  // then each refinement stage's (the file holds them by name, where part10 precedes part2).
+  // Cells per table: the planned grid's parts, its held-out set, then each refinement stage's,
+  // then each set of anchors (the file holds them by name, where part10 precedes part2).
   std::vector<std::size_t> order(summaries.size());
-  std::vector<std::tuple<std::string, int, bool, int>> keys;
+  std::vector<std::tuple<std::string, int, int, bool, int>> keys;
   for (std::size_t i = 0; i < acq.cells.size(); ++i) {
     const auto j = json::parse(acq.cells[i].info.json);
     const auto role = cell_role(j);
     keys.emplace_back(Target::from_json(j.at("target")).cell_id() + "." + summaries[i].component,
-                      role.stage, role.held_out, role.part);
+                      role.anchors, role.stage, role.held_out, role.part);
   }
   std::iota(order.begin(), order.end(), std::size_t{0});
   std::stable_sort(order.begin(), order.end(),
@@ -343,6 +343,15 @@ void print_fidelity(const json& tables, std::ostream& os) {
                       m["grid_us"].get<double>());
         os << line;
       }
+    }
+    // Rows measured again on devices new to the campaign (absent where none was).
+    for (const auto& p : t.value("device_anchors", json::object()).value("device_pairs", json::array())) {
+      std::snprintf(line, sizeof(line),
+                    "      anchors: rows of #%d measured again on #%d: %d rows, anchor - row median "
+                    "%+.2f%%\n",
+                    p["row_device"].get<int>(), p["anchor_device"].get<int>(), p["count"].get<int>(),
+                    100 * p["median_signed_relative_difference"].get<double>());
+      os << line;
     }
     for (const auto& p : t["failed_points"])
       os << "      FAILED B/2B at (N, A, M) = " << p.dump() << " (not in the table)\n";

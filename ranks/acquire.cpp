@@ -307,6 +307,50 @@ class Acquisition {
     for (const auto& info : earlier_stages) add_stored_cell(info);
     declare();
     write_provenance();
+    add_anchor_cells();
+  }
+
+  // A run on a device the campaign has not measured on measures a spread of each table's
+  // published rows again (anchor cells, measured after the cells left), so that how far this
+  // device lies from those that measured the table is measured, not inferred
+  // (docs/measurement.md#fidelity). Collective.
+  void add_anchor_cells() {
+    std::string text = "[]";
+    const bool new_device = !device_change_.added.empty();  // rank 0's
+    count_snapshots();
+    file_.reset();  // read serially on rank 0, reopened collectively
+    if (rank_ == 0 && new_device) {
+      const auto acq = read_acquisition(path_);
+      json out = json::array();
+      std::size_t rows = 0;
+      for (const auto& f : evaluate_fidelity(acq, summarize(acq), {})) {
+        const auto t = std::find_if(plan_.targets.begin(), plan_.targets.end(),
+                                    [&](const TargetPlan& p) { return p.target == f.target; });
+        if (t == plan_.targets.end()) continue;
+        // Rows with a complete round: each measured on the earlier devices only.
+        std::vector<GridPoint> published;
+        for (const auto& p : f.table)
+          if (p.bank_check_passed && p.time_us) published.push_back(p.point);
+        if (published.empty()) continue;
+        int set = 1;
+        for (const auto index : f.cells)
+          set = std::max(set, cell_role(json::parse(acq.cells[index].info.json)).anchors + 1);
+        const auto anchors = anchor_rows(published);
+        rows += anchors.size();
+        for (const auto& info : cell_parts(*t, f.component, CellRole{0, false, 0, set}, anchors))
+          out.push_back(cell_info_json(info));
+      }
+      if (rows > 0 && !options_.quiet)
+        std::cerr << "acquire: this device is new to the campaign: " << rows
+                  << " published rows measured again (up to " << kAnchorRows
+                  << " per table, after the cells left) to measure how far it lies from the "
+                     "devices that measured them\n";
+      text = out.dump();
+    }
+    for (const auto& j : json::parse(broadcast_string(comm_, text)))
+      add_stored_cell(cell_info_of(j));
+    file_ = std::make_unique<AcquisitionFile>(comm_, path_, identity_);
+    declare();
   }
 
   // Refuses, before the file is opened, a campaign whose state is gone while the file holds
@@ -385,7 +429,7 @@ class Acquisition {
         cells_.push_back({&t, *c, cell_role(j), info, {}});
         return;
       }
-    throw std::runtime_error("the acquisition file holds refinement cell " + info.id +
+    throw std::runtime_error("the acquisition file holds cell " + info.id +
                              " of a target this job does not plan");
   }
 
@@ -431,7 +475,7 @@ class Acquisition {
     }
   }
 
-  // Rank 0 reads the refinement-stage cells of an existing file (stage > 0; descriptions only),
+  // Rank 0 reads the refinement-stage and anchor cells of an existing file (descriptions only),
   // in stage order, and broadcasts them. Collective.
   std::vector<CellInfo> stage_cells_in_file() {
     std::string text = "[]";
@@ -439,8 +483,9 @@ class Acquisition {
       try {
         std::vector<std::pair<int, CellInfo>> staged;
         for (auto& info : read_cell_infos(path_))
-          if (const int stage = cell_role(json::parse(info.json)).stage; stage > 0)
-            staged.emplace_back(stage, std::move(info));
+          if (const auto role = cell_role(json::parse(info.json));
+              role.stage > 0 || role.anchors > 0)
+            staged.emplace_back(role.stage, std::move(info));
         std::stable_sort(staged.begin(), staged.end(),
                          [](const auto& a, const auto& b) { return a.first < b.first; });
         json list = json::array();
@@ -508,6 +553,16 @@ class Acquisition {
       const auto t = std::find_if(plan_.targets.begin(), plan_.targets.end(),
                                   [&](const TargetPlan& p) { return p.target == f.target; });
       if (t == plan_.targets.end()) continue;
+      // Rows measured again on devices new to the campaign: each pair's offset, once per run.
+      if (const auto anchored = device_anchors_json(f.anchors);
+          !options_.quiet && !anchored.is_null() &&
+          anchors_reported_.insert(f.target.label(f.component)).second)
+        for (const auto& p : anchored["device_pairs"])
+          std::cerr << "acquire: anchors of " << t->target.label() << " " << to_string(f.component)
+                    << ": rows of device #" << p["row_device"] << " measured again on #"
+                    << p["anchor_device"] << ": " << p["count"] << " rows, anchor - row median "
+                    << 100 * p["median_signed_relative_difference"].get<double>()
+                    << "% (harness inspect numbers the devices)\n";
       const auto next = next_stage_of(job_, f, plan_.expert_time_steps, waves);
       const auto& step = next.step;
       const auto& misses = next.misses;
@@ -1110,6 +1165,7 @@ class Acquisition {
   std::string path_;
   FileIdentity identity_;
   std::set<std::string> refinement_ended_;  // rank 0: tables whose end of refinement was reported
+  std::set<std::string> anchors_reported_;  // rank 0: tables whose anchors this run reported
   std::unique_ptr<AcquisitionFile> file_;
   std::vector<Cell> cells_;
   std::unique_ptr<CampaignState> campaign_;

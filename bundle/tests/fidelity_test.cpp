@@ -58,5 +58,56 @@ TEST(Repeatability, SplitsByDeviceAndGivesEachPairItsOffset) {
   EXPECT_FALSE(unknown.to_json(0.02)["repeatability"].contains("by_device"));
 }
 
+// Anchor rows spread from the first row to the last; a table of at most kAnchorRows keeps all.
+TEST(AnchorRows, SpreadOverTheTableFromFirstToLast) {
+  std::vector<GridPoint> rows;
+  for (std::int64_t n = 1; n <= 100; ++n) rows.push_back({n, 0, 0});
+  const auto anchors = anchor_rows(rows);
+  ASSERT_EQ(anchors.size(), kAnchorRows);
+  EXPECT_EQ(anchors.front(), rows.front());
+  EXPECT_EQ(anchors.back(), rows.back());
+  for (std::size_t i = 1; i < anchors.size(); ++i) {
+    EXPECT_LT(anchors[i - 1].tokens, anchors[i].tokens);
+    EXPECT_LE(anchors[i].tokens - anchors[i - 1].tokens, 7);  // 99 / 15 apart, rounded down
+  }
+  const std::vector<GridPoint> few(rows.begin(), rows.begin() + 5);
+  EXPECT_EQ(anchor_rows(few), few);
+}
+
+// An anchor cell names its set and reads back as neither grid nor held-out.
+TEST(AnchorCells, IdAndRoleRoundTrip) {
+  Target t;
+  const CellRole role{0, false, 1, 2};
+  const auto id = fidelity_cell_id(t, Component::experts, role);
+  EXPECT_NE(id.find(".experts.anchors2.part1"), std::string::npos) << id;
+  const auto j = fidelity_cell_json(t, Component::experts, role, 1, 4);
+  EXPECT_EQ(j.at("role"), "anchors");
+  const auto back = cell_role(j);
+  EXPECT_EQ(back.anchors, 2);
+  EXPECT_EQ(back.part, 1);
+  EXPECT_FALSE(back.held_out);
+  EXPECT_EQ(cell_role(fidelity_cell_json(t, Component::experts, {}, 1, 4)).anchors, 0);
+}
+
+// Anchors against the rows' devices: per pair the signed median of (anchor - row) / row; none
+// whose devices are known gives no block.
+TEST(DeviceAnchors, PerPairOfRowAndAnchorDevice) {
+  const std::vector<AnchorPoint> anchors = {{{1, 0, 0}, 100.0, 97.0, 0, 2},
+                                            {{2, 0, 0}, 100.0, 98.0, 0, 2},
+                                            {{3, 0, 0}, 100.0, 99.0, 0, 2},
+                                            {{1, 0, 0}, 100.0, 100.5, 2, 2}};
+  const auto j = device_anchors_json(anchors);
+  EXPECT_EQ(j.at("count"), 4);
+  ASSERT_EQ(j.at("device_pairs").size(), 2u);
+  EXPECT_EQ(j["device_pairs"][0]["row_device"], 0);
+  EXPECT_EQ(j["device_pairs"][0]["anchor_device"], 2);
+  EXPECT_EQ(j["device_pairs"][0]["count"], 3);
+  EXPECT_NEAR(j["device_pairs"][0]["median_signed_relative_difference"].get<double>(), -0.02,
+              1e-12);
+  EXPECT_NEAR(j["device_pairs"][1]["median_signed_relative_difference"].get<double>(), 0.005,
+              1e-12);
+  EXPECT_TRUE(device_anchors_json({{{1, 0, 0}, 100.0, 97.0, -1, 2}}).is_null());
+}
+
 }  // namespace
 }  // namespace moe

@@ -100,7 +100,7 @@ TEST(Summary, PointsCarryTheMedianOfTheirRoundsRecordedClocks) {
 // A point's devices are those of the runs and ranks that committed its rounds, as the hardware
 // identity numbers them; none where no round recorded its run.
 TEST(Summary, PointsCarryTheDevicesOfTheirRounds) {
-  auto acq = experts_cell({{100, 100}, {100, 100}, {100, 100}});
+  auto acq = experts_cell({{100, 100}, {100, 104}, {100, 110}});
   EXPECT_TRUE(summarize(acq)[0].points[0].devices.empty());  // a file from before: unrecorded
   const auto gpu = [](const char* uuid) {
     return nlohmann::json::array({{{"rank", 0},
@@ -115,6 +115,9 @@ TEST(Summary, PointsCarryTheDevicesOfTheirRounds) {
   EXPECT_EQ(summarize(acq)[0].points[0].devices, std::vector<int>{1});
   acq.cells[0].rounds[0].run = 0;  // a resume on another GPU measured the later rounds
   EXPECT_EQ(summarize(acq)[0].points[0].devices, (std::vector<int>{0, 1}));
+  // Each device's own median of its 2B round medians: 100 on the first, 104 and 110 on the second.
+  EXPECT_EQ(summarize(acq)[0].points[0].time_us_by_device,
+            (std::map<int, double>{{0, 100.0}, {1, 107.0}}));
 }
 
 }  // namespace

@@ -136,6 +136,14 @@ with tempfile.TemporaryDirectory() as tmp:
     assert f"resumed {done}" in p.stdout, p.stdout
     assert (f"this run measures on host CPU (host {os.uname().nodename}), which no earlier run of this "
             "campaign used (they measured on host CPU (host elsewhere))") in p.stderr, p.stderr
+    # A device new to the campaign measures a spread of each table's published rows again (anchors):
+    # up to 16 per table, in cells of their own, all measured; one set per new device.
+    assert "acquire: this device is new to the campaign: " in p.stderr, p.stderr
+    with h5py.File(os.path.join(out, "acquisition.h5"), "r") as f:
+        anchor_cells = {name: c for name, c in f["cells"].items() if ".anchors1" in name}
+        assert anchor_cells and all(c["rounds_done"][()].all() for c in anchor_cells.values()), list(anchor_cells)
+        assert all(len(c["points"]) <= 16 for c in anchor_cells.values()), list(anchor_cells)
+        assert not any(".anchors2" in name for name in f["cells"]), list(f["cells"])
     check_complete(os.path.join(out, "acquisition.h5"), 20)
     check_wave_accounting(out, "the resume after SIGKILL")
     # Every round names the run (and rank) that committed it, so the device that measured it: the
@@ -151,6 +159,13 @@ with tempfile.TemporaryDirectory() as tmp:
     # errors by whether a point's interpolation drew on another device's rows.
     report = json.loads(run([HARNESS, "inspect", os.path.join(out, "acquisition.h5"), "--format", "json"]).stdout)
     assert [d["host"] for d in report["devices"]] == ["elsewhere", os.uname().nodename], report["devices"]
+    anchored = [t for t in report["fidelity"] if "device_anchors" in t]
+    assert anchored, report["fidelity"]
+    for table in anchored:  # rows of the first device (elsewhere) measured again on this one, and
+        # the rounds of those rows this device completed after the kill against its own anchors
+        pairs = {(p["row_device"], p["anchor_device"]): p["count"] for p in table["device_anchors"]["device_pairs"]}
+        assert 0 < pairs.get((0, 1), 0) <= 16 and set(pairs) <= {(0, 1), (1, 1)}, pairs
+        assert sum(pairs.values()) == table["device_anchors"]["count"], table["device_anchors"]
     for table in report["fidelity"]:
         assert [d["device"] for d in table["rows_per_device"]] == [0, 1], table["rows_per_device"]
         held, split = table["held_out"], table["held_out"]["by_device"]
@@ -159,6 +174,7 @@ with tempfile.TemporaryDirectory() as tmp:
     text = run([HARNESS, "inspect", os.path.join(out, "acquisition.h5")]).stdout
     assert "    #1 host CPU (host " + os.uname().nodename + ")" in text and "rows by measuring device: #0 " in text, text
     assert "interpolated from another device's rows too: " in text, text
+    assert "      anchors: rows of #0 measured again on #1: " in text, text
     # A copy whose first run names another kind of device: inspect raises the red flag (exit 4)
     # and publish refuses it before writing anything.
     mixed = os.path.join(tmp, "mixed", "acquisition.h5")
