@@ -83,10 +83,14 @@ std::string fidelity_cell_id(const Target& t, Component c, CellRole role) {
 }
 
 json fidelity_cell_json(const Target& t, Component c, CellRole role, int rounds, int weight_banks) {
-  json j = {{"target", t.to_json()}, {"component", to_string(c)},
-            {"rounds", rounds},      {"weight_banks", weight_banks},
+  json j = {{"target", t.to_json()},
+            {"component", to_string(c)},
+            {"rounds", rounds},
+            {"weight_banks", weight_banks},
             {"stage", role.stage},
-            {"role", role.held_out ? "held_out" : role.anchors > 0 ? "anchors" : "grid"}};
+            {"role", role.held_out      ? "held_out"
+                     : role.anchors > 0 ? "anchors"
+                                        : "grid"}};
   if (role.part > 0) j["part"] = role.part;
   if (role.anchors > 0) j["anchors"] = role.anchors;
   return j;
@@ -339,8 +343,8 @@ std::vector<ComponentFidelity> evaluate_fidelity(const StoredAcquisition& acq,
       if (const auto g = grid.find(point); g != grid.end()) {  // refinement made it a grid point
         if (result.bank_check_passed && g->second.bank_check_passed) {
           const auto one = [](const std::vector<int>& d) { return d.size() == 1 ? d[0] : -1; };
-          f.remeasured.push_back({point, *result.time_us, *g->second.time_us,
-                                  one(result.devices), one(g->second.devices)});
+          f.remeasured.push_back({point, *result.time_us, *g->second.time_us, one(result.devices),
+                                  one(g->second.devices)});
           remeasured_differences.push_back(f.remeasured.back().relative_difference());
         }
         continue;

@@ -63,7 +63,8 @@ std::vector<CellSummary> summarize(const StoredAcquisition& acq) {
       for (const auto& m : r.medians) {
         const auto p = static_cast<std::size_t>(m.point);
         round_medians.at(p).push_back(experts ? m.median_2b_us : m.median_us);
-        if (d != device_of.end()) device_medians.at(p)[d->second].push_back(round_medians[p].back());
+        if (d != device_of.end())
+          device_medians.at(p)[d->second].push_back(round_medians[p].back());
         if (!std::isnan(m.sm_clock_mean_mhz)) clocks.at(p).push_back(m.sm_clock_mean_mhz);
       }
       if (!experts) continue;

@@ -244,17 +244,17 @@ void print_repeatability_by_device(const json& repeatability, std::ostream& os) 
     const auto& r = d[key];
     if (r["count"].get<int>() == 0) continue;
     std::snprintf(line, sizeof(line), "        %s: %d points, median %.2f%%, max %.2f%%\n",
-                  key == std::string("same_device") ? "on the same device"
-                                                    : "on two devices",
+                  key == std::string("same_device") ? "on the same device" : "on two devices",
                   r["count"].get<int>(), 100 * r["median_abs_relative_difference"].get<double>(),
                   100 * r["max_abs_relative_difference"].get<double>());
     os << line;
   }
   for (const auto& p : d["device_pairs"]) {
-    std::snprintf(line, sizeof(line),
-                  "        grid on #%d, held-out on #%d: %d points, grid - held-out median %+.2f%%\n",
-                  p["grid_device"].get<int>(), p["held_out_device"].get<int>(),
-                  p["count"].get<int>(), 100 * p["median_signed_relative_difference"].get<double>());
+    std::snprintf(
+        line, sizeof(line),
+        "        grid on #%d, held-out on #%d: %d points, grid - held-out median %+.2f%%\n",
+        p["grid_device"].get<int>(), p["held_out_device"].get<int>(), p["count"].get<int>(),
+        100 * p["median_signed_relative_difference"].get<double>());
     os << line;
   }
 }
@@ -345,12 +345,14 @@ void print_fidelity(const json& tables, std::ostream& os) {
       }
     }
     // Rows measured again on devices new to the campaign (absent where none was).
-    for (const auto& p : t.value("device_anchors", json::object()).value("device_pairs", json::array())) {
-      std::snprintf(line, sizeof(line),
-                    "      anchors: rows of #%d measured again on #%d: %d rows, anchor - row median "
-                    "%+.2f%%\n",
-                    p["row_device"].get<int>(), p["anchor_device"].get<int>(), p["count"].get<int>(),
-                    100 * p["median_signed_relative_difference"].get<double>());
+    for (const auto& p :
+         t.value("device_anchors", json::object()).value("device_pairs", json::array())) {
+      std::snprintf(
+          line, sizeof(line),
+          "      anchors: rows of #%d measured again on #%d: %d rows, anchor - row median "
+          "%+.2f%%\n",
+          p["row_device"].get<int>(), p["anchor_device"].get<int>(), p["count"].get<int>(),
+          100 * p["median_signed_relative_difference"].get<double>());
       os << line;
     }
     for (const auto& p : t["failed_points"])

@@ -278,9 +278,7 @@ int lookup(const Args& args) {
   const auto r = d.query(*c, tokens, activated, assignments);
   const RowRecords* rows = explain ? &d.row_records() : nullptr;
   if (format == "json") {
-    std::cout
-        << component_json(d, *c, tokens, activated, assignments, r, rows).dump(1)
-        << "\n";
+    std::cout << component_json(d, *c, tokens, activated, assignments, r, rows).dump(1) << "\n";
     return 0;
   }
   std::cout << std::setprecision(10) << r.time_us << "\n";

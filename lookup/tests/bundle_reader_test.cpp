@@ -293,18 +293,20 @@ TEST_F(BundleReader, DeviceSpreadIsTheRepeatabilityAcrossDevices) {
   };
   nlohmann::json repeatability = {{"count", 3}};
   EXPECT_FALSE(with(repeatability).device_spread(Component::experts));  // before the split
-  repeatability["by_device"] = {
-      {"same_device",
-       {{"count", 3}, {"median_abs_relative_difference", 0.001}, {"max_abs_relative_difference", 0.002}}},
-      {"across_devices", {{"count", 0}}},
-      {"device_pairs", nlohmann::json::array()}};
+  repeatability["by_device"] = {{"same_device",
+                                 {{"count", 3},
+                                  {"median_abs_relative_difference", 0.001},
+                                  {"max_abs_relative_difference", 0.002}}},
+                                {"across_devices", {{"count", 0}}},
+                                {"device_pairs", nlohmann::json::array()}};
   const auto one_device = with(repeatability).device_spread(Component::experts);
   ASSERT_TRUE(one_device.has_value());
   EXPECT_EQ(one_device->count, 0);
   EXPECT_EQ(one_device->pairs, 0);
   EXPECT_DOUBLE_EQ(one_device->largest_offset, 0);
-  repeatability["by_device"]["across_devices"] = {
-      {"count", 12}, {"median_abs_relative_difference", 0.02}, {"max_abs_relative_difference", 0.05}};
+  repeatability["by_device"]["across_devices"] = {{"count", 12},
+                                                  {"median_abs_relative_difference", 0.02},
+                                                  {"max_abs_relative_difference", 0.05}};
   const auto pair = [](int grid, int held, int count, double offset) {
     return nlohmann::json{{"grid_device", grid},
                           {"held_out_device", held},
