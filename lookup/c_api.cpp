@@ -46,6 +46,18 @@ int for_component(const char* name, F&& f) {
   return f(*c);
 }
 
+// `f(c)` for the component named `name`, under the handle's lock and guarded (no exception
+// leaves it); an unknown name is refused.
+template <typename F>
+int locked_component(harness_lookup* h, const char* name, F&& f) {
+  return for_component(name, [&](moe::Component c) {
+    return guarded([&] {
+      const std::lock_guard lock(h->mu);
+      return f(c);
+    });
+  });
+}
+
 // Held-out errors into a caller's out-pointers (each may be NULL).
 void copy_errors(const moe::HeldOutErrors& e, double* median, double* p95, double* max,
                  int* count) {
@@ -82,14 +94,11 @@ int harness_lookup_open(const char* variant_dir, int tp, int dp, int rank, int s
 int harness_lookup_component(harness_lookup* h, const char* component, int64_t tokens,
                              int64_t activated, int64_t assignments, double* time_us, int* exact) {
   if (!h || !component || !time_us) return fail(HARNESS_LOOKUP_INVALID_ARGUMENT, "null argument");
-  return for_component(component, [&](moe::Component c) {
-    return guarded([&] {
-      const std::lock_guard lock(h->mu);
-      const auto r = h->components.query(c, tokens, activated, assignments);
-      *time_us = r.time_us;
-      if (exact) *exact = r.exact ? 1 : 0;
-      return HARNESS_LOOKUP_OK;
-    });
+  return locked_component(h, component, [&](moe::Component c) {
+    const auto r = h->components.query(c, tokens, activated, assignments);
+    *time_us = r.time_us;
+    if (exact) *exact = r.exact ? 1 : 0;
+    return HARNESS_LOOKUP_OK;
   });
 }
 
@@ -97,51 +106,42 @@ int harness_lookup_held_out(harness_lookup* h, const char* component, int64_t to
                             int64_t activated, int64_t assignments, double* median, double* p95,
                             double* max, int* count, int* balanced) {
   if (!h || !component) return fail(HARNESS_LOOKUP_INVALID_ARGUMENT, "null argument");
-  return for_component(component, [&](moe::Component c) {
-    return guarded([&] {
-      const std::lock_guard lock(h->mu);
-      const auto e = h->components.held_out_errors(c, tokens, activated, assignments);
-      if (!e)
-        throw moe::LookupError(std::string(component) +
-                               ": the bundle records no held-out errors (published before them)");
-      copy_errors(*e, median, p95, max, count);
-      if (balanced) *balanced = e->routing.empty() ? -1 : e->routing == "balanced" ? 1 : 0;
-      return HARNESS_LOOKUP_OK;
-    });
+  return locked_component(h, component, [&](moe::Component c) {
+    const auto e = h->components.held_out_errors(c, tokens, activated, assignments);
+    if (!e)
+      throw moe::LookupError(std::string(component) +
+                             ": the bundle records no held-out errors (published before them)");
+    copy_errors(*e, median, p95, max, count);
+    if (balanced) *balanced = e->routing.empty() ? -1 : e->routing == "balanced" ? 1 : 0;
+    return HARNESS_LOOKUP_OK;
   });
 }
 
 int harness_lookup_wave_step(harness_lookup* h, const char* component, int64_t tokens,
                              int64_t activated, int64_t assignments, int* spans) {
   if (!h || !component || !spans) return fail(HARNESS_LOOKUP_INVALID_ARGUMENT, "null argument");
-  return for_component(component, [&](moe::Component c) {
-    return guarded([&] {
-      const std::lock_guard lock(h->mu);
-      const auto r = h->components.query(c, tokens, activated, assignments);
-      const auto s = h->components.spans_launch_wave_step(c, r);
-      *spans = !s ? -1 : *s ? 1 : 0;
-      return HARNESS_LOOKUP_OK;
-    });
+  return locked_component(h, component, [&](moe::Component c) {
+    const auto r = h->components.query(c, tokens, activated, assignments);
+    const auto s = h->components.spans_launch_wave_step(c, r);
+    *spans = !s ? -1 : *s ? 1 : 0;
+    return HARNESS_LOOKUP_OK;
   });
 }
 
 int harness_lookup_device_spread(harness_lookup* h, const char* component, double* median,
                                  double* max, double* largest_offset, int* count) {
   if (!h || !component) return fail(HARNESS_LOOKUP_INVALID_ARGUMENT, "null argument");
-  return for_component(component, [&](moe::Component c) {
-    return guarded([&] {
-      const std::lock_guard lock(h->mu);
-      const auto s = h->components.device_spread(c);
-      if (!s)
-        throw moe::LookupError(std::string(component) +
-                               ": the bundle records no spread between devices (published before "
-                               "it)");
-      if (median) *median = s->median;
-      if (max) *max = s->max;
-      if (largest_offset) *largest_offset = s->largest_offset;
-      if (count) *count = s->count;
-      return HARNESS_LOOKUP_OK;
-    });
+  return locked_component(h, component, [&](moe::Component c) {
+    const auto s = h->components.device_spread(c);
+    if (!s)
+      throw moe::LookupError(std::string(component) +
+                             ": the bundle records no spread between devices (published before "
+                             "it)");
+    if (median) *median = s->median;
+    if (max) *max = s->max;
+    if (largest_offset) *largest_offset = s->largest_offset;
+    if (count) *count = s->count;
+    return HARNESS_LOOKUP_OK;
   });
 }
 
@@ -149,17 +149,14 @@ int harness_lookup_held_out_across_wave_steps(harness_lookup* h, const char* com
                                               double* median, double* p95, double* max,
                                               int* count) {
   if (!h || !component) return fail(HARNESS_LOOKUP_INVALID_ARGUMENT, "null argument");
-  return for_component(component, [&](moe::Component c) {
-    return guarded([&] {
-      const std::lock_guard lock(h->mu);
-      const auto e = h->components.held_out_errors_across_wave_steps(c);
-      if (!e)
-        throw moe::LookupError(std::string(component) +
-                               ": the bundle records no held-out errors across launch-wave steps "
-                               "(a backend that declares no waves, or published before them)");
-      copy_errors(*e, median, p95, max, count);
-      return HARNESS_LOOKUP_OK;
-    });
+  return locked_component(h, component, [&](moe::Component c) {
+    const auto e = h->components.held_out_errors_across_wave_steps(c);
+    if (!e)
+      throw moe::LookupError(std::string(component) +
+                             ": the bundle records no held-out errors across launch-wave steps "
+                             "(a backend that declares no waves, or published before them)");
+    copy_errors(*e, median, p95, max, count);
+    return HARNESS_LOOKUP_OK;
   });
 }
 
