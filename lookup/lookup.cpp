@@ -184,7 +184,8 @@ std::optional<HeldOutErrors> Deployment::held_out_errors(Component c, std::int64
   return read(held, routing);
 }
 
-const RowRecords& Deployment::row_records() const {
+std::optional<bool> Deployment::spans_launch_wave_step(Component c, const LookupResult& r) const {
+  if (c != Component::experts || r.exact || r.vertices.empty()) return std::nullopt;
   if (!impl_->records) {
     try {
       impl_->records = read_row_records(impl_->tp_dir, impl_->entry);
@@ -192,12 +193,7 @@ const RowRecords& Deployment::row_records() const {
       throw LookupError(e.what());
     }
   }
-  return *impl_->records;
-}
-
-std::optional<bool> Deployment::spans_launch_wave_step(Component c, const LookupResult& r) const {
-  if (c != Component::experts || r.exact || r.vertices.empty()) return std::nullopt;
-  const auto& records = row_records();
+  const auto& records = *impl_->records;
   const std::vector<std::int64_t>* first = nullptr;
   bool differ = false;
   for (const auto& x : r.vertices) {

@@ -15,7 +15,6 @@
 #include <unordered_map>
 #include <vector>
 
-#include "bundle/bundle_meta.h"
 #include "core/component.h"
 #include "lookup/tables.h"
 
@@ -97,10 +96,6 @@ class Deployment {
   // Throws LookupError for a missing or corrupt row_clocks.csv.
   [[nodiscard]] std::optional<bool> spans_launch_wave_step(Component c,
                                                            const LookupResult& r) const;
-  // How each published row was measured (row_clocks.csv: clock, devices, run spread, launch
-  // waves), read under its checksum on first use and kept; empty for an entry published before
-  // it. Throws LookupError for a missing or corrupt file.
-  [[nodiscard]] const RowRecords& row_records() const;
   // The spread between GPUs of the kind that the table of `c` records; nullopt where it records
   // none (a bundle published before the forty-ninth session). Throws LookupError when malformed.
   [[nodiscard]] std::optional<DeviceSpread> device_spread(Component c) const;
