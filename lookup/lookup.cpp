@@ -108,15 +108,26 @@ HeldOutErrors held_out_block(const nlohmann::json& held, std::initializer_list<c
   }
 }
 
+// The block at `path` below the component's entry of coverage.fidelity.components; nullptr where
+// the entry records no such block (a bundle published before it).
+const nlohmann::json* fidelity_block(const nlohmann::json& components, Component c,
+                                     std::initializer_list<const char*> path) {
+  const auto it = components.is_object() ? components.find(to_string(c)) : components.end();
+  if (it == components.end()) return nullptr;
+  const nlohmann::json* block = &*it;
+  for (const char* key : path) {
+    if (!block->is_object() || !block->contains(key)) return nullptr;
+    block = &block->at(key);
+  }
+  return block;
+}
+
 }  // namespace
 
 std::optional<HeldOutErrors> Deployment::held_out_errors_across_wave_steps(Component c) const {
-  const auto& all = impl_->fidelity;
-  const auto it = all.is_object() ? all.find(to_string(c)) : all.end();
-  if (it == all.end() || !it->is_object() || !it->contains("held_out") ||
-      !it->at("held_out").contains("by_waves"))
-    return std::nullopt;
-  auto errors = held_out_block(it->at("held_out"), {"by_waves", "across_waves"}, c);
+  const auto* by_waves = fidelity_block(impl_->fidelity, c, {"held_out", "by_waves"});
+  if (!by_waves) return std::nullopt;
+  auto errors = held_out_block(*by_waves, {"across_waves"}, c);
   errors.waves = "across_waves";
   return errors;
 }
@@ -130,21 +141,17 @@ nlohmann::json DeviceSpread::to_json() const {
 }
 
 std::optional<DeviceSpread> Deployment::device_spread(Component c) const {
-  const auto& all = impl_->fidelity;
-  const auto it = all.is_object() ? all.find(to_string(c)) : all.end();
-  if (it == all.end() || !it->is_object() || !it->contains("repeatability") ||
-      !it->at("repeatability").contains("by_device"))
-    return std::nullopt;
+  const auto* by_device = fidelity_block(impl_->fidelity, c, {"repeatability", "by_device"});
+  if (!by_device) return std::nullopt;
   try {
-    const auto& by_device = it->at("repeatability").at("by_device");
-    const auto& across = by_device.at("across_devices");
+    const auto& across = by_device->at("across_devices");
     DeviceSpread spread;
     spread.count = across.at("count").get<int>();
     if (spread.count > 0) {
       spread.median = across.at("median_abs_relative_difference").get<double>();
       spread.max = across.at("max_abs_relative_difference").get<double>();
     }
-    for (const auto& pair : by_device.at("device_pairs")) {
+    for (const auto& pair : by_device->at("device_pairs")) {
       if (pair.at("count").get<int>() < DeviceSpread::kMinPairPoints) continue;
       ++spread.pairs;
       const double offset = pair.at("median_signed_relative_difference").get<double>();
@@ -160,10 +167,9 @@ std::optional<DeviceSpread> Deployment::device_spread(Component c) const {
 std::optional<HeldOutErrors> Deployment::held_out_errors(Component c, std::int64_t tokens,
                                                          std::int64_t activated,
                                                          std::int64_t assignments) const {
-  const auto& all = impl_->fidelity;
-  const auto it = all.is_object() ? all.find(to_string(c)) : all.end();
-  if (it == all.end() || !it->is_object() || !it->contains("held_out")) return std::nullopt;
-  const auto& held = it->at("held_out");
+  const auto* held_block = fidelity_block(impl_->fidelity, c, {"held_out"});
+  if (!held_block) return std::nullopt;
+  const auto& held = *held_block;
   const auto read = [&](const nlohmann::json& block, std::string routing) {
     auto errors = routing.empty() ? held_out_block(block, {}, c)
                                   : held_out_block(block, {"by_routing", routing.c_str()}, c);
