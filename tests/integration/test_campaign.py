@@ -1,7 +1,8 @@
 """Campaign controller: the GPU-hour budget stops a campaign before a wave that would exceed it
 (nothing measured is lost), SIGKILL of the whole job resumes from campaign.json and the HDF5 file,
-an edited job refuses to resume, naming what changed, and the measured cost per point-round is
-recorded and used by `plan`."""
+an edited job refuses to resume, naming what changed, the measured cost per point-round is
+recorded and used by `plan`, and a run on a device new to the campaign measures anchor rows (a run
+that stopped before them leaves them to the resume)."""
 import json
 import os
 import re
@@ -314,4 +315,32 @@ with tempfile.TemporaryDirectory() as tmp:
     p = run(mpirun_cmd(2, "acquire", "--unverified", edited, "--out", out, "--out-root", root, "--rounds", "20"), check=False)
     assert p.returncode != 0 and "different contract (differs in: geometry.top_k: 2 -> 3" in p.stderr, p.stderr
     assert file_sha(os.path.join(out, "acquisition.h5")) == sha
+
+    # 5. Anchors that a run declared but did not measure (it stopped at its time limit before
+    # them) are measured by the run that resumes on the same device, which adds no second set.
+    done = os.path.join(tmp, "anchored")
+    anchored = ["acquire", "--unverified", job, "--out", done, "--out-root", os.path.join(tmp, "anchored-bundles"),
+                "--rounds", "1"]
+    run(mpirun_cmd(2, *anchored))
+    with h5py.File(os.path.join(done, "acquisition.h5"), "r+") as f:
+        prov = f["provenance"]
+        for k in [k for k in prov.attrs if not k.endswith("_end")]:
+            ranks = json.loads(prov.attrs[k].decode())
+            for r in ranks:
+                r["host"] = "elsewhere"
+            prov.attrs[k] = numpy.bytes_(json.dumps(ranks))
+    p = run(mpirun_cmd(2, *anchored, "--time-limit", "0.000001"), check=False)
+    assert p.returncode == 4 and "acquire: this device is new to the campaign: " in p.stderr, (p.returncode, p.stderr)
+    with h5py.File(os.path.join(done, "acquisition.h5"), "r") as f:
+        declared = {name: bool(c["rounds_done"][()].all()) for name, c in f["cells"].items() if ".anchors" in name}
+    assert declared and not any(declared.values()) and all(".anchors1" in n for n in declared), declared
+    p = run(mpirun_cmd(2, *anchored))
+    assert "this device is new to the campaign" not in p.stderr, p.stderr
+    assert re.search(r"acquire: anchors of \S+ \S+: rows of device #0 measured again on #1: \d+ rows, "
+                     r"anchor - row median -?[\d.]+%", p.stderr), p.stderr
+    with h5py.File(os.path.join(done, "acquisition.h5"), "r") as f:
+        measured = {name: bool(c["rounds_done"][()].all()) for name, c in f["cells"].items() if ".anchors" in name}
+    assert measured == {name: True for name in declared}, measured
+    text = run([HARNESS, "inspect", os.path.join(done, "acquisition.h5")]).stdout
+    assert "      anchors: rows of #0 measured again on #1: " in text, text
 print("ok")
