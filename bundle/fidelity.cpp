@@ -430,6 +430,32 @@ std::string repeatability_summary(const json& component_fidelity) {
   return line;
 }
 
+std::string device_spread_summary(const json& component_fidelity) {
+  char part[200];
+  std::string spread, anchored;
+  const auto across = component_fidelity.value("repeatability", json::object())
+                          .value("by_device", json::object())
+                          .value("across_devices", json::object());
+  if (across.value("count", 0) > 0) {
+    std::snprintf(part, sizeof(part),
+                  "%d points measured on two devices, |difference| median %.2f%%, max %.2f%%",
+                  across.at("count").get<int>(),
+                  100 * across.at("median_abs_relative_difference").get<double>(),
+                  100 * across.at("max_abs_relative_difference").get<double>());
+    spread = part;
+  }
+  const auto anchors = component_fidelity.value("device_anchors", json::object());
+  for (const auto& p : anchors.value("device_pairs", json::array())) {
+    if (p.at("row_device") == p.at("anchor_device")) continue;  // a device against itself
+    std::snprintf(part, sizeof(part), "rows of #%d measured again on #%d, %d rows, median %+.2f%%",
+                  p.at("row_device").get<int>(), p.at("anchor_device").get<int>(),
+                  p.at("count").get<int>(),
+                  100 * p.at("median_signed_relative_difference").get<double>());
+    anchored += (anchored.empty() ? "anchors: " : ", ") + std::string(part);
+  }
+  return spread.empty() || anchored.empty() ? spread + anchored : spread + "; " + anchored;
+}
+
 bool prediction_spans_wave_step(const ExpertWaves& waves, const GridPoint& point,
                                 const LookupResult& answer) {
   const auto own = waves(point.activated, point.assignments);

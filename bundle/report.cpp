@@ -241,6 +241,7 @@ std::string held_out_plot(const fs::path& tp_dir, const BundleEntry& e, const st
     if (!c.contains("held_out")) continue;
     out << "<p class=\"fidelity\">" << esc(name) << " held-out: " << esc(held_out_summary(c));
     if (const auto r = repeatability_summary(c); !r.empty()) out << "; repeatability: " << esc(r);
+    if (const auto d = device_spread_summary(c); !d.empty()) out << "; between devices: " << esc(d);
     out << "</p>";
   }
   out << log_plot(title + ": held-out, predicted vs measured",

@@ -109,5 +109,27 @@ TEST(DeviceAnchors, PerPairOfRowAndAnchorDevice) {
   EXPECT_TRUE(device_anchors_json({{{1, 0, 0}, 100.0, 97.0, -1, 2}}).is_null());
 }
 
+// The report's line on devices: points measured on two devices, then each pair of the anchors'
+// devices (a device against itself left out); nothing where neither is recorded.
+TEST(DeviceSpreadSummary, TwoDevicesThenAnchors) {
+  nlohmann::json c = {{"repeatability", {{"count", 3}}}};
+  EXPECT_EQ(device_spread_summary(c), "");
+  c["repeatability"]["by_device"] = {{"across_devices",
+                                      {{"count", 120},
+                                       {"median_abs_relative_difference", 0.0206},
+                                       {"max_abs_relative_difference", 0.041}}}};
+  EXPECT_EQ(device_spread_summary(c),
+            "120 points measured on two devices, |difference| median 2.06%, max 4.10%");
+  c["device_anchors"] = device_anchors_json({{{1, 0, 0}, 100.0, 97.5, 0, 4},
+                                             {{2, 0, 0}, 100.0, 100.5, 4, 4},
+                                             {{3, 0, 0}, 100.0, 101.0, 1, 4}});
+  EXPECT_EQ(device_spread_summary(c),
+            "120 points measured on two devices, |difference| median 2.06%, max 4.10%; anchors: "
+            "rows of #0 measured again on #4, 1 rows, median -2.50%, rows of #1 measured again "
+            "on #4, 1 rows, median +1.00%");
+  c.erase("repeatability");
+  EXPECT_EQ(device_spread_summary(c).rfind("anchors: rows of #0 measured again on #4", 0), 0u);
+}
+
 }  // namespace
 }  // namespace moe

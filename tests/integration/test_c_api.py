@@ -195,6 +195,11 @@ with tempfile.TemporaryDirectory() as tmp:
                 "--activated", "2", "--assignments", "4", "--explain"]).stdout
     assert ("GPUs of the kind measured the same points 2.10% apart (median; max 4.30% over 14 points measured on "
             "two devices; the pair furthest apart: -2.50%)") in text, text
+    # ... and the report says it beside the table's held-out errors.
+    page = os.path.join(tmp, "spread.html")
+    run([HARNESS, "report", spread_dir, "--out", page])
+    assert "; between devices: 14 points measured on two devices, |difference| median 2.10%, max 4.30%</p>" in \
+        open(page).read(), page
 
     libs = subprocess.run(["ldd", CONSUMER], capture_output=True, text=True).stdout
     for lib in ("libmpi", "libhdf5", "libcuda", "libcudart", "libboost"):
