@@ -64,13 +64,22 @@ json repeatability_by_device(const std::vector<RemeasuredPoint>& remeasured) {
 }  // namespace
 
 json device_anchors_json(const std::vector<AnchorPoint>& anchors) {
+  if (anchors.empty()) return nullptr;
   DevicePairs pairs;
   for (const auto& a : anchors)
-    if (a.row_device >= 0 && a.anchor_device >= 0)
-      pairs[{a.row_device, a.anchor_device}].push_back(a.signed_difference());
-  if (pairs.empty()) return nullptr;
+    pairs[{a.row_device, a.anchor_device}].push_back(a.signed_difference());
   return {{"count", anchors.size()},
           {"device_pairs", device_pairs_json(pairs, "row_device", "anchor_device")}};
+}
+
+std::string anchor_pair_summary(const json& pair) {
+  char line[160];
+  std::snprintf(line, sizeof(line),
+                "rows of #%d measured again on #%d: %d rows, anchor - row median %+.2f%%",
+                pair.at("row_device").get<int>(), pair.at("anchor_device").get<int>(),
+                pair.at("count").get<int>(),
+                100 * pair.at("median_signed_relative_difference").get<double>());
+  return line;
 }
 
 std::string fidelity_cell_id(const Target& t, Component c, CellRole role) {
@@ -282,7 +291,7 @@ std::vector<ComponentFidelity> evaluate_fidelity(const StoredAcquisition& acq,
                      [](const auto& a, const auto& b) { return a.first.stage < b.first.stage; });
     f.complete = true;
     std::map<GridPoint, PointResult> grid, probes;
-    std::vector<PointResult> anchored;  // every anchor set's, in stage order
+    std::vector<PointResult> anchored;  // the points of every anchor set
     std::set<GridPoint> planned;
     for (const auto& [role, cs] : cells) {
       f.stages = std::max(f.stages, role.stage);
@@ -447,11 +456,7 @@ std::string device_spread_summary(const json& component_fidelity) {
   const auto anchors = component_fidelity.value("device_anchors", json::object());
   for (const auto& p : anchors.value("device_pairs", json::array())) {
     if (p.at("row_device") == p.at("anchor_device")) continue;  // a device against itself
-    std::snprintf(part, sizeof(part), "rows of #%d measured again on #%d, %d rows, median %+.2f%%",
-                  p.at("row_device").get<int>(), p.at("anchor_device").get<int>(),
-                  p.at("count").get<int>(),
-                  100 * p.at("median_signed_relative_difference").get<double>());
-    anchored += (anchored.empty() ? "anchors: " : ", ") + std::string(part);
+    anchored += (anchored.empty() ? "anchors: " : ", ") + anchor_pair_summary(p);
   }
   return spread.empty() || anchored.empty() ? spread + anchored : spread + "; " + anchored;
 }

@@ -95,14 +95,18 @@ struct RemeasuredPoint {
 struct AnchorPoint {
   GridPoint point;
   double row_us = 0, anchor_us = 0;
-  int row_device = -1, anchor_device = -1;  // as RemeasuredPoint's
+  // Positions in hardware_identity's devices: the device of the row's rounds compared, and the
+  // anchor's (PointResult::time_us_by_device, so always known).
+  int row_device = 0, anchor_device = 0;
   [[nodiscard]] double signed_difference() const { return (anchor_us - row_us) / row_us; }
 };
 
-// The rows anchored on a device against the rows' own device(s): where their devices are known,
-// per pair (row device, anchor device) the count and the signed median of (anchor - row) / row.
-// Null where no anchor's devices are known.
+// The rows anchored on a device against the rows' own device(s): per pair (row device, anchor
+// device) the count and the signed median of (anchor - row) / row. Null where there is no anchor.
 [[nodiscard]] nlohmann::json device_anchors_json(const std::vector<AnchorPoint>& anchors);
+// One pair of device_anchors_json, as acquire, inspect and report print it: "rows of #0 measured
+// again on #4: 16 rows, anchor - row median -2.41%".
+[[nodiscard]] std::string anchor_pair_summary(const nlohmann::json& pair);
 
 // Anchor rows of a table: up to kAnchorRows of `rows` (sorted), evenly spaced from the first to
 // the last, so that the offset is measured over the whole range.
@@ -134,8 +138,8 @@ struct ComponentFidelity {
   // statistics are of |relative_difference|.
   std::vector<RemeasuredPoint> remeasured;
   HeldOutStatistics remeasured_statistics;
-  // Published rows measured again on devices new to the campaign (anchor cells), each against
-  // the row's latest measurement.
+  // Published rows measured again on devices new to the campaign (anchor cells): each anchor's
+  // device against each device that measured the row's rounds.
   std::vector<AnchorPoint> anchors;
   // Local components: consecutive token rows whose forwards ran different kernels (e.g. cuBLAS
   // changing its GEMM with N) with an integer between them: a step may lie between the rows
@@ -217,7 +221,7 @@ struct NextStage {
 // And how far apart devices measured the same points, as `report` prints it: the points measured
 // on two devices (repeatability.by_device) and each pair of the anchors' devices ("120 points
 // measured on two devices, |difference| median 2.06%, max 4.10%; anchors: rows of #0 measured
-// again on #4, 16 rows, median -2.41%"); "" where the entry records neither.
+// again on #4: 16 rows, anchor - row median -2.41%"); "" where the entry records neither.
 [[nodiscard]] std::string device_spread_summary(const nlohmann::json& component_fidelity);
 
 }  // namespace moe

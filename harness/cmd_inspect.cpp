@@ -346,15 +346,8 @@ void print_fidelity(const json& tables, std::ostream& os) {
     }
     // Rows measured again on devices new to the campaign (absent where none was).
     for (const auto& p :
-         t.value("device_anchors", json::object()).value("device_pairs", json::array())) {
-      std::snprintf(
-          line, sizeof(line),
-          "      anchors: rows of #%d measured again on #%d: %d rows, anchor - row median "
-          "%+.2f%%\n",
-          p["row_device"].get<int>(), p["anchor_device"].get<int>(), p["count"].get<int>(),
-          100 * p["median_signed_relative_difference"].get<double>());
-      os << line;
-    }
+         t.value("device_anchors", json::object()).value("device_pairs", json::array()))
+      os << "      anchors: " << anchor_pair_summary(p) << "\n";
     for (const auto& p : t["failed_points"])
       os << "      FAILED B/2B at (N, A, M) = " << p.dump() << " (not in the table)\n";
     // Older bundles have no such key.

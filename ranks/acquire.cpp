@@ -315,11 +315,13 @@ class Acquisition {
   // device lies from those that measured the table is measured, not inferred
   // (docs/measurement.md#fidelity). Collective.
   void add_anchor_cells() {
+    int new_device = rank_ == 0 && !device_change_.added.empty() ? 1 : 0;  // rank 0 knows
+    HARNESS_CHECK_MPI(MPI_Bcast(&new_device, 1, MPI_INT, 0, comm_));
+    if (!new_device) return;
     std::string text = "[]";
-    const bool new_device = !device_change_.added.empty();  // rank 0's
     count_snapshots();
     file_.reset();  // read serially on rank 0, reopened collectively
-    if (rank_ == 0 && new_device) {
+    if (rank_ == 0) {
       const auto acq = read_acquisition(path_);
       json out = json::array();
       std::size_t rows = 0;
@@ -559,10 +561,7 @@ class Acquisition {
           anchors_reported_.insert(f.target.label(f.component)).second)
         for (const auto& p : anchored["device_pairs"])
           std::cerr << "acquire: anchors of " << t->target.label() << " " << to_string(f.component)
-                    << ": rows of device #" << p["row_device"] << " measured again on #"
-                    << p["anchor_device"] << ": " << p["count"] << " rows, anchor - row median "
-                    << 100 * p["median_signed_relative_difference"].get<double>()
-                    << "% (harness inspect numbers the devices)\n";
+                    << ": " << anchor_pair_summary(p) << " (harness inspect numbers the devices)\n";
       const auto next = next_stage_of(job_, f, plan_.expert_time_steps, waves);
       const auto& step = next.step;
       const auto& misses = next.misses;

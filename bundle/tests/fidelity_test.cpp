@@ -89,8 +89,8 @@ TEST(AnchorCells, IdAndRoleRoundTrip) {
   EXPECT_EQ(cell_role(fidelity_cell_json(t, Component::experts, {}, 1, 4)).anchors, 0);
 }
 
-// Anchors against the rows' devices: per pair the signed median of (anchor - row) / row; none
-// whose devices are known gives no block.
+// Anchors against the rows' devices: per pair the signed median of (anchor - row) / row, and the
+// line acquire, inspect and report print for a pair; no anchor gives no block.
 TEST(DeviceAnchors, PerPairOfRowAndAnchorDevice) {
   const std::vector<AnchorPoint> anchors = {{{1, 0, 0}, 100.0, 97.0, 0, 2},
                                             {{2, 0, 0}, 100.0, 98.0, 0, 2},
@@ -106,7 +106,9 @@ TEST(DeviceAnchors, PerPairOfRowAndAnchorDevice) {
               1e-12);
   EXPECT_NEAR(j["device_pairs"][1]["median_signed_relative_difference"].get<double>(), 0.005,
               1e-12);
-  EXPECT_TRUE(device_anchors_json({{{1, 0, 0}, 100.0, 97.0, -1, 2}}).is_null());
+  EXPECT_EQ(anchor_pair_summary(j["device_pairs"][0]),
+            "rows of #0 measured again on #2: 3 rows, anchor - row median -2.00%");
+  EXPECT_TRUE(device_anchors_json({}).is_null());
 }
 
 // The report's line on devices: points measured on two devices, then each pair of the anchors'
@@ -125,8 +127,8 @@ TEST(DeviceSpreadSummary, TwoDevicesThenAnchors) {
                                              {{3, 0, 0}, 100.0, 101.0, 1, 4}});
   EXPECT_EQ(device_spread_summary(c),
             "120 points measured on two devices, |difference| median 2.06%, max 4.10%; anchors: "
-            "rows of #0 measured again on #4, 1 rows, median -2.50%, rows of #1 measured again "
-            "on #4, 1 rows, median +1.00%");
+            "rows of #0 measured again on #4: 1 rows, anchor - row median -2.50%, rows of #1 "
+            "measured again on #4: 1 rows, anchor - row median +1.00%");
   c.erase("repeatability");
   EXPECT_EQ(device_spread_summary(c).rfind("anchors: rows of #0 measured again on #4", 0), 0u);
 }
