@@ -350,13 +350,20 @@ int lookup(const Args& args) {
                     routing, 100 * h->median, 100 * h->p95, 100 * h->max, h->count);
       std::cout << line;
     }
-    if (const auto s = d.device_spread(*c); s && s->count > 0) {
+    if (const auto s = d.device_spread(*c); s && (s->count > 0 || s->pairs > 0)) {
       char line[256];
-      std::snprintf(line, sizeof(line),
-                    "GPUs of the kind measured the same points %.2f%% apart (median; max %.2f%% "
-                    "over %d points measured on two devices; the pair furthest apart: %+.2f%%): "
-                    "a GPU that did not measure the table may be off by as much\n",
-                    100 * s->median, 100 * s->max, s->count, 100 * s->largest_offset);
+      if (s->count > 0)
+        std::snprintf(line, sizeof(line),
+                      "GPUs of the kind measured the same points %.2f%% apart (median; max %.2f%% "
+                      "over %d points measured on two devices; the pair furthest apart: %+.2f%%): "
+                      "a GPU that did not measure the table may be off by as much\n",
+                      100 * s->median, 100 * s->max, s->count, 100 * s->largest_offset);
+      else  // only anchors: rows a device new to the campaign measured again
+        std::snprintf(line, sizeof(line),
+                      "GPUs of the kind measured the same rows %+.2f%% apart (median of the pair "
+                      "furthest apart of %d): a GPU that did not measure the table may be off by "
+                      "as much\n",
+                      100 * s->largest_offset, s->pairs);
       std::cout << line;
     }
   }

@@ -63,13 +63,14 @@ int harness_lookup_wave_step(harness_lookup* h, const char* component, int64_t t
 int harness_lookup_held_out_across_wave_steps(harness_lookup* h, const char* component,
                                               double* median, double* p95, double* max, int* count);
 
-/* How far apart GPUs of the kind measured the same points of the component's table (points
- * measured again on another device by a later refinement stage, no interpolation): |relative
- * difference| median and max over `count` such points (count 0: none, e.g. one device measured
- * it all), and `largest_offset`, the signed median (grid - held-out) / held-out of the device pair
- * furthest apart among those of at least 5 points (0 where none). A GPU that did not measure the
- * table may be off by as much. HARNESS_LOOKUP_ERROR where the bundle records none (published
- * before the split). Out-pointers may be NULL. */
+/* How far apart GPUs of the kind measured the same points of the component's table (held-out
+ * points measured again on another device by a later refinement stage, and rows a device new to
+ * the campaign measured again as anchors; no interpolation): |relative difference| median and
+ * max over `count` such held-out points (count 0: none, e.g. one device measured them all), and
+ * `largest_offset`, the signed median of the device pair furthest apart among those of at least
+ * 5 points of either record (0 where none). A GPU that did not measure the table may be off by as
+ * much. HARNESS_LOOKUP_ERROR where the bundle records neither (published before the split).
+ * Out-pointers may be NULL. */
 int harness_lookup_device_spread(harness_lookup* h, const char* component, double* median,
                                  double* max, double* largest_offset, int* count);
 

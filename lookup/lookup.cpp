@@ -142,21 +142,28 @@ nlohmann::json DeviceSpread::to_json() const {
 
 std::optional<DeviceSpread> Deployment::device_spread(Component c) const {
   const auto* by_device = fidelity_block(impl_->fidelity, c, {"repeatability", "by_device"});
-  if (!by_device) return std::nullopt;
+  const auto* anchors = fidelity_block(impl_->fidelity, c, {"device_anchors"});
+  if (!by_device && !anchors) return std::nullopt;
   try {
-    const auto& across = by_device->at("across_devices");
     DeviceSpread spread;
-    spread.count = across.at("count").get<int>();
-    if (spread.count > 0) {
-      spread.median = across.at("median_abs_relative_difference").get<double>();
-      spread.max = across.at("max_abs_relative_difference").get<double>();
+    const auto add_pairs = [&](const nlohmann::json& pairs) {
+      for (const auto& pair : pairs) {
+        if (pair.at("count").get<int>() < DeviceSpread::kMinPairPoints) continue;
+        ++spread.pairs;
+        const double offset = pair.at("median_signed_relative_difference").get<double>();
+        if (std::abs(offset) > std::abs(spread.largest_offset)) spread.largest_offset = offset;
+      }
+    };
+    if (by_device) {
+      const auto& across = by_device->at("across_devices");
+      spread.count = across.at("count").get<int>();
+      if (spread.count > 0) {
+        spread.median = across.at("median_abs_relative_difference").get<double>();
+        spread.max = across.at("max_abs_relative_difference").get<double>();
+      }
+      add_pairs(by_device->at("device_pairs"));
     }
-    for (const auto& pair : by_device->at("device_pairs")) {
-      if (pair.at("count").get<int>() < DeviceSpread::kMinPairPoints) continue;
-      ++spread.pairs;
-      const double offset = pair.at("median_signed_relative_difference").get<double>();
-      if (std::abs(offset) > std::abs(spread.largest_offset)) spread.largest_offset = offset;
-    }
+    if (anchors) add_pairs(anchors->at("device_pairs"));
     return spread;
   } catch (const nlohmann::json::exception& e) {
     throw LookupError(std::string("the entry's coverage.fidelity of ") + std::string(to_string(c)) +

@@ -46,16 +46,18 @@ struct HeldOutErrors {
 
 // How far apart GPUs of the kind measured the same points (meta.yaml coverage.fidelity
 // repeatability.by_device: held-out points that a later refinement stage measured again as grid
-// rows, no interpolation in between; docs/bundle-format.md). A table measured by a campaign that
-// ran on several GPUs mixes their offsets, and a GPU that did not measure it may run off by as
-// much: a bound on what the held-out errors can promise on another GPU of the kind.
+// rows; device_anchors: rows a device new to the campaign measured again; no interpolation in
+// either; docs/bundle-format.md). A table measured by a campaign that ran on several GPUs mixes
+// their offsets, and a GPU that did not measure it may run off by as much: a bound on what the
+// held-out errors can promise on another GPU of the kind.
 struct DeviceSpread {
-  int count = 0;               // points measured on two devices (0: none, e.g. one device)
+  int count = 0;               // held-out points measured on two devices (0: none recorded)
   double median = 0, max = 0;  // of |grid - held-out| / held-out over them
-  // The signed median of (grid - held-out) / held-out of the device pair furthest apart, among
-  // the pairs of at least kMinPairPoints points (fewer are one point's noise); 0 where none.
+  // The signed median of the device pair furthest apart ((grid - held-out) / held-out, or
+  // (anchor - row) / row), among the pairs of both records with at least kMinPairPoints points
+  // (fewer are one point's noise); 0 where none.
   double largest_offset = 0;
-  int pairs = 0;  // device pairs with at least kMinPairPoints points
+  int pairs = 0;  // device pairs with at least kMinPairPoints points, of both records
   static constexpr int kMinPairPoints = 5;
   // With the bundle's key names (count, median_abs_relative_difference, ...).
   [[nodiscard]] nlohmann::json to_json() const;

@@ -239,16 +239,21 @@ class ComponentTable:
         return _errors(held["across_waves"])
 
     def device_spread(self, component):
-        """How far apart GPUs of the kind measured the same points (repeatability.by_device):
-        {count, median, max, largest_offset}, largest_offset the signed median of the device pair
-        furthest apart among pairs of at least 5 points (0 where none); None where not recorded."""
+        """How far apart GPUs of the kind measured the same points (repeatability.by_device and
+        device_anchors): {count, median, max, largest_offset}, count/median/max over the held-out
+        points measured on two devices, largest_offset the signed median of the device pair
+        furthest apart among pairs of at least 5 points of either record (0 where none); None
+        where neither is recorded."""
         if self.fidelity is None or component not in self.fidelity:
             return None
         by_device = self.fidelity[component].get("repeatability", {}).get("by_device")
-        if by_device is None:
+        anchors = self.fidelity[component].get("device_anchors")
+        if by_device is None and anchors is None:
             return None
-        across = by_device["across_devices"]
-        offsets = [p["median_signed_relative_difference"] for p in by_device["device_pairs"] if p["count"] >= 5]
+        across = by_device["across_devices"] if by_device is not None else {"count": 0}
+        pairs = (by_device["device_pairs"] if by_device is not None else []) + \
+            (anchors["device_pairs"] if anchors is not None else [])
+        offsets = [p["median_signed_relative_difference"] for p in pairs if p["count"] >= 5]
         return {"count": across["count"],
                 "median": across.get("median_abs_relative_difference", 0.0),
                 "max": across.get("max_abs_relative_difference", 0.0),

@@ -44,6 +44,13 @@
 #              gate-only acquire), compared with lookup (tools/bench-lookup-compare.py), then
 #              validate --points 48 with both routings; fails where the bounds (median 1%, p95 2%,
 #              max 4%) or the tolerance miss
+#   rows       the acquire step's bundle's own experts rows measured again on this GPU, by both
+#              protocols: harness validate --table-rows $ROWS_COUNT (default 32) --points 1
+#              --routing balanced --seed $ROWS_SEED (default 20261205) --format json (the entry's
+#              protocol) and harness bench experts --tokens N --activated A at the same rows (the
+#              bench's), $ROWS_RUNS (default 3) times, alternating -> OUT_DIR/rows-validate-I.json,
+#              OUT_DIR/rows-bench-I.csv, compared by tools/rows-remeasured.py (per device that
+#              measured the rows, this GPU against the table; the bench against validate)
 # Before any step, a library the build's harness cannot load is looked for under CUDA_HOME,
 # CUDA_PATH, /usr/local/cuda* and Python's nvidia packages (PyTorch's nvidia-* wheels) and its folder
 # added to LD_LIBRARY_PATH; one found nowhere is named and the script exits 2. The acquire step runs
@@ -322,6 +329,29 @@ run_fidelity() {
   return $rc
 }
 
+run_rows() {
+  local bundle="$out/acquire/qwen3-30b-a3b" runs=${ROWS_RUNS:-3} i n a first rc
+  if [ ! -f "$bundle/meta.yaml" ]; then echo "no bundle at $bundle: run the acquire step first"; return 1; fi
+  rm -f "$out"/rows-validate-*.json "$out"/rows-bench-*.csv  # an earlier call's runs are not this GPU's
+  for i in $(seq 1 "$runs"); do
+    rc=0
+    "$build/harness/harness" validate "$bundle" --points 1 --table-rows "${ROWS_COUNT:-32}" \
+      --routing balanced --seed "${ROWS_SEED:-20261205}" --format json >"$out/rows-validate-$i.json" || rc=$?
+    # 3: its held-out point missed the tolerance, which this step does not judge.
+    if [ "$rc" -ne 0 ] && [ "$rc" -ne 3 ]; then return 1; fi
+    # One bench per row (its --tokens and --activated make a cross product), merged into one CSV.
+    first=1
+    while read -r n a; do
+      "$build/harness/harness" bench experts --models qwen3-30b-a3b --backends native \
+        --components experts --tokens "$n" --activated "$a" --csv "$out/rows-bench-point.csv" >&2 || return 1
+      if [ "$first" = 1 ]; then cat "$out/rows-bench-point.csv"; else tail -n +2 "$out/rows-bench-point.csv"; fi
+      first=0
+    done < <(python3 "$here/rows-remeasured.py" --points "$out/rows-validate-1.json") >"$out/rows-bench-$i.csv"
+    rm -f "$out/rows-bench-point.csv"
+  done
+  python3 "$here/rows-remeasured.py" --validate "$out"/rows-validate-*.json --bench "$out"/rows-bench-*.csv
+}
+
 exec 3>&1  # the script's own output, for what a step must say beside its log
 failed=0 stopped=0
 for s in "${steps[@]}"; do
@@ -335,6 +365,7 @@ for s in "${steps[@]}"; do
     profile) step profile run_profile ;;
     acquire) step acquire run_acquire ;;
     fidelity) step fidelity run_fidelity ;;
+    rows) step rows run_rows ;;
     *) echo "unknown step '$s'" >&2; exit 2 ;;
   esac
 done

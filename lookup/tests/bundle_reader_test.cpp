@@ -282,8 +282,8 @@ TEST_F(BundleReader, HeldOutErrorsAcrossWaveStepsAreTheSplitsWhereTheEntryRecord
   EXPECT_EQ(error.rfind("the entry's coverage.fidelity of experts is malformed: ", 0), 0u) << error;
 }
 
-// The spread between devices comes from repeatability.by_device alone: none recorded, none
-// measured (one device), the largest offset among pairs of enough points, and malformed.
+// The spread between devices comes from repeatability.by_device and device_anchors: none recorded,
+// none measured (one device), the largest offset among pairs of enough points, and malformed.
 TEST_F(BundleReader, DeviceSpreadIsTheRepeatabilityAcrossDevices) {
   const auto with = [&](const nlohmann::json& repeatability) {
     publish([&](BundleEntry& e) {
@@ -324,6 +324,32 @@ TEST_F(BundleReader, DeviceSpreadIsTheRepeatabilityAcrossDevices) {
   EXPECT_EQ(spread->pairs, 2);
   EXPECT_EQ(spread->to_json().at("largest_offset"), -0.03);
   EXPECT_FALSE(with(repeatability).device_spread(Component::gate_routing));
+  // Anchors (rows a new device measured again) are pairs too, with or without the held-out split.
+  const auto anchor_pair = [](int row, int anchor, int count, double offset) {
+    return nlohmann::json{{"row_device", row},
+                          {"anchor_device", anchor},
+                          {"count", count},
+                          {"median_signed_relative_difference", offset}};
+  };
+  const nlohmann::json anchors = {
+      {"count", 9}, {"device_pairs", {anchor_pair(0, 3, 5, 0.04), anchor_pair(1, 3, 4, -0.3)}}};
+  const auto with_anchors = [&](const nlohmann::json& r) {
+    publish([&](BundleEntry& e) {
+      e.coverage["fidelity"] = {
+          {"components", {{"experts", {{"repeatability", r}, {"device_anchors", anchors}}}}}};
+    });
+    return Deployment::load(variant, {});
+  };
+  const auto both = with_anchors(repeatability).device_spread(Component::experts);
+  ASSERT_TRUE(both.has_value());
+  EXPECT_EQ(both->count, 12);
+  EXPECT_EQ(both->pairs, 3);
+  EXPECT_DOUBLE_EQ(both->largest_offset, 0.04);
+  const auto anchors_only = with_anchors({{"count", 0}}).device_spread(Component::experts);
+  ASSERT_TRUE(anchors_only.has_value());
+  EXPECT_EQ(anchors_only->count, 0);
+  EXPECT_EQ(anchors_only->pairs, 1);
+  EXPECT_DOUBLE_EQ(anchors_only->largest_offset, 0.04);
   repeatability["by_device"].erase("device_pairs");
   const auto d = with(repeatability);
   const auto error = lookup_error_of([&] { (void)d.device_spread(Component::experts); });

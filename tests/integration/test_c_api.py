@@ -200,6 +200,32 @@ with tempfile.TemporaryDirectory() as tmp:
     run([HARNESS, "report", spread_dir, "--out", page])
     assert "; between devices: 14 points measured on two devices, |difference| median 2.10%, max 4.30%</p>" in \
         open(page).read(), page
+    # Anchors (rows a device new to the campaign measured again) are pairs too: a pair of 5 rows
+    # further apart than any held-out pair is the largest offset, one of 4 rows is left out; with
+    # anchors alone the held-out figures are 0 and the pairs are the anchors'.
+    anchors = {"count": 9, "device_pairs": [{"row_device": 0, "anchor_device": 3, "count": 5,
+                                             "median_signed_relative_difference": 0.031},
+                                            {"row_device": 1, "anchor_device": 3, "count": 4,
+                                             "median_signed_relative_difference": -0.2}]}
+    for entry in meta["per_tp"][1]["moe_components"]["entries"]:
+        entry["coverage"]["fidelity"]["components"]["experts"]["device_anchors"] = anchors
+    yaml.safe_dump(meta, open(os.path.join(spread_dir, "meta.yaml"), "w"))
+    median, mx, offset, count = consume(spread_dir, 1, 2, ["device_spread experts"])[0].split()
+    assert [float(median), float(mx), float(offset), int(count)] == [0.021, 0.043, 0.031, 14], (median, mx, offset)
+    assert harness_reader.ComponentTable(spread_dir, 1, 2).device_spread("experts") == {
+        "count": 14, "median": 0.021, "max": 0.043, "largest_offset": 0.031}
+    explain = [HARNESS, "lookup", spread_dir, "--tp", "1", "--dp", "2", "--component", "experts", "--tokens", "4",
+               "--activated", "2", "--assignments", "4", "--explain"]
+    assert json.loads(run(explain + ["--format", "json"]).stdout)["device_spread"]["pairs"] == 3
+    for entry in meta["per_tp"][1]["moe_components"]["entries"]:
+        del entry["coverage"]["fidelity"]["components"]["experts"]["repeatability"]["by_device"]
+    yaml.safe_dump(meta, open(os.path.join(spread_dir, "meta.yaml"), "w"))
+    median, mx, offset, count = consume(spread_dir, 1, 2, ["device_spread experts"])[0].split()
+    assert [float(median), float(mx), float(offset), int(count)] == [0, 0, 0.031, 0], (median, mx, offset, count)
+    assert harness_reader.ComponentTable(spread_dir, 1, 2).device_spread("experts") == {
+        "count": 0, "median": 0.0, "max": 0.0, "largest_offset": 0.031}
+    assert ("GPUs of the kind measured the same rows +3.10% apart (median of the pair furthest apart of 1): a GPU "
+            "that did not measure the table may be off by as much") in run(explain).stdout
 
     libs = subprocess.run(["ldd", CONSUMER], capture_output=True, text=True).stdout
     for lib in ("libmpi", "libhdf5", "libcuda", "libcudart", "libboost"):
