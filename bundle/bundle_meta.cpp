@@ -6,6 +6,7 @@
 #include <limits>
 #include <set>
 #include <sstream>
+#include <utility>
 
 #include "bundle/format.h"
 #include "core/files.h"
@@ -147,6 +148,10 @@ const BundleEntry* BundleMeta::find(const Target& target, Section section) const
   for (const auto& e : it->second)
     if (e.target == target) return &e;
   return nullptr;
+}
+
+BundleEntry* BundleMeta::find(const Target& target, Section section) {
+  return const_cast<BundleEntry*>(std::as_const(*this).find(target, section));
 }
 
 void BundleMeta::add(BundleEntry e, Section section) {

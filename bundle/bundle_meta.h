@@ -50,6 +50,7 @@ class BundleMeta {
       Section s = Section::moe_components) const;
   [[nodiscard]] const BundleEntry* find(const Target& target,
                                         Section s = Section::moe_components) const;
+  [[nodiscard]] BundleEntry* find(const Target& target, Section s = Section::moe_components);
   void add(BundleEntry e, Section s = Section::moe_components);
   [[nodiscard]] bool empty() const;
   [[nodiscard]] std::string to_yaml() const;

@@ -3,12 +3,14 @@
 #include <yaml-cpp/yaml.h>
 
 #include <algorithm>
+#include <array>
 #include <cstdio>
 #include <ctime>
 #include <filesystem>
 #include <map>
 #include <memory>
 #include <nlohmann/json.hpp>
+#include <set>
 #include <sstream>
 
 #include "bundle/bundle_meta.h"
@@ -54,6 +56,35 @@ struct TargetWork {
   std::string triangulation;  // triangulation.json content (empty: no experts rows with A > 0)
   json coverage;
 };
+
+// The device pairs of an entry's device_anchors, by their integers only (the medians went through
+// YAML in a published entry): what tells anchors measured since publication from those it holds.
+std::set<std::array<int, 3>> anchor_pairs(const json& device_anchors) {
+  std::set<std::array<int, 3>> out;
+  if (!device_anchors.is_object()) return out;
+  for (const auto& p : device_anchors.value("device_pairs", json::array()))
+    out.insert({p.at("row_device").get<int>(), p.at("anchor_device").get<int>(),
+                p.at("count").get<int>()});
+  return out;
+}
+
+// The components whose device anchors in `fresh` (this file's coverage of a table already
+// published with the same contract and table) the published `coverage` lacks: a run on a device
+// new to the campaign measured them after the table was published.
+std::vector<std::string> anchors_added_since(const json& coverage, const json& fresh) {
+  std::vector<std::string> out;
+  const json none = json::object();
+  const json published = coverage.value("fidelity", none).value("components", none);
+  const json measured = fresh.value("fidelity", none).value("components", none);
+  for (const auto& [component, block] : measured.items()) {
+    const auto mine = anchor_pairs(block.value("device_anchors", json()));
+    const auto theirs = published.contains(component)
+                            ? anchor_pairs(published.at(component).value("device_anchors", json()))
+                            : std::set<std::array<int, 3>>{};
+    if (!mine.empty() && mine != theirs) out.push_back(component);
+  }
+  return out;
+}
 
 }  // namespace
 
@@ -330,8 +361,9 @@ PublishReport publish(const StoredAcquisition& acq, const std::string& h5_path,
   }
   FileLock meta_lock(variant_dir / bundle_format::kMetaLock, FileLock::Mode::wait);
   auto meta = load_bundle_meta(variant_dir);  // throws on a corrupt meta.yaml: nothing changed
-  PublishReport report{variant_dir.string(), {}, {}};
+  PublishReport report{variant_dir.string(), {}, {}, {}};
   std::vector<const TargetWork*> fresh;
+  std::vector<std::pair<const TargetWork*, std::vector<std::string>>> anchored;
   for (const auto& w : work) {
     const auto contract_sha = contract_sha256(w.contract);
     const auto* existing = meta.find(w.target, w.section);
@@ -348,6 +380,9 @@ PublishReport publish(const StoredAcquisition& acq, const std::string& h5_path,
       problems.push_back(w.label +
                          " is already published from another acquisition of the same contract; "
                          "published tables are never replaced: publish into another --out-root");
+    else if (auto components = anchors_added_since(existing->coverage, w.coverage);
+             !components.empty())
+      anchored.emplace_back(&w, std::move(components));
     else
       report.unchanged.push_back(w.label);
   }
@@ -376,7 +411,19 @@ PublishReport publish(const StoredAcquisition& acq, const std::string& h5_path,
     meta.add({w->target, w->rel_path, w->contract, "", w->coverage, provenance}, w->section);
     report.published.push_back(w->label);
   }
-  if (!fresh.empty()) save_bundle_meta(variant_dir, meta);
+  // The table and its files stay as published; the entry gains the anchors and the runs that
+  // measured them (docs/bundle-format.md#identity-and-updates).
+  for (const auto& [w, components] : anchored) {
+    auto& entry = *meta.find(w->target, w->section);
+    for (const auto& c : components)
+      entry.coverage["fidelity"]["components"][c]["device_anchors"] =
+          w->coverage.at("fidelity").at("components").at(c).at("device_anchors");
+    entry.provenance["hardware"] = hardware;
+    entry.provenance["runs"] = runs;
+    entry.provenance["anchors_added_utc"] = utc_now();
+    report.anchored.push_back(w->label);
+  }
+  if (!fresh.empty() || !anchored.empty()) save_bundle_meta(variant_dir, meta);
   return report;
 }
 

@@ -34,6 +34,9 @@ struct PublishReport {
   std::string variant_dir;
   std::vector<std::string> published;  // target labels newly written
   std::vector<std::string> unchanged;  // already published with the same contract and table
+  // Already published with the same contract and table, whose device anchors (rows measured again
+  // on a device new to the campaign, after the table was published) were added to its coverage.
+  std::vector<std::string> anchored;
 };
 
 // Publishes every target of `h5_path`. Publishes nothing (PublishError naming every reason) when

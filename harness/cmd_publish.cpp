@@ -15,8 +15,12 @@ void print_publish_report(const PublishReport& r, std::ostream& os) {
                     [](const std::string& t) { return t.ends_with(" collectives"); });
   os << "publish: " << r.variant_dir << ": " << r.published.size() - collectives
      << " component tables and " << collectives << " collective tables published, "
-     << r.unchanged.size() << " already published (unchanged)\n";
+     << r.unchanged.size() << " already published (unchanged)";
+  if (!r.anchored.empty())
+    os << ", " << r.anchored.size() << " already published with device anchors added";
+  os << "\n";
   for (const auto& t : r.published) os << "  + " << t << "\n";
+  for (const auto& t : r.anchored) os << "  + " << t << " (device anchors)\n";
 }
 
 int publish(const Args& args) {

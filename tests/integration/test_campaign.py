@@ -343,4 +343,25 @@ with tempfile.TemporaryDirectory() as tmp:
     assert measured == {name: True for name in declared}, measured
     text = run([HARNESS, "inspect", os.path.join(done, "acquisition.h5")]).stdout
     assert "      anchors: rows of #0 measured again on #1: " in text, text
+    # The tables were published before the anchors: their entries gain them (and the devices that
+    # measured them), the tables stay as they were, and publishing again changes nothing.
+    added = re.search(r"already published \(unchanged\), (\d+) already published with device anchors added",
+                      p.stdout)
+    bundles = os.path.join(tmp, "anchored-bundles", "micro")
+    meta = yaml.safe_load(open(os.path.join(bundles, "meta.yaml")))
+    entries = [e for tp in meta["per_tp"].values() for e in tp["moe_components"]["entries"]]
+    assert added and int(added.group(1)) == len(entries), p.stdout  # every component table; not collectives
+    for e in entries:
+        anchors = {c: b["device_anchors"] for c, b in e["coverage"]["fidelity"]["components"].items()
+                   if "device_anchors" in b}
+        assert anchors and all(p["anchor_device"] == 1 for a in anchors.values() for p in a["device_pairs"]), e
+        assert len(e["provenance"]["hardware"]["devices"]) == 2 and "anchors_added_utc" in e["provenance"], e
+    tables = {os.path.join(d, f): file_sha(os.path.join(d, f)) for d, _, files in os.walk(bundles) for f in files
+              if f.endswith(".csv")}
+    p = run([HARNESS, "publish", os.path.join(done, "acquisition.h5"), "--out-root",
+             os.path.join(tmp, "anchored-bundles"), "--accept-failures"])
+    assert re.search(r"0 component tables and 0 collective tables published, \d+ already published \(unchanged\)\n",
+                     p.stdout), p.stdout
+    assert tables == {os.path.join(d, f): file_sha(os.path.join(d, f)) for d, _, files in os.walk(bundles) for f in files
+                      if f.endswith(".csv")}
 print("ok")
