@@ -63,13 +63,37 @@ json repeatability_by_device(const std::vector<RemeasuredPoint>& remeasured) {
 
 }  // namespace
 
-json device_anchors_json(const std::vector<AnchorPoint>& anchors) {
+std::optional<double> AnchorPoint::clock_offset() const {
+  if (!row_clock_mhz || !anchor_clock_mhz || *row_clock_mhz <= 0) return std::nullopt;
+  return *anchor_clock_mhz / *row_clock_mhz - 1;
+}
+
+json device_anchors_json(const std::vector<AnchorPoint>& anchors, double clock_threshold) {
   if (anchors.empty()) return nullptr;
   DevicePairs pairs;
-  for (const auto& a : anchors)
+  std::size_t compared = 0, clock_off = 0;
+  for (const auto& a : anchors) {
+    if (const auto offset = a.clock_offset(); offset && std::abs(*offset) > clock_threshold) {
+      ++clock_off;
+      continue;
+    }
+    ++compared;
     pairs[{a.row_device, a.anchor_device}].push_back(a.signed_difference());
-  return {{"count", anchors.size()},
-          {"device_pairs", device_pairs_json(pairs, "row_device", "anchor_device")}};
+  }
+  json out = {{"count", compared},
+              {"device_pairs", device_pairs_json(pairs, "row_device", "anchor_device")}};
+  if (clock_off > 0) out["clock_off"] = {{"count", clock_off}, {"threshold", clock_threshold}};
+  return out;
+}
+
+std::string anchor_clock_off_summary(const json& device_anchors) {
+  if (!device_anchors.is_object() || !device_anchors.contains("clock_off")) return "";
+  const auto& off = device_anchors.at("clock_off");
+  char line[160];
+  std::snprintf(line, sizeof(line),
+                "%d anchors measured more than %.2f%% off their rows' clock left out",
+                off.at("count").get<int>(), 100 * off.at("threshold").get<double>());
+  return line;
 }
 
 std::string anchor_pair_summary(const json& pair) {
@@ -189,7 +213,7 @@ json ComponentFidelity::to_json(double tolerance) const {
                         {"most_apart", json::array()}};
   if (const auto by_device = repeatability_by_device(remeasured); !by_device.is_null())
     repeatability["by_device"] = by_device;
-  const auto anchored = device_anchors_json(anchors);
+  const auto anchored = device_anchors_json(anchors, tolerance);
   for (std::size_t i = 0; i < most_apart.size() && i < 3; ++i)
     repeatability["most_apart"].push_back(
         {{"point", point_json(most_apart[i].point)},
@@ -324,7 +348,8 @@ std::vector<ComponentFidelity> evaluate_fidelity(const StoredAcquisition& acq,
       if (const auto g = grid.find(a.point); g != grid.end() && g->second.bank_check_passed)
         for (const auto& [anchor_device, anchor_us] : a.time_us_by_device)
           for (const auto& [row_device, row_us] : g->second.time_us_by_device)
-            f.anchors.push_back({a.point, row_us, anchor_us, row_device, anchor_device});
+            f.anchors.push_back({a.point, row_us, anchor_us, row_device, anchor_device,
+                                 g->second.sm_clock_mean_mhz, a.sm_clock_mean_mhz});
     std::map<Component, std::vector<TableRow>> rows;
     for (const auto& [point, result] : grid) {
       if (!planned.contains(point)) ++f.added_points;

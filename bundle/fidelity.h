@@ -98,15 +98,26 @@ struct AnchorPoint {
   // Positions in hardware_identity's devices: the device of the row's rounds compared, and the
   // anchor's (PointResult::time_us_by_device, so always known).
   int row_device = 0, anchor_device = 0;
+  // The mean SM clock the row's rounds (median) and the anchor ran at; nullopt where not recorded.
+  std::optional<double> row_clock_mhz = std::nullopt, anchor_clock_mhz = std::nullopt;
   [[nodiscard]] double signed_difference() const { return (anchor_us - row_us) / row_us; }
+  // anchor clock / row clock - 1; nullopt where either is unknown.
+  [[nodiscard]] std::optional<double> clock_offset() const;
 };
 
 // The rows anchored on a device against the rows' own device(s): per pair (row device, anchor
-// device) the count and the signed median of (anchor - row) / row. Null where there is no anchor.
-[[nodiscard]] nlohmann::json device_anchors_json(const std::vector<AnchorPoint>& anchors);
+// device) the count and the signed median of (anchor - row) / row, over the anchors measured
+// within `clock_threshold` of their row's clock (or where either clock is unknown); those further
+// off (a power-capped row whose clock wandered: its time moves with the clock, not the device)
+// are counted as clock_off {count, threshold} and left out. Null where there is no anchor.
+[[nodiscard]] nlohmann::json device_anchors_json(const std::vector<AnchorPoint>& anchors,
+                                                 double clock_threshold);
 // One pair of device_anchors_json, as acquire, inspect and report print it: "rows of #0 measured
 // again on #4: 16 rows, anchor - row median -2.41%".
 [[nodiscard]] std::string anchor_pair_summary(const nlohmann::json& pair);
+// The anchors device_anchors_json left out for their clock, as acquire and inspect print them
+// ("2 anchors measured more than 2.00% off their rows' clock left out"); "" where none was.
+[[nodiscard]] std::string anchor_clock_off_summary(const nlohmann::json& device_anchors);
 
 // Anchor rows of a table: up to kAnchorRows of `rows` (sorted), evenly spaced from the first to
 // the last, so that the offset is measured over the whole range.

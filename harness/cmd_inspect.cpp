@@ -345,9 +345,11 @@ void print_fidelity(const json& tables, std::ostream& os) {
       }
     }
     // Rows measured again on devices new to the campaign (absent where none was).
-    for (const auto& p :
-         t.value("device_anchors", json::object()).value("device_pairs", json::array()))
+    const auto anchors = t.value("device_anchors", json::object());
+    for (const auto& p : anchors.value("device_pairs", json::array()))
       os << "      anchors: " << anchor_pair_summary(p) << "\n";
+    if (const auto off = anchor_clock_off_summary(anchors); !off.empty())
+      os << "      anchors: " << off << "\n";
     for (const auto& p : t["failed_points"])
       os << "      FAILED B/2B at (N, A, M) = " << p.dump() << " (not in the table)\n";
     // Older bundles have no such key.

@@ -556,12 +556,16 @@ class Acquisition {
                                   [&](const TargetPlan& p) { return p.target == f.target; });
       if (t == plan_.targets.end()) continue;
       // Rows measured again on devices new to the campaign: each pair's offset, once per run.
-      if (const auto anchored = device_anchors_json(f.anchors);
+      if (const auto anchored = device_anchors_json(f.anchors, fid.tolerance);
           !options_.quiet && !anchored.is_null() &&
-          anchors_reported_.insert(f.target.label(f.component)).second)
+          anchors_reported_.insert(f.target.label(f.component)).second) {
+        const auto label = t->target.label() + " " + std::string(to_string(f.component));
         for (const auto& p : anchored["device_pairs"])
-          std::cerr << "acquire: anchors of " << t->target.label() << " " << to_string(f.component)
-                    << ": " << anchor_pair_summary(p) << " (harness inspect numbers the devices)\n";
+          std::cerr << "acquire: anchors of " << label << ": " << anchor_pair_summary(p)
+                    << " (harness inspect numbers the devices)\n";
+        if (const auto off = anchor_clock_off_summary(anchored); !off.empty())
+          std::cerr << "acquire: anchors of " << label << ": " << off << "\n";
+      }
       const auto next = next_stage_of(job_, f, plan_.expert_time_steps, waves);
       const auto& step = next.step;
       const auto& misses = next.misses;

@@ -96,8 +96,9 @@ TEST(DeviceAnchors, PerPairOfRowAndAnchorDevice) {
                                             {{2, 0, 0}, 100.0, 98.0, 0, 2},
                                             {{3, 0, 0}, 100.0, 99.0, 0, 2},
                                             {{1, 0, 0}, 100.0, 100.5, 2, 2}};
-  const auto j = device_anchors_json(anchors);
+  const auto j = device_anchors_json(anchors, 0.02);
   EXPECT_EQ(j.at("count"), 4);
+  EXPECT_FALSE(j.contains("clock_off"));
   ASSERT_EQ(j.at("device_pairs").size(), 2u);
   EXPECT_EQ(j["device_pairs"][0]["row_device"], 0);
   EXPECT_EQ(j["device_pairs"][0]["anchor_device"], 2);
@@ -108,7 +109,32 @@ TEST(DeviceAnchors, PerPairOfRowAndAnchorDevice) {
               1e-12);
   EXPECT_EQ(anchor_pair_summary(j["device_pairs"][0]),
             "rows of #0 measured again on #2: 3 rows, anchor - row median -2.00%");
-  EXPECT_TRUE(device_anchors_json({}).is_null());
+  EXPECT_TRUE(device_anchors_json({}, 0.02).is_null());
+  EXPECT_EQ(anchor_clock_off_summary(j), "");
+}
+
+// An anchor measured further than the threshold off its row's clock (a power-capped row) is left
+// out of the pairs and counted; one within it, or without a clock, counts.
+TEST(DeviceAnchors, AnAnchorOffItsRowsClockIsLeftOut) {
+  std::vector<AnchorPoint> anchors = {{{1, 0, 0}, 100.0, 98.0, 0, 2, 1800.0, 1810.0},
+                                      {{2, 0, 0}, 100.0, 99.0, 0, 2, std::nullopt, 1700.0},
+                                      {{3, 0, 0}, 100.0, 104.0, 0, 2, 1750.0, 1680.0}};
+  EXPECT_NEAR(*anchors[2].clock_offset(), -0.04, 1e-12);
+  EXPECT_FALSE(anchors[1].clock_offset());
+  const auto j = device_anchors_json(anchors, 0.02);
+  EXPECT_EQ(j.at("count"), 2);
+  ASSERT_EQ(j.at("device_pairs").size(), 1u);
+  EXPECT_NEAR(j["device_pairs"][0]["median_signed_relative_difference"].get<double>(), -0.015,
+              1e-12);
+  EXPECT_EQ(j.at("clock_off").at("count"), 1);
+  EXPECT_EQ(anchor_clock_off_summary(j),
+            "1 anchors measured more than 2.00% off their rows' clock left out");
+  // All off: the block says so, with no pair.
+  anchors.erase(anchors.begin(), anchors.begin() + 2);
+  const auto off = device_anchors_json(anchors, 0.02);
+  EXPECT_EQ(off.at("count"), 0);
+  EXPECT_TRUE(off.at("device_pairs").empty());
+  EXPECT_EQ(off.at("clock_off").at("count"), 1);
 }
 
 // The report's line on devices: points measured on two devices, then each pair of the anchors'
@@ -124,7 +150,8 @@ TEST(DeviceSpreadSummary, TwoDevicesThenAnchors) {
             "120 points measured on two devices, |difference| median 2.06%, max 4.10%");
   c["device_anchors"] = device_anchors_json({{{1, 0, 0}, 100.0, 97.5, 0, 4},
                                              {{2, 0, 0}, 100.0, 100.5, 4, 4},
-                                             {{3, 0, 0}, 100.0, 101.0, 1, 4}});
+                                             {{3, 0, 0}, 100.0, 101.0, 1, 4}},
+                                            0.02);
   EXPECT_EQ(device_spread_summary(c),
             "120 points measured on two devices, |difference| median 2.06%, max 4.10%; anchors: "
             "rows of #0 measured again on #4: 1 rows, anchor - row median -2.50%, rows of #1 "
