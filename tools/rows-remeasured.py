@@ -1,7 +1,7 @@
 #!/usr/bin/env python3
 """A bundle's own `experts` rows measured again on one GPU, by the entry's protocol and by the
-bench's (docs/measurement.md#the-same-rows-on-other-h100s-fiftieth-session): what tools/gpu-check.sh's rows step
-prints. No interpolation is involved, so what the runs miss the table by is this GPU against the
+bench's (docs/measurement.md#the-same-rows-on-other-h100s-fiftieth-session): what
+tools/gpu-check.sh's rows step prints. No interpolation is involved, so what the runs miss the table by is this GPU against the
 devices that measured the rows, and what the two protocols miss each other by is the protocols'
 difference (the same GPU, the same points, alternating runs).
 
@@ -125,7 +125,8 @@ def compare(validate_paths, bench_paths):
         print(line)
     for device, group in sorted(by_device.items()):
         name = devices[int(device[1:])] if device[1:].isdigit() and int(device[1:]) < len(devices) else device
-        text = f"rows of {device} ({name}): {len(group['validate'])}, this GPU against the table: validate {summary(group['validate'])}"
+        text = (f"rows of {device} ({name}): {len(group['validate'])}, this GPU against the table: "
+                f"validate {summary(group['validate'])}")
         if group["bench"]:
             text += f"; bench {summary(group['bench'])}"
         print(text)
