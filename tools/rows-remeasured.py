@@ -1,9 +1,9 @@
 #!/usr/bin/env python3
 """A bundle's own `experts` rows measured again on one GPU, by the entry's protocol and by the
 bench's (docs/measurement.md#the-same-rows-on-other-h100s-fiftieth-session): what
-tools/gpu-check.sh's rows step prints. No interpolation is involved, so what the runs miss the table by is this GPU against the
-devices that measured the rows, and what the two protocols miss each other by is the protocols'
-difference (the same GPU, the same points, alternating runs).
+tools/gpu-check.sh's rows step prints. No interpolation is involved, so what the runs miss the
+table by is this GPU against the devices that measured the rows, and what the two protocols miss
+each other by is the protocols' difference (the same GPU, the same points, alternating runs).
 
     tools/rows-remeasured.py --points VALIDATE.json
         the (N, A) of the experts rows `harness validate --table-rows K --format json` re-measured,
