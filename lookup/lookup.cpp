@@ -146,9 +146,13 @@ std::optional<DeviceSpread> Deployment::device_spread(Component c) const {
   if (!by_device && !anchors) return std::nullopt;
   try {
     DeviceSpread spread;
-    const auto add_pairs = [&](const nlohmann::json& pairs) {
+    // (row, row) anchor pairs are a device against itself: rows whose later rounds the new
+    // device measured compared with its own anchors.
+    const auto add_pairs = [&](const nlohmann::json& pairs, const char* first, const char* second) {
       for (const auto& pair : pairs) {
-        if (pair.at("count").get<int>() < DeviceSpread::kMinPairPoints) continue;
+        if (pair.at("count").get<int>() < DeviceSpread::kMinPairPoints ||
+            pair.at(first) == pair.at(second))
+          continue;
         ++spread.pairs;
         const double offset = pair.at("median_signed_relative_difference").get<double>();
         if (std::abs(offset) > std::abs(spread.largest_offset)) spread.largest_offset = offset;
@@ -161,9 +165,9 @@ std::optional<DeviceSpread> Deployment::device_spread(Component c) const {
         spread.median = across.at("median_abs_relative_difference").get<double>();
         spread.max = across.at("max_abs_relative_difference").get<double>();
       }
-      add_pairs(by_device->at("device_pairs"));
+      add_pairs(by_device->at("device_pairs"), "grid_device", "held_out_device");
     }
-    if (anchors) add_pairs(anchors->at("device_pairs"));
+    if (anchors) add_pairs(anchors->at("device_pairs"), "row_device", "anchor_device");
     return spread;
   } catch (const nlohmann::json::exception& e) {
     throw LookupError(std::string("the entry's coverage.fidelity of ") + std::string(to_string(c)) +

@@ -251,9 +251,11 @@ class ComponentTable:
         if by_device is None and anchors is None:
             return None
         across = by_device["across_devices"] if by_device is not None else {"count": 0}
-        pairs = (by_device["device_pairs"] if by_device is not None else []) + \
-            (anchors["device_pairs"] if anchors is not None else [])
-        offsets = [p["median_signed_relative_difference"] for p in pairs if p["count"] >= 5]
+        # A device against itself (an anchor pair whose row and anchor device are one) is no spread.
+        pairs = [(p, p["grid_device"], p["held_out_device"]) for p in
+                 (by_device["device_pairs"] if by_device is not None else [])] + \
+            [(p, p["row_device"], p["anchor_device"]) for p in (anchors["device_pairs"] if anchors is not None else [])]
+        offsets = [p["median_signed_relative_difference"] for p, a, b in pairs if p["count"] >= 5 and a != b]
         return {"count": across["count"],
                 "median": across.get("median_abs_relative_difference", 0.0),
                 "max": across.get("max_abs_relative_difference", 0.0),

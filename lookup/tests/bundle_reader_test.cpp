@@ -324,7 +324,8 @@ TEST_F(BundleReader, DeviceSpreadIsTheRepeatabilityAcrossDevices) {
   EXPECT_EQ(spread->pairs, 2);
   EXPECT_EQ(spread->to_json().at("largest_offset"), -0.03);
   EXPECT_FALSE(with(repeatability).device_spread(Component::gate_routing));
-  // Anchors (rows a new device measured again) are pairs too, with or without the held-out split.
+  // Anchors (rows a new device measured again) are pairs too, with or without the held-out split;
+  // a device against itself (rows whose later rounds the new device measured) is not.
   const auto anchor_pair = [](int row, int anchor, int count, double offset) {
     return nlohmann::json{{"row_device", row},
                           {"anchor_device", anchor},
@@ -332,7 +333,9 @@ TEST_F(BundleReader, DeviceSpreadIsTheRepeatabilityAcrossDevices) {
                           {"median_signed_relative_difference", offset}};
   };
   const nlohmann::json anchors = {
-      {"count", 9}, {"device_pairs", {anchor_pair(0, 3, 5, 0.04), anchor_pair(1, 3, 4, -0.3)}}};
+      {"count", 15},
+      {"device_pairs",
+       {anchor_pair(0, 3, 5, 0.04), anchor_pair(1, 3, 4, -0.3), anchor_pair(3, 3, 6, 0.5)}}};
   const auto with_anchors = [&](const nlohmann::json& r) {
     publish([&](BundleEntry& e) {
       e.coverage["fidelity"] = {

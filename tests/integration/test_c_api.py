@@ -201,12 +201,15 @@ with tempfile.TemporaryDirectory() as tmp:
     assert "; between devices: 14 points measured on two devices, |difference| median 2.10%, max 4.30%</p>" in \
         open(page).read(), page
     # Anchors (rows a device new to the campaign measured again) are pairs too: a pair of 5 rows
-    # further apart than any held-out pair is the largest offset, one of 4 rows is left out; with
+    # further apart than any held-out pair is the largest offset, one of 4 rows is left out, and so
+    # is a device against itself (rows whose later rounds the new device measured); with
     # anchors alone the held-out figures are 0 and the pairs are the anchors'.
     anchors = {"count": 9, "device_pairs": [{"row_device": 0, "anchor_device": 3, "count": 5,
                                              "median_signed_relative_difference": 0.031},
                                             {"row_device": 1, "anchor_device": 3, "count": 4,
-                                             "median_signed_relative_difference": -0.2}]}
+                                             "median_signed_relative_difference": -0.2},
+                                            {"row_device": 3, "anchor_device": 3, "count": 7,
+                                             "median_signed_relative_difference": 0.3}]}
     for entry in meta["per_tp"][1]["moe_components"]["entries"]:
         entry["coverage"]["fidelity"]["components"]["experts"]["device_anchors"] = anchors
     yaml.safe_dump(meta, open(os.path.join(spread_dir, "meta.yaml"), "w"))
