@@ -483,6 +483,8 @@ std::string device_spread_summary(const json& component_fidelity) {
     if (p.at("row_device") == p.at("anchor_device")) continue;  // a device against itself
     anchored += (anchored.empty() ? "anchors: " : ", ") + anchor_pair_summary(p);
   }
+  if (const auto off = anchor_clock_off_summary(anchors); !off.empty())
+    anchored += (anchored.empty() ? "anchors: " : ", ") + off;
   return spread.empty() || anchored.empty() ? spread + anchored : spread + "; " + anchored;
 }
 

@@ -230,9 +230,10 @@ struct NextStage {
 [[nodiscard]] std::string held_out_summary(const nlohmann::json& component_fidelity);
 [[nodiscard]] std::string repeatability_summary(const nlohmann::json& component_fidelity);
 // And how far apart devices measured the same points, as `report` prints it: the points measured
-// on two devices (repeatability.by_device) and each pair of the anchors' devices ("120 points
-// measured on two devices, |difference| median 2.06%, max 4.10%; anchors: rows of #0 measured
-// again on #4: 16 rows, anchor - row median -2.41%"); "" where the entry records neither.
+// on two devices (repeatability.by_device), each pair of the anchors' devices and the anchors
+// left out for their clock ("120 points measured on two devices, |difference| median 2.06%, max
+// 4.10%; anchors: rows of #0 measured again on #4: 16 rows, anchor - row median -2.41%"); ""
+// where the entry records neither.
 [[nodiscard]] std::string device_spread_summary(const nlohmann::json& component_fidelity);
 
 }  // namespace moe

@@ -57,14 +57,17 @@ struct TargetWork {
   json coverage;
 };
 
-// The device pairs of an entry's device_anchors, by their integers only (the medians went through
-// YAML in a published entry): what tells anchors measured since publication from those it holds.
+// The device pairs of an entry's device_anchors, and the anchors left out for their clock as a
+// pair (-1, -1), by their integers only (the medians went through YAML in a published entry):
+// what tells anchors measured since publication from those it holds.
 std::set<std::array<int, 3>> anchor_pairs(const json& device_anchors) {
   std::set<std::array<int, 3>> out;
   if (!device_anchors.is_object()) return out;
   for (const auto& p : device_anchors.value("device_pairs", json::array()))
     out.insert({p.at("row_device").get<int>(), p.at("anchor_device").get<int>(),
                 p.at("count").get<int>()});
+  if (device_anchors.contains("clock_off"))
+    out.insert({-1, -1, device_anchors.at("clock_off").at("count").get<int>()});
   return out;
 }
 

@@ -251,10 +251,13 @@ class ComponentTable:
         if by_device is None and anchors is None:
             return None
         across = by_device["across_devices"] if by_device is not None else {"count": 0}
-        # A device against itself (an anchor pair whose row and anchor device are one) is no spread.
-        pairs = [(p, p["grid_device"], p["held_out_device"]) for p in
-                 (by_device["device_pairs"] if by_device is not None else [])] + \
-            [(p, p["row_device"], p["anchor_device"]) for p in (anchors["device_pairs"] if anchors is not None else [])]
+        # (pair, its two devices); a device against itself (an anchor pair whose row and anchor
+        # device are one) is no spread.
+        pairs = []
+        if by_device is not None:
+            pairs += [(p, p["grid_device"], p["held_out_device"]) for p in by_device["device_pairs"]]
+        if anchors is not None:
+            pairs += [(p, p["row_device"], p["anchor_device"]) for p in anchors["device_pairs"]]
         offsets = [p["median_signed_relative_difference"] for p, a, b in pairs if p["count"] >= 5 and a != b]
         return {"count": across["count"],
                 "median": across.get("median_abs_relative_difference", 0.0),

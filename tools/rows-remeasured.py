@@ -83,6 +83,11 @@ def summary(values):
     return f"signed median {pct(statistics.median(values))} ({pct(min(values))} … {pct(max(values))})"
 
 
+def device_label(devices):
+    """"#0", "#0+#4" for a row whose rounds ran on both, "?" where none is recorded."""
+    return "+".join(f"#{d}" for d in devices) or "?"
+
+
 def spread(runs):
     """Largest run over smallest, minus one."""
     return max(runs) / min(runs) - 1
@@ -110,11 +115,11 @@ def compare(validate_paths, bench_paths):
         measured = [r[0][p]["measured_us"] for r in runs]
         benched = [b[p] for b in bench_runs]
         v = statistics.median(measured)
-        device = "#" + "+#".join(str(d) for d in rows[p]["devices"]) if rows[p]["devices"] else "?"
+        device = tuple(rows[p]["devices"])
         group = by_device.setdefault(device, {"validate": [], "bench": []})
         group["validate"].append(v / table - 1)
         v_spread.append(spread(measured))
-        line = (f"{p[0]} {p[1]} {p[2]} | {table:.1f} ({device}) | " + " ".join(f"{m:.1f}" for m in measured) +
+        line = (f"{p[0]} {p[1]} {p[2]} | {table:.1f} ({device_label(device)}) | " + " ".join(f"{m:.1f}" for m in measured) +
                 " | " + " ".join(f"{b:.1f}" for b in benched) + f" | {pct(v / table - 1)}")
         if benched:
             b = statistics.median(benched)
@@ -124,9 +129,9 @@ def compare(validate_paths, bench_paths):
             line += f" {pct(b / table - 1)} {pct(b / v - 1)}"
         print(line)
     for device, group in sorted(by_device.items()):
-        name = devices[int(device[1:])] if device[1:].isdigit() and int(device[1:]) < len(devices) else device
-        text = (f"rows of {device} ({name}): {len(group['validate'])}, this GPU against the table: "
-                f"validate {summary(group['validate'])}")
+        names = ", ".join(devices[d] if 0 <= d < len(devices) else "unknown" for d in device) or "unknown"
+        text = (f"rows of {device_label(device)} ({names}): {len(group['validate'])}, "
+                f"this GPU against the table: validate {summary(group['validate'])}")
         if group["bench"]:
             text += f"; bench {summary(group['bench'])}"
         print(text)

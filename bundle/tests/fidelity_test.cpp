@@ -158,6 +158,11 @@ TEST(DeviceSpreadSummary, TwoDevicesThenAnchors) {
             "measured again on #4: 1 rows, anchor - row median +1.00%");
   c.erase("repeatability");
   EXPECT_EQ(device_spread_summary(c).rfind("anchors: rows of #0 measured again on #4", 0), 0u);
+  // Anchors left out for their clock are said too, also where no pair is left.
+  c["device_anchors"] =
+      device_anchors_json({{{1, 0, 0}, 100.0, 104.0, 0, 4, 1750.0, 1680.0}}, 0.02);
+  EXPECT_EQ(device_spread_summary(c),
+            "anchors: 1 anchors measured more than 2.00% off their rows' clock left out");
 }
 
 }  // namespace
