@@ -3,9 +3,9 @@ re-measures four experts table rows (two measured on device #0, two on #1) and o
 validate's runs find the rows of #0 1 % slower than the table and those of #1 3 % faster (its first
 run exits 3, a held-out miss, which the step must not take for a failure), and the bench measures
 every point 0.5 % above validate. The step must run validate $ROWS_RUNS times with $ROWS_COUNT and
-$ROWS_SEED, bench each experts row (A > 0) once per run, and the tool must give each device's offset
-and the protocols' difference; the tool must refuse runs of other rows, a bench without a row's
-point, and a validate run without table rows."""
+$ROWS_SEED, bench each experts row (A > 0) once per run, and fail where validate fails otherwise;
+the tool must give each device's offset and the protocols' difference, and refuse every input it
+cannot compare, naming the file."""
 import json
 import os
 import subprocess
@@ -25,6 +25,8 @@ with open(os.environ["CALLS_FILE"], "a") as f:
     f.write(" ".join(args) + "\\n")
 rows = {tuple(json.loads(k)): v for k, v in json.loads(os.environ["ROWS_JSON"]).items()}
 offset = {int(k): v for k, v in json.loads(os.environ["OFFSET_JSON"]).items()}
+if args[0] == "validate" and os.environ.get("VALIDATE_FAILS"):
+    sys.exit("harness validate: error: the bundle is broken")
 if args[0] == "validate":
     points = [{"point": list(p), "table_us": t, "measured_us": t * offset[d], "table_row_devices": [d]}
               for p, (t, d) in rows.items()]
@@ -99,6 +101,15 @@ with tempfile.TemporaryDirectory() as tmp:
     assert not os.path.exists(os.path.join(out, "rows-validate-3.json"))
     assert "2 validate runs, 2 bench runs" in open(os.path.join(out, "rows.log")).read()
 
+    # A validate that fails (not a held-out miss) fails the step, and nothing is benched.
+    os.remove(calls)
+    p = gpu_check(build, out, "rows", VALIDATE_FAILS="1", **env)
+    assert p.returncode != 0 and "== rows FAILED" in p.stdout, p.stdout
+    assert "the bundle is broken" in open(os.path.join(out, "rows.log")).read()
+    assert not any(c.startswith("bench") for c in open(calls).read().splitlines())
+    p = gpu_check(build, out, "rows", ROWS_RUNS="2", **env)  # the runs the checks below read
+    assert p.returncode == 0, (p.stdout, p.stderr)
+
     # The tool's refusals, each naming the file.
     v1, v2 = (os.path.join(out, f"rows-validate-{i}.json") for i in (1, 2))
     other = os.path.join(tmp, "other.json")
@@ -117,4 +128,29 @@ with tempfile.TemporaryDirectory() as tmp:
     assert p.returncode == 1 and "no experts table rows re-measured" in p.stderr, p.stderr
     p = tool("--points", v1)
     assert p.stdout.split("\n")[:4] == ["64 32", "256 64", "1024 128", "4096 100"], p.stdout
+    # A run on another GPU, two entries with experts rows, a row without its table time, a file
+    # that is not JSON, a bench file without its columns, and neither mode given.
+    run = json.load(open(v1))
+    run["entries"][0]["device"] = "GPU-other"
+    json.dump(run, open(other, "w"))
+    p = tool("--validate", v1, other)
+    assert p.returncode == 1 and f"{other}: measured on GPU-other, {v1} on GPU-now: one GPU per comparison" \
+        in p.stderr, p.stderr
+    run["entries"].append(run["entries"][0])
+    json.dump(run, open(other, "w"))
+    p = tool("--points", other)
+    assert p.returncode == 1 and f"{other}: several entries with experts rows" in p.stderr, p.stderr
+    run["entries"].pop()
+    del run["entries"][0]["components"][1]["table_rows"]["points"][0]["table_us"]
+    json.dump(run, open(other, "w"))
+    p = tool("--points", other)
+    assert p.returncode == 1 and f"{other}: a table row without 'table_us'" in p.stderr, p.stderr
+    open(other, "w").write("not json")
+    p = tool("--points", other)
+    assert p.returncode == 1 and p.stderr.startswith(f"rows-remeasured: {other}: "), p.stderr
+    open(short, "w").write("component,tokens\nexperts,64\n")
+    p = tool("--validate", v1, "--bench", short)
+    assert p.returncode == 1 and f"{short}: no column activated" in p.stderr, p.stderr
+    p = tool()
+    assert p.returncode == 1 and "give --points or --validate" in p.stderr, p.stderr
 print("ok")
