@@ -289,8 +289,9 @@ using MediumTile = TileConfig<4, 1, 1, 2, 8, 64, 4, 2>;
 using Wide80Tile = TileConfig<4, 1, 1, 2, 10, 64, 4, 2>;
 using Wide96Tile = TileConfig<2, 2, 1, 4, 6, 64, 3, 2>;
 using Wide112Tile = TileConfig<4, 1, 1, 2, 14, 64, 3, 2>;
-// Many rows per expert: 128 x 128 tiles, 64 x 64 per warp.
+// Many rows per expert: 128 x 128 tiles, 64 x 64 per warp; 128 x 160 tiles 64 x 80 per warp.
 using WideTile = TileConfig<2, 2, 1, 4, 8, 64, 3, 2>;
+using Wide160Tile = TileConfig<4, 2, 1, 2, 10, 64, 3, 1>;
 
 struct GemmArgs {
   const bf16* weights;  // [local][weight rows][K]
@@ -568,6 +569,7 @@ struct WgmmaConfig {
   static constexpr int kTokens = kTokens_;
 };
 #endif
+using WgmmaWide160 = WgmmaConfig<160, 4>;
 using WgmmaWide = WgmmaConfig<128, 4>;
 using WgmmaWide112 = WgmmaConfig<112, 4>;
 using WgmmaWide96 = WgmmaConfig<96, 4>;
@@ -1081,6 +1083,16 @@ __device__ __forceinline__ void bulk_wait_read() {
 __device__ __forceinline__ void bulk_wait_all() {
   asm volatile("cp.async.bulk.wait_group 0;\n" ::: "memory");
 }
+// The registers each thread of this warpgroup holds from here on: fewer (kMore false) or more, a
+// multiple of 8 from 24 to 256. Every warp of the warpgroup executes it.
+template <bool kMore, int kRegisters>
+__device__ __forceinline__ void warpgroup_registers() {
+  static_assert(kRegisters % 8 == 0 && kRegisters >= 24 && kRegisters <= 256);
+  if constexpr (kMore)
+    asm volatile("setmaxnreg.inc.sync.aligned.u32 %0;\n" ::"n"(kRegisters));
+  else
+    asm volatile("setmaxnreg.dec.sync.aligned.u32 %0;\n" ::"n"(kRegisters));
+}
 // Barrier `id` (1-15; 0 is __syncthreads) of `threads` threads, a multiple of 32.
 __device__ __forceinline__ void named_barrier_sync(int id, int threads) {
   asm volatile("bar.sync %0, %1;\n" ::"r"(id), "r"(threads) : "memory");
@@ -1165,10 +1177,19 @@ struct Pipelined : C {
   static constexpr int kStagingTokens = C::kTokens < 128 ? C::kTokens : 64;
   static constexpr int kStagingStride = C::kRows + 8;
   static constexpr int kStagingBytes = kStaged ? kStagingTokens * kStagingStride * 2 : 0;
-  // As many stages as fit beside the staging buffer: wide and W13 wide112 4, W2 wide112 3, W2
-  // medium, wide80 and wide96 4, the others 5. The stages, the staging buffer, then the barriers.
+  // As many stages as fit beside the staging buffer: wide and W13 wide112 and wide160 4, W2
+  // wide112 and wide160 3, W2 medium, wide80 and wide96 4, the others 5. The stages, the staging
+  // buffer, then the barriers.
   static constexpr int kStages = pipeline_stages(kStageBytes, kStagingBytes);
   static constexpr int kSmemBytes = pipeline_smem_bytes(kStages, kStageBytes, kStagingBytes);
+  // Tiles of more than 128 tokens hold kTokens accumulators per consumer thread (two m64 tiles of
+  // kTokens / 2), more than fit the 168 registers each of 384 threads gets: the producer
+  // warpgroup, which holds no accumulators, hands registers to the consumers (setmaxnreg).
+  static constexpr bool kSplitRegisters = C::kTokens > 128;
+  static constexpr int kProducerRegisters = 56, kConsumerRegisters = 224;
+  static_assert(kProducerThreads * kProducerRegisters + kConsumerThreads * kConsumerRegisters <=
+                    65536 / kThreads / 8 * 8 * kThreads,
+                "the split stays within what the block was launched with");
   static_assert(C::kRows == 2 * kMapRows && C::kTokens * C::kChunks % kProducerThreads == 0);
   static_assert(kStages >= 2 && kSmemBytes <= kPipelineMaxSmem,
                 "a stage fills while another is read");
@@ -1186,6 +1207,8 @@ static_assert(Pipelined<WgmmaWide112, true>::kStages == 4 &&
               Pipelined<WgmmaWide112, false>::kStages == 3);
 static_assert(Pipelined<WgmmaWide, true>::kStages == 4 &&
               Pipelined<WgmmaWide, false>::kStages == 4);
+static_assert(Pipelined<WgmmaWide160, true>::kStages == 4 &&
+              Pipelined<WgmmaWide160, false>::kStages == 3);
 
 // kCtas > 1 (HARNESS_NATIVE_SCHEDULE=clustered): clusters of kCtas CTAs take the unit (tiles
 // kCtas p ... kCtas p + kCtas - 1 of the table, one feature block), one tile each. Where all are
@@ -1248,6 +1271,7 @@ __global__ void __launch_bounds__(Pipelined<C, kGated>::kThreads, 1)
   };
 
   if (warp >= kConsumerWarps) {
+    if constexpr (P::kSplitRegisters) warpgroup_registers<false, P::kProducerRegisters>();
     const int ptid = tid - P::kConsumerThreads, chunk = ptid % C::kChunks;
     if (!kGated && ptid != 0) {  // W2: one thread issues the boxes
       if constexpr (kClustered) cluster_sync();
@@ -1295,8 +1319,15 @@ __global__ void __launch_bounds__(Pipelined<C, kGated>::kThreads, 1)
           const int col = k0 + chunk * 8;
 #pragma unroll
           for (int j = 0; j < P::kCopyRows; ++j) {
+            // Rows past the tile are not copied: whatever the stage holds there reaches only
+            // output tokens the epilogue drops. Zero-filling them from one address made the
+            // tiles' time grow with their padding
+            // (docs/native-backend.md#tiles-of-up-to-160-tokens).
+            if (src[j] == nullptr) continue;
             const int row = ptid / C::kChunks + j * (P::kProducerThreads / C::kChunks);
-            const bool ok = src[j] != nullptr && col < a.k;
+            // K past its end is zero-filled: stale values there would meet the weights' zeros
+            // inside the sums (NaN x 0).
+            const bool ok = col < a.k;
             cp_async16(sx + swizzled<C::kBK>(row, chunk), ok ? src[j] + col : a.src, ok);
           }
           cp_async_arrive(&full[stage]);
@@ -1309,6 +1340,7 @@ __global__ void __launch_bounds__(Pipelined<C, kGated>::kThreads, 1)
     return;
   }
 
+  if constexpr (P::kSplitRegisters) warpgroup_registers<true, P::kConsumerRegisters>();
   const int group = warp / 4, warp_in_group = warp % 4;
   if constexpr (kGated && C::kTokens == 128) {
     // W13 on the 128-token tile: warpgroup g takes tokens [64g, 64g + 64) against all 256 weight
@@ -1967,6 +1999,8 @@ void with_tile_configs(NativeTile t, const F& f) {
       return f(TileConfigs<NativeTile::wide112, Wide112Tile, WgmmaWide112>{});
     case NativeTile::wide:
       return f(TileConfigs<NativeTile::wide, WideTile, WgmmaWide>{});
+    case NativeTile::wide160:
+      return f(TileConfigs<NativeTile::wide160, Wide160Tile, WgmmaWide160>{});
     case NativeTile::narrow:
       break;
   }

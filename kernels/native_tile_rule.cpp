@@ -22,6 +22,8 @@ const char* to_string(NativeTile t) {
       return "wide112";
     case NativeTile::wide:
       return "wide";
+    case NativeTile::wide160:
+      return "wide160";
   }
   return "?";
 }
@@ -83,7 +85,7 @@ int native_w2_tall_tokens(NativeTile t, double rows_per_expert) {
 
 NativeTile native_tile_for(double rows_per_expert) {
   NativeTile best = NativeTile::narrow;
-  for (const auto t : kNativeTiles)
+  for (const auto t : kNativeRuleTiles)
     if (native_tile_cost(t, rows_per_expert) < native_tile_cost(best, rows_per_expert)) best = t;
   return best;
 }

@@ -201,7 +201,7 @@ run_sweep() {
 
 run_tiles() {
   local rc=0 tile status forced=()
-  for tile in rule ${TILES:-narrow medium wide80 wide96 wide112 wide}; do
+  for tile in rule ${TILES:-narrow medium wide80 wide96 wide112 wide wide160}; do
     status=0
     # shellcheck disable=SC2086  # SWEEP_ARGS: extra options, e.g. "--models deepseek-v3"
     if [ "$tile" = rule ]; then

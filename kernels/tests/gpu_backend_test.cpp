@@ -463,6 +463,11 @@ TEST(NativeBackend, MmaSyncFallbackTilesMatchTheReference) {
   // and wide tiles, each one partial tile per expert.
   for (const int rows : {700, 1200, 1400, 1700, 2048})
     expect_matches_reference("native", qwen, ep1, Component::experts, {rows, 128, rows * 8}, 2);
+  // The 160-token tile, which only HARNESS_NATIVE_TILE runs: one partial tile per expert (87.5
+  // rows) and many (3000 rows).
+  const ScopedEnv forced("HARNESS_NATIVE_TILE", "wide160");
+  for (const GridPoint p : {GridPoint{1400, 128, 11200}, GridPoint{3000, 8, 24000}})
+    expect_matches_reference("native", qwen, ep1, Component::experts, p, 2);
 }
 
 // A few lanes: one plan block, the 64-lane boundary, several lanes per expert, remote lanes.
@@ -696,7 +701,7 @@ TEST(NativeBackend, RefusesAForcedTileThatIsNotOne) {
   const WorkloadSpec spec{qwen, Target{1, 1, 1, 0, false}, Component::experts, {64, 8, 512}, 2, 1};
   const auto error = refusal_with("HARNESS_NATIVE_TILE", "wide64", *backend, spec);
   EXPECT_NE(error.find("HARNESS_NATIVE_TILE=wide64: expected one of narrow, medium, wide80, "
-                       "wide96, wide112, wide"),
+                       "wide96, wide112, wide, wide160"),
             std::string::npos)
       << (error.empty() ? "HARNESS_NATIVE_TILE=wide64 was accepted" : error);
 }

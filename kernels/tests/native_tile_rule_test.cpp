@@ -51,6 +51,25 @@ TEST(NativeTileRule, StepsAreExactlyWhereTheForwardChanges) {
                                        448}));
 }
 
+// The rule chooses from kNativeRuleTiles only: wide160 is built, forced and tested
+// (HARNESS_NATIVE_TILE) but the rule never returns it, at any rows per expert, until a sweep on the
+// GPU the tile costs come from says it should. Every tile has its own name and token rows.
+TEST(NativeTileRule, ChoosesOnlyAmongTheRuleTiles) {
+  for (double rows = 0.25; rows <= 1024.0; rows += 0.25) {
+    const auto t = native_tile_for(rows);
+    EXPECT_NE(std::ranges::find(kNativeRuleTiles, t), std::end(kNativeRuleTiles)) << rows;
+    EXPECT_NE(t, NativeTile::wide160) << rows;
+  }
+  for (const auto t : kNativeRuleTiles)
+    EXPECT_NE(std::ranges::find(kNativeTiles, t), std::end(kNativeTiles)) << to_string(t);
+  EXPECT_EQ(native_tile_tokens(NativeTile::wide160), 160);
+  EXPECT_STREQ(to_string(NativeTile::wide160), "wide160");
+  std::vector<int> tokens;
+  for (const auto t : kNativeTiles) tokens.push_back(native_tile_tokens(t));
+  EXPECT_TRUE(std::ranges::is_sorted(tokens));
+  EXPECT_EQ(std::ranges::adjacent_find(tokens), tokens.end());
+}
+
 // Pairs of tiles share their weights only where an expert takes more than one tile; the narrow
 // tile has no clustered schedule.
 TEST(NativeTileRule, TilesArePairedWhereAnExpertTakesSeveral) {
