@@ -72,10 +72,16 @@ std::set<std::array<int, 3>> anchor_pairs(const json& device_anchors) {
 }
 
 // The components whose device anchors in `fresh` (this file's coverage of a table already
-// published with the same contract and table) the published `coverage` lacks: a run on a device
-// new to the campaign measured them after the table was published.
-std::vector<std::string> anchors_added_since(const json& coverage, const json& fresh) {
-  std::vector<std::string> out;
+// published with the same contract and table) differ from those of the published `coverage`: a
+// run on a device new to the campaign measured them after the table was published, or this build
+// counts them otherwise (e.g. leaves some out for their clock). `replaced`: the published entry
+// held anchors of one of those components already, which publishing replaces.
+struct AnchorUpdate {
+  std::vector<std::string> components;
+  bool replaced = false;
+};
+AnchorUpdate anchors_changed_since(const json& coverage, const json& fresh) {
+  AnchorUpdate out;
   const json none = json::object();
   const json published = coverage.value("fidelity", none).value("components", none);
   const json measured = fresh.value("fidelity", none).value("components", none);
@@ -84,7 +90,9 @@ std::vector<std::string> anchors_added_since(const json& coverage, const json& f
     const auto theirs = published.contains(component)
                             ? anchor_pairs(published.at(component).value("device_anchors", json()))
                             : std::set<std::array<int, 3>>{};
-    if (!mine.empty() && mine != theirs) out.push_back(component);
+    if (mine.empty() || mine == theirs) continue;
+    out.components.push_back(component);
+    out.replaced = out.replaced || !theirs.empty();
   }
   return out;
 }
@@ -364,9 +372,9 @@ PublishReport publish(const StoredAcquisition& acq, const std::string& h5_path,
   }
   FileLock meta_lock(variant_dir / bundle_format::kMetaLock, FileLock::Mode::wait);
   auto meta = load_bundle_meta(variant_dir);  // throws on a corrupt meta.yaml: nothing changed
-  PublishReport report{variant_dir.string(), {}, {}, {}};
+  PublishReport report{variant_dir.string(), {}, {}, {}, {}};
   std::vector<const TargetWork*> fresh;
-  std::vector<std::pair<const TargetWork*, std::vector<std::string>>> anchored;
+  std::vector<std::pair<const TargetWork*, AnchorUpdate>> anchored;
   for (const auto& w : work) {
     const auto contract_sha = contract_sha256(w.contract);
     const auto* existing = meta.find(w.target, w.section);
@@ -383,9 +391,9 @@ PublishReport publish(const StoredAcquisition& acq, const std::string& h5_path,
       problems.push_back(w.label +
                          " is already published from another acquisition of the same contract; "
                          "published tables are never replaced: publish into another --out-root");
-    else if (auto components = anchors_added_since(existing->coverage, w.coverage);
-             !components.empty())
-      anchored.emplace_back(&w, std::move(components));
+    else if (auto update = anchors_changed_since(existing->coverage, w.coverage);
+             !update.components.empty())
+      anchored.emplace_back(&w, std::move(update));
     else
       report.unchanged.push_back(w.label);
   }
@@ -416,15 +424,15 @@ PublishReport publish(const StoredAcquisition& acq, const std::string& h5_path,
   }
   // The table and its files stay as published; the entry gains the anchors and the runs that
   // measured them (docs/bundle-format.md#identity-and-updates).
-  for (const auto& [w, components] : anchored) {
+  for (const auto& [w, update] : anchored) {
     auto& entry = *meta.find(w->target, w->section);
-    for (const auto& c : components)
+    for (const auto& c : update.components)
       entry.coverage["fidelity"]["components"][c]["device_anchors"] =
           w->coverage.at("fidelity").at("components").at(c).at("device_anchors");
     entry.provenance["hardware"] = hardware;
     entry.provenance["runs"] = runs;
     entry.provenance["anchors_added_utc"] = utc_now();
-    report.anchored.push_back(w->label);
+    (update.replaced ? report.reanchored : report.anchored).push_back(w->label);
   }
   if (!fresh.empty() || !anchored.empty()) save_bundle_meta(variant_dir, meta);
   return report;

@@ -35,8 +35,10 @@ struct PublishReport {
   std::vector<std::string> published;  // target labels newly written
   std::vector<std::string> unchanged;  // already published with the same contract and table
   // Already published with the same contract and table, whose device anchors (rows measured again
-  // on a device new to the campaign, after the table was published) were added to its coverage.
+  // on a device new to the campaign, after the table was published) were added to its coverage,
+  // which held none of them (anchored) or held others, now replaced by the file's (reanchored).
   std::vector<std::string> anchored;
+  std::vector<std::string> reanchored;
 };
 
 // Publishes every target of `h5_path`. Publishes nothing (PublishError naming every reason) when

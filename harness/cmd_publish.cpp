@@ -18,9 +18,12 @@ void print_publish_report(const PublishReport& r, std::ostream& os) {
      << r.unchanged.size() << " already published (unchanged)";
   if (!r.anchored.empty())
     os << ", " << r.anchored.size() << " already published with device anchors added";
+  if (!r.reanchored.empty())
+    os << ", " << r.reanchored.size() << " already published with their device anchors replaced";
   os << "\n";
   for (const auto& t : r.published) os << "  + " << t << "\n";
   for (const auto& t : r.anchored) os << "  + " << t << " (device anchors)\n";
+  for (const auto& t : r.reanchored) os << "  ~ " << t << " (device anchors replaced)\n";
 }
 
 int publish(const Args& args) {

@@ -364,4 +364,24 @@ with tempfile.TemporaryDirectory() as tmp:
                      p.stdout), p.stdout
     assert tables == {os.path.join(d, f): file_sha(os.path.join(d, f)) for d, _, files in os.walk(bundles) for f in files
                       if f.endswith(".csv")}
+    # Entries whose anchors differ from the file's (here: every pair's count edited) get the file's,
+    # and publish says they were replaced, not added.
+    meta_path = os.path.join(bundles, "meta.yaml")
+    text, edits = re.subn(r"(- anchor_device: 1\n\s+count: )(\d+)", lambda m: m.group(1) + str(int(m.group(2)) + 100),
+                          open(meta_path).read())
+    assert edits >= len(entries), edits
+    open(meta_path, "w").write(text)
+    p = run([HARNESS, "publish", os.path.join(done, "acquisition.h5"), "--out-root",
+             os.path.join(tmp, "anchored-bundles"), "--accept-failures"])
+    replaced = re.search(r"already published \(unchanged\), (\d+) already published with their device anchors replaced\n",
+                         p.stdout)
+    assert replaced and int(replaced.group(1)) == len(entries), p.stdout
+    assert "with device anchors added" not in p.stdout and p.stdout.count(" (device anchors replaced)") == len(entries), p.stdout
+    meta = yaml.safe_load(open(meta_path))
+    for e in [e for tp in meta["per_tp"].values() for e in tp["moe_components"]["entries"]]:
+        counts = [p["count"] for b in e["coverage"]["fidelity"]["components"].values() if "device_anchors" in b
+                  for p in b["device_anchors"]["device_pairs"]]
+        assert counts and all(c < 100 for c in counts), e
+    assert tables == {os.path.join(d, f): file_sha(os.path.join(d, f)) for d, _, files in os.walk(bundles) for f in files
+                      if f.endswith(".csv")}
 print("ok")
