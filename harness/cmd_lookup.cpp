@@ -50,19 +50,6 @@ nlohmann::json collective_json(const std::string& collective, std::int64_t token
           {"rows", rows}};
 }
 
-// How each published row of the deployment's entry was measured (row_clocks.csv, checksum
-// checked), read for --explain only: a plain lookup needs none of it.
-RowRecords row_records_of(const std::string& variant_dir, const Deployment& d) {
-  const auto target = Target::from_json(d.contract().at("target"));
-  const auto meta = load_bundle_meta(variant_dir);
-  const auto& entries = meta.per_tp(Section::moe_components);
-  if (const auto tp = entries.find(target.tp); tp != entries.end())
-    for (const auto& e : tp->second)
-      if (e.target == target)
-        return read_row_records(std::filesystem::path(variant_dir) / tp_dir_name(target.tp), e);
-  return {};
-}
-
 // The record of a vertex row; nullptr where there is none (an entry published before
 // row_clocks.csv).
 const RowRecord* record_of(const RowRecords& records, Component c, const GridPoint& point) {
@@ -172,13 +159,13 @@ int lookup_batch(const std::string& variant_dir, const DeploymentKey& key,
   }
   const auto queries = read_queries(source == "-" ? std::cin : file, source);
   std::optional<Deployment> deployment;
-  std::optional<RowRecords> rows;  // --explain
+  const RowRecords* rows = nullptr;  // --explain
   std::optional<CollectiveTable> collectives;
   for (const auto& q : queries) {
     if (q.component && !deployment) {
       deployment.emplace(Deployment::load(variant_dir, key));
       warn_if_not_device_data(deployment->contract());
-      if (explain) rows = row_records_of(variant_dir, *deployment);
+      if (explain) rows = &deployment->row_records();
     }
     if (!q.component && !collectives) {
       try {
@@ -202,7 +189,7 @@ int lookup_batch(const std::string& variant_dir, const DeploymentKey& key,
         time_us = r.time_us;
         if (json)
           answer = component_json(*deployment, *q.component, q.tokens, q.activated, q.assignments,
-                                  r, rows ? &*rows : nullptr);
+                                  r, rows);
       } else {
         const auto r = collectives->query(q.collective, q.tokens);
         time_us = r.time_us;
@@ -289,11 +276,9 @@ int lookup(const Args& args) {
   auto d = Deployment::load(variant_dir, key);
   warn_if_not_device_data(d.contract());
   const auto r = d.query(*c, tokens, activated, assignments);
-  const auto rows = explain ? std::optional(row_records_of(variant_dir, d)) : std::nullopt;
+  const RowRecords* rows = explain ? &d.row_records() : nullptr;
   if (format == "json") {
-    std::cout
-        << component_json(d, *c, tokens, activated, assignments, r, rows ? &*rows : nullptr).dump(1)
-        << "\n";
+    std::cout << component_json(d, *c, tokens, activated, assignments, r, rows).dump(1) << "\n";
     return 0;
   }
   std::cout << std::setprecision(10) << r.time_us << "\n";

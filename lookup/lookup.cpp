@@ -67,7 +67,7 @@ struct Deployment::Impl {
   std::size_t hits = 0;
   std::filesystem::path tp_dir;       // <variant>/tp<N>, where row_clocks.csv lies
   BundleEntry entry;                  // the entry's meta.yaml record (collective tables: unset)
-  std::optional<RowRecords> records;  // row_clocks.csv, once read (spans_launch_wave_step)
+  std::optional<RowRecords> records;  // row_clocks.csv, once read (row_records)
 };
 
 Deployment::Deployment(std::unique_ptr<Impl> impl) : impl_(std::move(impl)) {}
@@ -201,8 +201,7 @@ std::optional<HeldOutErrors> Deployment::held_out_errors(Component c, std::int64
   return read(held, routing);
 }
 
-std::optional<bool> Deployment::spans_launch_wave_step(Component c, const LookupResult& r) const {
-  if (c != Component::experts || r.exact || r.vertices.empty()) return std::nullopt;
+const RowRecords& Deployment::row_records() const {
   if (!impl_->records) {
     try {
       impl_->records = read_row_records(impl_->tp_dir, impl_->entry);
@@ -210,7 +209,12 @@ std::optional<bool> Deployment::spans_launch_wave_step(Component c, const Lookup
       throw LookupError(e.what());
     }
   }
-  const auto& records = *impl_->records;
+  return *impl_->records;
+}
+
+std::optional<bool> Deployment::spans_launch_wave_step(Component c, const LookupResult& r) const {
+  if (c != Component::experts || r.exact || r.vertices.empty()) return std::nullopt;
+  const auto& records = row_records();
   const std::vector<std::int64_t>* first = nullptr;
   bool differ = false;
   for (const auto& x : r.vertices) {

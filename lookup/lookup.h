@@ -15,6 +15,7 @@
 #include <unordered_map>
 #include <vector>
 
+#include "bundle/bundle_meta.h"
 #include "core/component.h"
 #include "lookup/tables.h"
 
@@ -91,8 +92,12 @@ class Deployment {
   // vertices run different launch waves (row_clocks.csv records each row's). nullopt where the
   // entry records no such split (a backend that declares no waves, or an older bundle).
   [[nodiscard]] std::optional<HeldOutErrors> held_out_errors_across_wave_steps(Component c) const;
-  // Whether an experts answer's vertices run different launch waves (row_clocks.csv, read under
-  // its checksum on first use): a wave step lies between them, and
+  // How each published row of the component tables was measured (row_clocks.csv, read under its
+  // checksum on first use and kept): clock, devices, run spread, launch waves. Empty for an entry
+  // published before the file. Throws LookupError for a missing or corrupt row_clocks.csv.
+  [[nodiscard]] const RowRecords& row_records() const;
+  // Whether an experts answer's vertices run different launch waves (row_records()): a wave step
+  // lies between them, and
   // held_out_errors_across_wave_steps applies. nullopt for the other components, an exact row,
   // or where a vertex's waves are not recorded (a backend that declares none, an older bundle).
   // Throws LookupError for a missing or corrupt row_clocks.csv.

@@ -388,6 +388,12 @@ TEST_F(BundleReader, AnAnswerSpansAWaveStepWhereItsVerticesRecordDifferentWaves)
       });
   ASSERT_TRUE(uses_it);
   EXPECT_EQ(stepped.spans_launch_wave_step(Component::experts, answer), true);
+  // The records themselves (what --explain prints beside each vertex), read once and kept.
+  const auto& records = stepped.row_records();
+  ASSERT_EQ(records.size(), 6u);
+  EXPECT_EQ(records.at({Component::experts, GridPoint{4, 8, 8}}).launch_waves,
+            (std::vector<std::int64_t>{2, 1}));
+  EXPECT_EQ(&stepped.row_records(), &records);
   EXPECT_EQ(
       same.spans_launch_wave_step(Component::experts, same.query(Component::experts, 8, 8, 16)),
       false);
@@ -408,6 +414,10 @@ TEST_F(BundleReader, AnAnswerSpansAWaveStepWhereItsVerticesRecordDifferentWaves)
               (void)tampered.spans_launch_wave_step(Component::experts, spanning);
             }).find("checksum mismatch"),
             std::string::npos);
+  EXPECT_NE(lookup_error_of([&] { (void)tampered.row_records(); }).find("checksum mismatch"),
+            std::string::npos);
+  // A deployment that read them before keeps what it read.
+  EXPECT_EQ(stepped.row_records().size(), 6u);
 }
 
 TEST_F(BundleReader, TheTriangulationMustBeRecordedPresentSignedAndWellFormed) {
