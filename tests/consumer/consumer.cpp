@@ -1,7 +1,8 @@
 // A C++ program using the installed lookup library through its C++ API (lookup/lookup.h):
 //   consumer_cpp VARIANT_DIR TP DP < queries
-// Query lines: "component NAME N A M" or "collective NAME N". Prints one line per query: the
-// time in µs, or "error: MESSAGE".
+// Query lines: "component NAME N A M", "collective NAME N", or "rows" (how many published rows
+// carry a record of how they were measured: Deployment::row_records()). Prints one line per query:
+// the time in µs (the count for "rows"), or "error: MESSAGE".
 #include <iomanip>
 #include <iostream>
 #include <sstream>
@@ -26,7 +27,9 @@ int main(int argc, char** argv) {
     std::int64_t n = 0, a = 0, m = 0;
     in >> kind >> name >> n >> a >> m;
     try {
-      if (kind == "collective") {
+      if (kind == "rows") {
+        std::cout << deployment.row_records().size() << "\n";
+      } else if (kind == "collective") {
         std::cout << collectives.query(name, n).time_us << "\n";
       } else {
         const auto component = moe::parse_component(name);

@@ -24,6 +24,7 @@ with tempfile.TemporaryDirectory() as tmp:
     prefix = os.path.join(tmp, "prefix")
     run(["cmake", "--install", BUILD, "--prefix", prefix])
     for path in ["bin/harness", "include/harness/lookup/harness_lookup.h", "include/harness/lookup/lookup.h",
+                 "include/harness/bundle/bundle_meta.h", "include/harness/core/target.h",
                  "lib/cmake/harness/harnessConfig.cmake", "lib/pkgconfig/harness-lookup.pc"]:
         assert os.path.exists(os.path.join(prefix, path)), path
     consumer = os.path.join(tmp, "consumer")
@@ -83,6 +84,8 @@ with tempfile.TemporaryDirectory() as tmp:
                 answered[name] += 1
         assert float(got[len(queries)].split()[0]) > 0, (name, got[len(queries)])
     assert len(set(answered.values())) == 1 and min(answered.values()) >= len(rows) // 2, answered
+    # The C++ API also says how each row was measured (row_clocks.csv): one record per published row.
+    assert answers(programs["C++ (CMake)"], variant, ["rows"]) == [str(len(rows))]
     want = float(run([HARNESS, "lookup", variant, "--tp", "1", "--dp", "2", "--component", "experts", "--tokens", "3",
                       "--activated", "2", "--assignments", "4"]).stdout.split()[0])
     for program in (readme_c, readme_cpp):
