@@ -289,7 +289,7 @@ using MediumTile = TileConfig<4, 1, 1, 2, 8, 64, 4, 2>;
 using Wide80Tile = TileConfig<4, 1, 1, 2, 10, 64, 4, 2>;
 using Wide96Tile = TileConfig<2, 2, 1, 4, 6, 64, 3, 2>;
 using Wide112Tile = TileConfig<4, 1, 1, 2, 14, 64, 3, 2>;
-// Many rows per expert: 128 x 128 tiles, 64 x 64 per warp; 128 x 160 tiles 64 x 80 per warp.
+// Many rows per expert: 128 x 128 tiles, 64 x 64 per warp; 128 x 160 tiles, 32 x 80 per warp.
 using WideTile = TileConfig<2, 2, 1, 4, 8, 64, 3, 2>;
 using Wide160Tile = TileConfig<4, 2, 1, 2, 10, 64, 3, 1>;
 
