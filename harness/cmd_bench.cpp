@@ -343,6 +343,17 @@ int bench_experts(const Args& args) {
     std::cout << "--under-profiler: no CUPTI tracer; the forwards run (each checked against the "
                  "reference) but are not timed\n";
   std::vector<Row> rows;
+  // A point that fails (a backend over its tolerance, memory the device cannot give, a CUDA
+  // error) gets no time but does not cost the points measured before or after it: each is named
+  // with its reason at the end, and the bench then exits 1.
+  std::vector<std::string> failed;
+  const auto fail = [&](std::string_view component, const ModelGeometry& g, const GridPoint& p,
+                        const std::string& backend, const std::string& reason) {
+    std::string name = std::string(component) + " " + g.name + " N=" + std::to_string(p.tokens);
+    if (component == "experts") name += " A=" + std::to_string(p.activated);
+    failed.push_back(name + " " + backend + ": " + reason);
+    std::cerr << "  " << failed.back() << "\n";
+  };
   const Target ep1{1, 1, 1, 0, false};
   for (const auto c : cs)
     for (const auto& g : geometries) {
@@ -352,7 +363,6 @@ int bench_experts(const Args& args) {
                                                         bs.front()->cache_bytes())
                                 : 1;
       WorkloadSpec round{g, ep1, c, {}, banks, 0x5eedULL};
-      const auto weights = bs.front()->make_weights(round);
       std::vector<GridPoint> points;
       for (const auto n : ns) {
         const std::int64_t all_local = std::int64_t{n} * g.top_k;  // M with every route local
@@ -363,6 +373,16 @@ int bench_experts(const Args& args) {
         else
           for (const int a : as) points.push_back({n, a, all_local});
       }
+      std::shared_ptr<const WeightSet> weights;
+      try {
+        weights = bs.front()->make_weights(round);
+      } catch (const std::exception& e) {
+        for (const auto& point : points)
+          for (const auto& b : bs)
+            fail(to_string(c), g, point, b->name(),
+                 std::string("its weights (") + std::to_string(banks) + " banks): " + e.what());
+        continue;
+      }
       for (const auto& point : points) {
         const auto n = point.tokens;
         WorkloadSpec spec = round;
@@ -372,8 +392,13 @@ int bench_experts(const Args& args) {
         std::map<std::string, double> by_backend;
         const std::size_t first = rows.size();
         for (auto& b : bs) {
-          rows.push_back(
-              measure(*b, *timer, spec, weights, iterations, {settle_ms, capped_settle_ms}));
+          try {
+            rows.push_back(
+                measure(*b, *timer, spec, weights, iterations, {settle_ms, capped_settle_ms}));
+          } catch (const std::exception& e) {
+            fail(to_string(c), g, point, b->name(), e.what());
+            continue;
+          }
           rows.back().floor =
               floor_of(g, c, spec.point, {peaks.copy_bytes_per_s, peaks.bf16_flops_per_s});
           by_backend[b->name()] = rows.back().median_us;
@@ -388,11 +413,21 @@ int bench_experts(const Args& args) {
               rows[i].native_over_cublas = by_backend["native"] / by_backend["cublas_grouped"];
       }
     }
+  const auto report_failed = [&] {
+    if (failed.empty()) return 0;
+    std::cout << "\n"
+              << failed.size() << " point" << (failed.size() == 1 ? "" : "s")
+              << " failed (measured no time, not in the CSV):\n";
+    for (const auto& f : failed) std::cout << "  " << f << "\n";
+    std::cerr << "harness bench: " << failed.size() << " of " << failed.size() + rows.size()
+              << " points failed (listed at the end of the output)\n";
+    return 1;
+  };
   if (under_profiler) {
     for (const auto& r : rows)
       std::cout << "  " << r.component << " " << r.model << " N=" << r.point.tokens << " "
                 << r.backend << ": " << r.configuration << "\n";
-    return 0;
+    return report_failed();
   }
   print_table(rows, std::cout);
   std::cout << "\nkernels of the median forward (us):\n";
@@ -400,10 +435,15 @@ int bench_experts(const Args& args) {
     if (r.component == "experts")
       std::cout << "  " << r.model << " N=" << r.point.tokens << " " << r.backend << ": "
                 << r.kernels << "\n";
-  write_csv(csv, rows, peaks, device_name);
-  std::cout << "wrote " << csv << "\n";
-  if (sweep && !print_sweep(rows, std::cout)) return 3;  // the checks failed (docs/cli.md)
-  return 0;
+  if (rows.empty()) {
+    std::cout << "no point measured: " << csv << " not written\n";  // an earlier one stays
+  } else {
+    write_csv(csv, rows, peaks, device_name);
+    std::cout << "wrote " << csv << "\n";
+  }
+  const bool sweep_passed = !sweep || rows.empty() || print_sweep(rows, std::cout);
+  if (report_failed() != 0) return 1;
+  return sweep_passed ? 0 : 3;  // 3: the sweep's checks failed (docs/cli.md)
 }
 
 }  // namespace
