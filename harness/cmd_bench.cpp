@@ -177,13 +177,15 @@ void require_csv_folder(const std::string& path) {
 }
 
 // Written whole (a temporary file renamed), so a failed write leaves an earlier CSV as it was.
+// `device_uuid` names the GPU itself: GPUs of one kind differ by a few percent
+// (docs/measurement.md#validating-a-published-bundle), so tools that compare runs check it.
 void write_csv(const std::string& path, const std::vector<Row>& rows, const DevicePeaks& peaks,
-               const std::string& device) {
+               const std::string& device, const std::string& device_uuid) {
   std::ostringstream os;
   os << "component,model,backend,tokens,activated,assignments,banks,median_us,min_us,max_us,"
         "floor_us,floor_bound,floor_bytes,floor_flops,ratio_to_floor,native_over_cublas,"
         "max_rel_error,copy_gbps,gemm_tflops,device,kernels,configuration,device_state,"
-        "gemm_sm_clock_mhz,launch_waves\n";
+        "gemm_sm_clock_mhz,launch_waves,device_uuid\n";
   os << std::setprecision(6);
   for (const auto& r : rows) {
     os << r.component << ',' << r.model << ',' << r.backend << ',' << r.point.tokens << ','
@@ -195,7 +197,7 @@ void write_csv(const std::string& path, const std::vector<Row>& rows, const Devi
        << peaks.bf16_flops_per_s / 1e12 << ',' << device << ",\"" << r.kernels << "\",\""
        << r.configuration << "\",\"" << r.device_state << "\",";
     if (peaks.gemm_sm_clock_mhz > 0) os << std::lround(peaks.gemm_sm_clock_mhz);  // else unknown
-    os << ",\"" << r.launch_waves << "\"\n";
+    os << ",\"" << r.launch_waves << "\"," << device_uuid << "\n";
   }
   write_file_atomic(path, os.str());
 }
@@ -329,7 +331,8 @@ int bench_experts(const Args& args) {
 
   const auto peaks = measure_device_peaks(device);
   const auto props = bs.front()->device_properties();
-  const std::string device_name = props.count("device") ? props.at("device") : "?";
+  const std::string device_name = props.count("device") ? props.at("device") : "?",
+                    device_uuid = props.count("uuid") ? props.at("uuid") : "";
   std::cout << "device " << device_name << ": copy " << std::fixed << std::setprecision(0)
             << peaks.copy_bytes_per_s / 1e9 << " GB/s (read+write of 1 GiB), bf16 GEMM "
             << peaks.bf16_flops_per_s / 1e12 << " TFLOP/s (" << peaks.gemm_size << "^3";
@@ -438,7 +441,7 @@ int bench_experts(const Args& args) {
   if (rows.empty()) {
     std::cout << "no point measured: " << csv << " not written\n";  // an earlier one stays
   } else {
-    write_csv(csv, rows, peaks, device_name);
+    write_csv(csv, rows, peaks, device_name, device_uuid);
     std::cout << "wrote " << csv << "\n";
   }
   const bool sweep_passed = !sweep || rows.empty() || print_sweep(rows, std::cout);

@@ -8,8 +8,9 @@ alternating, so that the clock and power state both saw are alike. Rows are matc
 (component, model, backend, tokens, activated, assignments); every row of a run must be in the
 other run of its pair (else exit 1, naming it). Prints per point the ratio B / A of median_us
 in each pair and its range over the pairs, then per component the median, min and max over the
-points of the per-point median ratio. Exit status 1 on an error, else 0: this reports, it does
-not judge.
+points of the per-point median ratio. Every run must come from one GPU (the CSVs' `device_uuid`,
+which files of older builds lack: then it says the GPU was not checked). Exit status 1 on an error,
+else 0: this reports, it does not judge.
 
 --steps-from N also prints, for each arm, how smooth each line of points is from N tokens up:
 the points of one (component, model, backend) in token order, each at the median over the arm's
@@ -20,6 +21,8 @@ import argparse
 import csv
 import statistics
 import sys
+
+from bench_csv import one_gpu
 
 KEY = ("component", "model", "backend", "tokens", "activated", "assignments")
 
@@ -70,9 +73,11 @@ def main():
         return 1
     try:
         pairs = [(read(a), read(b), a, b) for a, b in zip(args.a, args.b)]
+        gpu = one_gpu(args.a + args.b)
     except (OSError, KeyError, ValueError) as e:
         print(f"bench-ab: {e}", file=sys.stderr)
         return 1
+    print(f"GPU {gpu}" if gpu else "GPU not checked: the runs record none (device_uuid)")
     keys = sorted(pairs[0][0], key=lambda k: (k[0], k[1], k[2], int(k[3]), int(k[4]), int(k[5])))
     for ra, rb, pa, pb in pairs:
         for path, rows, other in ((pa, ra, rb), (pb, rb, ra)):

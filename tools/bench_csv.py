@@ -43,3 +43,28 @@ def component_rows(path, model=None, backend=None, columns=(), positive=("median
             raise ValueError(f"{path}: N={n} appears twice (one sweep per file)")
         points[n] = r
     return points
+
+
+def one_gpu(paths):
+    """The GPU (`device_uuid`) every one of `paths` ran on; None where none of them records it
+    (files written before the bench wrote the column). A ValueError names the first file that ran
+    on another GPU than the first, or records none beside files that do: runs compared with each
+    other must come from one GPU, since GPUs of one kind differ by a few percent."""
+    seen = []
+    for path in paths:
+        with open(path, newline="") as f:
+            reader = csv.DictReader(f)
+            uuids = sorted({r["device_uuid"] for r in reader} if "device_uuid" in (reader.fieldnames or []) else set())
+        if len(uuids) > 1:
+            raise ValueError(f"{path}: rows of several GPUs ({', '.join(uuids)})")
+        seen.append((path, uuids[0] if uuids and uuids[0] else None))
+    recorded = {uuid for _, uuid in seen if uuid}
+    if not recorded:
+        return None
+    first_path, first = next((path, uuid) for path, uuid in seen if uuid)
+    for path, uuid in seen:
+        if uuid != first:
+            where = f"ran on {uuid}" if uuid else "records no GPU (device_uuid)"
+            raise ValueError(f"{path} {where}, {first_path} on {first}: compare runs of one GPU")
+    return first
+

@@ -11,14 +11,15 @@ RULE.csv is the sweep as the rule runs it; each FORCED.csv one sweep with one ti
 rows per expert (assignments / activated), each forced tile's time, the fastest of them, the tile
 the rule picked (from RULE.csv's configuration) and the rule's tile's time in its forced sweep over
 the fastest: both from forced sweeps, so the comparison is not between the rule's run and the
-others. Points whose rule tile was not swept are listed as not compared. Exit status 3 when the
+others. Points whose rule tile was not swept are listed as not compared. Every sweep must come
+from one GPU (`device_uuid`; not checked, and said so, where the files record none). Exit status 3 when the
 rule's tile is slower than the fastest by more than the tolerance at some point, 1 on an error
 (named), else 0. `tools/gpu-check.sh BUILD OUT tiles` runs the sweeps and this check.
 """
 import argparse
 import sys
 
-from bench_csv import component_rows
+from bench_csv import component_rows, one_gpu
 
 COLUMNS = ("assignments", "activated")
 
@@ -57,9 +58,11 @@ def main():
             if missing:
                 raise ValueError(f"{path}: no point at N={missing[0]} of the rule's sweep")
             forced[tile] = times
+        gpu = one_gpu([args.rule] + args.forced)
     except (OSError, ValueError) as e:
         print(f"tile-rule-check: {e}", file=sys.stderr)
         return 1
+    print(f"GPU {gpu}" if gpu else "GPU not checked: the sweeps record none (device_uuid)")
 
     tiles = list(forced)
     print(f"{'N':>6} {'rows/expert':>11} " + " ".join(f"{t:>9}" for t in tiles) +

@@ -41,7 +41,7 @@ with tempfile.TemporaryDirectory() as tmp:
         rows = list(csv.DictReader(f))
     assert [(r["component"], int(r["tokens"])) for r in rows] == \
         [("gate_routing", 16), ("gate_routing", 64)], rows
-    assert all(float(r["median_us"]) > 0 for r in rows), rows
+    assert all(float(r["median_us"]) > 0 and r["device_uuid"].startswith("GPU-") for r in rows), rows
 
     # Nothing measured: the CSV of an earlier run is not replaced.
     with open(out, "rb") as f:
