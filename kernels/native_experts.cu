@@ -321,13 +321,13 @@ __device__ __forceinline__ int warp_mtile_row(int wf, int j) {
 // The cp.async copies of one thread for one block tile: weight rows (gated: the gate half and
 // the up half of W13) and token rows (gathered through token_of for W13), both into rows of kBK
 // bf16 with the 16-byte chunks XOR-swizzled by row (for kBK = 64 this is the 128-byte swizzle
-// that wgmma descriptors expect). Rows past the matrix and K past its end are zero-filled.
+// that wgmma descriptors expect). Weight rows past the matrix and K past its end are zero-filled;
+// token rows past the tile are not copied.
 template <class C, bool kGated, bool kEvictFirst = false>
 struct TileLoader {
   const bf16* w_src[C::kWLoads];
   bool w_ok[C::kWLoads];
   int w_dst[C::kWLoads], w_chunk[C::kWLoads];
-  static constexpr bool kPartialX = C::kTokens * C::kChunks % C::kThreads != 0;
   const bf16* x_src[C::kXLoads];
   bool x_ok[C::kXLoads];
   int x_dst[C::kXLoads], x_chunk[C::kXLoads];
@@ -388,9 +388,10 @@ struct TileLoader {
       load_weights();
 #pragma unroll
     for (int i = 0; i < C::kXLoads; ++i) {
-      if (kPartialX && i == C::kXLoads - 1 && x_dst[i] >= C::kStageX) break;  // past the tile
+      // Token rows past the tile are not copied: they meet only outputs the epilogue drops.
+      if (!x_ok[i]) continue;
       const int col = k0 + x_chunk[i] * 8;
-      const bool ok = x_ok[i] && col < k;
+      const bool ok = col < k;
       cp_async16(sx + x_dst[i], ok ? x_src[i] + col : x_base, ok);
     }
   }
