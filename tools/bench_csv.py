@@ -1,6 +1,7 @@
 """The rows of one component of a `harness bench experts --csv` file, for the tools that plot and
 check sweeps and tables (tools/sweep-plot.py, tools/tile-rule-check.py, tools/step-rows-check.py),
-and the quantile the tools report. Errors are ValueErrors naming the file and the problem."""
+the quantile the tools report, and the one GPU runs compared with each other came from
+(tools/bench-ab.py, tools/tile-rule-check.py). Errors are ValueErrors naming the file and the problem."""
 import csv
 
 BASE = ("component", "model", "backend", "tokens", "median_us", "configuration")
@@ -58,8 +59,7 @@ def one_gpu(paths):
         if len(uuids) > 1:
             raise ValueError(f"{path}: rows of several GPUs ({', '.join(uuids)})")
         seen.append((path, uuids[0] if uuids and uuids[0] else None))
-    recorded = {uuid for _, uuid in seen if uuid}
-    if not recorded:
+    if not any(uuid for _, uuid in seen):
         return None
     first_path, first = next((path, uuid) for path, uuid in seen if uuid)
     for path, uuid in seen:
