@@ -3,6 +3,7 @@
 #   tools/gpu-check.sh BUILD_DIR OUT_DIR [steps...]
 # Steps (default: tests sanitizer bench): 
 #   tests      the `gpu`-labelled test binaries (every backend vs the CPU reference, CUPTI, NCCL)
+#              and the bench's failed-points test (tests/integration/test_bench_failed_points.py)
 #   sanitizer  compute-sanitizer memcheck on the native experts, gate and GPU reference tests,
 #              racecheck on the small forwards of the tiny models
 #              (skipped if not installed; about 6 minutes on an H200, half of it the persistent
@@ -154,6 +155,7 @@ run_tests() {
   for t in kernels/kernels_gpu_tests ranks/ranks_gpu_tests comm/comm_gpu_tests; do
     "$build/$t" --gtest_brief=1 || rc=1
   done
+  HARNESS_BIN=$build/harness/harness python3 "$here/../tests/integration/test_bench_failed_points.py" || rc=1
   return $rc
 }
 
