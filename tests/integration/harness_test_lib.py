@@ -1,5 +1,6 @@
 """Helpers for the integration tests: run the real harness under real mpiexec, read HDF5 with h5py
 (independently of the harness' own reader)."""
+import csv
 import hashlib
 import json
 import os
@@ -194,6 +195,17 @@ def quantile(sorted_values, q):
     lo = int(pos)
     hi = min(lo + 1, len(sorted_values) - 1)
     return sorted_values[lo] + (pos - lo) * (sorted_values[hi] - sorted_values[lo])
+
+
+def on_gpu(path, uuid):
+    """A copy of the bench CSV at `path` as if measured on the GPU `uuid` (a `device_uuid` column
+    added), beside it as UUID-NAME; returns its path."""
+    with open(path, newline="") as f:
+        rows = list(csv.reader(f))
+    copy = os.path.join(os.path.dirname(path), f"{uuid}-{os.path.basename(path)}")
+    with open(copy, "w", newline="") as f:
+        csv.writer(f).writerows([rows[0] + ["device_uuid"]] + [r + [uuid] for r in rows[1:]])
+    return copy
 
 
 def write_executable(path, text):

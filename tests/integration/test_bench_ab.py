@@ -8,7 +8,7 @@ import subprocess
 import sys
 import tempfile
 
-from harness_test_lib import SOURCE_DIR
+from harness_test_lib import SOURCE_DIR, on_gpu
 
 TOOL = [sys.executable, os.path.join(SOURCE_DIR, "tools/bench-ab.py")]
 HEADER = ["component", "model", "backend", "tokens", "activated", "assignments", "banks", "median_us",
@@ -71,20 +71,13 @@ with tempfile.TemporaryDirectory() as tmp:
         ab("--a", p("a1.csv"), "--b", p("b1.csv")).stdout
 
     # One GPU: said; runs of two GPUs, or one run without the column beside others with it, refused.
-    def on_gpu(name, uuid):
-        with open(p(name), newline="") as f:
-            rows = list(csv.reader(f))
-        with open(p(f"{uuid}-{name}"), "w", newline="") as f:
-            csv.writer(f).writerows([rows[0] + ["device_uuid"]] + [r + [uuid] for r in rows[1:]])
-        return p(f"{uuid}-{name}")
-
-    r = ab("--a", on_gpu("a1.csv", "GPU-a"), "--b", on_gpu("b1.csv", "GPU-a"))
+    r = ab("--a", on_gpu(p("a1.csv"), "GPU-a"), "--b", on_gpu(p("b1.csv"), "GPU-a"))
     assert r.returncode == 0 and "GPU GPU-a" in r.stdout, (r.stdout, r.stderr)
-    r = ab("--a", on_gpu("a1.csv", "GPU-a"), on_gpu("a2.csv", "GPU-a"), "--b", on_gpu("b1.csv", "GPU-a"),
-           on_gpu("b2.csv", "GPU-b"))
+    r = ab("--a", on_gpu(p("a1.csv"), "GPU-a"), on_gpu(p("a2.csv"), "GPU-a"), "--b", on_gpu(p("b1.csv"), "GPU-a"),
+           on_gpu(p("b2.csv"), "GPU-b"))
     assert r.returncode == 1 and "GPU-b-b2.csv ran on GPU-b, " + p("GPU-a-a1.csv") + " on GPU-a: compare runs " \
         "of one GPU" in r.stderr, r.stderr
-    r = ab("--a", on_gpu("a1.csv", "GPU-a"), "--b", p("b1.csv"))
+    r = ab("--a", on_gpu(p("a1.csv"), "GPU-a"), "--b", p("b1.csv"))
     assert r.returncode == 1 and "b1.csv records no GPU (device_uuid)" in r.stderr, r.stderr
 
     # Errors.

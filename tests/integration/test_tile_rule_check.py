@@ -10,7 +10,7 @@ import subprocess
 import sys
 import tempfile
 
-from harness_test_lib import SOURCE_DIR
+from harness_test_lib import SOURCE_DIR, on_gpu
 
 TOOL = [sys.executable, os.path.join(SOURCE_DIR, "tools/tile-rule-check.py")]
 HEADER = ["component", "model", "backend", "tokens", "activated", "assignments", "median_us", "floor_us",
@@ -79,15 +79,8 @@ with tempfile.TemporaryDirectory() as tmp:
     # ran on another GPU or records none beside files that do; files without the column say so.
     assert "GPU not checked: the sweeps record none (device_uuid)" in check(p("rule.csv"), *forced).stdout
 
-    def on_gpu(name, uuid):
-        with open(p(name), newline="") as f:
-            rows = list(csv.reader(f))
-        with open(p(f"{uuid}-{name}"), "w", newline="") as f:
-            csv.writer(f).writerows([rows[0] + ["device_uuid"]] + [r + [uuid] for r in rows[1:]])
-        return p(f"{uuid}-{name}")
-
-    gpu_a = [on_gpu(f"{t}.csv", "GPU-a") for t in TIMES]
-    r = check(on_gpu("rule.csv", "GPU-a"), *gpu_a)
+    gpu_a = [on_gpu(p(f"{t}.csv"), "GPU-a") for t in TIMES]
+    r = check(on_gpu(p("rule.csv"), "GPU-a"), *gpu_a)
     assert r.returncode == 0 and "GPU GPU-a" in r.stdout, (r.returncode, r.stdout, r.stderr)
 
     # Errors: one line naming the problem, exit 1.
@@ -103,8 +96,8 @@ with tempfile.TemporaryDirectory() as tmp:
         f.write("component,tokens,median_us\nexperts,1,2\n")
     expect_error([p("notbench.csv"), forced[0]], "notbench.csv: no column model")
     expect_error([p("rule.csv"), p("missing.csv")], "missing.csv")
-    expect_error([on_gpu("rule.csv", "GPU-a"), gpu_a[0], on_gpu("wide.csv", "GPU-b")],
+    expect_error([on_gpu(p("rule.csv"), "GPU-a"), gpu_a[0], on_gpu(p("wide.csv"), "GPU-b")],
                  "GPU-b-wide.csv ran on GPU-b, " + p("GPU-a-rule.csv") + " on GPU-a: compare runs of one GPU")
-    expect_error([on_gpu("rule.csv", "GPU-a"), gpu_a[0], forced[-1]],
+    expect_error([on_gpu(p("rule.csv"), "GPU-a"), gpu_a[0], forced[-1]],
                  "wide.csv records no GPU (device_uuid), " + p("GPU-a-rule.csv") + " on GPU-a")
 print("ok")
