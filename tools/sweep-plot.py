@@ -11,14 +11,15 @@ point is marked by the configuration it ran (the CSV's `configuration`: the colo
 the shape which of that tile's configurations — schedule, pairs, hints), and the floor
 (`floor_us`, the larger of the bytes and flops bounds) is a dashed line. Top panel: time against N,
 both axes logarithmic; bottom panel: time / floor against N (logarithmic N, linear ratio).
-Prints one summary line per run. Exit status 1 on an error (named), else 0.
+A run that records its GPU (the CSV's `device_uuid`) is named with the end of its UUID. Prints
+one summary line per run. Exit status 1 on an error (named), else 0.
 """
 import argparse
 import math
 import sys
 from xml.sax.saxutils import escape, quoteattr
 
-from bench_csv import component_rows
+from bench_csv import component_rows, one_gpu
 
 RUN_COLOURS = ("#333333", "#888888", "#1f77b4", "#9467bd")
 TILE_COLOURS = ("#d62728", "#2ca02c", "#ff7f0e", "#17becf", "#8c564b", "#e377c2", "#bcbd22",
@@ -187,10 +188,13 @@ def main():
     args = ap.parse_args()
     try:
         runs = [read_run(p, args.model, args.backend) for p in args.runs]
+        gpus = [one_gpu([p]) for p in args.runs]
     except (OSError, ValueError) as e:
         print(f"sweep-plot: {e}", file=sys.stderr)
         return 1
-    names = [f"run {i + 1}" for i in range(len(runs))]
+    # Runs on two GPUs of one kind differ by a few percent: each run names its GPU where it
+    # records one (the end of its UUID).
+    names = [f"run {i + 1}" + (f", GPU …{gpu[-8:]}" if gpu else "") for i, gpu in enumerate(gpus)]
     title = args.title or "harness bench experts --sweep"
     with open(args.out, "w") as f:
         f.write(render(runs, names, title))

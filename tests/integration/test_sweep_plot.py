@@ -12,7 +12,7 @@ import sys
 import tempfile
 import xml.etree.ElementTree as ET
 
-from harness_test_lib import SOURCE_DIR
+from harness_test_lib import SOURCE_DIR, on_gpu
 
 TOOL = [sys.executable, os.path.join(SOURCE_DIR, "tools/sweep-plot.py")]
 HEADER = ["component", "model", "backend", "tokens", "activated", "assignments", "median_us", "floor_us",
@@ -120,6 +120,16 @@ with tempfile.TemporaryDirectory() as tmp:
     r = plot(p("long.csv"), "--out", p("long.svg"))
     assert r.returncode == 0, r.stderr
     assert legend_fits(p("long.svg")) > short_width >= 760
+
+    # Runs that record their GPU (device_uuid) name it, by the end of its UUID: the legend, the
+    # lines and the summary; a run that records none stays "run N".
+    r = plot(on_gpu(p("r1.csv"), "GPU-f24dca47-f6fd-fca5-5e33-e14e7c0364b6"), p("r2.csv"), "--out", p("g.svg"))
+    assert r.returncode == 0, r.stderr
+    assert "run 1, GPU …7c0364b6 (" in r.stdout and "run 2 (" in r.stdout, r.stdout
+    svg = ET.parse(p("g.svg")).getroot()
+    assert {"run 1, GPU …7c0364b6", "run 2"} <= {t.text for t in svg.iter(SVG + "text")}
+    assert ("time", "run 1, GPU …7c0364b6") in {(e.get("class"), e.get("data-series"))
+                                                for e in svg.iter(SVG + "polyline")}
 
     # Errors: one line naming the problem, exit 1, no plot written.
     def expect_error(args, needle):
