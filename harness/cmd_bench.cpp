@@ -165,6 +165,14 @@ Row measure(Backend& backend, ForwardTimer& timer, const WorkloadSpec& spec,
   return row;
 }
 
+// "experts qwen3-30b-a3b N=16 A=82 native": the point and backend a progress or failure line is
+// about.
+std::string point_label(std::string_view component, const std::string& model, const GridPoint& p,
+                        bool with_activated, const std::string& backend) {
+  return std::string(component) + " " + model + " N=" + std::to_string(p.tokens) +
+         (with_activated ? " A=" + std::to_string(p.activated) : "") + " " + backend;
+}
+
 // The CSV's folder, checked before anything is measured: a bench of minutes is not thrown away
 // at the end for a mistyped path.
 void require_csv_folder(const std::string& path) {
@@ -352,9 +360,8 @@ int bench_experts(const Args& args) {
   std::vector<std::string> failed;
   const auto fail = [&](std::string_view component, const ModelGeometry& g, const GridPoint& p,
                         const std::string& backend, const std::string& reason) {
-    std::string name = std::string(component) + " " + g.name + " N=" + std::to_string(p.tokens);
-    if (component == "experts") name += " A=" + std::to_string(p.activated);
-    failed.push_back(name + " " + backend + ": " + reason);
+    failed.push_back(point_label(component, g.name, p, component == "experts", backend) + ": " +
+                     reason);
     std::cerr << "  " << failed.back() << "\n";
   };
   const Target ep1{1, 1, 1, 0, false};
@@ -406,9 +413,9 @@ int bench_experts(const Args& args) {
               floor_of(g, c, spec.point, {peaks.copy_bytes_per_s, peaks.bf16_flops_per_s});
           by_backend[b->name()] = rows.back().median_us;
           if (!under_profiler)
-            std::cerr << "  " << rows.back().component << " " << g.name << " N=" << n
-                      << (as.empty() ? "" : " A=" + std::to_string(point.activated)) << " "
-                      << b->name() << ": " << rows.back().median_us << " us\n";
+            std::cerr << "  "
+                      << point_label(rows.back().component, g.name, point, !as.empty(), b->name())
+                      << ": " << rows.back().median_us << " us\n";
         }
         if (by_backend.count("native") && by_backend.count("cublas_grouped"))
           for (std::size_t i = first; i < rows.size(); ++i)

@@ -67,4 +67,3 @@ def one_gpu(paths):
             where = f"ran on {uuid}" if uuid else "records no GPU (device_uuid)"
             raise ValueError(f"{path} {where}, {first_path} on {first}: compare runs of one GPU")
     return first
-
