@@ -106,7 +106,10 @@ void write_file_atomic(const std::filesystem::path& path, const std::string& byt
 
 std::string read_file(const std::filesystem::path& path) {
   std::ifstream in(path, std::ios::binary);
-  if (!in) throw std::runtime_error("cannot read " + path.string());
+  // A directory opens and reads as empty on Linux: refused like a missing file.
+  std::error_code ec;
+  if (!in || std::filesystem::is_directory(path, ec))
+    throw std::runtime_error("cannot read " + path.string());
   std::stringstream ss;
   ss << in.rdbuf();
   return ss.str();

@@ -4,6 +4,8 @@
 #include <nlohmann/json.hpp>
 #include <stdexcept>
 
+#include "core/files.h"
+
 namespace moe {
 
 namespace {
@@ -95,6 +97,16 @@ ModelGeometry geometry_from_hf_config(const std::string& json_text, const std::s
   }
   if (g.top_k > g.experts) c.fail("num_experts_per_tok exceeds the number of experts");
   return g;
+}
+
+ModelGeometry geometry_from_hf_config_file(const std::string& path) {
+  std::string text;
+  try {
+    text = read_file(path);
+  } catch (const std::exception&) {
+    throw std::invalid_argument("cannot read '" + path + "'");
+  }
+  return geometry_from_hf_config(text, path);
 }
 
 }  // namespace moe

@@ -16,4 +16,8 @@ namespace moe {
 [[nodiscard]] ModelGeometry geometry_from_hf_config(const std::string& json_text,
                                                     const std::string& source);
 
+// The same from the file at `path`; std::invalid_argument "cannot read 'PATH'" where it cannot be
+// read.
+[[nodiscard]] ModelGeometry geometry_from_hf_config_file(const std::string& path);
+
 }  // namespace moe

@@ -30,6 +30,7 @@
 
 #include "bundle/format.h"
 #include "core/files.h"
+#include "core/hf_config.h"
 #include "core/job_spec.h"
 #include "core/planner.h"
 #include "core/roofline.h"
@@ -259,10 +260,13 @@ int bench_experts(const Args& args) {
   // What `acquire` does on a GPU, so the two agree.
   double settle_ms = kGpuSettleMs, capped_settle_ms = kGpuCappedSettleMs;
   std::string activated;  // experts at these A (every route local) instead of balanced routing
+  std::string model_config;
   bool sweep = false, under_profiler = false;
   po::options_description desc("harness bench experts [options]");
   desc.add_options()("models", po::value(&models), "comma-separated model presets")(
-      "tokens", po::value(&tokens), "comma-separated N")(
+      "model-config", po::value(&model_config),
+      "one more model from a Hugging Face config.json (Qwen3-MoE, DeepSeek-V3, Mixtral); alone "
+      "where --models is not given")("tokens", po::value(&tokens), "comma-separated N")(
       "activated", po::value(&activated),
       "comma-separated A: experts at each N and A with M = N k (every route local) instead of "
       "balanced routing")("backends", po::value(&backends), "comma-separated CUDA backends")(
@@ -304,11 +308,26 @@ int bench_experts(const Args& args) {
       throw std::invalid_argument(std::string(option) + " must be between 0 and " +
                                   std::to_string(job_limits::kSettleMs));
   std::vector<ModelGeometry> geometries;
-  for (const auto& m : split_list(models)) {
-    auto g = find_preset(m);
-    if (!g) throw std::invalid_argument("unknown model preset '" + m + "'");
-    geometries.push_back(*g);
+  if (given.count("models") || model_config.empty())
+    for (const auto& m : split_list(models)) {
+      auto g = find_preset(m);
+      if (!g) throw std::invalid_argument("unknown model preset '" + m + "'");
+      geometries.push_back(*g);
+    }
+  if (!model_config.empty()) {
+    try {
+      geometries.push_back(geometry_from_hf_config_file(model_config));
+    } catch (const std::invalid_argument& e) {
+      throw std::invalid_argument(std::string("--model-config: ") + e.what());
+    }
   }
+  // The CSV and the sweep's checks tell the models apart by name.
+  for (auto g = geometries.begin(); g != geometries.end(); ++g)
+    if (std::any_of(geometries.begin(), g, [&](const auto& e) { return e.name == g->name; }))
+      throw std::invalid_argument("model '" + g->name + "' is given twice" +
+                                  (!model_config.empty() && g + 1 == geometries.end()
+                                       ? " (--models and --model-config " + model_config + ")"
+                                       : std::string()));
   const auto ns = parse_int_list(tokens, "--tokens");
   for (const int n : ns)
     if (n < 1) throw std::invalid_argument("--tokens: token counts must be positive");

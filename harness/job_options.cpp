@@ -1,6 +1,5 @@
 #include <iostream>
 
-#include "core/files.h"
 #include "core/hf_config.h"
 #include "harness/commands.h"
 
@@ -43,14 +42,8 @@ JobSpec JobOptions::load() const {
   if (!out_root.empty()) o.out_root = out_root;
   if (gpu_hours != 0) o.gpu_hours = gpu_hours;
   if (!model_config.empty()) {
-    std::string text;
     try {
-      text = read_file(model_config);
-    } catch (const std::exception&) {
-      throw JobError("--model-config: cannot read '" + model_config + "'");
-    }
-    try {
-      o.geometry = geometry_from_hf_config(text, model_config);
+      o.geometry = geometry_from_hf_config_file(model_config);
     } catch (const std::invalid_argument& e) {
       throw JobError(std::string("--model-config: ") + e.what());
     }

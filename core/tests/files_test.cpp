@@ -60,6 +60,9 @@ TEST(Files, AtomicWriteRemovesTemporariesOfKilledWritersOnly) {
   }
   for (const auto& entry : std::filesystem::directory_iterator(dir))
     EXPECT_EQ(entry.path().filename().string().find("busy.tmp."), std::string::npos);
+  // Nor is a directory read as an empty file.
+  EXPECT_THROW((void)read_file(dir / "busy"), std::runtime_error);
+  EXPECT_THROW((void)read_file(dir / "absent"), std::runtime_error);
   std::filesystem::remove_all(dir);
 }
 

@@ -2,15 +2,13 @@
 
 #include <gtest/gtest.h>
 
-#include "core/files.h"
 #include "core/job_spec.h"
 
 namespace moe {
 namespace {
 
 ModelGeometry from_file(const std::string& name) {
-  const auto path = std::string(HARNESS_SOURCE_DIR) + "/tests/data/hf/" + name;
-  return geometry_from_hf_config(read_file(path), path);
+  return geometry_from_hf_config_file(std::string(HARNESS_SOURCE_DIR) + "/tests/data/hf/" + name);
 }
 
 std::string error_of(const std::string& text) {
@@ -31,6 +29,16 @@ TEST(HfConfig, QwenAndDeepSeekConfigsGiveTheirPresets) {
     g.name = want.name;
     EXPECT_EQ(g, want) << file;
   }
+}
+
+TEST(HfConfig, AFileThatCannotBeReadIsNamed) {
+  const std::string dir = std::string(HARNESS_SOURCE_DIR) + "/tests/data/hf";
+  for (const auto& path : {dir + "/no-such-config.json", dir}) try {
+      (void)geometry_from_hf_config_file(path);
+      ADD_FAILURE() << path << " gave a geometry";
+    } catch (const std::invalid_argument& e) {
+      EXPECT_EQ(std::string(e.what()), "cannot read '" + path + "'");
+    }
 }
 
 TEST(HfConfig, MixtralRoutesTopTwoOfEightWithRenormalizedWeights) {

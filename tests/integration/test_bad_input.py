@@ -58,6 +58,21 @@ expect_error([HARNESS, "plan", job, "--tp", "1", "--dp", "1", "--components", "f
              "selects no component of any target")
 expect_error([HARNESS, "bench", "nope"], "unknown benchmark 'nope'")
 expect_error([HARNESS, "bench", "experts", "--models", "gpt-9"], "unknown model preset 'gpt-9'")
+expect_error([HARNESS, "bench", "experts", "--models", "qwen3-30b-a3b,qwen3-30b-a3b"],
+             "model 'qwen3-30b-a3b' is given twice")
+expect_error([HARNESS, "bench", "experts", "--model-config", "/nonexistent/config.json"],
+             "--model-config: cannot read '/nonexistent/config.json'")
+expect_error([HARNESS, "bench", "experts", "--model-config", job], "--model-config: model config " + job + ": not valid JSON")
+with tempfile.TemporaryDirectory() as tmp:
+    named_as_preset = os.path.join(tmp, "qwen3-30b-a3b", "config.json")
+    os.makedirs(os.path.dirname(named_as_preset))
+    with open(os.path.join(SOURCE_DIR, "tests/data/hf/mixtral.json")) as f, open(named_as_preset, "w") as g:
+        g.write(f.read())
+    expect_error([HARNESS, "bench", "experts", "--models", "qwen3-30b-a3b", "--model-config", named_as_preset],
+                 f"model 'qwen3-30b-a3b' is given twice (--models and --model-config {named_as_preset})")
+# A config the bench reads is checked as far as the device (none here).
+expect_error([HARNESS, "bench", "experts", "--model-config", os.path.join(SOURCE_DIR, "tests/data/hf/mixtral.json")],
+             "no CUDA device 0")
 expect_error([HARNESS, "bench", "experts", "--tokens", "1,x"], "option --tokens: 'x' is not an integer")
 expect_error([HARNESS, "bench", "experts", "--tokens", "16,0"], "--tokens: token counts must be positive")
 # A CSV that could not be written is refused before anything is measured (here: before the device).
