@@ -33,12 +33,14 @@ TEST(HfConfig, QwenAndDeepSeekConfigsGiveTheirPresets) {
 
 TEST(HfConfig, AFileThatCannotBeReadIsNamed) {
   const std::string dir = std::string(HARNESS_SOURCE_DIR) + "/tests/data/hf";
-  for (const auto& path : {dir + "/no-such-config.json", dir}) try {
+  for (const auto& path : {dir + "/no-such-config.json", dir}) {
+    try {
       (void)geometry_from_hf_config_file(path);
       ADD_FAILURE() << path << " gave a geometry";
     } catch (const std::invalid_argument& e) {
       EXPECT_EQ(std::string(e.what()), "cannot read '" + path + "'");
     }
+  }
 }
 
 TEST(HfConfig, MixtralRoutesTopTwoOfEightWithRenormalizedWeights) {

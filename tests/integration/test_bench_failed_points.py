@@ -3,8 +3,9 @@ measured are written, each failed one is named with its reason, the exit status 
 nothing measured an earlier CSV stays as it was. The failures are real ones: HARNESS_NATIVE_TILE
 names no tile, which the native experts refuse when they build their workload (the gate does not
 read it); and a model (`--model-config`) whose expert weights no GPU holds (275 GB of W13 per
-bank), whose points fail where their weights are made. Exits 77 (skipped) without a CUDA device. Standalone (no h5py), so that it runs on a
-GPU node beside a build: HARNESS_BIN=BUILD/harness/harness python3 THIS_FILE."""
+bank), whose points fail where their weights are made. Exits 77 (skipped) without a CUDA device.
+Standalone (no h5py), so that it runs on a GPU node beside a build:
+HARNESS_BIN=BUILD/harness/harness python3 THIS_FILE."""
 import csv
 import os
 import subprocess
