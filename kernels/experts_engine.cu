@@ -117,6 +117,7 @@ NativeTile tile_for(double rows_per_expert) {
   if (const char* forced = std::getenv("HARNESS_NATIVE_TILE")) {
     for (const auto t : kNativeTiles)
       if (std::string(forced) == to_string(t)) return t;
+    if (std::string(forced) == to_string(NativeTile::split160)) return NativeTile::split160;
     std::string names;
     for (const auto t : kNativeTiles)
       names += std::string(names.empty() ? "" : ", ") + to_string(t);

@@ -576,6 +576,17 @@ using WgmmaWide112 = WgmmaConfig<112, 4>;
 using WgmmaWide96 = WgmmaConfig<96, 4>;
 using WgmmaWide80 = WgmmaConfig<80, 5>;
 using WgmmaMedium = WgmmaConfig<64, 5>;
+#if HARNESS_WGMMA
+// W13 on split tiles (experiment, HARNESS_NATIVE_TILE=split160): 128 token rows as wgmma's M in two
+// consumer warpgroups (as the wide tile's W13) plus kTail more as wgmma's N in a third, which
+// runs the 256 weight rows as four m64 against them. One block streams its weights once for up
+// to 128 + kTail tokens, and the tail costs flops by 8-row steps, not by 64.
+template <int kTail_>
+struct WgmmaSplit : WgmmaConfig<128 + kTail_, 4> {
+  static constexpr int kThreads = 384, kTail = kTail_;
+};
+using WgmmaSplit160 = WgmmaSplit<32>;
+#endif
 
 // The weight boxes the tensor maps are encoded with: 64 K columns (128 bytes, the swizzle span)
 // by 128 weight rows, two per stage.
@@ -614,6 +625,19 @@ __device__ __forceinline__ void order_after_wgmma(float (&acc)[kN]) {
 template <int kN>
 __device__ __forceinline__ void wgmma_bf16(float (&d)[kN / 2], std::uint64_t a, std::uint64_t b,
                                            int accumulate);
+template <>
+__device__ __forceinline__ void wgmma_bf16<32>(float (&d)[16], std::uint64_t a, std::uint64_t b,
+                                               int accumulate) {
+  asm volatile(
+      "{\n.reg .pred p;\nsetp.ne.b32 p, %18, 0;\n"
+      "wgmma.mma_async.sync.aligned.m64n32k16.f32.bf16.bf16 {%0, %1, %2, %3, %4, %5, %6, %7, %8, "
+      "%9, %10, %11, %12, %13, %14, %15}, "
+      "%16, %17, p, 1, 1, 0, 0;\n}\n"
+      : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3]), "+f"(d[4]), "+f"(d[5]), "+f"(d[6]),
+        "+f"(d[7]), "+f"(d[8]), "+f"(d[9]), "+f"(d[10]), "+f"(d[11]), "+f"(d[12]), "+f"(d[13]),
+        "+f"(d[14]), "+f"(d[15])
+      : "l"(a), "l"(b), "r"(accumulate));
+}
 template <>
 __device__ __forceinline__ void wgmma_bf16<64>(float (&d)[32], std::uint64_t a, std::uint64_t b,
                                                int accumulate) {
@@ -1187,8 +1211,19 @@ struct Pipelined : C {
   // kTokens / 2), more than fit the 168 registers each of 384 threads gets: the producer
   // warpgroup, which holds no accumulators, hands registers to the consumers (setmaxnreg).
   static constexpr bool kSplitRegisters = C::kTokens > 128;
-  static constexpr int kProducerRegisters = 56, kConsumerRegisters = 224;
-  static_assert(kProducerThreads * kProducerRegisters + kConsumerThreads * kConsumerRegisters <=
+  // Split tiles (WgmmaSplit): the third consumer warpgroup holds the tail's accumulators only.
+  static constexpr int kTail = [] {
+    if constexpr (requires { C::kTail; })
+      return C::kTail;
+    else
+      return 0;
+  }();
+  static constexpr int kTailThreads = kTail > 0 ? 128 : 0;
+  static constexpr int kProducerRegisters = 56, kConsumerRegisters = kTail > 0 ? 168 : 224,
+                       kTailRegisters = 112;
+  static_assert(kProducerThreads * kProducerRegisters +
+                        (kConsumerThreads - kTailThreads) * kConsumerRegisters +
+                        kTailThreads * kTailRegisters <=
                     65536 / kThreads / 8 * 8 * kThreads,
                 "the split stays within what the block was launched with");
   static_assert(C::kRows == 2 * kMapRows && C::kTokens * C::kChunks % kProducerThreads == 0);
@@ -1210,6 +1245,7 @@ static_assert(Pipelined<WgmmaWide, true>::kStages == 4 &&
               Pipelined<WgmmaWide, false>::kStages == 4);
 static_assert(Pipelined<WgmmaWide160, true>::kStages == 4 &&
               Pipelined<WgmmaWide160, false>::kStages == 3);
+static_assert(Pipelined<WgmmaSplit160, true>::kStages == 4);
 
 // kCtas > 1 (HARNESS_NATIVE_SCHEDULE=clustered): clusters of kCtas CTAs take the unit (tiles
 // kCtas p ... kCtas p + kCtas - 1 of the table, one feature block), one tile each. Where all are
@@ -1341,9 +1377,42 @@ __global__ void __launch_bounds__(Pipelined<C, kGated>::kThreads, 1)
     return;
   }
 
-  if constexpr (P::kSplitRegisters) warpgroup_registers<true, P::kConsumerRegisters>();
   const int group = warp / 4, warp_in_group = warp % 4;
-  if constexpr (kGated && C::kTokens == 128) {
+  if constexpr (kGated && P::kTail > 0) {
+    if (group == 2) {
+      warpgroup_registers<false, P::kTailRegisters>();
+      // The tail: tokens [128, 128 + kTail) as wgmma's N against the four m64 of weight rows (gate
+      // rows 0-127 in m-tiles 0 and 1, their up rows in 2 and 3), as the generic orientation.
+      int it = 0;
+      for_each_block_tile([&](const int4 tile, int feature0, bool) {
+        float acc[4][P::kTail / 8][4];
+        consume_stages<P::kStages, kGated, kCtas>(
+            full, empty, k_steps, it, lane, rank, [&](int stage, bool accumulated) {
+              if (tile.z <= 128) return;  // no tail rows: the stages are only released
+              const bf16* sw = stage_w(stage);
+              const bf16* sx = sw + C::kStageW + 128 * C::kBK;
+#pragma unroll
+              for (int ks = 0; ks < C::kBK / 16; ++ks) {
+                const std::uint64_t b = wgmma_desc(sx + ks * 16);
+#pragma unroll
+                for (int j = 0; j < 4; ++j)
+                  wgmma_bf16<P::kTail>(reinterpret_cast<float(&)[P::kTail / 2]>(acc[j]),
+                                       wgmma_desc(sw + 64 * j * C::kBK + ks * 16), b,
+                                       accumulated || ks > 0);
+              }
+            });
+        order_after_wgmma(reinterpret_cast<float(&)[4 * P::kTail / 2]>(acc));
+        if (tile.z > 128)
+          store_accumulators<kGated>(
+              a, acc, [&](int j) { return 64 * j + 16 * warp_in_group; }, feature0, 128, tile.y,
+              tile.z, lane);
+      });
+      if constexpr (kClustered) cluster_sync();
+      return;
+    }
+  }
+  if constexpr (P::kSplitRegisters) warpgroup_registers<true, P::kConsumerRegisters>();
+  if constexpr (kGated && (C::kTokens == 128 || P::kTail > 0)) {
     // W13 on the 128-token tile: warpgroup g takes tokens [64g, 64g + 64) against all 256 weight
     // rows, one m64n256k16 per K16 (tokens as A, weights as B), so a K16 step reads 2 x (2 + 8) KB
     // of shared memory instead of 2 x (2 x 2 + 4) KB. Measured 2-11 % faster for W13 from N =
@@ -1358,10 +1427,23 @@ __global__ void __launch_bounds__(Pipelined<C, kGated>::kThreads, 1)
             const bf16* sw = stage_w(stage);
             const bf16* sx = sw + C::kStageW + group * 64 * C::kBK;
 #pragma unroll
-            for (int ks = 0; ks < C::kBK / 16; ++ks)
-              wgmma_bf16<C::kRows>(reinterpret_cast<float(&)[C::kRows / 2]>(acc),
-                                   wgmma_desc(sx + ks * 16), wgmma_desc(sw + ks * 16),
-                                   accumulated || ks > 0);
+            for (int ks = 0; ks < C::kBK / 16; ++ks) {
+              if constexpr (P::kTail > 0) {
+                // 512 threads launch with 128 registers each, too few for one m64n256's operands
+                // (ptxas checks an instruction against the launch's count, not setmaxnreg's): the
+                // gate rows and the up rows as two m64n128.
+                auto& halves = reinterpret_cast<float(&)[2][C::kRows / 4]>(acc);
+#pragma unroll
+                for (int h = 0; h < 2; ++h)
+                  wgmma_bf16<C::kRows / 2>(halves[h], wgmma_desc(sx + ks * 16),
+                                           wgmma_desc(sw + h * (C::kRows / 2) * C::kBK + ks * 16),
+                                           accumulated || ks > 0);
+              } else {
+                wgmma_bf16<C::kRows>(reinterpret_cast<float(&)[C::kRows / 2]>(acc),
+                                     wgmma_desc(sx + ks * 16), wgmma_desc(sw + ks * 16),
+                                     accumulated || ks > 0);
+              }
+            }
           });
       order_after_wgmma(reinterpret_cast<float(&)[C::kRows / 2]>(acc));
       // SiLU(gate) * up (silu_mul_of_sums), two neighbouring features per store.
@@ -2003,6 +2085,7 @@ void with_tile_configs(NativeTile t, const F& f) {
     case NativeTile::wide160:
       return f(TileConfigs<NativeTile::wide160, Wide160Tile, WgmmaWide160>{});
     case NativeTile::narrow:
+    case NativeTile::split160:
       break;
   }
   throw std::logic_error(std::string("the ") + to_string(t) + " tile has no wgmma configuration");
@@ -2085,6 +2168,12 @@ NativeExperts::NativeExperts(const ModelGeometry& g, const ExpertOwnership& own,
                                   ": expected launches, persistent, pipelined or clustered");
     if (wgmma_ && tile_ != NativeTile::narrow) schedule_ = named->first;
   }
+  if (tile_ == NativeTile::split160) {
+    const char* schedule = std::getenv("HARNESS_NATIVE_SCHEDULE");
+    if (!wgmma_ || (schedule != nullptr && std::string(schedule) != "pipelined"))
+      throw std::invalid_argument("the split160 tile runs on wgmma and pipelined only");
+    schedule_ = NativeSchedule::pipelined;
+  }
 #if HARNESS_WGMMA
   if (schedule_ == NativeSchedule::clustered)
     with_tile_configs(tile_, [&](auto configs) {
@@ -2117,6 +2206,7 @@ NativeExperts::NativeExperts(const ModelGeometry& g, const ExpertOwnership& own,
   // W2 on tall tiles where the tiles are paired (only with wgmma) and an expert's rows fit one.
   if (schedule_ == NativeSchedule::clustered)
     w2_tall_tokens_ = native_w2_tall_tokens(tile_, rows_per_expert);
+  if (tile_ == NativeTile::split160) w2_tall_tokens_ = kNativeW2TallTokens[0];
   if (w2_tall_tokens_ > 0) {
     w2_max_tiles_ = native_max_tile_count(lanes_, own.local_experts, w2_tall_tokens_);
     w2_grid_tiles_ = std::min(native_tile_count(expert_rows, w2_tall_tokens_), w2_max_tiles_);
@@ -2200,7 +2290,16 @@ void NativeExperts::forward(const bf16* x, const int* ids, const float* weights,
   }
   const TileSchedule how{wgmma_, schedule_, unit_queue_.get(), up_done_.get(),
                          &maps_, sms_,      grid_tiles_};
-  if (tile_ != NativeTile::narrow) {
+#if HARNESS_WGMMA
+  if (tile_ == NativeTile::split160) {
+    launch_pipelined<WgmmaSplit160, true, 1>(up, maps_.w13, maps_.act, 2 * inter, grid_tiles_, sms_,
+                                             s_);
+    GemmArgs tall = down;
+    tall.tiles = w2_tiles_.get(), tall.num_tiles = w2_num_tiles_.get();
+    launch_w2_tall(w2_tall_tokens_, tall, maps_.w2, maps_.act_w2, h, w2_grid_tiles_, sms_, s_);
+  } else
+#endif
+      if (tile_ != NativeTile::narrow) {
     with_tile_configs(tile_, [&](auto configs) {
       using C = decltype(configs);
 #if HARNESS_WGMMA

@@ -24,6 +24,8 @@ const char* to_string(NativeTile t) {
       return "wide";
     case NativeTile::wide160:
       return "wide160";
+    case NativeTile::split160:
+      return "split160";
   }
   return "?";
 }

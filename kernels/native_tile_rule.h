@@ -20,7 +20,9 @@ namespace moe {
 // (docs/native-backend.md#tiles-sized-to-the-rows). wide160 is built and tested but not among the
 // rule's tiles (kNativeRuleTiles): only HARNESS_NATIVE_TILE runs it, until the sweep says the rule
 // should (docs/native-backend.md#tiles-of-up-to-160-tokens).
-enum class NativeTile { narrow, medium, wide80, wide96, wide112, wide, wide160 };
+// split160 (experiment, HARNESS_NATIVE_TILE only, not in kNativeTiles): W13 as 128 tokens in
+// wgmma's M plus a 32-token tail in N, pipelined; W2 on tall tiles of 160 tokens.
+enum class NativeTile { narrow, medium, wide80, wide96, wide112, wide, wide160, split160 };
 inline constexpr NativeTile kNativeTiles[] = {
     NativeTile::narrow,  NativeTile::medium, NativeTile::wide80, NativeTile::wide96,
     NativeTile::wide112, NativeTile::wide,   NativeTile::wide160};
@@ -43,6 +45,7 @@ inline constexpr NativeTile kNativeRuleTiles[] = {NativeTile::narrow,  NativeTil
     case NativeTile::wide:
       return 128;
     case NativeTile::wide160:
+    case NativeTile::split160:
       return 160;
   }
   return 0;

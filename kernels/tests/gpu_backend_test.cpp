@@ -452,6 +452,27 @@ TEST(NativeBackend, W2OnTallTilesMatchesTheReference) {
     expect_matches_reference("native", odd, ep1, Component::experts, p, 2);
 }
 
+// The split160 experiment (HARNESS_NATIVE_TILE=split160, not among kNativeTiles): 87.5, 128, 144.6
+// and 160 rows per expert (the tail empty, unused, partly and wholly used), many tiles per expert,
+// and the odd shapes (H = 72: a partial feature block; I = 40: a partial K step).
+TEST(NativeBackend, Split160TileMatchesTheReference) {
+  REQUIRE_GPU();
+  const ScopedEnv forced("HARNESS_NATIVE_TILE", "split160");
+  const auto qwen = *find_preset("qwen3-30b-a3b");
+  const Target ep1{1, 1, 1, 0, false};
+  for (const GridPoint p :
+       {GridPoint{1400, 128, 11200}, GridPoint{2048, 128, 16384}, GridPoint{2314, 128, 18512},
+        GridPoint{2560, 128, 20480}, GridPoint{3000, 17, 24000}})
+    expect_matches_reference("native", qwen, ep1, Component::experts, p, 2);
+  const auto odd = odd_tiny();
+  for (const GridPoint p : {GridPoint{3, 2, 6}, GridPoint{300, 8, 600}, GridPoint{1000, 8, 2000}})
+    expect_matches_reference("native", odd, ep1, Component::experts, p, 2);
+  auto backend = make_cuda_backend("native", 0);
+  const WorkloadSpec spec{qwen, ep1, Component::experts, {2314, 128, 18512}, 2, 1};
+  const auto config = backend->make(spec, backend->make_weights(spec))->configuration();
+  EXPECT_EQ(config.rfind("split160 tile", 0), 0u) << config;
+}
+
 // Builds without sm_90a (or GPUs other than sm_90) run the medium and wide tiles on mma.sync;
 // HARNESS_NATIVE_NO_WGMMA selects that path here too, so both stay checked.
 TEST(NativeBackend, MmaSyncFallbackTilesMatchTheReference) {
