@@ -110,17 +110,18 @@ std::vector<int> active_expert_rows(const Routes& r, const ExpertOwnership& own)
   return count;
 }
 
-// The tile by cost, or HARNESS_NATIVE_TILE=narrow|medium|wide80|...|wide: a diagnostic that forces
-// one tile (the per-tile sweeps of docs/native-backend.md#tile-choice measure each tile's cost this
-// way).
+// The tile by cost, or HARNESS_NATIVE_TILE=narrow|medium|wide80|...|split160: a diagnostic that
+// forces one tile (the per-tile sweeps of docs/native-backend.md#tile-choice measure each tile's
+// cost this way).
 NativeTile tile_for(double rows_per_expert) {
   if (const char* forced = std::getenv("HARNESS_NATIVE_TILE")) {
-    for (const auto t : kNativeTiles)
-      if (std::string(forced) == to_string(t)) return t;
-    if (std::string(forced) == to_string(NativeTile::split160)) return NativeTile::split160;
     std::string names;
-    for (const auto t : kNativeTiles)
-      names += std::string(names.empty() ? "" : ", ") + to_string(t);
+    for (const auto& tiles : {std::span<const NativeTile>(kNativeTiles),
+                              std::span<const NativeTile>(kNativeExperimentTiles)})
+      for (const auto t : tiles) {
+        if (std::string(forced) == to_string(t)) return t;
+        names += std::string(names.empty() ? "" : ", ") + to_string(t);
+      }
     throw std::invalid_argument(std::string("HARNESS_NATIVE_TILE=") + forced +
                                 ": expected one of " + names);
   }

@@ -26,6 +26,9 @@ enum class NativeTile { narrow, medium, wide80, wide96, wide112, wide, wide160, 
 inline constexpr NativeTile kNativeTiles[] = {
     NativeTile::narrow,  NativeTile::medium, NativeTile::wide80, NativeTile::wide96,
     NativeTile::wide112, NativeTile::wide,   NativeTile::wide160};
+// Experiments HARNESS_NATIVE_TILE also runs, on fewer schedules than kNativeTiles (split160:
+// wgmma, pipelined; docs/native-backend.md#w13-on-split-tiles).
+inline constexpr NativeTile kNativeExperimentTiles[] = {NativeTile::split160};
 inline constexpr NativeTile kNativeRuleTiles[] = {NativeTile::narrow,  NativeTile::medium,
                                                   NativeTile::wide80,  NativeTile::wide96,
                                                   NativeTile::wide112, NativeTile::wide};

@@ -470,7 +470,17 @@ TEST(NativeBackend, Split160TileMatchesTheReference) {
   auto backend = make_cuda_backend("native", 0);
   const WorkloadSpec spec{qwen, ep1, Component::experts, {2314, 128, 18512}, 2, 1};
   const auto config = backend->make(spec, backend->make_weights(spec))->configuration();
-  EXPECT_EQ(config.rfind("split160 tile", 0), 0u) << config;
+  EXPECT_EQ(config.rfind("split160 tile (160 tokens, wgmma, pipelined, W2 on 128 x 160 tiles", 0),
+            0u)
+      << config;
+  // Its kernels are the pipelined W13 and the tall W2 only: other schedules are refused.
+  for (const auto& [name, value] : {std::pair{"HARNESS_NATIVE_SCHEDULE", "launches"},
+                                    std::pair{"HARNESS_NATIVE_SCHEDULE", "clustered"},
+                                    std::pair{"HARNESS_NATIVE_NO_WGMMA", "1"}}) {
+    const auto error = refusal_with(name, value, *backend, spec);
+    EXPECT_NE(error.find("the split160 tile runs on wgmma and pipelined only"), std::string::npos)
+        << name << "=" << value << ": " << (error.empty() ? "accepted" : error);
+  }
 }
 
 // Builds without sm_90a (or GPUs other than sm_90) run the medium and wide tiles on mma.sync;
@@ -722,7 +732,7 @@ TEST(NativeBackend, RefusesAForcedTileThatIsNotOne) {
   const WorkloadSpec spec{qwen, Target{1, 1, 1, 0, false}, Component::experts, {64, 8, 512}, 2, 1};
   const auto error = refusal_with("HARNESS_NATIVE_TILE", "wide64", *backend, spec);
   EXPECT_NE(error.find("HARNESS_NATIVE_TILE=wide64: expected one of narrow, medium, wide80, "
-                       "wide96, wide112, wide, wide160"),
+                       "wide96, wide112, wide, wide160, split160"),
             std::string::npos)
       << (error.empty() ? "HARNESS_NATIVE_TILE=wide64 was accepted" : error);
 }

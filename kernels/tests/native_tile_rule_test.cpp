@@ -52,14 +52,20 @@ TEST(NativeTileRule, StepsAreExactlyWhereTheForwardChanges) {
 }
 
 // The rule chooses from kNativeRuleTiles only: wide160 is built, forced and tested
-// (HARNESS_NATIVE_TILE) but the rule never returns it, at any rows per expert, until a sweep on the
+// (HARNESS_NATIVE_TILE), as is the split160 experiment (kNativeExperimentTiles, in none of the
+// other lists), but the rule never returns either, at any rows per expert, until a sweep on the
 // GPU the tile costs come from says it should. Every tile has its own name and token rows.
 TEST(NativeTileRule, ChoosesOnlyAmongTheRuleTiles) {
   for (double rows = 0.25; rows <= 1024.0; rows += 0.25) {
     const auto t = native_tile_for(rows);
     EXPECT_NE(std::ranges::find(kNativeRuleTiles, t), std::end(kNativeRuleTiles)) << rows;
     EXPECT_NE(t, NativeTile::wide160) << rows;
+    EXPECT_NE(t, NativeTile::split160) << rows;
   }
+  for (const auto t : kNativeExperimentTiles)
+    EXPECT_EQ(std::ranges::find(kNativeTiles, t), std::end(kNativeTiles)) << to_string(t);
+  EXPECT_EQ(native_tile_tokens(NativeTile::split160), 160);
+  EXPECT_STREQ(to_string(NativeTile::split160), "split160");
   for (const auto t : kNativeRuleTiles)
     EXPECT_NE(std::ranges::find(kNativeTiles, t), std::end(kNativeTiles)) << to_string(t);
   EXPECT_EQ(native_tile_tokens(NativeTile::wide160), 160);
