@@ -850,6 +850,23 @@ __device__ __forceinline__ void wgmma_bf16<224>(float (&d)[112], std::uint64_t a
         "+f"(d[110]), "+f"(d[111])
       : "l"(a), "l"(b), "r"(accumulate));
 }
+
+// One stage of the orientation with tokens as wgmma's N: acc[j] (+)= the stage's weight rows
+// [row(j), row(j) + 64) times its kN token rows at sx, K16 step after K16 step (kBK columns); the
+// first step overwrites the accumulators unless `accumulate`.
+template <int kBK, int kN, int kMTiles, class RowOf>
+__device__ __forceinline__ void wgmma_weights_by_tokens(float (&acc)[kMTiles][kN / 8][4],
+                                                        const bf16* sw, const bf16* sx, RowOf row,
+                                                        int accumulate) {
+#pragma unroll
+  for (int ks = 0; ks < kBK / 16; ++ks) {
+    const std::uint64_t b = wgmma_desc(sx + ks * 16);
+#pragma unroll
+    for (int j = 0; j < kMTiles; ++j)
+      wgmma_bf16<kN>(reinterpret_cast<float(&)[kN / 2]>(acc[j]),
+                     wgmma_desc(sw + row(j) * kBK + ks * 16), b, accumulate || ks > 0);
+  }
+}
 // The dynamic shared memory of a wgmma block, placed on a 1024-byte boundary (the swizzle atom).
 __device__ __forceinline__ bf16* wgmma_smem() {
   extern __shared__ __align__(1024) unsigned char wgmma_smem_raw[];
@@ -888,15 +905,8 @@ __device__ __forceinline__ void wgmma_tile(const GemmArgs& a, int tile_index, in
         const bf16* sw = stage_w(stage);
         const bf16* sx = sw + C::kStageW;
         wgmma_fence();
-#pragma unroll
-        for (int ks = 0; ks < C::kBK / 16; ++ks) {
-          const std::uint64_t b = wgmma_desc(sx + ks * 16);
-#pragma unroll
-          for (int j = 0; j < 2; ++j)
-            wgmma_bf16<C::kTokens>(reinterpret_cast<float(&)[C::kTokens / 2]>(acc[j]),
-                                   wgmma_desc(sw + mtile_row[j] * C::kBK + ks * 16), b,
-                                   accumulate || ks > 0);
-        }
+        wgmma_weights_by_tokens<C::kBK, C::kTokens>(
+            acc, sw, sx, [&](int j) { return mtile_row[j]; }, accumulate);
         accumulate = 1;
         wgmma_commit();
         wgmma_wait<1>();
@@ -1390,16 +1400,9 @@ __global__ void __launch_bounds__(Pipelined<C, kGated>::kThreads, 1)
             full, empty, k_steps, it, lane, rank, [&](int stage, bool accumulated) {
               if (tile.z <= 128) return;  // no tail rows: the stages are only released
               const bf16* sw = stage_w(stage);
-              const bf16* sx = sw + C::kStageW + 128 * C::kBK;
-#pragma unroll
-              for (int ks = 0; ks < C::kBK / 16; ++ks) {
-                const std::uint64_t b = wgmma_desc(sx + ks * 16);
-#pragma unroll
-                for (int j = 0; j < 4; ++j)
-                  wgmma_bf16<P::kTail>(reinterpret_cast<float(&)[P::kTail / 2]>(acc[j]),
-                                       wgmma_desc(sw + 64 * j * C::kBK + ks * 16), b,
-                                       accumulated || ks > 0);
-              }
+              wgmma_weights_by_tokens<C::kBK, P::kTail>(
+                  acc, sw, sw + C::kStageW + 128 * C::kBK, [](int j) { return 64 * j; },
+                  accumulated);
             });
         order_after_wgmma(reinterpret_cast<float(&)[4 * P::kTail / 2]>(acc));
         if (tile.z > 128)
@@ -1483,16 +1486,8 @@ __global__ void __launch_bounds__(Pipelined<C, kGated>::kThreads, 1)
     consume_stages<P::kStages, kGated, kCtas>(
         full, empty, k_steps, it, lane, rank, [&](int stage, bool accumulated) {
           const bf16* sw = stage_w(stage);
-          const bf16* sx = sw + C::kStageW;
-#pragma unroll
-          for (int ks = 0; ks < C::kBK / 16; ++ks) {
-            const std::uint64_t b = wgmma_desc(sx + ks * 16);
-#pragma unroll
-            for (int j = 0; j < 2; ++j)
-              wgmma_bf16<C::kTokens>(reinterpret_cast<float(&)[C::kTokens / 2]>(acc[j]),
-                                     wgmma_desc(sw + mtile_row[j] * C::kBK + ks * 16), b,
-                                     accumulated || ks > 0);
-          }
+          wgmma_weights_by_tokens<C::kBK, C::kTokens>(
+              acc, sw, sw + C::kStageW, [&](int j) { return mtile_row[j]; }, accumulated);
         });
     order_after_wgmma(reinterpret_cast<float(&)[2 * C::kNT * 4]>(acc));
     if constexpr (P::kStaged) {
@@ -2155,10 +2150,12 @@ NativeExperts::NativeExperts(const ModelGeometry& g, const ExpertOwnership& own,
 #endif
   // HARNESS_NATIVE_SCHEDULE=launches|persistent|pipelined|clustered: how the wgmma tiles run their
   // GEMMs (NativeSchedule; docs/native-backend.md has the A/Bs). Unless it says otherwise,
-  // clustered where an expert takes more than one tile, else pipelined; other tiles ignore it.
+  // clustered where an expert takes more than one tile (never split160), else pipelined; other
+  // tiles ignore it.
   if (wgmma_ && tile_ != NativeTile::narrow)
-    schedule_ = native_pairs_tiles(tile_, rows_per_expert) ? NativeSchedule::clustered
-                                                           : NativeSchedule::pipelined;
+    schedule_ = tile_ != NativeTile::split160 && native_pairs_tiles(tile_, rows_per_expert)
+                    ? NativeSchedule::clustered
+                    : NativeSchedule::pipelined;
   if (const char* schedule = std::getenv("HARNESS_NATIVE_SCHEDULE")) {
     const std::string v = schedule;
     const auto* named =
@@ -2168,12 +2165,8 @@ NativeExperts::NativeExperts(const ModelGeometry& g, const ExpertOwnership& own,
                                   ": expected launches, persistent, pipelined or clustered");
     if (wgmma_ && tile_ != NativeTile::narrow) schedule_ = named->first;
   }
-  if (tile_ == NativeTile::split160) {
-    const char* schedule = std::getenv("HARNESS_NATIVE_SCHEDULE");
-    if (!wgmma_ || (schedule != nullptr && std::string(schedule) != "pipelined"))
-      throw std::invalid_argument("the split160 tile runs on wgmma and pipelined only");
-    schedule_ = NativeSchedule::pipelined;
-  }
+  if (tile_ == NativeTile::split160 && (!wgmma_ || schedule_ != NativeSchedule::pipelined))
+    throw std::invalid_argument("the split160 tile runs on wgmma and pipelined only");
 #if HARNESS_WGMMA
   if (schedule_ == NativeSchedule::clustered)
     with_tile_configs(tile_, [&](auto configs) {
@@ -2291,12 +2284,16 @@ void NativeExperts::forward(const bf16* x, const int* ids, const float* weights,
   const TileSchedule how{wgmma_, schedule_, unit_queue_.get(), up_done_.get(),
                          &maps_, sms_,      grid_tiles_};
 #if HARNESS_WGMMA
-  if (tile_ == NativeTile::split160) {
-    launch_pipelined<WgmmaSplit160, true, 1>(up, maps_.w13, maps_.act, 2 * inter, grid_tiles_, sms_,
+  // W13 on the tile's own grid, then W2 on the tall tiles' (plan_routes wrote both).
+  const auto w13_then_tall_w2 = [&]<class WgmmaTile, int kCtas>() {
+    launch_pipelined<WgmmaTile, true, kCtas>(up, maps_.w13, maps_.act, 2 * inter, grid_tiles_, sms_,
                                              s_);
     GemmArgs tall = down;
     tall.tiles = w2_tiles_.get(), tall.num_tiles = w2_num_tiles_.get();
     launch_w2_tall(w2_tall_tokens_, tall, maps_.w2, maps_.act_w2, h, w2_grid_tiles_, sms_, s_);
+  };
+  if (tile_ == NativeTile::split160) {
+    w13_then_tall_w2.template operator()<WgmmaSplit160, 1>();
   } else
 #endif
       if (tile_ != NativeTile::narrow) {
@@ -2304,11 +2301,7 @@ void NativeExperts::forward(const bf16* x, const int* ids, const float* weights,
       using C = decltype(configs);
 #if HARNESS_WGMMA
       if (w2_tall_tokens_ > 0) {  // clustered W13, then W2 on its own tiles
-        launch_pipelined<typename C::WgmmaTile, true, 2>(up, maps_.w13, maps_.act, 2 * inter,
-                                                         grid_tiles_, sms_, s_);
-        GemmArgs tall = down;
-        tall.tiles = w2_tiles_.get(), tall.num_tiles = w2_num_tiles_.get();
-        launch_w2_tall(w2_tall_tokens_, tall, maps_.w2, maps_.act_w2, h, w2_grid_tiles_, sms_, s_);
+        w13_then_tall_w2.template operator()<typename C::WgmmaTile, 2>();
         return;
       }
 #endif
