@@ -2284,16 +2284,16 @@ void NativeExperts::forward(const bf16* x, const int* ids, const float* weights,
   const TileSchedule how{wgmma_, schedule_, unit_queue_.get(), up_done_.get(),
                          &maps_, sms_,      grid_tiles_};
 #if HARNESS_WGMMA
-  // W13 on the tile's own grid, then W2 on the tall tiles' (plan_routes wrote both).
-  const auto w13_then_tall_w2 = [&]<class WgmmaTile, int kCtas>() {
-    launch_pipelined<WgmmaTile, true, kCtas>(up, maps_.w13, maps_.act, 2 * inter, grid_tiles_, sms_,
-                                             s_);
+  // W2 on the tall tiles' own table (plan_routes wrote it beside W13's).
+  const auto tall_w2 = [&] {
     GemmArgs tall = down;
     tall.tiles = w2_tiles_.get(), tall.num_tiles = w2_num_tiles_.get();
     launch_w2_tall(w2_tall_tokens_, tall, maps_.w2, maps_.act_w2, h, w2_grid_tiles_, sms_, s_);
   };
   if (tile_ == NativeTile::split160) {
-    w13_then_tall_w2.template operator()<WgmmaSplit160, 1>();
+    launch_pipelined<WgmmaSplit160, true, 1>(up, maps_.w13, maps_.act, 2 * inter, grid_tiles_, sms_,
+                                             s_);
+    tall_w2();
   } else
 #endif
       if (tile_ != NativeTile::narrow) {
@@ -2301,7 +2301,9 @@ void NativeExperts::forward(const bf16* x, const int* ids, const float* weights,
       using C = decltype(configs);
 #if HARNESS_WGMMA
       if (w2_tall_tokens_ > 0) {  // clustered W13, then W2 on its own tiles
-        w13_then_tall_w2.template operator()<typename C::WgmmaTile, 2>();
+        launch_pipelined<typename C::WgmmaTile, true, 2>(up, maps_.w13, maps_.act, 2 * inter,
+                                                         grid_tiles_, sms_, s_);
+        tall_w2();
         return;
       }
 #endif
