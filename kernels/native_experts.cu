@@ -2043,12 +2043,17 @@ struct TileSchedule {
 };
 
 #if HARNESS_WGMMA
+// W13 as a pipelined launch in clusters of kCtas CTAs (1: none).
+template <class C, int kCtas>
+void launch_pipelined_w13(const TileSchedule& how, const GemmArgs& up, int inter, cudaStream_t s) {
+  launch_pipelined<C, true, kCtas>(up, how.maps->w13, how.maps->act, 2 * inter, how.grid_tiles,
+                                   how.sms, s);
+}
 // Both GEMMs as pipelined launches in clusters of kCtas CTAs (1: none).
 template <class C, int kCtas>
 void launch_pipelined_both(const TileSchedule& how, const GemmArgs& up, const GemmArgs& down,
                            int inter, int hidden, cudaStream_t s) {
-  launch_pipelined<C, true, kCtas>(up, how.maps->w13, how.maps->act, 2 * inter, how.grid_tiles,
-                                   how.sms, s);
+  launch_pipelined_w13<C, kCtas>(how, up, inter, s);
   launch_pipelined<C, false, kCtas>(down, how.maps->w2, how.maps->act, hidden, how.grid_tiles,
                                     how.sms, s);
 }
@@ -2291,8 +2296,7 @@ void NativeExperts::forward(const bf16* x, const int* ids, const float* weights,
     launch_w2_tall(w2_tall_tokens_, tall, maps_.w2, maps_.act_w2, h, w2_grid_tiles_, sms_, s_);
   };
   if (tile_ == NativeTile::split160) {
-    launch_pipelined<WgmmaSplit160, true, 1>(up, maps_.w13, maps_.act, 2 * inter, grid_tiles_, sms_,
-                                             s_);
+    launch_pipelined_w13<WgmmaSplit160, 1>(how, up, inter, s_);
     tall_w2();
   } else
 #endif
@@ -2301,8 +2305,7 @@ void NativeExperts::forward(const bf16* x, const int* ids, const float* weights,
       using C = decltype(configs);
 #if HARNESS_WGMMA
       if (w2_tall_tokens_ > 0) {  // clustered W13, then W2 on its own tiles
-        launch_pipelined<typename C::WgmmaTile, true, 2>(up, maps_.w13, maps_.act, 2 * inter,
-                                                         grid_tiles_, sms_, s_);
+        launch_pipelined_w13<typename C::WgmmaTile, 2>(how, up, inter, s_);
         tall_w2();
         return;
       }
